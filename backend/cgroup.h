@@ -1,0 +1,65 @@
+/*
+ * cgroup.h - one small interface over cgroup v1 and v2.
+ *
+ * cg_detect() runs once at start-up and finds the hierarchy and the
+ * backend's own group in each controller; every box group is created below
+ * <own group>/<instance name>, never at the hierarchy root.  Box groups are
+ * made fresh for each run (cg_box_create), so their counters start at zero,
+ * and removed after it (cg_box_destroy) once every process is gone.
+ */
+#ifndef MOAT_CGROUP_H
+#define MOAT_CGROUP_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "errbuf.h"
+
+enum cg_version { CG_V1 = 1, CG_V2 = 2 };
+
+/* v1 controllers moat uses, each its own hierarchy. */
+enum cg_v1_ctrl { CG_MEMORY, CG_PIDS, CG_CPUACCT, CG_FREEZER, CG_NCTRL };
+
+struct cg_system {
+    enum cg_version version;
+    char fsroot[PATH_MAX / 4];          /* normally /sys/fs/cgroup */
+    char base[CG_NCTRL][PATH_MAX / 4]; /* v2 uses base[0] only */
+    int memsw;                          /* v1: memory.memsw.* present */
+};
+
+struct cg_box {
+    const struct cg_system *cg;
+    char path[CG_NCTRL][PATH_MAX / 4]; /* v2 uses path[0] only */
+};
+
+struct cg_usage {
+    uint64_t cpu_ns;
+    uint64_t memory_peak;
+    uint64_t oom_kills;
+};
+
+/*
+ * Called once at start.  fsroot is the cgroup mount root and self_cgroup the
+ * path of a /proc/<pid>/cgroup file (tests pass a fake tree and file).
+ * name is this backend instance's group name below its own group.
+ */
+int cg_detect(struct cg_system *cg, const char *fsroot, const char *self_cgroup, const char *name, struct errbuf *e);
+
+/* Called once at start, after cg_detect: creates the instance groups,
+ * enables v2 controllers, and removes groups left by a crashed run. */
+int cg_setup_instance(struct cg_system *cg, struct errbuf *e);
+
+/* Called before each run. */
+int cg_box_create(const struct cg_system *cg, struct cg_box *box, const char *box_name, struct errbuf *e);
+int cg_box_set_limits(struct cg_box *box, uint64_t memory_bytes, uint32_t pids, struct errbuf *e);
+int cg_box_attach(struct cg_box *box, pid_t pid, struct errbuf *e);
+/* Called while a box runs and after it ends. */
+int cg_box_usage(struct cg_box *box, struct cg_usage *u, struct errbuf *e);
+/* Kills every process of the box through its cgroup and waits until the
+ * group is empty (bounded); returns -1 if processes remain. */
+int cg_box_kill(struct cg_box *box, struct errbuf *e);
+/* Called after a run: kill leftovers and remove the group. */
+int cg_box_destroy(struct cg_box *box, struct errbuf *e);
+
+#endif

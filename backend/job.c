@@ -1,0 +1,248 @@
+/*
+ * job.c - one execute request: validate every field again (the backend
+ * trusts nothing the socket brings), pick the language, apply limits that may
+ * only lower the server's, take a slot, run the compile stage if there is one
+ * and the run stage unless compiling failed, and fill the typed result.
+ */
+#include "job.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+/* ---- validation -------------------------------------------------------- */
+
+static int valid_file_name(const char *name)
+{
+    size_t len = strlen(name);
+    if (len == 0 || len > MOAT_MAX_NAME_LEN || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        if (*p == '/' || *p < 0x20 || *p == 0x7f)
+            return 0;
+    return 1;
+}
+
+static int job_fail(struct job_error *je, uint16_t code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int job_fail(struct job_error *je, uint16_t code, const char *fmt, ...)
+{
+    va_list ap;
+    je->code = code;
+    va_start(ap, fmt);
+    vsnprintf(je->message, sizeof(je->message), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int validate_files(const struct moat_exec_request *req, struct job_error *je)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < req->nfiles; i++) {
+        if (!valid_file_name(req->files[i].name))
+            return job_fail(je, MOAT_ERR_BAD_REQUEST, "files[%zu].name is not a valid file name", i);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(req->files[i].name, req->files[j].name) == 0)
+                return job_fail(je, MOAT_ERR_BAD_REQUEST, "files[%zu].name repeats files[%zu].name", i, j);
+        total += req->files[i].content_len;
+    }
+    if (total > MAX_CODE_BYTES)
+        return job_fail(je, MOAT_ERR_LIMIT, "files exceed the configured limit of %llu bytes",
+                        (unsigned long long)MAX_CODE_BYTES);
+    if (req->stdin_len > MAX_STDIN_BYTES)
+        return job_fail(je, MOAT_ERR_LIMIT, "stdin exceeds the configured limit of %llu bytes",
+                        (unsigned long long)MAX_STDIN_BYTES);
+    return 0;
+}
+
+/* A requested limit may lower the ceiling, never raise it; -1 = default. */
+static int apply_limit(int64_t requested, uint64_t ceiling, const char *field, const char *unit, uint64_t *out,
+                       struct job_error *je)
+{
+    if (requested < 0) {
+        *out = ceiling;
+        return 0;
+    }
+    if (requested == 0)
+        return job_fail(je, MOAT_ERR_LIMIT, "%s must be positive", field);
+    if ((uint64_t)requested > ceiling)
+        return job_fail(je, MOAT_ERR_LIMIT, "%s cannot exceed the configured limit of %llu %s", field,
+                        (unsigned long long)ceiling, unit);
+    *out = (uint64_t)requested;
+    return 0;
+}
+
+static int stage_limits_for(const struct stage_limits *ceil, int64_t timeout_ms, int64_t memory, const char *stage,
+                            struct box_limits *lim, struct job_error *je)
+{
+    char field[32];
+    memset(lim, 0, sizeof(*lim));
+    snprintf(field, sizeof(field), "%s_timeout", stage);
+    if (apply_limit(timeout_ms, ceil->wall_ms, field, "ms", &lim->wall_ms, je) != 0)
+        return -1;
+    snprintf(field, sizeof(field), "%s_memory_limit", stage);
+    if (apply_limit(memory, ceil->memory_bytes, field, "bytes", &lim->memory_bytes, je) != 0)
+        return -1;
+    /* the CPU clock never runs longer than the wall clock asked for */
+    lim->cpu_ms = ceil->cpu_ms < lim->wall_ms ? ceil->cpu_ms : lim->wall_ms;
+    lim->pids = ceil->pids;
+    lim->output_cap = (size_t)ceil->output_cap;
+    lim->fsize_bytes = ceil->fsize_bytes;
+    lim->tmp_bytes = DEFAULT_TMP_BYTES;
+    lim->nofile = DEFAULT_NOFILE;
+    return 0;
+}
+
+/* ---- argv and environment ----------------------------------------------- */
+
+/* Expands {file}, {files} and {args}; each user string stays one element. */
+static char **expand_argv(char *const *tmpl, const struct moat_exec_request *req)
+{
+    size_t n = 0;
+    for (size_t i = 0; tmpl[i]; i++)
+        n += strcmp(tmpl[i], "{files}") == 0 ? req->nfiles : strcmp(tmpl[i], "{args}") == 0 ? req->nargs : 1;
+    char **argv = calloc(n + 1, sizeof(char *));
+    if (argv == NULL)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; tmpl[i]; i++) {
+        if (strcmp(tmpl[i], "{files}") == 0) {
+            for (size_t j = 0; j < req->nfiles; j++)
+                argv[k++] = req->files[j].name;
+        } else if (strcmp(tmpl[i], "{args}") == 0) {
+            for (size_t j = 0; j < req->nargs; j++)
+                argv[k++] = req->args[j];
+        } else if (strcmp(tmpl[i], "{file}") == 0) {
+            argv[k++] = req->files[0].name;
+        } else {
+            argv[k++] = tmpl[i];
+        }
+    }
+    return argv;
+}
+
+/* ---- stages ------------------------------------------------------------- */
+
+static int fill_stage(struct moat_stage_result *st, struct box_result *br)
+{
+    memset(st, 0, sizeof(*st));
+    st->present = 1;
+    st->stdout_data = br->out.data;
+    st->stdout_len = br->out.len;
+    st->stderr_data = br->err.data;
+    st->stderr_len = br->err.len;
+    st->output_data = br->both.data;
+    st->output_len = br->both.len;
+    br->out.data = br->err.data = br->both.data = NULL; /* moved */
+    st->has_code = br->has_code;
+    st->code = br->code;
+    st->has_signal = br->has_signal;
+    st->signal = br->signal;
+    st->status = br->status;
+    st->cpu_ms = br->cpu_ms;
+    st->wall_ms = br->wall_ms;
+    st->memory_bytes = br->memory_bytes;
+    if (br->message[0] && (st->message = strdup(br->message)) == NULL)
+        return -1;
+    return 0;
+}
+
+static int run_stage(struct backend *b, struct slot *s, const struct language *lang, char *const *tmpl,
+                     const struct box_limits *lim, const struct moat_exec_request *req, int with_stdin,
+                     struct moat_stage_result *st, struct job_error *je)
+{
+    struct box_spec spec;
+    struct box_result br;
+    struct errbuf e;
+
+    char **argv = expand_argv(tmpl, req);
+    if (argv == NULL)
+        return job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
+    memset(&spec, 0, sizeof(spec));
+    spec.argv = argv;
+    spec.envp = lang->env;
+    spec.ro = lang->ro;
+    spec.nro = lang->nro;
+    spec.stdin_data = with_stdin ? req->stdin_data : NULL;
+    spec.stdin_len = with_stdin ? req->stdin_len : 0;
+    spec.lim = *lim;
+    int rc = box_run(&b->cg, s, &spec, &br, &e);
+    free(argv);
+    if (rc != 0) {
+        log_warnx("%s: slot %d: %s", __func__, s->index, e.msg);
+        return job_fail(je, MOAT_ERR_INTERNAL, "the box could not be run");
+    }
+    rc = fill_stage(st, &br);
+    box_result_free(&br);
+    if (rc != 0)
+        return job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
+    return 0;
+}
+
+int job_run(struct backend *b, const struct moat_exec_request *req, struct moat_exec_result *res, struct job_error *je)
+{
+    struct box_limits run_lim, compile_lim;
+    struct errbuf e;
+    int rc = -1;
+
+    memset(res, 0, sizeof(*res));
+    const struct language *lang = language_find(&b->langs, req->language, req->version);
+    if (lang == NULL)
+        return job_fail(je, MOAT_ERR_UNKNOWN_LANGUAGE, "%s-%s runtime is unknown", req->language, req->version);
+    if (validate_files(req, je) != 0)
+        return -1;
+    if (stage_limits_for(&lang->run_limits, req->run_timeout_ms, req->run_memory_bytes, "run", &run_lim, je) != 0 ||
+        stage_limits_for(&lang->compile_limits, req->compile_timeout_ms, req->compile_memory_bytes, "compile",
+                         &compile_lim, je) != 0)
+        return -1;
+
+    struct slot *s = pool_acquire(&b->pool);
+    if (s == NULL)
+        return job_fail(je, MOAT_ERR_BUSY, "server busy: every box slot and queue place is taken, try again later");
+    if (slot_job_begin(s, DEFAULT_BOX_BYTES, req->files, req->nfiles, &e) != 0) {
+        log_warnx("%s: slot %d: %s", __func__, s->index, e.msg);
+        job_fail(je, MOAT_ERR_INTERNAL, "the box could not be prepared");
+        goto out;
+    }
+    if (lang->compile_argv) {
+        if (run_stage(b, s, lang, lang->compile_argv, &compile_lim, req, 0, &res->compile, je) != 0)
+            goto out;
+    }
+    if (!res->compile.present || (res->compile.status == MOAT_STATUS_OK)) {
+        if (run_stage(b, s, lang, lang->run_argv, &run_lim, req, 1, &res->run, je) != 0)
+            goto out;
+    }
+    if ((res->language = strdup(lang->name)) == NULL || (res->version = strdup(lang->version)) == NULL) {
+        job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
+        goto out;
+    }
+    rc = 0;
+out:
+    slot_job_end(s);
+    pool_release(&b->pool, s);
+    if (rc != 0)
+        moat_exec_result_free(res);
+    return rc;
+}
+
+int job_runtimes(struct backend *b, struct moat_runtimes *rt)
+{
+    memset(rt, 0, sizeof(*rt));
+    size_t n = b->langs.count < MOAT_MAX_RUNTIMES ? b->langs.count : MOAT_MAX_RUNTIMES;
+    rt->items = calloc(n ? n : 1, sizeof(*rt->items));
+    if (rt->items == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        const struct language *l = &b->langs.items[i];
+        /* borrowed pointers: the caller must not free them */
+        rt->items[i].language = l->name;
+        rt->items[i].version = l->version;
+        rt->items[i].aliases = l->aliases;
+        rt->items[i].naliases = l->naliases;
+        rt->items[i].compiled = l->compile_argv != NULL;
+    }
+    rt->count = n;
+    return 0;
+}

@@ -1,0 +1,358 @@
+/*
+ * language.c - reads language manifests (JSON, via jansson).
+ *
+ * A manifest names the language, its version and aliases, the argv
+ * templates of its compile and run stages, the host paths it needs
+ * read-only inside the box, its environment, and optional limit overrides.
+ * Templates may use "{file}" (the first file's name), "{files}" (every file
+ * name, one argv element each) and "{args}" (the request's arguments, one
+ * element each).
+ */
+#include "language.h"
+
+#include <dirent.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+
+static void free_strv(char **v)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+void language_free(struct language *lang)
+{
+    free(lang->name);
+    free(lang->version);
+    for (size_t i = 0; i < lang->naliases; i++)
+        free(lang->aliases[i]);
+    free(lang->aliases);
+    free_strv(lang->compile_argv);
+    free_strv(lang->run_argv);
+    for (size_t i = 0; i < lang->nro; i++)
+        free(lang->ro[i].path);
+    free(lang->ro);
+    free_strv(lang->env);
+    memset(lang, 0, sizeof(*lang));
+}
+
+void languages_free(struct language_set *set)
+{
+    for (size_t i = 0; i < set->count; i++)
+        language_free(&set->items[i]);
+    free(set->items);
+    memset(set, 0, sizeof(*set));
+}
+
+static int valid_token(const char *s)
+{
+    if (s[0] == '\0' || strlen(s) > 64)
+        return 0;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("+-._#", *p)))
+            return 0;
+    return 1;
+}
+
+/* A JSON array of strings as a NULL-terminated vector. */
+static int strv_from_json(json_t *arr, const char *what, char ***out, size_t *count, struct errbuf *e)
+{
+    if (!json_is_array(arr))
+        return errf(e, "%s must be an array of strings", what);
+    size_t n = json_array_size(arr);
+    char **v = calloc(n + 1, sizeof(char *));
+    if (v == NULL)
+        return errf(e, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *it = json_array_get(arr, i);
+        if (!json_is_string(it) || (v[i] = strdup(json_string_value(it))) == NULL) {
+            free_strv(v);
+            return errf(e, "%s[%zu] must be a string", what, i);
+        }
+    }
+    *out = v;
+    if (count)
+        *count = n;
+    return 0;
+}
+
+static int argv_template(json_t *arr, const char *what, char ***out, struct errbuf *e)
+{
+    size_t n;
+    if (strv_from_json(arr, what, out, &n, e) != 0)
+        return -1;
+    if (n == 0 || (*out)[0][0] != '/')
+        return errf(e, "%s[0] must be an absolute path", what);
+    if (access((*out)[0], X_OK) != 0)
+        return errf(e, "runtime %s is not installed", (*out)[0]);
+    return 0;
+}
+
+static int limit_override(json_t *obj, const char *key, uint64_t *value, struct errbuf *e)
+{
+    json_t *v = json_object_get(obj, key);
+    if (v == NULL)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) <= 0)
+        return errf(e, "limits.%s must be a positive integer", key);
+    *value = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+static int parse_limits(json_t *obj, struct language *lang, struct errbuf *e)
+{
+    static const char *const known[] = {"run_timeout", "run_cpu_time",    "run_memory",    "run_processes",
+                                        "compile_timeout", "compile_cpu_time", "compile_memory", "compile_processes",
+                                        "output",      "file_size"};
+    const char *key;
+    json_t *v;
+    uint64_t pids;
+
+    if (obj == NULL)
+        return 0;
+    if (!json_is_object(obj))
+        return errf(e, "limits must be an object");
+    json_object_foreach(obj, key, v)
+    {
+        int ok = 0;
+        for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+            ok |= strcmp(key, known[i]) == 0;
+        if (!ok)
+            return errf(e, "unknown limit \"%s\"", key);
+    }
+    struct stage_limits *r = &lang->run_limits, *c = &lang->compile_limits;
+    if (limit_override(obj, "run_timeout", &r->wall_ms, e) || limit_override(obj, "run_cpu_time", &r->cpu_ms, e) ||
+        limit_override(obj, "run_memory", &r->memory_bytes, e) || limit_override(obj, "compile_timeout", &c->wall_ms, e) ||
+        limit_override(obj, "compile_cpu_time", &c->cpu_ms, e) || limit_override(obj, "compile_memory", &c->memory_bytes, e) ||
+        limit_override(obj, "output", &r->output_cap, e) || limit_override(obj, "file_size", &r->fsize_bytes, e))
+        return -1;
+    c->output_cap = r->output_cap;
+    c->fsize_bytes = r->fsize_bytes;
+    pids = r->pids;
+    if (limit_override(obj, "run_processes", &pids, e) != 0)
+        return -1;
+    r->pids = (uint32_t)(pids > 4096 ? 4096 : pids);
+    pids = c->pids;
+    if (limit_override(obj, "compile_processes", &pids, e) != 0)
+        return -1;
+    c->pids = (uint32_t)(pids > 4096 ? 4096 : pids);
+    return 0;
+}
+
+static void default_limits(struct language *lang)
+{
+    lang->run_limits = (struct stage_limits){DEFAULT_RUN_WALL_MS, DEFAULT_RUN_CPU_MS, DEFAULT_RUN_MEMORY,
+                                             DEFAULT_RUN_PIDS,    DEFAULT_OUTPUT_CAP, DEFAULT_FSIZE};
+    lang->compile_limits = (struct stage_limits){DEFAULT_COMPILE_WALL_MS, DEFAULT_COMPILE_CPU_MS, DEFAULT_COMPILE_MEMORY,
+                                                 DEFAULT_COMPILE_PIDS,    DEFAULT_OUTPUT_CAP,     DEFAULT_FSIZE};
+}
+
+int language_parse(struct language *lang, const char *path, struct errbuf *e)
+{
+    static const char *const known[] = {"language", "version", "aliases", "compile", "run", "runtime", "env", "limits"};
+    json_error_t jerr;
+    json_t *root = NULL, *v;
+    const char *key;
+    char **ro = NULL;
+    size_t nro = 0;
+
+    memset(lang, 0, sizeof(*lang));
+    default_limits(lang);
+    root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        return errf(e, "%s:%d: %s", path, jerr.line, jerr.text);
+    if (!json_is_object(root)) {
+        errf(e, "%s: not a JSON object", path);
+        goto fail;
+    }
+    json_object_foreach(root, key, v)
+    {
+        int ok = 0;
+        for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+            ok |= strcmp(key, known[i]) == 0;
+        if (!ok) {
+            errf(e, "%s: unknown field \"%s\"", path, key);
+            goto fail;
+        }
+    }
+    v = json_object_get(root, "language");
+    if (!json_is_string(v) || !valid_token(json_string_value(v))) {
+        errf(e, "%s: language must be a short name", path);
+        goto fail;
+    }
+    lang->name = strdup(json_string_value(v));
+    v = json_object_get(root, "version");
+    if (!json_is_string(v) || !valid_token(json_string_value(v))) {
+        errf(e, "%s: version must be a version string", path);
+        goto fail;
+    }
+    lang->version = strdup(json_string_value(v));
+    if (lang->name == NULL || lang->version == NULL) {
+        errf(e, "out of memory");
+        goto fail;
+    }
+    if ((v = json_object_get(root, "aliases")) != NULL) {
+        if (strv_from_json(v, "aliases", &lang->aliases, &lang->naliases, e) != 0)
+            goto fail;
+        if (lang->naliases > MOAT_MAX_ALIASES) {
+            errf(e, "%s: too many aliases", path);
+            goto fail;
+        }
+    }
+    v = json_object_get(root, "compile");
+    if (v != NULL && !json_is_null(v) && argv_template(v, "compile", &lang->compile_argv, e) != 0)
+        goto fail;
+    if (argv_template(json_object_get(root, "run"), "run", &lang->run_argv, e) != 0)
+        goto fail;
+    if (strv_from_json(json_object_get(root, "runtime"), "runtime", &ro, &nro, e) != 0)
+        goto fail;
+    lang->ro = calloc(nro ? nro : 1, sizeof(*lang->ro));
+    if (lang->ro == NULL) {
+        free_strv(ro);
+        errf(e, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < nro; i++) {
+        lang->ro[i].path = ro[i];
+        if (ro[i][0] != '/' || strstr(ro[i], "..") != NULL || strcmp(ro[i], "/") == 0) {
+            for (size_t j = i + 1; j < nro; j++)
+                free(ro[j]);
+            free(ro);
+            lang->nro = i + 1;
+            errf(e, "%s: runtime path \"%s\" must be absolute, not / and without ..", path, lang->ro[i].path);
+            goto fail;
+        }
+    }
+    lang->nro = nro;
+    free(ro);
+    if ((v = json_object_get(root, "env")) != NULL) {
+        if (strv_from_json(v, "env", &lang->env, NULL, e) != 0)
+            goto fail;
+        for (size_t i = 0; lang->env[i]; i++)
+            if (strchr(lang->env[i], '=') == NULL || lang->env[i][0] == '=') {
+                errf(e, "%s: env entry \"%s\" is not KEY=VALUE", path, lang->env[i]);
+                goto fail;
+            }
+    } else if ((lang->env = calloc(1, sizeof(char *))) == NULL) {
+        errf(e, "out of memory");
+        goto fail;
+    }
+    if (parse_limits(json_object_get(root, "limits"), lang, e) != 0)
+        goto fail;
+    json_decref(root);
+    return 0;
+fail:
+    json_decref(root);
+    language_free(lang);
+    return -1;
+}
+
+static int cmp_lang(const void *a, const void *b)
+{
+    const struct language *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : strcmp(x->version, y->version);
+}
+
+int languages_load(struct language_set *set, const char *dir, struct errbuf *e)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+
+    memset(set, 0, sizeof(*set));
+    if (d == NULL)
+        return errf_errno(e, "open languages dir %s", dir);
+    while ((de = readdir(d)) != NULL) {
+        char path[4096];
+        struct stat st;
+        struct language lang;
+        struct errbuf le;
+        if (de->d_name[0] == '.')
+            continue;
+        if ((size_t)snprintf(path, sizeof(path), "%s/%s/manifest.json", dir, de->d_name) >= sizeof(path) ||
+            stat(path, &st) != 0)
+            continue;
+        if (language_parse(&lang, path, &le) != 0) {
+            log_warnx("%s: skipping %s: %s", __func__, de->d_name, le.msg);
+            continue;
+        }
+        struct language *items = realloc(set->items, (set->count + 1) * sizeof(*items));
+        if (items == NULL) {
+            language_free(&lang);
+            closedir(d);
+            languages_free(set);
+            return errf(e, "out of memory");
+        }
+        set->items = items;
+        set->items[set->count++] = lang;
+    }
+    closedir(d);
+    if (set->count)
+        qsort(set->items, set->count, sizeof(*set->items), cmp_lang);
+    return 0;
+}
+
+/* Compares dotted versions numerically, component by component. */
+static int version_cmp(const char *a, const char *b)
+{
+    while (*a || *b) {
+        char *ea, *eb;
+        long x = strtol(a, &ea, 10), y = strtol(b, &eb, 10);
+        a = ea;
+        b = eb;
+        if (x != y)
+            return x < y ? -1 : 1;
+        if (*a == '.')
+            a++;
+        else if (*a)
+            return strcmp(a, b);
+        if (*b == '.')
+            b++;
+        else if (*b)
+            return strcmp(a, b);
+    }
+    return 0;
+}
+
+int version_matches(const char *version, const char *selector)
+{
+    if (strcmp(selector, "*") == 0 || strcmp(selector, "x") == 0)
+        return 1;
+    const char *v = version, *s = selector;
+    while (*s) {
+        if (*s == 'x' || *s == 'X' || *s == '*')
+            return 1; /* wildcard from here on */
+        size_t sl = strcspn(s, "."), vl = strcspn(v, ".");
+        if (sl != vl || strncmp(s, v, sl) != 0)
+            return 0;
+        s += sl;
+        v += vl;
+        if (*s == '.') {
+            if (*v != '.')
+                return 0;
+            s++;
+            v++;
+        }
+    }
+    return 1; /* a prefix like "3.11" matches "3.11.2" */
+}
+
+const struct language *language_find(const struct language_set *set, const char *name, const char *selector)
+{
+    const struct language *best = NULL;
+    for (size_t i = 0; i < set->count; i++) {
+        const struct language *l = &set->items[i];
+        int named = strcmp(l->name, name) == 0;
+        for (size_t j = 0; !named && j < l->naliases; j++)
+            named = strcmp(l->aliases[j], name) == 0;
+        if (named && version_matches(l->version, selector) && (best == NULL || version_cmp(l->version, best->version) > 0))
+            best = l;
+    }
+    return best;
+}

@@ -1,0 +1,46 @@
+/*
+ * language.h - language manifests: backend/languages/<name>-<version>/
+ * manifest.json, discovered once at start.  A language whose runtime is
+ * missing is logged and skipped, never half-registered.
+ */
+#ifndef MOAT_LANGUAGE_H
+#define MOAT_LANGUAGE_H
+
+#include <stddef.h>
+
+#include "box.h"
+#include "errbuf.h"
+#include "moat_limits.h"
+
+struct language {
+    char *name;
+    char *version;
+    char **aliases;
+    size_t naliases;
+    char **compile_argv; /* NULL-terminated template, NULL if interpreted */
+    char **run_argv;     /* NULL-terminated template */
+    struct box_mount *ro;
+    size_t nro;
+    char **env; /* NULL-terminated KEY=VALUE list */
+    struct stage_limits compile_limits;
+    struct stage_limits run_limits;
+};
+
+struct language_set {
+    struct language *items;
+    size_t count;
+};
+
+/* Loads every manifest below dir; skips (and logs) broken or missing ones. */
+int languages_load(struct language_set *set, const char *dir, struct errbuf *e);
+/* Parses one manifest file; fills *lang or fails with a reason. */
+int language_parse(struct language *lang, const char *path, struct errbuf *e);
+void language_free(struct language *lang);
+void languages_free(struct language_set *set);
+
+/* Finds a language by name or alias and a version selector ("*", "3",
+ * "3.11", "3.11.2", "3.x"); the highest matching version wins. */
+const struct language *language_find(const struct language_set *set, const char *name, const char *selector);
+int version_matches(const char *version, const char *selector);
+
+#endif

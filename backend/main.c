@@ -1,0 +1,450 @@
+/*
+ * moat-backend - the privileged half of moat: runs programs in boxes.
+ *
+ * Theory of operation
+ * -------------------
+ * moat-backend runs as root and is reachable only through a Unix socket
+ * (mode 0660, group of the gateway) whose peers' uids are checked with
+ * SO_PEERCRED.  Start-up is a fixed sequence of setup_* steps, each fatal on
+ * failure: parse options, load the language manifests, detect cgroup v1 or
+ * v2 and create this instance's groups below the backend's own (removing
+ * what a crashed run left), prepare the box slots (one uid, directory and
+ * clone stack each), then bind the socket.  The main thread accepts; each
+ * connection gets a worker thread that reads typed frames (moat_proto),
+ * validates them again, takes a slot and runs the compile and run stages in
+ * boxes (box.c), and writes a typed result back.  SIGTERM/SIGINT stop
+ * accepting; in-flight jobs finish (bounded by their own limits) before exit.
+ *
+ * `moat-backend run` runs one job locally without a socket and prints the
+ * result as JSON, for debugging and benchmarks.
+ */
+#include <getopt.h>
+#include <grp.h>
+#include <jansson.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "job.h"
+#include "log.h"
+#include "server.h"
+
+#ifndef MOAT_LANGUAGES_DIR
+#define MOAT_LANGUAGES_DIR "/usr/local/share/moat/languages"
+#endif
+#define DEFAULT_RUN_DIR "/run/moat"
+#define DEFAULT_SOCKET "/run/moat/backend.sock"
+#define DEFAULT_CG_NAME "moat"
+#define SHUTDOWN_WAIT_S 30
+
+struct options {
+    const char *socket_path;
+    const char *run_dir;
+    const char *lang_dir;
+    const char *cg_name;
+    const char *group;
+    uid_t allowed[16];
+    size_t nallowed;
+    int slots;
+    int queue;
+    int verbose;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: moat-backend [options]            serve on the Unix socket\n"
+               "       moat-backend run [options] [run options] FILE...\n"
+               "\n"
+               "options:\n"
+               "  -s, --socket PATH      Unix socket (default " DEFAULT_SOCKET ")\n"
+               "  -r, --run-dir DIR      state directory for box slots (default " DEFAULT_RUN_DIR ")\n"
+               "  -L, --languages DIR    language manifests (default " MOAT_LANGUAGES_DIR ")\n"
+               "  -u, --allow USER|UID   peer allowed to connect (repeatable; root always is)\n"
+               "  -g, --group GROUP      group owning the socket (default: root)\n"
+               "  -j, --slots N          concurrent boxes (default 2 x CPUs)\n"
+               "  -q, --queue N          requests that may wait for a slot (default 4 x slots)\n"
+               "  -n, --name NAME        cgroup instance name (default " DEFAULT_CG_NAME ")\n"
+               "  -v, --verbose          debug logging\n"
+               "  -h, --help             this text\n"
+               "\n"
+               "run options:\n"
+               "  -l, --language NAME    language or alias (required)\n"
+               "  -V, --version SEL      version selector (default *)\n"
+               "  -c, --code TEXT        program text instead of FILE\n"
+               "  -i, --stdin TEXT       standard input\n"
+               "  -a, --arg ARG          program argument (repeatable)\n"
+               "      --run-timeout MS   --run-memory BYTES   --compile-timeout MS   --compile-memory BYTES\n");
+}
+
+/* ---- setup steps ---------------------------------------------------------- */
+
+static void setup_languages(struct backend *b, const struct options *o)
+{
+    struct errbuf e;
+    if (languages_load(&b->langs, o->lang_dir, &e) != 0)
+        fatalx("%s", e.msg);
+    if (b->langs.count == 0)
+        fatalx("no usable language manifests in %s", o->lang_dir);
+    for (size_t i = 0; i < b->langs.count; i++)
+        log_info("language %s %s", b->langs.items[i].name, b->langs.items[i].version);
+}
+
+static void setup_cgroups(struct backend *b, const struct options *o)
+{
+    struct errbuf e;
+    if (cg_detect(&b->cg, "/sys/fs/cgroup", "/proc/self/cgroup", o->cg_name, &e) != 0 ||
+        cg_setup_instance(&b->cg, &e) != 0)
+        fatalx("cgroups: %s", e.msg);
+    log_info("cgroup v%d, boxes below %s", b->cg.version, b->cg.base[0]);
+}
+
+static void setup_slots(struct backend *b, const struct options *o)
+{
+    struct errbuf e;
+    if (mkdir(o->run_dir, 0755) != 0 && errno != EEXIST)
+        fatal("mkdir %s", o->run_dir);
+    if (chmod(o->run_dir, 0755) != 0)
+        fatal("chmod %s", o->run_dir);
+    if (pool_init(&b->pool, o->slots, o->queue, o->run_dir, &e) != 0)
+        fatalx("slots: %s", e.msg);
+}
+
+static int setup_signals(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    /* blocked before any thread starts, so only the signalfd sees them */
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0)
+        fatalx("pthread_sigmask failed");
+    int fd = signalfd(-1, &set, SFD_CLOEXEC);
+    if (fd < 0)
+        fatal("signalfd");
+    signal(SIGPIPE, SIG_IGN);
+    return fd;
+}
+
+static void setup_socket(struct server *srv, struct backend *b, struct options *o)
+{
+    struct errbuf e;
+    gid_t gid = 0;
+    if (o->group) {
+        struct group *g = getgrnam(o->group);
+        if (g == NULL)
+            fatalx("unknown group %s", o->group);
+        gid = g->gr_gid;
+    }
+    memset(srv, 0, sizeof(*srv));
+    srv->b = b;
+    srv->allowed = o->allowed;
+    srv->nallowed = o->nallowed;
+    if (server_listen(srv, o->socket_path, gid, &e) != 0)
+        fatalx("%s", e.msg);
+    log_info("listening on %s", o->socket_path);
+}
+
+/* ---- options ---------------------------------------------------------------- */
+
+static int parse_uint(const char *s, long max, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 0 || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static void add_allowed(struct options *o, const char *who)
+{
+    long uid;
+    if (o->nallowed >= sizeof(o->allowed) / sizeof(o->allowed[0]))
+        fatalx("too many --allow entries");
+    if (parse_uint(who, 0x7fffffff, &uid) != 0) {
+        struct passwd *pw = getpwnam(who);
+        if (pw == NULL)
+            fatalx("--allow: unknown user %s", who);
+        uid = pw->pw_uid;
+    }
+    o->allowed[o->nallowed++] = (uid_t)uid;
+}
+
+enum { OPT_RUN_TIMEOUT = 256, OPT_RUN_MEMORY, OPT_COMPILE_TIMEOUT, OPT_COMPILE_MEMORY };
+
+static const struct option long_opts[] = {
+    {"socket", required_argument, NULL, 's'},
+    {"run-dir", required_argument, NULL, 'r'},
+    {"languages", required_argument, NULL, 'L'},
+    {"allow", required_argument, NULL, 'u'},
+    {"group", required_argument, NULL, 'g'},
+    {"slots", required_argument, NULL, 'j'},
+    {"queue", required_argument, NULL, 'q'},
+    {"name", required_argument, NULL, 'n'},
+    {"verbose", no_argument, NULL, 'v'},
+    {"help", no_argument, NULL, 'h'},
+    {"language", required_argument, NULL, 'l'},
+    {"version", required_argument, NULL, 'V'},
+    {"code", required_argument, NULL, 'c'},
+    {"stdin", required_argument, NULL, 'i'},
+    {"arg", required_argument, NULL, 'a'},
+    {"run-timeout", required_argument, NULL, OPT_RUN_TIMEOUT},
+    {"run-memory", required_argument, NULL, OPT_RUN_MEMORY},
+    {"compile-timeout", required_argument, NULL, OPT_COMPILE_TIMEOUT},
+    {"compile-memory", required_argument, NULL, OPT_COMPILE_MEMORY},
+    {NULL, 0, NULL, 0},
+};
+
+/* ---- one-shot run ------------------------------------------------------------ */
+
+static int read_whole_file(const char *path, uint8_t **data, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return -1;
+    size_t cap = 4096, n = 0;
+    uint8_t *buf = malloc(cap);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (n < cap)
+            break;
+        if (cap >= MAX_CODE_BYTES) {
+            free(buf);
+            buf = NULL;
+            errno = EFBIG;
+            break;
+        }
+        uint8_t *nb = realloc(buf, cap * 2);
+        if (nb == NULL) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (buf == NULL || err) {
+        free(buf);
+        return -1;
+    }
+    *data = buf;
+    *len = n;
+    return 0;
+}
+
+static json_t *bytes_json(const uint8_t *data, size_t len)
+{
+    json_t *s = json_stringn_nocheck((const char *)(data ? data : (const uint8_t *)""), len);
+    return s ? s : json_null();
+}
+
+static json_t *stage_json(const struct moat_stage_result *st)
+{
+    json_t *o = json_object();
+    const char *abbrev = st->has_signal ? sigabbrev_np(st->signal) : NULL;
+    char signame[32];
+    snprintf(signame, sizeof(signame), "SIG%s", abbrev ? abbrev : "UNKNOWN");
+    json_object_set_new(o, "stdout", bytes_json(st->stdout_data, st->stdout_len));
+    json_object_set_new(o, "stderr", bytes_json(st->stderr_data, st->stderr_len));
+    json_object_set_new(o, "output", bytes_json(st->output_data, st->output_len));
+    json_object_set_new(o, "code", st->has_code ? json_integer(st->code) : json_null());
+    json_object_set_new(o, "signal", st->has_signal ? json_string(signame) : json_null());
+    json_object_set_new(o, "message", st->message ? json_string(st->message) : json_null());
+    json_object_set_new(o, "status", st->status ? json_string(moat_status_name(st->status)) : json_null());
+    json_object_set_new(o, "cpu_time", json_integer((json_int_t)st->cpu_ms));
+    json_object_set_new(o, "wall_time", json_integer((json_int_t)st->wall_ms));
+    json_object_set_new(o, "memory", json_integer((json_int_t)st->memory_bytes));
+    return o;
+}
+
+static int cmd_run(struct backend *b, struct options *o, struct moat_exec_request *req, int argc, char **argv, int optind_)
+{
+    struct moat_exec_result res;
+    struct job_error je;
+
+    if (req->language == NULL)
+        fatalx("run: --language is required");
+    if (req->nfiles == 0 && optind_ >= argc)
+        fatalx("run: give --code TEXT or at least one FILE");
+    for (int i = optind_; i < argc; i++) {
+        if (req->nfiles >= MOAT_MAX_FILES)
+            fatalx("run: too many files");
+        struct moat_file *f = &req->files[req->nfiles];
+        if (read_whole_file(argv[i], &f->content, &f->content_len) != 0)
+            fatal("run: read %s", argv[i]);
+        const char *base = strrchr(argv[i], '/');
+        f->name = strdup(base ? base + 1 : argv[i]);
+        req->nfiles++;
+    }
+    setup_languages(b, o);
+    setup_cgroups(b, o);
+    setup_slots(b, o);
+    if (job_run(b, req, &res, &je) != 0) {
+        fprintf(stderr, "moat-backend: run: %s\n", je.message);
+        return 2;
+    }
+    json_t *out = json_object();
+    json_object_set_new(out, "language", json_string(res.language));
+    json_object_set_new(out, "version", json_string(res.version));
+    if (res.compile.present)
+        json_object_set_new(out, "compile", stage_json(&res.compile));
+    if (res.run.present)
+        json_object_set_new(out, "run", stage_json(&res.run));
+    json_dumpf(out, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+    fputc('\n', stdout);
+    json_decref(out);
+    moat_exec_result_free(&res);
+    return 0;
+}
+
+static long parse_limit_opt(const char *name, const char *v)
+{
+    long x;
+    if (parse_uint(v, 0x7fffffffL, &x) != 0)
+        fatalx("--%s: not a non-negative integer: %s", name, v);
+    return x;
+}
+
+int main(int argc, char **argv)
+{
+    struct options o = {DEFAULT_SOCKET, DEFAULT_RUN_DIR, MOAT_LANGUAGES_DIR, DEFAULT_CG_NAME, NULL, {0}, 0, 0, 0, 0};
+    struct moat_exec_request req;
+    static struct moat_file files[MOAT_MAX_FILES];
+    static char *args[MOAT_MAX_ARGS];
+    static struct backend b;
+    int run_mode = 0, ch;
+    long n;
+
+    memset(&req, 0, sizeof(req));
+    req.files = files;
+    req.args = args;
+    req.version = (char *)(uintptr_t) "*";
+    req.run_timeout_ms = req.compile_timeout_ms = req.run_memory_bytes = req.compile_memory_bytes = -1;
+
+    if (argc > 1 && strcmp(argv[1], "run") == 0) {
+        run_mode = 1;
+        argv++;
+        argc--;
+    }
+    while ((ch = getopt_long(argc, argv, "s:r:L:u:g:j:q:n:vhl:V:c:i:a:", long_opts, NULL)) != -1) {
+        switch (ch) {
+        case 's':
+            o.socket_path = optarg;
+            break;
+        case 'r':
+            o.run_dir = optarg;
+            break;
+        case 'L':
+            o.lang_dir = optarg;
+            break;
+        case 'u':
+            add_allowed(&o, optarg);
+            break;
+        case 'g':
+            o.group = optarg;
+            break;
+        case 'j':
+            if (parse_uint(optarg, MAX_SLOTS, &n) != 0 || n < 1)
+                fatalx("--slots: expected 1..%d", MAX_SLOTS);
+            o.slots = (int)n;
+            break;
+        case 'q':
+            if (parse_uint(optarg, 100000, &n) != 0)
+                fatalx("--queue: expected 0..100000");
+            o.queue = (int)n;
+            break;
+        case 'n':
+            o.cg_name = optarg;
+            break;
+        case 'v':
+            o.verbose = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'l':
+            req.language = optarg;
+            break;
+        case 'V':
+            req.version = optarg;
+            break;
+        case 'c':
+            if (req.nfiles >= MOAT_MAX_FILES)
+                fatalx("too many files");
+            files[req.nfiles].name = strdup("main.code");
+            files[req.nfiles].content = (uint8_t *)strdup(optarg);
+            files[req.nfiles].content_len = strlen(optarg);
+            req.nfiles++;
+            break;
+        case 'i':
+            req.stdin_data = (uint8_t *)optarg;
+            req.stdin_len = strlen(optarg);
+            break;
+        case 'a':
+            if (req.nargs >= MOAT_MAX_ARGS)
+                fatalx("too many --arg");
+            args[req.nargs++] = optarg;
+            break;
+        case OPT_RUN_TIMEOUT:
+            req.run_timeout_ms = parse_limit_opt("run-timeout", optarg);
+            break;
+        case OPT_RUN_MEMORY:
+            req.run_memory_bytes = parse_limit_opt("run-memory", optarg);
+            break;
+        case OPT_COMPILE_TIMEOUT:
+            req.compile_timeout_ms = parse_limit_opt("compile-timeout", optarg);
+            break;
+        case OPT_COMPILE_MEMORY:
+            req.compile_memory_bytes = parse_limit_opt("compile-memory", optarg);
+            break;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    log_init("moat-backend", o.verbose);
+    if (geteuid() != 0)
+        fatalx("must run as root (it creates namespaces, mounts and cgroups)");
+    if (o.slots == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        o.slots = cpus > 0 ? (int)(cpus * 2 > MAX_SLOTS ? MAX_SLOTS : cpus * 2) : 2;
+    }
+    if (o.queue == 0)
+        o.queue = o.slots * 4;
+    signal(SIGPIPE, SIG_IGN);
+
+    if (run_mode)
+        return cmd_run(&b, &o, &req, argc, argv, optind);
+    if (optind != argc)
+        fatalx("unexpected argument %s (see --help)", argv[optind]);
+
+    int sig_fd = setup_signals();
+    setup_languages(&b, &o);
+    setup_cgroups(&b, &o);
+    setup_slots(&b, &o);
+    struct server srv;
+    setup_socket(&srv, &b, &o);
+    log_info("ready: %d slots, queue %d", o.slots, o.queue);
+
+    server_serve(&srv, sig_fd);
+
+    close(srv.listen_fd);
+    unlink(o.socket_path);
+    for (int i = 0; i < SHUTDOWN_WAIT_S * 10 && __atomic_load_n(&srv.active, __ATOMIC_SEQ_CST) > 0; i++) {
+        struct timespec ts = {0, 100000000L};
+        nanosleep(&ts, NULL);
+    }
+    log_info("stopped");
+    return 0;
+}

@@ -1,0 +1,46 @@
+/*
+ * moat_limits.h - the backend's named limits and server defaults in one place.
+ * A request may lower any of them, never raise one (Piston's rule).
+ */
+#ifndef MOAT_MOAT_LIMITS_H
+#define MOAT_MOAT_LIMITS_H
+
+#include <stdint.h>
+
+#define MIB (1024ull * 1024ull)
+
+/* run stage */
+#define DEFAULT_RUN_WALL_MS 3000
+#define DEFAULT_RUN_CPU_MS 3000
+#define DEFAULT_RUN_MEMORY (256 * MIB)
+#define DEFAULT_RUN_PIDS 64
+/* compile stage */
+#define DEFAULT_COMPILE_WALL_MS 10000
+#define DEFAULT_COMPILE_CPU_MS 10000
+#define DEFAULT_COMPILE_MEMORY (1024 * MIB)
+#define DEFAULT_COMPILE_PIDS 256
+/* both */
+#define DEFAULT_OUTPUT_CAP (64 * 1024)
+#define DEFAULT_FSIZE (10 * 1000 * 1000)
+#define DEFAULT_TMP_BYTES (64 * MIB)
+#define DEFAULT_BOX_BYTES (64 * MIB)
+#define DEFAULT_NOFILE 256
+
+/* requests and connections */
+#define MAX_STDIN_BYTES (1 * MIB)
+#define MAX_CODE_BYTES (4 * MIB)
+#define MAX_CONNECTIONS 256
+#define SLOT_UID_BASE 60000
+#define MAX_SLOTS 256
+#define SOCKET_IO_TIMEOUT_MS 10000
+
+struct stage_limits {
+    uint64_t wall_ms;
+    uint64_t cpu_ms;
+    uint64_t memory_bytes;
+    uint32_t pids;
+    uint64_t output_cap;
+    uint64_t fsize_bytes;
+};
+
+#endif

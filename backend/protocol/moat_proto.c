@@ -1,0 +1,1040 @@
+/*
+ * moat_proto.c - encoder and strict decoder for the gateway <-> backend
+ * messages.  Wire format: see PROTOCOL.md.
+ *
+ * The decoder is the first thing the privileged backend runs on bytes from
+ * another process, so it is written as typed readers over a bounded cursor:
+ * every length is checked against what is left, every tag is known for its
+ * message, non-repeatable tags appear at most once, required tags must be
+ * present, strings are NUL-free UTF-8 of bounded length and integers have
+ * their exact width.  Anything else is an error with a reason.
+ */
+#include "moat_proto.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- tags ------------------------------------------------------------- */
+
+enum {
+    /* exec request */
+    TAG_REQ_LANGUAGE = 1,
+    TAG_REQ_VERSION = 2,
+    TAG_REQ_FILE = 3,
+    TAG_REQ_STDIN = 4,
+    TAG_REQ_ARG = 5,
+    TAG_REQ_RUN_TIMEOUT = 6,
+    TAG_REQ_COMPILE_TIMEOUT = 7,
+    TAG_REQ_RUN_MEMORY = 8,
+    TAG_REQ_COMPILE_MEMORY = 9,
+    /* file (nested in TAG_REQ_FILE) */
+    TAG_FILE_NAME = 1,
+    TAG_FILE_CONTENT = 2,
+    /* exec result */
+    TAG_RES_LANGUAGE = 1,
+    TAG_RES_VERSION = 2,
+    TAG_RES_COMPILE = 16,
+    TAG_RES_RUN = 17,
+    /* stage (nested in TAG_RES_COMPILE / TAG_RES_RUN) */
+    TAG_ST_STDOUT = 1,
+    TAG_ST_STDERR = 2,
+    TAG_ST_OUTPUT = 3,
+    TAG_ST_CODE = 4,
+    TAG_ST_SIGNAL = 5,
+    TAG_ST_STATUS = 6,
+    TAG_ST_MESSAGE = 7,
+    TAG_ST_CPU_MS = 8,
+    TAG_ST_WALL_MS = 9,
+    TAG_ST_MEMORY = 10,
+    /* error */
+    TAG_ERR_CODE = 1,
+    TAG_ERR_MESSAGE = 2,
+    /* runtimes */
+    TAG_RT_RUNTIME = 1,
+    TAG_RTE_LANGUAGE = 1,
+    TAG_RTE_VERSION = 2,
+    TAG_RTE_ALIAS = 3,
+    TAG_RTE_COMPILED = 4,
+};
+
+#define TLV_HEADER_SIZE 6 /* u16 tag, u32 length */
+
+/* ---- byte order ------------------------------------------------------- */
+
+static void put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (24 - 8 * i));
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+
+static uint16_t get_u16(const uint8_t *p)
+{
+    return (uint16_t)((p[0] << 8) | p[1]);
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* ---- output buffer ---------------------------------------------------- */
+
+void moat_buf_free(struct moat_buf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+static int buf_reserve(struct moat_buf *b, size_t extra)
+{
+    if (extra > SIZE_MAX - b->len)
+        return -1;
+    size_t need = b->len + extra;
+    if (need <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need) {
+        if (cap > SIZE_MAX / 2)
+            return -1;
+        cap *= 2;
+    }
+    uint8_t *p = realloc(b->data, cap);
+    if (p == NULL)
+        return -1;
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_append(struct moat_buf *b, const void *data, size_t len)
+{
+    if (buf_reserve(b, len) != 0)
+        return -1;
+    if (len)
+        memcpy(b->data + b->len, data, len);
+    b->len += len;
+    return 0;
+}
+
+/* ---- writers ---------------------------------------------------------- */
+
+/* An encoder writes into *b; on any failure the caller rewinds b->len. */
+struct writer {
+    struct moat_buf *b;
+    int failed;
+    const char *why;
+};
+
+static void w_fail(struct writer *w, const char *why)
+{
+    if (!w->failed) {
+        w->failed = 1;
+        w->why = why;
+    }
+}
+
+static void w_tlv(struct writer *w, uint16_t tag, const void *data, size_t len)
+{
+    uint8_t hdr[TLV_HEADER_SIZE];
+    if (w->failed)
+        return;
+    if (len > MOAT_FRAME_MAX_PAYLOAD) {
+        w_fail(w, "field too large");
+        return;
+    }
+    put_u16(hdr, tag);
+    put_u32(hdr + 2, (uint32_t)len);
+    if (buf_append(w->b, hdr, sizeof(hdr)) != 0 || buf_append(w->b, data, len) != 0)
+        w_fail(w, "out of memory");
+}
+
+static void w_str(struct writer *w, uint16_t tag, const char *s, size_t max)
+{
+    if (s == NULL)
+        return;
+    size_t len = strlen(s);
+    if (len > max) {
+        w_fail(w, "string field too long");
+        return;
+    }
+    w_tlv(w, tag, s, len);
+}
+
+static void w_u64(struct writer *w, uint16_t tag, uint64_t v)
+{
+    uint8_t p[8];
+    put_u64(p, v);
+    w_tlv(w, tag, p, sizeof(p));
+}
+
+static void w_u32(struct writer *w, uint16_t tag, uint32_t v)
+{
+    uint8_t p[4];
+    put_u32(p, v);
+    w_tlv(w, tag, p, sizeof(p));
+}
+
+static void w_u16(struct writer *w, uint16_t tag, uint16_t v)
+{
+    uint8_t p[2];
+    put_u16(p, v);
+    w_tlv(w, tag, p, sizeof(p));
+}
+
+static void w_u8(struct writer *w, uint16_t tag, uint8_t v)
+{
+    w_tlv(w, tag, &v, 1);
+}
+
+/* Opens a nested TLV; returns the offset to patch in w_nest_end(). */
+static size_t w_nest_begin(struct writer *w, uint16_t tag)
+{
+    size_t at = w->b->len;
+    w_tlv(w, tag, NULL, 0);
+    return at;
+}
+
+static void w_nest_end(struct writer *w, size_t at)
+{
+    if (w->failed)
+        return;
+    size_t len = w->b->len - at - TLV_HEADER_SIZE;
+    if (len > MOAT_FRAME_MAX_PAYLOAD) {
+        w_fail(w, "field too large");
+        return;
+    }
+    put_u32(w->b->data + at + 2, (uint32_t)len);
+}
+
+static size_t frame_begin(struct writer *w, uint8_t type, uint64_t job_id)
+{
+    uint8_t hdr[MOAT_FRAME_HEADER_SIZE] = {0};
+    size_t at = w->b->len;
+    hdr[0] = MOAT_PROTO_VERSION;
+    hdr[1] = type;
+    put_u64(hdr + 8, job_id);
+    if (buf_append(w->b, hdr, sizeof(hdr)) != 0)
+        w_fail(w, "out of memory");
+    return at;
+}
+
+static int frame_end(struct writer *w, size_t at, const char **why)
+{
+    if (!w->failed) {
+        size_t len = w->b->len - at - MOAT_FRAME_HEADER_SIZE;
+        if (len > MOAT_FRAME_MAX_PAYLOAD)
+            w_fail(w, "message exceeds the frame size cap");
+        else
+            put_u32(w->b->data + at + 4, (uint32_t)len);
+    }
+    if (w->failed) {
+        w->b->len = at;
+        if (why)
+            *why = w->why;
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- encoders --------------------------------------------------------- */
+
+int moat_encode_exec_request(struct moat_buf *out, uint64_t job_id, const struct moat_exec_request *req, const char **why)
+{
+    struct writer w = {out, 0, NULL};
+    size_t at = frame_begin(&w, MOAT_MSG_EXEC_REQUEST, job_id);
+
+    if (req->language == NULL || req->version == NULL)
+        w_fail(&w, "language and version are required");
+    if (req->nfiles < 1 || req->nfiles > MOAT_MAX_FILES)
+        w_fail(&w, "file count out of range");
+    if (req->nargs > MOAT_MAX_ARGS)
+        w_fail(&w, "too many arguments");
+    w_str(&w, TAG_REQ_LANGUAGE, req->language, MOAT_MAX_NAME_LEN);
+    w_str(&w, TAG_REQ_VERSION, req->version, MOAT_MAX_NAME_LEN);
+    for (size_t i = 0; i < req->nfiles && !w.failed; i++) {
+        size_t f = w_nest_begin(&w, TAG_REQ_FILE);
+        if (req->files[i].name == NULL)
+            w_fail(&w, "file name missing");
+        w_str(&w, TAG_FILE_NAME, req->files[i].name, MOAT_MAX_NAME_LEN);
+        w_tlv(&w, TAG_FILE_CONTENT, req->files[i].content, req->files[i].content_len);
+        w_nest_end(&w, f);
+    }
+    if (req->stdin_len > 0)
+        w_tlv(&w, TAG_REQ_STDIN, req->stdin_data, req->stdin_len);
+    for (size_t i = 0; i < req->nargs; i++)
+        w_str(&w, TAG_REQ_ARG, req->args[i], MOAT_MAX_ARG_LEN);
+    if (req->run_timeout_ms >= 0)
+        w_u64(&w, TAG_REQ_RUN_TIMEOUT, (uint64_t)req->run_timeout_ms);
+    if (req->compile_timeout_ms >= 0)
+        w_u64(&w, TAG_REQ_COMPILE_TIMEOUT, (uint64_t)req->compile_timeout_ms);
+    if (req->run_memory_bytes >= 0)
+        w_u64(&w, TAG_REQ_RUN_MEMORY, (uint64_t)req->run_memory_bytes);
+    if (req->compile_memory_bytes >= 0)
+        w_u64(&w, TAG_REQ_COMPILE_MEMORY, (uint64_t)req->compile_memory_bytes);
+    return frame_end(&w, at, why);
+}
+
+static void encode_stage(struct writer *w, uint16_t tag, const struct moat_stage_result *st)
+{
+    size_t at = w_nest_begin(w, tag);
+    w_tlv(w, TAG_ST_STDOUT, st->stdout_data, st->stdout_len);
+    w_tlv(w, TAG_ST_STDERR, st->stderr_data, st->stderr_len);
+    w_tlv(w, TAG_ST_OUTPUT, st->output_data, st->output_len);
+    if (st->has_code)
+        w_u32(w, TAG_ST_CODE, (uint32_t)st->code);
+    if (st->has_signal)
+        w_u32(w, TAG_ST_SIGNAL, (uint32_t)st->signal);
+    if (st->status > MOAT_STATUS_MAX)
+        w_fail(w, "bad status");
+    w_u8(w, TAG_ST_STATUS, st->status);
+    w_str(w, TAG_ST_MESSAGE, st->message, MOAT_MAX_MESSAGE_LEN);
+    w_u64(w, TAG_ST_CPU_MS, st->cpu_ms);
+    w_u64(w, TAG_ST_WALL_MS, st->wall_ms);
+    w_u64(w, TAG_ST_MEMORY, st->memory_bytes);
+    w_nest_end(w, at);
+}
+
+int moat_encode_exec_result(struct moat_buf *out, uint64_t job_id, const struct moat_exec_result *res, const char **why)
+{
+    struct writer w = {out, 0, NULL};
+    size_t at = frame_begin(&w, MOAT_MSG_EXEC_RESULT, job_id);
+
+    if (res->language == NULL || res->version == NULL || !(res->run.present || res->compile.present))
+        w_fail(&w, "language, version and a stage are required");
+    w_str(&w, TAG_RES_LANGUAGE, res->language, MOAT_MAX_NAME_LEN);
+    w_str(&w, TAG_RES_VERSION, res->version, MOAT_MAX_NAME_LEN);
+    if (res->compile.present)
+        encode_stage(&w, TAG_RES_COMPILE, &res->compile);
+    if (res->run.present)
+        encode_stage(&w, TAG_RES_RUN, &res->run);
+    return frame_end(&w, at, why);
+}
+
+int moat_encode_error(struct moat_buf *out, uint64_t job_id, uint16_t code, const char *message, const char **why)
+{
+    struct writer w = {out, 0, NULL};
+    size_t at = frame_begin(&w, MOAT_MSG_ERROR, job_id);
+
+    if (code < 1 || code > MOAT_ERR_MAX)
+        w_fail(&w, "bad error code");
+    w_u16(&w, TAG_ERR_CODE, code);
+    w_str(&w, TAG_ERR_MESSAGE, message ? message : "", MOAT_MAX_MESSAGE_LEN);
+    return frame_end(&w, at, why);
+}
+
+int moat_encode_runtimes_query(struct moat_buf *out, uint64_t job_id, const char **why)
+{
+    struct writer w = {out, 0, NULL};
+    size_t at = frame_begin(&w, MOAT_MSG_RUNTIMES_QUERY, job_id);
+    return frame_end(&w, at, why);
+}
+
+int moat_encode_runtimes(struct moat_buf *out, uint64_t job_id, const struct moat_runtimes *rt, const char **why)
+{
+    struct writer w = {out, 0, NULL};
+    size_t at = frame_begin(&w, MOAT_MSG_RUNTIMES, job_id);
+
+    if (rt->count > MOAT_MAX_RUNTIMES)
+        w_fail(&w, "too many runtimes");
+    for (size_t i = 0; i < rt->count && !w.failed; i++) {
+        const struct moat_runtime *r = &rt->items[i];
+        size_t n = w_nest_begin(&w, TAG_RT_RUNTIME);
+        if (r->language == NULL || r->version == NULL)
+            w_fail(&w, "runtime language and version are required");
+        if (r->naliases > MOAT_MAX_ALIASES)
+            w_fail(&w, "too many aliases");
+        w_str(&w, TAG_RTE_LANGUAGE, r->language, MOAT_MAX_NAME_LEN);
+        w_str(&w, TAG_RTE_VERSION, r->version, MOAT_MAX_NAME_LEN);
+        for (size_t j = 0; j < r->naliases && !w.failed; j++)
+            w_str(&w, TAG_RTE_ALIAS, r->aliases[j], MOAT_MAX_NAME_LEN);
+        w_u8(&w, TAG_RTE_COMPILED, r->compiled ? 1 : 0);
+        w_nest_end(&w, n);
+    }
+    return frame_end(&w, at, why);
+}
+
+/* ---- typed readers ---------------------------------------------------- */
+
+struct reader {
+    const uint8_t *p;
+    size_t len;
+    size_t off;
+};
+
+struct field {
+    uint16_t tag;
+    const uint8_t *val;
+    size_t len;
+};
+
+/* Returns 1 with *f filled, 0 at the end, -1 if the TLV is truncated. */
+static int r_next(struct reader *r, struct field *f, const char **why)
+{
+    if (r->off == r->len)
+        return 0;
+    if (r->len - r->off < TLV_HEADER_SIZE) {
+        *why = "truncated field header";
+        return -1;
+    }
+    f->tag = get_u16(r->p + r->off);
+    uint32_t len = get_u32(r->p + r->off + 2);
+    r->off += TLV_HEADER_SIZE;
+    if (len > r->len - r->off) {
+        *why = "field length exceeds message";
+        return -1;
+    }
+    f->val = r->p + r->off;
+    f->len = len;
+    r->off += len;
+    return 1;
+}
+
+/* Marks tag as seen; fails on a second occurrence. */
+static int once(uint32_t *seen, uint16_t tag, const char **why)
+{
+    if (tag >= 32) {
+        *why = "unknown field";
+        return -1;
+    }
+    if (*seen & (1u << tag)) {
+        *why = "duplicate field";
+        return -1;
+    }
+    *seen |= 1u << tag;
+    return 0;
+}
+
+static int valid_utf8(const uint8_t *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        uint8_t c = s[i];
+        size_t n;
+        uint32_t cp;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            n = 1;
+            cp = c & 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            n = 2;
+            cp = c & 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            n = 3;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (len - i <= n)
+            return 0;
+        for (size_t k = 1; k <= n; k++) {
+            if ((s[i + k] & 0xC0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += n + 1;
+    }
+    return 1;
+}
+
+/* A NUL-free UTF-8 string of at most max bytes, copied and terminated. */
+static int r_str(const struct field *f, size_t max, int allow_empty, char **out, const char **why)
+{
+    if (f->len > max) {
+        *why = "string field too long";
+        return -1;
+    }
+    if (!allow_empty && f->len == 0) {
+        *why = "empty string field";
+        return -1;
+    }
+    if (memchr(f->val, 0, f->len) != NULL) {
+        *why = "NUL byte in string field";
+        return -1;
+    }
+    if (!valid_utf8(f->val, f->len)) {
+        *why = "string field is not valid UTF-8";
+        return -1;
+    }
+    char *s = malloc(f->len + 1);
+    if (s == NULL) {
+        *why = "out of memory";
+        return -1;
+    }
+    memcpy(s, f->val, f->len);
+    s[f->len] = '\0';
+    *out = s;
+    return 0;
+}
+
+static int r_bytes(const struct field *f, uint8_t **out, size_t *outlen, const char **why)
+{
+    uint8_t *b = malloc(f->len ? f->len : 1);
+    if (b == NULL) {
+        *why = "out of memory";
+        return -1;
+    }
+    if (f->len)
+        memcpy(b, f->val, f->len);
+    *out = b;
+    *outlen = f->len;
+    return 0;
+}
+
+static int r_u64(const struct field *f, uint64_t *v, const char **why)
+{
+    if (f->len != 8) {
+        *why = "integer field has the wrong width";
+        return -1;
+    }
+    *v = get_u64(f->val);
+    return 0;
+}
+
+/* A limit: a non-negative value that fits in int64_t. */
+static int r_limit(const struct field *f, int64_t *v, const char **why)
+{
+    uint64_t u;
+    if (r_u64(f, &u, why) != 0)
+        return -1;
+    if (u > (uint64_t)INT64_MAX) {
+        *why = "limit out of range";
+        return -1;
+    }
+    *v = (int64_t)u;
+    return 0;
+}
+
+static int r_u32(const struct field *f, uint32_t *v, const char **why)
+{
+    if (f->len != 4) {
+        *why = "integer field has the wrong width";
+        return -1;
+    }
+    *v = get_u32(f->val);
+    return 0;
+}
+
+static int r_u16(const struct field *f, uint16_t *v, const char **why)
+{
+    if (f->len != 2) {
+        *why = "integer field has the wrong width";
+        return -1;
+    }
+    *v = get_u16(f->val);
+    return 0;
+}
+
+static int r_u8(const struct field *f, uint8_t *v, const char **why)
+{
+    if (f->len != 1) {
+        *why = "integer field has the wrong width";
+        return -1;
+    }
+    *v = f->val[0];
+    return 0;
+}
+
+/* ---- header ----------------------------------------------------------- */
+
+int moat_frame_parse_header(const uint8_t *buf, size_t len, struct moat_frame_header *h, const char **why)
+{
+    if (len < MOAT_FRAME_HEADER_SIZE) {
+        *why = "short frame header";
+        return -1;
+    }
+    h->version = buf[0];
+    h->type = buf[1];
+    h->flags = get_u16(buf + 2);
+    h->length = get_u32(buf + 4);
+    h->job_id = get_u64(buf + 8);
+    if (h->version != MOAT_PROTO_VERSION) {
+        *why = "unsupported protocol version";
+        return -1;
+    }
+    if (h->type < MOAT_MSG_EXEC_REQUEST || h->type > MOAT_MSG_RUNTIMES) {
+        *why = "unknown message type";
+        return -1;
+    }
+    if (h->flags != 0) {
+        *why = "reserved flags set";
+        return -1;
+    }
+    if (h->length > MOAT_FRAME_MAX_PAYLOAD) {
+        *why = "frame exceeds the size cap";
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- decoders --------------------------------------------------------- */
+
+static int decode_file(const struct field *outer, struct moat_file *file, const char **why)
+{
+    struct reader r = {outer->val, outer->len, 0};
+    struct field f;
+    uint32_t seen = 0;
+    int rc;
+
+    while ((rc = r_next(&r, &f, why)) == 1) {
+        if (once(&seen, f.tag, why) != 0)
+            return -1;
+        switch (f.tag) {
+        case TAG_FILE_NAME:
+            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &file->name, why) != 0)
+                return -1;
+            break;
+        case TAG_FILE_CONTENT:
+            if (r_bytes(&f, &file->content, &file->content_len, why) != 0)
+                return -1;
+            break;
+        default:
+            *why = "unknown field in file";
+            return -1;
+        }
+    }
+    if (rc < 0)
+        return -1;
+    if (file->name == NULL || file->content == NULL) {
+        *why = "file needs a name and content";
+        return -1;
+    }
+    return 0;
+}
+
+int moat_decode_exec_request(const uint8_t *payload, size_t len, struct moat_exec_request *out, const char **why)
+{
+    struct reader r = {payload, len, 0};
+    struct field f;
+    uint32_t seen = 0;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    out->run_timeout_ms = out->compile_timeout_ms = -1;
+    out->run_memory_bytes = out->compile_memory_bytes = -1;
+
+    while ((rc = r_next(&r, &f, why)) == 1) {
+        if (f.tag != TAG_REQ_FILE && f.tag != TAG_REQ_ARG && once(&seen, f.tag, why) != 0)
+            goto fail;
+        switch (f.tag) {
+        case TAG_REQ_LANGUAGE:
+            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &out->language, why) != 0)
+                goto fail;
+            break;
+        case TAG_REQ_VERSION:
+            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &out->version, why) != 0)
+                goto fail;
+            break;
+        case TAG_REQ_FILE: {
+            if (out->nfiles >= MOAT_MAX_FILES) {
+                *why = "too many files";
+                goto fail;
+            }
+            if (out->files == NULL && (out->files = calloc(MOAT_MAX_FILES, sizeof(*out->files))) == NULL) {
+                *why = "out of memory";
+                goto fail;
+            }
+            struct moat_file *file = &out->files[out->nfiles++];
+            if (decode_file(&f, file, why) != 0)
+                goto fail;
+            break;
+        }
+        case TAG_REQ_STDIN:
+            if (r_bytes(&f, &out->stdin_data, &out->stdin_len, why) != 0)
+                goto fail;
+            break;
+        case TAG_REQ_ARG:
+            if (out->nargs >= MOAT_MAX_ARGS) {
+                *why = "too many arguments";
+                goto fail;
+            }
+            if (out->args == NULL && (out->args = calloc(MOAT_MAX_ARGS, sizeof(*out->args))) == NULL) {
+                *why = "out of memory";
+                goto fail;
+            }
+            if (r_str(&f, MOAT_MAX_ARG_LEN, 1, &out->args[out->nargs], why) != 0)
+                goto fail;
+            out->nargs++;
+            break;
+        case TAG_REQ_RUN_TIMEOUT:
+            if (r_limit(&f, &out->run_timeout_ms, why) != 0)
+                goto fail;
+            break;
+        case TAG_REQ_COMPILE_TIMEOUT:
+            if (r_limit(&f, &out->compile_timeout_ms, why) != 0)
+                goto fail;
+            break;
+        case TAG_REQ_RUN_MEMORY:
+            if (r_limit(&f, &out->run_memory_bytes, why) != 0)
+                goto fail;
+            break;
+        case TAG_REQ_COMPILE_MEMORY:
+            if (r_limit(&f, &out->compile_memory_bytes, why) != 0)
+                goto fail;
+            break;
+        default:
+            *why = "unknown field in exec request";
+            goto fail;
+        }
+    }
+    if (rc < 0)
+        goto fail;
+    if (out->language == NULL || out->version == NULL) {
+        *why = "exec request needs language and version";
+        goto fail;
+    }
+    if (out->nfiles == 0) {
+        *why = "exec request needs at least one file";
+        goto fail;
+    }
+    return 0;
+fail:
+    moat_exec_request_free(out);
+    return -1;
+}
+
+static int decode_stage(const struct field *outer, struct moat_stage_result *st, const char **why)
+{
+    struct reader r = {outer->val, outer->len, 0};
+    struct field f;
+    uint32_t seen = 0, u32;
+    int rc;
+
+    st->present = 1;
+    while ((rc = r_next(&r, &f, why)) == 1) {
+        if (once(&seen, f.tag, why) != 0)
+            return -1;
+        switch (f.tag) {
+        case TAG_ST_STDOUT:
+            if (r_bytes(&f, &st->stdout_data, &st->stdout_len, why) != 0)
+                return -1;
+            break;
+        case TAG_ST_STDERR:
+            if (r_bytes(&f, &st->stderr_data, &st->stderr_len, why) != 0)
+                return -1;
+            break;
+        case TAG_ST_OUTPUT:
+            if (r_bytes(&f, &st->output_data, &st->output_len, why) != 0)
+                return -1;
+            break;
+        case TAG_ST_CODE:
+            if (r_u32(&f, &u32, why) != 0)
+                return -1;
+            st->has_code = 1;
+            st->code = (int32_t)u32;
+            break;
+        case TAG_ST_SIGNAL:
+            if (r_u32(&f, &u32, why) != 0)
+                return -1;
+            if (u32 == 0 || u32 > 64) {
+                *why = "signal out of range";
+                return -1;
+            }
+            st->has_signal = 1;
+            st->signal = (int32_t)u32;
+            break;
+        case TAG_ST_STATUS:
+            if (r_u8(&f, &st->status, why) != 0)
+                return -1;
+            if (st->status > MOAT_STATUS_MAX) {
+                *why = "unknown status";
+                return -1;
+            }
+            break;
+        case TAG_ST_MESSAGE:
+            if (r_str(&f, MOAT_MAX_MESSAGE_LEN, 1, &st->message, why) != 0)
+                return -1;
+            break;
+        case TAG_ST_CPU_MS:
+            if (r_u64(&f, &st->cpu_ms, why) != 0)
+                return -1;
+            break;
+        case TAG_ST_WALL_MS:
+            if (r_u64(&f, &st->wall_ms, why) != 0)
+                return -1;
+            break;
+        case TAG_ST_MEMORY:
+            if (r_u64(&f, &st->memory_bytes, why) != 0)
+                return -1;
+            break;
+        default:
+            *why = "unknown field in stage result";
+            return -1;
+        }
+    }
+    if (rc < 0)
+        return -1;
+    if (!(seen & (1u << TAG_ST_STATUS))) {
+        *why = "stage result needs a status";
+        return -1;
+    }
+    return 0;
+}
+
+int moat_decode_exec_result(const uint8_t *payload, size_t len, struct moat_exec_result *out, const char **why)
+{
+    struct reader r = {payload, len, 0};
+    struct field f;
+    uint32_t seen = 0;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    while ((rc = r_next(&r, &f, why)) == 1) {
+        if (once(&seen, f.tag, why) != 0)
+            goto fail;
+        switch (f.tag) {
+        case TAG_RES_LANGUAGE:
+            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &out->language, why) != 0)
+                goto fail;
+            break;
+        case TAG_RES_VERSION:
+            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &out->version, why) != 0)
+                goto fail;
+            break;
+        case TAG_RES_COMPILE:
+            if (decode_stage(&f, &out->compile, why) != 0)
+                goto fail;
+            break;
+        case TAG_RES_RUN:
+            if (decode_stage(&f, &out->run, why) != 0)
+                goto fail;
+            break;
+        default:
+            *why = "unknown field in exec result";
+            goto fail;
+        }
+    }
+    if (rc < 0)
+        goto fail;
+    if (out->language == NULL || out->version == NULL || !(out->run.present || out->compile.present)) {
+        *why = "exec result needs language, version and a stage";
+        goto fail;
+    }
+    return 0;
+fail:
+    moat_exec_result_free(out);
+    return -1;
+}
+
+int moat_decode_error(const uint8_t *payload, size_t len, struct moat_error *out, const char **why)
+{
+    struct reader r = {payload, len, 0};
+    struct field f;
+    uint32_t seen = 0;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    while ((rc = r_next(&r, &f, why)) == 1) {
+        if (once(&seen, f.tag, why) != 0)
+            goto fail;
+        switch (f.tag) {
+        case TAG_ERR_CODE:
+            if (r_u16(&f, &out->code, why) != 0)
+                goto fail;
+            if (out->code < 1 || out->code > MOAT_ERR_MAX) {
+                *why = "unknown error code";
+                goto fail;
+            }
+            break;
+        case TAG_ERR_MESSAGE:
+            if (r_str(&f, MOAT_MAX_MESSAGE_LEN, 1, &out->message, why) != 0)
+                goto fail;
+            break;
+        default:
+            *why = "unknown field in error";
+            goto fail;
+        }
+    }
+    if (rc < 0)
+        goto fail;
+    if (out->code == 0 || out->message == NULL) {
+        *why = "error needs a code and a message";
+        goto fail;
+    }
+    return 0;
+fail:
+    moat_error_free(out);
+    return -1;
+}
+
+static int decode_runtime(const struct field *outer, struct moat_runtime *rt, const char **why)
+{
+    struct reader r = {outer->val, outer->len, 0};
+    struct field f;
+    uint32_t seen = 0;
+    uint8_t compiled;
+    int rc;
+
+    while ((rc = r_next(&r, &f, why)) == 1) {
+        if (f.tag != TAG_RTE_ALIAS && once(&seen, f.tag, why) != 0)
+            return -1;
+        switch (f.tag) {
+        case TAG_RTE_LANGUAGE:
+            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &rt->language, why) != 0)
+                return -1;
+            break;
+        case TAG_RTE_VERSION:
+            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &rt->version, why) != 0)
+                return -1;
+            break;
+        case TAG_RTE_ALIAS:
+            if (rt->naliases >= MOAT_MAX_ALIASES) {
+                *why = "too many aliases";
+                return -1;
+            }
+            if (rt->aliases == NULL && (rt->aliases = calloc(MOAT_MAX_ALIASES, sizeof(char *))) == NULL) {
+                *why = "out of memory";
+                return -1;
+            }
+            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &rt->aliases[rt->naliases], why) != 0)
+                return -1;
+            rt->naliases++;
+            break;
+        case TAG_RTE_COMPILED:
+            if (r_u8(&f, &compiled, why) != 0)
+                return -1;
+            if (compiled > 1) {
+                *why = "compiled flag out of range";
+                return -1;
+            }
+            rt->compiled = compiled;
+            break;
+        default:
+            *why = "unknown field in runtime";
+            return -1;
+        }
+    }
+    if (rc < 0)
+        return -1;
+    if (rt->language == NULL || rt->version == NULL) {
+        *why = "runtime needs language and version";
+        return -1;
+    }
+    return 0;
+}
+
+int moat_decode_runtimes(const uint8_t *payload, size_t len, struct moat_runtimes *out, const char **why)
+{
+    struct reader r = {payload, len, 0};
+    struct field f;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    while ((rc = r_next(&r, &f, why)) == 1) {
+        if (f.tag != TAG_RT_RUNTIME) {
+            *why = "unknown field in runtimes";
+            goto fail;
+        }
+        if (out->count >= MOAT_MAX_RUNTIMES) {
+            *why = "too many runtimes";
+            goto fail;
+        }
+        if (out->items == NULL && (out->items = calloc(MOAT_MAX_RUNTIMES, sizeof(*out->items))) == NULL) {
+            *why = "out of memory";
+            goto fail;
+        }
+        if (decode_runtime(&f, &out->items[out->count++], why) != 0)
+            goto fail;
+    }
+    if (rc < 0)
+        goto fail;
+    return 0;
+fail:
+    moat_runtimes_free(out);
+    return -1;
+}
+
+/* ---- release ---------------------------------------------------------- */
+
+void moat_exec_request_free(struct moat_exec_request *r)
+{
+    free(r->language);
+    free(r->version);
+    for (size_t i = 0; r->files && i < r->nfiles; i++) {
+        free(r->files[i].name);
+        free(r->files[i].content);
+    }
+    free(r->files);
+    for (size_t i = 0; r->args && i < r->nargs; i++)
+        free(r->args[i]);
+    free(r->args);
+    free(r->stdin_data);
+    memset(r, 0, sizeof(*r));
+}
+
+static void stage_free(struct moat_stage_result *st)
+{
+    free(st->stdout_data);
+    free(st->stderr_data);
+    free(st->output_data);
+    free(st->message);
+    memset(st, 0, sizeof(*st));
+}
+
+void moat_exec_result_free(struct moat_exec_result *r)
+{
+    free(r->language);
+    free(r->version);
+    stage_free(&r->compile);
+    stage_free(&r->run);
+    memset(r, 0, sizeof(*r));
+}
+
+void moat_error_free(struct moat_error *e)
+{
+    free(e->message);
+    memset(e, 0, sizeof(*e));
+}
+
+void moat_runtimes_free(struct moat_runtimes *rt)
+{
+    for (size_t i = 0; rt->items && i < rt->count; i++) {
+        struct moat_runtime *r = &rt->items[i];
+        free(r->language);
+        free(r->version);
+        for (size_t j = 0; r->aliases && j < r->naliases; j++)
+            free(r->aliases[j]);
+        free(r->aliases);
+    }
+    free(rt->items);
+    memset(rt, 0, sizeof(*rt));
+}
+
+/* ---- status names ----------------------------------------------------- */
+
+const char *moat_status_piston(uint8_t status)
+{
+    static const char *const names[] = {NULL, "RE", "SG", "TO", "OL", "EL", "XX", "SG"};
+    return status <= MOAT_STATUS_MAX ? names[status] : "XX";
+}
+
+const char *moat_status_name(uint8_t status)
+{
+    static const char *const names[] = {"OK", "RE", "SG", "TO", "OL", "EL", "XX", "ML"};
+    return status <= MOAT_STATUS_MAX ? names[status] : "??";
+}

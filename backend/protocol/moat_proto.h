@@ -1,0 +1,185 @@
+/*
+ * moat_proto.h - the typed message codec spoken on the gateway <-> backend
+ * Unix socket.  Both moat-gateway and moat-backend link this one library
+ * (libmoat_proto); see PROTOCOL.md next to this file for the wire format.
+ *
+ * Every frame is a fixed 16-byte header followed by a payload of TLV fields.
+ * Decoders check every length, reject unknown or duplicate tags, require the
+ * mandatory fields and refuse trailing bytes.  Decoded messages own their
+ * memory; free them with the matching *_free() function.
+ */
+#ifndef MOAT_PROTO_H
+#define MOAT_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MOAT_PROTO_VERSION 1
+#define MOAT_FRAME_HEADER_SIZE 16
+#define MOAT_FRAME_MAX_PAYLOAD (16u * 1024u * 1024u)
+
+/* Structural caps enforced by the codec itself (semantic limits live in the
+ * backend's validator and the gateway's policy). */
+#define MOAT_MAX_FILES 32
+#define MOAT_MAX_ARGS 64
+#define MOAT_MAX_NAME_LEN 255    /* language, version, file name */
+#define MOAT_MAX_ARG_LEN 4096    /* one argv element */
+#define MOAT_MAX_MESSAGE_LEN 1024 /* human readable message */
+
+enum moat_msg_type {
+    MOAT_MSG_EXEC_REQUEST = 1, /* gateway -> backend */
+    MOAT_MSG_EXEC_RESULT = 2,  /* backend -> gateway */
+    MOAT_MSG_ERROR = 3,        /* backend -> gateway: request refused */
+    MOAT_MSG_RUNTIMES_QUERY = 4, /* gateway -> backend: empty payload */
+    MOAT_MSG_RUNTIMES = 5,       /* backend -> gateway: installed languages */
+};
+
+/* Result status of one stage (compile or run). */
+enum moat_status {
+    MOAT_STATUS_OK = 0, /* Piston: null */
+    MOAT_STATUS_RE = 1, /* runtime error: non-zero exit */
+    MOAT_STATUS_SG = 2, /* killed by a signal */
+    MOAT_STATUS_TO = 3, /* a clock (wall, cpu, idle) expired */
+    MOAT_STATUS_OL = 4, /* output limit exceeded */
+    MOAT_STATUS_EL = 5, /* error limit (stderr) exceeded */
+    MOAT_STATUS_XX = 6, /* internal error */
+    MOAT_STATUS_ML = 7, /* memory limit: reported as SG in Piston shape */
+};
+#define MOAT_STATUS_MAX MOAT_STATUS_ML
+
+/* Error codes carried by MOAT_MSG_ERROR. */
+enum moat_error_code {
+    MOAT_ERR_BAD_REQUEST = 1,      /* malformed or invalid field */
+    MOAT_ERR_UNKNOWN_LANGUAGE = 2, /* no such language / version */
+    MOAT_ERR_LIMIT = 3,            /* a limit above the server ceiling */
+    MOAT_ERR_BUSY = 4,             /* every slot and queue place taken */
+    MOAT_ERR_INTERNAL = 5,         /* the backend failed */
+};
+#define MOAT_ERR_MAX MOAT_ERR_INTERNAL
+
+struct moat_frame_header {
+    uint8_t version;
+    uint8_t type;
+    uint16_t flags;
+    uint32_t length; /* payload bytes after the header */
+    uint64_t job_id;
+};
+
+struct moat_file {
+    char *name;
+    uint8_t *content;
+    size_t content_len;
+};
+
+/* Limits: -1 means "the server default". */
+struct moat_exec_request {
+    char *language;
+    char *version; /* semver selector, "*" allowed */
+    struct moat_file *files;
+    size_t nfiles;
+    char **args;
+    size_t nargs;
+    uint8_t *stdin_data;
+    size_t stdin_len;
+    int64_t run_timeout_ms;
+    int64_t compile_timeout_ms;
+    int64_t run_memory_bytes;
+    int64_t compile_memory_bytes;
+};
+
+struct moat_stage_result {
+    int present;
+    uint8_t *stdout_data;
+    size_t stdout_len;
+    uint8_t *stderr_data;
+    size_t stderr_len;
+    uint8_t *output_data; /* stdout and stderr interleaved as read */
+    size_t output_len;
+    int has_code; /* exit code is null when killed by a signal */
+    int32_t code;
+    int has_signal;
+    int32_t signal;
+    uint8_t status; /* enum moat_status */
+    char *message;  /* may be NULL */
+    uint64_t cpu_ms;
+    uint64_t wall_ms;
+    uint64_t memory_bytes; /* peak, from the cgroup */
+};
+
+struct moat_exec_result {
+    char *language;
+    char *version;
+    struct moat_stage_result compile; /* present only for compiled languages */
+    struct moat_stage_result run;     /* absent only when the compile stage failed */
+};
+
+struct moat_error {
+    uint16_t code; /* enum moat_error_code */
+    char *message;
+};
+
+#define MOAT_MAX_RUNTIMES 256
+#define MOAT_MAX_ALIASES 16
+
+struct moat_runtime {
+    char *language;
+    char *version;
+    char **aliases;
+    size_t naliases;
+    int compiled; /* has a compile stage */
+};
+
+struct moat_runtimes {
+    struct moat_runtime *items;
+    size_t count;
+};
+
+/* A growable output buffer for encoders. */
+struct moat_buf {
+    uint8_t *data;
+    size_t len;
+    size_t cap;
+};
+
+void moat_buf_free(struct moat_buf *b);
+
+/*
+ * Header handling.  moat_frame_parse_header() reads the first
+ * MOAT_FRAME_HEADER_SIZE bytes of buf; it returns 0 on success, -1 with *why
+ * set when the header is invalid (bad version, unknown type, oversized
+ * payload, reserved flags set).
+ */
+int moat_frame_parse_header(const uint8_t *buf, size_t len, struct moat_frame_header *h, const char **why);
+
+/*
+ * Encoders append one complete frame (header + payload) to out.  They return
+ * 0, or -1 with *why set if the message breaks a structural cap or memory ran
+ * out.  Nothing is appended on failure.
+ */
+int moat_encode_exec_request(struct moat_buf *out, uint64_t job_id, const struct moat_exec_request *req, const char **why);
+int moat_encode_exec_result(struct moat_buf *out, uint64_t job_id, const struct moat_exec_result *res, const char **why);
+int moat_encode_error(struct moat_buf *out, uint64_t job_id, uint16_t code, const char *message, const char **why);
+int moat_encode_runtimes_query(struct moat_buf *out, uint64_t job_id, const char **why);
+int moat_encode_runtimes(struct moat_buf *out, uint64_t job_id, const struct moat_runtimes *rt, const char **why);
+
+/*
+ * Decoders read a payload (without the header).  They return 0 and fill *out
+ * (which the caller frees with the matching *_free), or -1 with *why set and
+ * *out left empty.
+ */
+int moat_decode_exec_request(const uint8_t *payload, size_t len, struct moat_exec_request *out, const char **why);
+int moat_decode_exec_result(const uint8_t *payload, size_t len, struct moat_exec_result *out, const char **why);
+int moat_decode_error(const uint8_t *payload, size_t len, struct moat_error *out, const char **why);
+int moat_decode_runtimes(const uint8_t *payload, size_t len, struct moat_runtimes *out, const char **why);
+
+void moat_exec_request_free(struct moat_exec_request *r);
+void moat_exec_result_free(struct moat_exec_result *r);
+void moat_error_free(struct moat_error *e);
+void moat_runtimes_free(struct moat_runtimes *rt);
+
+/* "RE", "SG", ... or NULL for MOAT_STATUS_OK; ML maps to "SG" (Piston shape). */
+const char *moat_status_piston(uint8_t status);
+/* Distinct names for logs and backend results: "OK", "RE", ..., "ML". */
+const char *moat_status_name(uint8_t status);
+
+#endif /* MOAT_PROTO_H */

@@ -1,0 +1,297 @@
+/*
+ * test_gateway_piston.c - Piston v2 JSON <-> moat_proto messages, through the
+ * real piston_json.c.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "piston_json.h"
+
+static int parse(const char *body, struct moat_exec_request *r, char *err, size_t errlen)
+{
+    err[0] = '\0';
+    return piston_parse_exec_request(body, strlen(body), r, err, errlen);
+}
+
+static void test_valid_request(void **state)
+{
+    const char *body = "{\"language\":\"python\",\"version\":\"3.11.0\","
+                       "\"files\":[{\"name\":\"main.py\",\"content\":\"print(1)\"},"
+                       "{\"content\":\"aGk=\",\"encoding\":\"base64\"},{\"name\":\"x.bin\",\"content\":\"00fF\",\"encoding\":\"hex\"}],"
+                       "\"stdin\":\"in\",\"args\":[\"a\",\"b c\"],\"run_timeout\":3000,\"compile_memory_limit\":-1}";
+    struct moat_exec_request r;
+    char err[256];
+
+    assert_int_equal(parse(body, &r, err, sizeof(err)), 0);
+    assert_string_equal(r.language, "python");
+    assert_string_equal(r.version, "3.11.0");
+    assert_int_equal(r.nfiles, 3);
+    assert_string_equal(r.files[0].name, "main.py");
+    assert_int_equal(r.files[0].content_len, 8);
+    assert_memory_equal(r.files[0].content, "print(1)", 8);
+    assert_string_equal(r.files[1].name, "file1.code");
+    assert_int_equal(r.files[1].content_len, 2);
+    assert_memory_equal(r.files[1].content, "hi", 2);
+    assert_int_equal(r.files[2].content_len, 2);
+    assert_int_equal(r.files[2].content[0], 0x00);
+    assert_int_equal(r.files[2].content[1], 0xff);
+    assert_int_equal(r.stdin_len, 2);
+    assert_memory_equal(r.stdin_data, "in", 2);
+    assert_int_equal(r.nargs, 2);
+    assert_string_equal(r.args[1], "b c");
+    assert_int_equal(r.run_timeout_ms, 3000);
+    assert_int_equal(r.compile_timeout_ms, -1);
+    assert_int_equal(r.run_memory_bytes, -1);
+    assert_int_equal(r.compile_memory_bytes, -1);
+    piston_exec_request_free(&r);
+}
+
+static void test_minimal_defaults(void **state)
+{
+    struct moat_exec_request r;
+    char err[256];
+
+    assert_int_equal(parse("{\"language\":\"c\",\"version\":\"*\",\"files\":[{\"content\":\"\"}]}", &r, err, sizeof(err)), 0);
+    assert_string_equal(r.version, "*");
+    assert_string_equal(r.files[0].name, "file0.code");
+    assert_int_equal(r.files[0].content_len, 0);
+    assert_int_equal(r.nargs, 0);
+    assert_null(r.stdin_data);
+    assert_int_equal(r.run_timeout_ms, -1);
+    assert_int_equal(r.compile_timeout_ms, -1);
+    assert_int_equal(r.run_memory_bytes, -1);
+    assert_int_equal(r.compile_memory_bytes, -1);
+    piston_exec_request_free(&r);
+}
+
+/* Each bad body is refused and the message mentions the expected text. */
+static void expect_bad(const char *body, const char *needle)
+{
+    struct moat_exec_request r;
+    char err[256];
+
+    assert_int_equal(parse(body, &r, err, sizeof(err)), -1);
+    if (strstr(err, needle) == NULL)
+        fail_msg("body %s: message \"%s\" does not mention \"%s\"", body, err, needle);
+    assert_null(r.language);
+    assert_null(r.files);
+}
+
+#define F "\"files\":[{\"content\":\"x\"}]"
+
+static void test_rejections(void **state)
+{
+    expect_bad("", "JSON object");
+    expect_bad("[]", "JSON object");
+    expect_bad("{\"language\":\"c\",", "invalid JSON");
+    expect_bad("{\"language\":\"c\",\"language\":\"d\",\"version\":\"1\"," F "}", "invalid JSON"); /* duplicate key */
+    expect_bad("{\"language\":\"c\",\"version\":\"1\"," F ",\"colour\":1}", "unknown field 'colour'");
+    expect_bad("{\"version\":\"1\"," F "}", "language is required");
+    expect_bad("{\"language\":7,\"version\":\"1\"," F "}", "language must be a string");
+    expect_bad("{\"language\":\"\",\"version\":\"1\"," F "}", "language must be 1 to");
+    expect_bad("{\"language\":\"c\"," F "}", "version is required");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\"}", "files is required");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":{}}", "files must be an array");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[]}", "files must hold between 1 and");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[1]}", "files[0] must be an object");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"content\":5}]}", "files[0].content must be a string");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"a\"}]}", "files[0].content is required");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"content\":\"x\",\"mode\":1}]}", "files[0]: unknown field 'mode'");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"content\":\"x\",\"encoding\":\"rot13\"}]}",
+               "files[0].encoding must be one of");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"stdin\":null," F "}", "stdin must be a string");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"args\":[\"a\",2]," F "}", "args[1] must be a string");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"args\":\"a\"," F "}", "args must be an array");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"run_timeout\":\"5\"," F "}", "run_timeout must be an integer");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"run_timeout\":1.5," F "}", "run_timeout must be an integer");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"run_memory_limit\":-2," F "}", "run_memory_limit must be -1");
+}
+
+static void test_bad_file_names(void **state)
+{
+    static const char *names[] = {"\"a/b\"", "\".\"", "\"..\"", "\"\"", "\"a\\u0000b\"", "\"a\\nb\"", "\"a\\u007fb\"", "7"};
+    char body[512];
+    size_t i;
+
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(body, sizeof(body), "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":%s,\"content\":\"x\"}]}", names[i]);
+        expect_bad(body, "files[0].name");
+    }
+    /* 256 bytes is one too many */
+    {
+        char name[257];
+        memset(name, 'a', 256);
+        name[256] = '\0';
+        snprintf(body, sizeof(body), "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"%s\",\"content\":\"x\"}]}", name);
+        expect_bad(body, "files[0].name");
+    }
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"a\",\"content\":\"x\"},{\"name\":\"a\",\"content\":\"y\"}]}",
+               "files[1].name duplicates files[0].name");
+}
+
+static void test_bad_encodings(void **state)
+{
+    static const char *b64[] = {"aGk", "aGk==", "a=Gk", "aG k", "aGl=", "!!!!"};
+    char body[256];
+    size_t i;
+
+    for (i = 0; i < sizeof(b64) / sizeof(b64[0]); i++) {
+        snprintf(body, sizeof(body), "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"content\":\"%s\",\"encoding\":\"base64\"}]}",
+                 b64[i]);
+        expect_bad(body, "files[0].content is not valid base64");
+    }
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"content\":\"abc\",\"encoding\":\"hex\"}]}",
+               "files[0].content is not valid hex");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"content\":\"zz\",\"encoding\":\"hex\"}]}",
+               "files[0].content is not valid hex");
+}
+
+static void test_too_many(void **state)
+{
+    char body[8192];
+    size_t off, i;
+
+    off = (size_t)snprintf(body, sizeof(body), "{\"language\":\"c\",\"version\":\"1\",\"files\":[");
+    for (i = 0; i < MOAT_MAX_FILES + 1; i++)
+        off += (size_t)snprintf(body + off, sizeof(body) - off, "%s{\"content\":\"x\"}", i ? "," : "");
+    snprintf(body + off, sizeof(body) - off, "]}");
+    expect_bad(body, "files must hold between 1 and 32");
+
+    off = (size_t)snprintf(body, sizeof(body), "{\"language\":\"c\",\"version\":\"1\"," F ",\"args\":[");
+    for (i = 0; i < MOAT_MAX_ARGS + 1; i++)
+        off += (size_t)snprintf(body + off, sizeof(body) - off, "%s\"a\"", i ? "," : "");
+    snprintf(body + off, sizeof(body) - off, "]}");
+    expect_bad(body, "args must hold at most 64");
+}
+
+static void test_utf8_sanitize(void **state)
+{
+    /* valid 2/3/4-byte sequences survive; stray continuation, overlong, surrogate and truncated ones become U+FFFD */
+    static const uint8_t in[] = {'a', 0xc3, 0xa9, 0xe2, 0x82, 0xac, 0xf0, 0x9f, 0x98, 0x80, 0x80, 0xc0, 0xaf, 0xed, 0xa0, 0x80, 0xe2, 0x82};
+    static const char want[] = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"
+                               "\xef\xbf\xbd"                         /* 0x80 */
+                               "\xef\xbf\xbd\xef\xbf\xbd"             /* c0 af: two */
+                               "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" /* ed a0 80: three */
+                               "\xef\xbf\xbd";                        /* truncated e2 82: one */
+    size_t n = 0;
+    char *out = piston_utf8_sanitize(in, sizeof(in), &n);
+
+    assert_non_null(out);
+    assert_int_equal(n, strlen(want));
+    assert_memory_equal(out, want, n);
+    free(out);
+}
+
+static void test_result_json(void **state)
+{
+    static uint8_t out[] = {'h', 'i', 0xff, '\n'};
+    static uint8_t err[] = "oops";
+    struct moat_exec_result res;
+    json_t *root, *run;
+    json_error_t jerr;
+    char *text;
+
+    memset(&res, 0, sizeof(res));
+    res.language = (char *)(uintptr_t) "python";
+    res.version = (char *)(uintptr_t) "3.11.0";
+    res.run.present = 1;
+    res.run.stdout_data = out;
+    res.run.stdout_len = sizeof(out);
+    res.run.stderr_data = err;
+    res.run.stderr_len = 4;
+    res.run.output_data = out;
+    res.run.output_len = sizeof(out);
+    res.run.has_code = 0;
+    res.run.has_signal = 1;
+    res.run.signal = 9;
+    res.run.status = MOAT_STATUS_SG;
+    res.run.cpu_ms = 12;
+    res.run.wall_ms = 34;
+    res.run.memory_bytes = 1048576;
+
+    text = piston_exec_result_json(&res);
+    assert_non_null(text);
+    root = json_loads(text, 0, &jerr);
+    assert_non_null(root);
+    assert_string_equal(json_string_value(json_object_get(root, "language")), "python");
+    assert_string_equal(json_string_value(json_object_get(root, "version")), "3.11.0");
+    assert_null(json_object_get(root, "compile"));
+    run = json_object_get(root, "run");
+    assert_non_null(run);
+    assert_string_equal(json_string_value(json_object_get(run, "stdout")), "hi\xef\xbf\xbd\n");
+    assert_string_equal(json_string_value(json_object_get(run, "stderr")), "oops");
+    assert_true(json_is_null(json_object_get(run, "code")));
+    assert_string_equal(json_string_value(json_object_get(run, "signal")), "SIGKILL");
+    assert_string_equal(json_string_value(json_object_get(run, "status")), "SG");
+    assert_true(json_is_null(json_object_get(run, "message")));
+    assert_int_equal(json_integer_value(json_object_get(run, "cpu_time")), 12);
+    assert_int_equal(json_integer_value(json_object_get(run, "wall_time")), 34);
+    assert_int_equal(json_integer_value(json_object_get(run, "memory")), 1048576);
+    json_decref(root);
+    free(text);
+
+    /* An OK stage with an exit code, plus a compile stage. */
+    res.run.has_code = 1;
+    res.run.code = 0;
+    res.run.has_signal = 0;
+    res.run.status = MOAT_STATUS_OK;
+    res.compile.present = 1;
+    res.compile.has_code = 1;
+    res.compile.code = 1;
+    res.compile.status = MOAT_STATUS_RE;
+    res.compile.message = (char *)(uintptr_t) "compile failed";
+    text = piston_exec_result_json(&res);
+    assert_non_null(text);
+    root = json_loads(text, 0, &jerr);
+    assert_non_null(root);
+    run = json_object_get(root, "run");
+    assert_int_equal(json_integer_value(json_object_get(run, "code")), 0);
+    assert_true(json_is_null(json_object_get(run, "signal")));
+    assert_true(json_is_null(json_object_get(run, "status")));
+    assert_string_equal(json_string_value(json_object_get(json_object_get(root, "compile"), "status")), "RE");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(root, "compile"), "message")), "compile failed");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(root, "compile"), "stdout")), "");
+    json_decref(root);
+    free(text);
+}
+
+static void test_runtimes_and_error_json(void **state)
+{
+    char *aliases[] = {(char *)(uintptr_t) "py", (char *)(uintptr_t) "py3"};
+    struct moat_runtime items[1];
+    struct moat_runtimes rt = {items, 1};
+    char *text;
+
+    memset(items, 0, sizeof(items));
+    items[0].language = (char *)(uintptr_t) "python";
+    items[0].version = (char *)(uintptr_t) "3.11.0";
+    items[0].aliases = aliases;
+    items[0].naliases = 2;
+    text = piston_runtimes_json(&rt);
+    assert_non_null(text);
+    assert_string_equal(text, "[{\"language\":\"python\",\"version\":\"3.11.0\",\"aliases\":[\"py\",\"py3\"]}]");
+    free(text);
+
+    text = piston_error_json("bad \"thing\"", "0123456789abcdef");
+    assert_non_null(text);
+    assert_string_equal(text, "{\"message\":\"bad \\\"thing\\\"\",\"request_id\":\"0123456789abcdef\"}");
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_valid_request),   cmocka_unit_test(test_minimal_defaults), cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_bad_file_names),  cmocka_unit_test(test_bad_encodings),    cmocka_unit_test(test_too_many),
+        cmocka_unit_test(test_utf8_sanitize),   cmocka_unit_test(test_result_json),      cmocka_unit_test(test_runtimes_and_error_json),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
