@@ -50,13 +50,13 @@
 
 #include "log.h"
 
-#define BOX_STACK_SIZE (256 * 1024)
+#define BOX_STACK_SIZE      (256 * 1024)
 #define BOX_ROOT_TMPFS_OPTS "size=1m,nr_inodes=1024,mode=0755"
-#define BOX_DEV_TMPFS_OPTS "size=64k,nr_inodes=64,mode=0755"
-#define BOX_HOSTNAME "box"
-#define CPU_POLL_MS 20
-#define DRAIN_GRACE_MS 200
-#define READ_CHUNK 65536
+#define BOX_DEV_TMPFS_OPTS  "size=64k,nr_inodes=64,mode=0755"
+#define BOX_HOSTNAME        "box"
+#define CPU_POLL_MS         20
+#define DRAIN_GRACE_MS      200
+#define READ_CHUNK          65536
 
 /* What init tells the host on the status pipe: one atomic write. */
 enum report_kind { REPORT_EXITED = 1, REPORT_SETUP_FAILED = 2, REPORT_EXEC_FAILED = 3 };
@@ -249,8 +249,8 @@ static void setup_dev(const struct slot *s)
     for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
         if (symlink(links[i][0], in_root(dst, sizeof(dst), s, links[i][1])) != 0)
             child_die("symlink in /dev");
-    if (mount(NULL, in_root(dst, sizeof(dst), s, "/dev"), NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
-              NULL) != 0)
+    if (mount(NULL, in_root(dst, sizeof(dst), s, "/dev"), NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) !=
+        0)
         child_die("remount /dev read-only");
 }
 
@@ -316,11 +316,11 @@ static void setup_uts(void)
         child_die("set hostname");
 }
 
-#define RLIM(res, val)                                                                                                       \
-    do {                                                                                                                     \
-        struct rlimit rl_ = {(rlim_t)(val), (rlim_t)(val)};                                                                  \
-        if (setrlimit(res, &rl_) != 0)                                                                                       \
-            exec_die(errfd, "setrlimit " #res);                                                                              \
+#define RLIM(res, val)                                                                                                             \
+    do {                                                                                                                           \
+        struct rlimit rl_ = {(rlim_t)(val), (rlim_t)(val)};                                                                        \
+        if (setrlimit(res, &rl_) != 0)                                                                                             \
+            exec_die(errfd, "setrlimit " #res);                                                                                    \
     } while (0)
 
 static __attribute__((noreturn)) void exec_die(int errfd, const char *what)
@@ -582,7 +582,7 @@ struct host_state {
     int out_rd, err_rd, status_rd, in_wr, timer;
     int out_open, err_open, status_open;
     size_t in_off;
-    int killed;        /* a limit killed the box */
+    int killed; /* a limit killed the box */
     uint8_t kill_status;
     const char *kill_message;
     int have_report;
@@ -617,8 +617,8 @@ static void close_fd(int *fd)
 }
 
 /* Reads what one pipe has; enforces the stream's cap while reading. */
-static void drain_pipe(int *fd, int *open_flag, struct box_stream *st, struct box_stream *both, pid_t init_pid,
-                       struct cg_box *cgb, struct host_state *h, uint8_t over_status, const char *over_message)
+static void drain_pipe(int *fd, int *open_flag, struct box_stream *st, struct box_stream *both, pid_t init_pid, struct cg_box *cgb,
+                       struct host_state *h, uint8_t over_status, const char *over_message)
 {
     uint8_t buf[READ_CHUNK];
     ssize_t n = read(*fd, buf, sizeof(buf));
@@ -666,8 +666,8 @@ static void read_report(struct host_state *h)
     }
 }
 
-static void supervise(const struct box_spec *spec, pid_t init_pid, struct cg_box *cgb, struct host_state *h,
-                      struct box_result *res, uint64_t start_ms)
+static void supervise(const struct box_spec *spec, pid_t init_pid, struct cg_box *cgb, struct host_state *h, struct box_result *res,
+                      uint64_t start_ms)
 {
     uint64_t drain_deadline = 0;
     uint64_t cpu_limit_ns = spec->lim.cpu_ms * 1000000ull;
@@ -784,8 +784,8 @@ static void classify(const struct host_state *h, const struct cg_usage *u, struc
                  strerror(h->report.err));
     } else if (h->report.kind == REPORT_EXEC_FAILED) {
         res->status = MOAT_STATUS_XX;
-        snprintf(res->message, sizeof(res->message), "internal error: could not start program: %.100s: %s",
-                 h->report.what, strerror(h->report.err));
+        snprintf(res->message, sizeof(res->message), "internal error: could not start program: %.100s: %s", h->report.what,
+                 strerror(h->report.err));
     }
 }
 
@@ -806,8 +806,8 @@ int box_run(const struct cg_system *cg, struct slot *s, const struct box_spec *s
     if (stream_init(&res->out, spec->lim.output_cap, e) != 0 || stream_init(&res->err, spec->lim.output_cap, e) != 0 ||
         stream_init(&res->both, spec->lim.output_cap * 2, e) != 0)
         goto out;
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 ||
-        pipe2(status, O_CLOEXEC) != 0 || pipe2(go, O_CLOEXEC) != 0) {
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(status, O_CLOEXEC) != 0 ||
+        pipe2(go, O_CLOEXEC) != 0) {
         errf_errno(e, "pipe");
         goto out;
     }
@@ -815,8 +815,7 @@ int box_run(const struct cg_system *cg, struct slot *s, const struct box_spec *s
         errf_errno(e, "timerfd_create");
         goto out;
     }
-    if (cg_box_create(cg, &cgb, s->cg_name, e) != 0 ||
-        cg_box_set_limits(&cgb, spec->lim.memory_bytes, spec->lim.pids, e) != 0)
+    if (cg_box_create(cg, &cgb, s->cg_name, e) != 0 || cg_box_set_limits(&cgb, spec->lim.memory_bytes, spec->lim.pids, e) != 0)
         goto out;
 
     memset(&plan, 0, sizeof(plan));
@@ -906,8 +905,8 @@ out:
             }
         }
     }
-    int *fds[] = {&in[0], &in[1], &out[0], &out[1], &err[0], &err[1], &status[0], &status[1], &go[0], &go[1],
-                  &h.out_rd, &h.err_rd, &h.status_rd, &h.in_wr, &h.timer};
+    int *fds[] = {&in[0], &in[1], &out[0],   &out[1],   &err[0],      &err[1],  &status[0], &status[1],
+                  &go[0], &go[1], &h.out_rd, &h.err_rd, &h.status_rd, &h.in_wr, &h.timer};
     for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
         close_fd(fds[i]);
     if (rc != 0)

@@ -310,8 +310,7 @@ static int cleanup_stale(struct cg_system *cg, struct errbuf *e)
         stale.cg = cg;
         int n = cg->version == CG_V2 ? 1 : CG_NCTRL;
         for (int i = 0; i < n; i++)
-            if ((size_t)snprintf(stale.path[i], sizeof(stale.path[i]), "%s/%s", cg->base[i], de->d_name) >=
-                sizeof(stale.path[i]))
+            if ((size_t)snprintf(stale.path[i], sizeof(stale.path[i]), "%s/%s", cg->base[i], de->d_name) >= sizeof(stale.path[i]))
                 rc = errf(e, "stale group path too long");
         if (rc == 0 && remove_group(cg, stale.path, e) != 0)
             rc = -1;

@@ -23,9 +23,9 @@ enum cg_v1_ctrl { CG_MEMORY, CG_PIDS, CG_CPUACCT, CG_FREEZER, CG_NCTRL };
 
 struct cg_system {
     enum cg_version version;
-    char fsroot[PATH_MAX / 4];          /* normally /sys/fs/cgroup */
+    char fsroot[PATH_MAX / 4];         /* normally /sys/fs/cgroup */
     char base[CG_NCTRL][PATH_MAX / 4]; /* v2 uses base[0] only */
-    int memsw;                          /* v1: memory.memsw.* present */
+    int memsw;                         /* v1: memory.memsw.* present */
 };
 
 struct cg_box {

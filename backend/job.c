@@ -49,8 +49,7 @@ static int validate_files(const struct moat_exec_request *req, struct job_error 
         total += req->files[i].content_len;
     }
     if (total > MAX_CODE_BYTES)
-        return job_fail(je, MOAT_ERR_LIMIT, "files exceed the configured limit of %llu bytes",
-                        (unsigned long long)MAX_CODE_BYTES);
+        return job_fail(je, MOAT_ERR_LIMIT, "files exceed the configured limit of %llu bytes", (unsigned long long)MAX_CODE_BYTES);
     if (req->stdin_len > MAX_STDIN_BYTES)
         return job_fail(je, MOAT_ERR_LIMIT, "stdin exceeds the configured limit of %llu bytes",
                         (unsigned long long)MAX_STDIN_BYTES);
@@ -68,8 +67,8 @@ static int apply_limit(int64_t requested, uint64_t ceiling, const char *field, c
     if (requested == 0)
         return job_fail(je, MOAT_ERR_LIMIT, "%s must be positive", field);
     if ((uint64_t)requested > ceiling)
-        return job_fail(je, MOAT_ERR_LIMIT, "%s cannot exceed the configured limit of %llu %s", field,
-                        (unsigned long long)ceiling, unit);
+        return job_fail(je, MOAT_ERR_LIMIT, "%s cannot exceed the configured limit of %llu %s", field, (unsigned long long)ceiling,
+                        unit);
     *out = (uint64_t)requested;
     return 0;
 }
@@ -194,8 +193,8 @@ int job_run(struct backend *b, const struct moat_exec_request *req, struct moat_
     if (validate_files(req, je) != 0)
         return -1;
     if (stage_limits_for(&lang->run_limits, req->run_timeout_ms, req->run_memory_bytes, "run", &run_lim, je) != 0 ||
-        stage_limits_for(&lang->compile_limits, req->compile_timeout_ms, req->compile_memory_bytes, "compile",
-                         &compile_lim, je) != 0)
+        stage_limits_for(&lang->compile_limits, req->compile_timeout_ms, req->compile_memory_bytes, "compile", &compile_lim, je) !=
+            0)
         return -1;
 
     struct slot *s = pool_acquire(&b->pool);

@@ -107,9 +107,9 @@ static int limit_override(json_t *obj, const char *key, uint64_t *value, struct 
 
 static int parse_limits(json_t *obj, struct language *lang, struct errbuf *e)
 {
-    static const char *const known[] = {"run_timeout", "run_cpu_time",    "run_memory",    "run_processes",
+    static const char *const known[] = {"run_timeout",     "run_cpu_time",     "run_memory",     "run_processes",
                                         "compile_timeout", "compile_cpu_time", "compile_memory", "compile_processes",
-                                        "output",      "file_size"};
+                                        "output",          "file_size"};
     const char *key;
     json_t *v;
     uint64_t pids;
@@ -275,8 +275,7 @@ int languages_load(struct language_set *set, const char *dir, struct errbuf *e)
         struct errbuf le;
         if (de->d_name[0] == '.')
             continue;
-        if ((size_t)snprintf(path, sizeof(path), "%s/%s/manifest.json", dir, de->d_name) >= sizeof(path) ||
-            stat(path, &st) != 0)
+        if ((size_t)snprintf(path, sizeof(path), "%s/%s/manifest.json", dir, de->d_name) >= sizeof(path) || stat(path, &st) != 0)
             continue;
         if (language_parse(&lang, path, &le) != 0) {
             log_warnx("%s: skipping %s: %s", __func__, de->d_name, le.msg);

@@ -42,17 +42,17 @@ static void vlog(const char *level, int with_errno, int saved_errno, const char 
     (void)w;
 }
 
-#define LOGFN(name, level, with_errno, cond)                                                                                 \
-    void name(const char *fmt, ...)                                                                                          \
-    {                                                                                                                        \
-        int saved = errno;                                                                                                   \
-        va_list ap;                                                                                                          \
-        if (!(cond))                                                                                                         \
-            return;                                                                                                          \
-        va_start(ap, fmt);                                                                                                   \
-        vlog(level, with_errno, saved, fmt, ap);                                                                             \
-        va_end(ap);                                                                                                          \
-        errno = saved;                                                                                                       \
+#define LOGFN(name, level, with_errno, cond)                                                                                       \
+    void name(const char *fmt, ...)                                                                                                \
+    {                                                                                                                              \
+        int saved = errno;                                                                                                         \
+        va_list ap;                                                                                                                \
+        if (!(cond))                                                                                                               \
+            return;                                                                                                                \
+        va_start(ap, fmt);                                                                                                         \
+        vlog(level, with_errno, saved, fmt, ap);                                                                                   \
+        va_end(ap);                                                                                                                \
+        errno = saved;                                                                                                             \
     }
 
 LOGFN(log_warn, "", 1, 1)

@@ -39,7 +39,7 @@
 #define MOAT_LANGUAGES_DIR "/usr/local/share/moat/languages"
 #endif
 #define DEFAULT_RUN_DIR "/run/moat"
-#define DEFAULT_SOCKET "/run/moat/backend.sock"
+#define DEFAULT_SOCKET  "/run/moat/backend.sock"
 #define DEFAULT_CG_NAME "moat"
 #define SHUTDOWN_WAIT_S 30
 
@@ -98,8 +98,7 @@ static void setup_languages(struct backend *b, const struct options *o)
 static void setup_cgroups(struct backend *b, const struct options *o)
 {
     struct errbuf e;
-    if (cg_detect(&b->cg, "/sys/fs/cgroup", "/proc/self/cgroup", o->cg_name, &e) != 0 ||
-        cg_setup_instance(&b->cg, &e) != 0)
+    if (cg_detect(&b->cg, "/sys/fs/cgroup", "/proc/self/cgroup", o->cg_name, &e) != 0 || cg_setup_instance(&b->cg, &e) != 0)
         fatalx("cgroups: %s", e.msg);
     log_info("cgroup v%d, boxes below %s", b->cg.version, b->cg.base[0]);
 }

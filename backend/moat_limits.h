@@ -11,27 +11,27 @@
 
 /* run stage */
 #define DEFAULT_RUN_WALL_MS 3000
-#define DEFAULT_RUN_CPU_MS 3000
-#define DEFAULT_RUN_MEMORY (256 * MIB)
-#define DEFAULT_RUN_PIDS 64
+#define DEFAULT_RUN_CPU_MS  3000
+#define DEFAULT_RUN_MEMORY  (256 * MIB)
+#define DEFAULT_RUN_PIDS    64
 /* compile stage */
 #define DEFAULT_COMPILE_WALL_MS 10000
-#define DEFAULT_COMPILE_CPU_MS 10000
-#define DEFAULT_COMPILE_MEMORY (1024 * MIB)
-#define DEFAULT_COMPILE_PIDS 256
+#define DEFAULT_COMPILE_CPU_MS  10000
+#define DEFAULT_COMPILE_MEMORY  (1024 * MIB)
+#define DEFAULT_COMPILE_PIDS    256
 /* both */
 #define DEFAULT_OUTPUT_CAP (64 * 1024)
-#define DEFAULT_FSIZE (10 * 1000 * 1000)
-#define DEFAULT_TMP_BYTES (64 * MIB)
-#define DEFAULT_BOX_BYTES (64 * MIB)
-#define DEFAULT_NOFILE 256
+#define DEFAULT_FSIZE      (10 * 1000 * 1000)
+#define DEFAULT_TMP_BYTES  (64 * MIB)
+#define DEFAULT_BOX_BYTES  (64 * MIB)
+#define DEFAULT_NOFILE     256
 
 /* requests and connections */
-#define MAX_STDIN_BYTES (1 * MIB)
-#define MAX_CODE_BYTES (4 * MIB)
-#define MAX_CONNECTIONS 256
-#define SLOT_UID_BASE 60000
-#define MAX_SLOTS 256
+#define MAX_STDIN_BYTES      (1 * MIB)
+#define MAX_CODE_BYTES       (4 * MIB)
+#define MAX_CONNECTIONS      256
+#define SLOT_UID_BASE        60000
+#define MAX_SLOTS            256
 #define SOCKET_IO_TIMEOUT_MS 10000
 
 struct stage_limits {

@@ -14,22 +14,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MOAT_PROTO_VERSION 1
+#define MOAT_PROTO_VERSION     1
 #define MOAT_FRAME_HEADER_SIZE 16
 #define MOAT_FRAME_MAX_PAYLOAD (16u * 1024u * 1024u)
 
 /* Structural caps enforced by the codec itself (semantic limits live in the
  * backend's validator and the gateway's policy). */
-#define MOAT_MAX_FILES 32
-#define MOAT_MAX_ARGS 64
-#define MOAT_MAX_NAME_LEN 255    /* language, version, file name */
-#define MOAT_MAX_ARG_LEN 4096    /* one argv element */
+#define MOAT_MAX_FILES       32
+#define MOAT_MAX_ARGS        64
+#define MOAT_MAX_NAME_LEN    255  /* language, version, file name */
+#define MOAT_MAX_ARG_LEN     4096 /* one argv element */
 #define MOAT_MAX_MESSAGE_LEN 1024 /* human readable message */
 
 enum moat_msg_type {
-    MOAT_MSG_EXEC_REQUEST = 1, /* gateway -> backend */
-    MOAT_MSG_EXEC_RESULT = 2,  /* backend -> gateway */
-    MOAT_MSG_ERROR = 3,        /* backend -> gateway: request refused */
+    MOAT_MSG_EXEC_REQUEST = 1,   /* gateway -> backend */
+    MOAT_MSG_EXEC_RESULT = 2,    /* backend -> gateway */
+    MOAT_MSG_ERROR = 3,          /* backend -> gateway: request refused */
     MOAT_MSG_RUNTIMES_QUERY = 4, /* gateway -> backend: empty payload */
     MOAT_MSG_RUNTIMES = 5,       /* backend -> gateway: installed languages */
 };
@@ -119,7 +119,7 @@ struct moat_error {
 };
 
 #define MOAT_MAX_RUNTIMES 256
-#define MOAT_MAX_ALIASES 16
+#define MOAT_MAX_ALIASES  16
 
 struct moat_runtime {
     char *language;

@@ -1,0 +1,181 @@
+"""Shared helpers for moat's black-box tests.
+
+The tests start the real binaries (moat-backend as root, moat-gateway
+dropping to the `moat` user) with throwaway certificates, keys, sockets and
+cgroup names, and talk to them over real TLS.  Only Debian's python3
+standard library is used.
+"""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+
+BUILD = os.environ.get("MOAT_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+SOURCE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BACKEND = os.path.join(BUILD, "backend", "moat-backend")
+GATEWAY = os.path.join(BUILD, "gateway", "moat-gateway")
+MOATCTL = os.path.join(BUILD, "gateway", "moatctl")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def backend_run(code, language="python", extra=(), timeout=60):
+    """Runs one job with `moat-backend run` and returns the parsed result."""
+    tag = "moat-t%d" % os.getpid()
+    cmd = [BACKEND, "run", "-r", "/run/" + tag, "-n", tag, "-l", language, "-c", code, *extra]
+    p = subprocess.run(cmd, capture_output=True, timeout=timeout)
+    if p.returncode != 0:
+        raise AssertionError("moat-backend run failed (%d): %s" % (p.returncode, p.stderr.decode(errors="replace")))
+    return json.loads(p.stdout)
+
+
+class Stack:
+    """A backend and a gateway on a free port, torn down by stop()."""
+
+    def __init__(self, tenant="demo"):
+        self.tmp = tempfile.mkdtemp(prefix="moat-e2e-")
+        os.chmod(self.tmp, 0o755)
+        self.tag = "moat-e2e-%d" % os.getpid()
+        self.run_dir = "/run/" + self.tag
+        self.socket = os.path.join(self.run_dir, "backend.sock")
+        self.port = free_port()
+        self.certs = os.path.join(self.tmp, "certs")
+        subprocess.run([os.path.join(SOURCE, "certs", "gen-dev-certs.sh"), self.certs], check=True,
+                       capture_output=True)
+        self.ca = os.path.join(self.certs, "ca.pem")
+        out = subprocess.run([MOATCTL, "key", "new"], check=True, capture_output=True, text=True).stdout
+        fields = dict(line.split(": ", 1) for line in out.strip().splitlines())
+        self.token = fields["token"]
+        kid, _, sha = fields["id"].partition(" sha256: ")
+        self.key_id = kid
+        self.config = os.path.join(self.tmp, "gateway.conf")
+        with open(self.config, "w") as f:
+            f.write(f"""listen:
+  address: 127.0.0.1
+  port: {self.port}
+tls:
+  certificate: {self.certs}/server.pem
+  key: {self.certs}/server.key
+backend:
+  socket: {self.socket}
+  timeout_ms: 30000
+user: moat
+workers: 2
+tenants:
+  - name: {tenant}
+    keys:
+      - id: {kid}
+        sha256: {sha}
+""")
+        os.chmod(self.config, 0o600)
+        self.backend = None
+        self.gateway = None
+
+    def start_backend(self):
+        self.backend_log = open(os.path.join(self.tmp, "backend.log"), "ab")
+        self.backend = subprocess.Popen(
+            [BACKEND, "-s", self.socket, "-r", self.run_dir, "-u", "moat", "-g", "moat", "-n", self.tag, "-j", "4"],
+            stdout=self.backend_log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if os.path.exists(self.socket):
+                return
+            if self.backend.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError("backend did not start: " + self.log("backend"))
+
+    def stop_backend(self, sig=signal.SIGTERM):
+        if self.backend and self.backend.poll() is None:
+            self.backend.send_signal(sig)
+            self.backend.wait(timeout=30)
+        self.backend = None
+
+    def start_gateway(self):
+        self.gateway_log = open(os.path.join(self.tmp, "gateway.log"), "ab")
+        self.gateway = subprocess.Popen([GATEWAY, "-c", self.config], stdout=self.gateway_log,
+                                        stderr=subprocess.STDOUT)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                status, _, _ = self.request("GET", "/healthz", token=None)
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            if self.gateway.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError("gateway did not start: " + self.log("gateway"))
+
+    def start(self):
+        self.start_backend()
+        self.start_gateway()
+        return self
+
+    def log(self, name):
+        try:
+            with open(os.path.join(self.tmp, name + ".log"), errors="replace") as f:
+                return f.read()[-4000:]
+        except OSError:
+            return "(no log)"
+
+    def stop(self):
+        if self.gateway and self.gateway.poll() is None:
+            self.gateway.terminate()
+            try:
+                self.gateway.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.gateway.kill()
+        self.stop_backend()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def ssl_context(self, alpn=("h2", "http/1.1")):
+        ctx = ssl.create_default_context(cafile=self.ca)
+        if alpn:
+            ctx.set_alpn_protocols(list(alpn))
+        return ctx
+
+    def request(self, method, path, body=None, token="default", headers=None, timeout=60):
+        """One HTTP/1.1 request over TLS; returns (status, headers, parsed JSON or raw bytes)."""
+        ctx = self.ssl_context(alpn=("http/1.1",))
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=timeout)
+        h = dict(headers or {})
+        if token == "default":
+            token = self.token
+        if token is not None:
+            h["Authorization"] = "Bearer " + token
+        if body is not None and not isinstance(body, (bytes, str)):
+            body = json.dumps(body)
+            h.setdefault("Content-Type", "application/json")
+        try:
+            conn.request(method, path, body=body, headers=h)
+            resp = conn.getresponse()
+            raw = resp.read()
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                data = raw
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+        finally:
+            conn.close()
+
+    def execute(self, language, code, **extra):
+        body = {"language": language, "version": "*", "files": [{"name": "main", "content": code}]}
+        body.update(extra)
+        return self.request("POST", "/api/v2/execute", body)
+
+    def curl(self, *args):
+        return subprocess.run(["curl", "-sS", "--cacert", self.ca, *args], capture_output=True, text=True,
+                              timeout=60)

@@ -1,0 +1,158 @@
+"""Black-box tests of the box, through `moat-backend run` (real namespaces,
+real cgroups, real limits).  Each test fails if its protection is removed."""
+
+import glob
+import os
+import unittest
+
+from moat_harness import backend_run
+
+
+def run(code, language="python", *extra):
+    return backend_run(code, language, extra)["run"]
+
+
+class BoxTest(unittest.TestCase):
+    def test_python_hello(self):
+        r = run('print("hello")')
+        self.assertEqual(r["stdout"], "hello\n")
+        self.assertEqual(r["code"], 0)
+        self.assertIsNone(r["status"])
+
+    def test_bash_hello_and_stdin(self):
+        r = backend_run('read x; echo "got $x"; echo err >&2', "bash", ("-i", "moat\n"))["run"]
+        self.assertEqual(r["stdout"], "got moat\n")
+        self.assertEqual(r["stderr"], "err\n")
+        self.assertEqual(r["code"], 0)
+
+    def test_argument_with_newline_stays_one_argv_element(self):
+        # S3: no user string reaches a shell
+        r = backend_run("import sys, json; print(json.dumps(sys.argv[1:]))", "python",
+                        ("-a", "a b\nc; echo pwned", "-a", "$(id)"))["run"]
+        self.assertEqual(r["stdout"], '["a b\\nc; echo pwned", "$(id)"]\n')
+
+    def test_infinite_loop_hits_wall_limit(self):
+        r = run("while True: pass", "python", "--run-timeout", "1000")
+        self.assertEqual(r["status"], "TO")
+        self.assertGreaterEqual(r["wall_time"], 900)
+        self.assertLess(r["wall_time"], 2000)
+
+    def test_sleep_hits_wall_limit(self):
+        r = run("import time; time.sleep(10)", "python", "--run-timeout", "1000")
+        self.assertEqual(r["status"], "TO")
+        self.assertLess(r["wall_time"], 2000)
+        self.assertLess(r["cpu_time"], 500)
+
+    def test_output_cap(self):
+        r = run('print("x" * 200000)')
+        self.assertEqual(r["status"], "OL")
+        self.assertEqual(len(r["stdout"]), 64 * 1024)
+
+    def test_stderr_cap(self):
+        r = run('import sys; sys.stderr.write("e" * 200000)')
+        self.assertEqual(r["status"], "EL")
+        self.assertEqual(len(r["stderr"]), 64 * 1024)
+
+    def test_memory_limit(self):
+        r = run("a = bytearray(512 * 1024 * 1024)\nprint(len(a))")
+        self.assertEqual(r["status"], "ML")
+        self.assertEqual(r["message"], "memory limit exceeded")
+        self.assertEqual(r["signal"], "SIGKILL")
+        self.assertGreater(r["memory"], 200 * 1024 * 1024)
+        self.assertLessEqual(r["memory"], 256 * 1024 * 1024)
+
+    def test_fork_bomb_stops_at_pids_limit(self):
+        code = ("import os, time\nn = 0\n"
+                "try:\n    while True:\n        if os.fork() == 0:\n            time.sleep(5); os._exit(0)\n"
+                "        n += 1\nexcept OSError as e:\n    print(n, e.errno)\n")
+        r = run(code)
+        self.assertEqual(r["code"], 0, r)
+        n, errno = r["stdout"].split()
+        self.assertEqual(int(errno), 11)  # EAGAIN
+        self.assertLess(int(n), 64)
+
+    def test_network_unreachable(self):
+        code = ("import socket\nfor addr in [('127.0.0.1', 22), ('169.254.169.254', 80), ('10.0.0.1', 53)]:\n"
+                "    s = socket.socket()\n    try:\n        s.connect(addr); print('connected', addr)\n"
+                "    except OSError as e:\n        print(e.errno)\n"
+                "try:\n    socket.getaddrinfo('debian.org', 80); print('resolved')\n"
+                "except OSError as e:\n    print('dns failed')\n")
+        r = run(code)
+        lines = r["stdout"].split()
+        self.assertNotIn("connected", r["stdout"])
+        self.assertEqual(lines[:3], ["101", "101", "101"])  # ENETUNREACH: no interface is up
+        self.assertEqual(r["stdout"].strip().splitlines()[-1], "dns failed")
+
+    def test_host_secrets_invisible(self):
+        code = ("import os\nprint(os.path.exists('/etc/shadow'), os.path.exists('/run/moat'), "
+                "os.path.exists('/root'), sorted(os.listdir('/')))")
+        r = run(code)
+        self.assertEqual(r["stdout"].strip(),
+                         "False False False ['bin', 'box', 'dev', 'etc', 'lib', 'lib64', 'proc', 'tmp', 'usr']")
+
+    def test_identity_and_descriptors(self):
+        # S8, S25: own pid namespace, slot uid, no capabilities, no_new_privs, fds 0-2 only
+        code = ("import os\nfds = sorted(int(x) for x in os.listdir('/proc/self/fd'))\n"
+                "st = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines())\n"
+                "print(os.getpid() < 10, os.getuid() >= 60000, st['CapEff'].strip(), st['NoNewPrivs'].strip(), fds)")
+        r = run(code)
+        self.assertEqual(r["stdout"].strip(), "True True 0000000000000000 1 [0, 1, 2, 3]")
+
+    def test_root_and_runtime_read_only(self):
+        code = ("import os\nfor p in ['/usr/bin/evil', '/evil', '/etc/passwd']:\n"
+                "    try:\n        open(p, 'w'); print('wrote', p)\n    except OSError as e:\n        print(e.errno)\n")
+        r = run(code)
+        self.assertNotIn("wrote", r["stdout"])
+
+    def test_tmp_is_private_per_run(self):
+        r1 = run("open('/tmp/marker', 'w').write('x'); open('/box/marker', 'w').write('y'); print('ok')")
+        self.assertEqual(r1["stdout"], "ok\n")
+        r2 = run("import os; print(os.path.exists('/tmp/marker'), os.path.exists('/box/marker'))")
+        self.assertEqual(r2["stdout"], "False False\n")
+
+    def test_environment_is_explicit(self):
+        os.environ["MOAT_TEST_SECRET"] = "hunter2"
+        r = run("import os; print(sorted(os.environ))")
+        self.assertNotIn("MOAT_TEST_SECRET", r["stdout"])
+        self.assertEqual(r["stdout"].strip(),
+                         "['HOME', 'LANG', 'PATH', 'PYTHONDONTWRITEBYTECODE', 'PYTHONUNBUFFERED']")
+
+    def test_no_controlling_terminal(self):
+        r = run("import os\ntry:\n    os.open('/dev/tty', os.O_RDWR); print('tty')\nexcept OSError as e:\n"
+                "    print(e.errno)\nprint(os.getsid(0) == os.getpid())")
+        self.assertNotIn("tty", r["stdout"].split("\n")[0])
+        self.assertEqual(r["stdout"].split()[-1], "True")
+
+    def test_nonzero_exit_is_runtime_error(self):
+        r = run("import sys; sys.exit(3)")
+        self.assertEqual(r["code"], 3)
+        self.assertEqual(r["status"], "RE")
+
+    def test_unknown_language(self):
+        from moat_harness import BACKEND
+        import subprocess
+        p = subprocess.run([BACKEND, "run", "-r", "/run/moat-tu", "-n", "moat-tu", "-l", "cobol", "-c", "x"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("cobol-* runtime is unknown", p.stderr)
+
+    def test_limit_above_ceiling_is_refused(self):
+        from moat_harness import BACKEND
+        import subprocess
+        p = subprocess.run([BACKEND, "run", "-r", "/run/moat-tu", "-n", "moat-tu", "-l", "python", "-c", "x",
+                            "--run-timeout", "999999"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("run_timeout cannot exceed the configured limit of 3000 ms", p.stderr)
+
+    def test_no_box_left_behind(self):
+        for _ in range(5):
+            run("import os\nif os.fork() == 0:\n    import time; time.sleep(30)\nprint('parent done')")
+        tag = "moat-t%d" % os.getpid()
+        leftovers = [d for d in glob.glob("/sys/fs/cgroup/*/**/%s/*" % tag, recursive=True) if os.path.isdir(d)]
+        self.assertEqual(leftovers, [])
+        with open("/proc/self/mountinfo") as f:
+            self.assertNotIn("/run/%s/slots" % tag, f.read())
+
+
+if __name__ == "__main__":
+    unittest.main()
