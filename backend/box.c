@@ -15,7 +15,7 @@
  *   setup_uts -> fork the program
  *
  * and the program child does setup_session -> setup_rlimits ->
- * setup_credentials -> setup_fds -> no_new_privs -> execve.  Init reaps
+ * setup_credentials -> setup_fds -> no_new_privs -> seccomp -> execve.  Init reaps
  * everything, reports the program's wait status on the status pipe and
  * exits; the kernel then kills whatever is left in the pid namespace.  The
  * child never allocates (the parent is multi-threaded): it only reads the
@@ -380,6 +380,8 @@ static __attribute__((noreturn)) void run_program(const struct plan *p, int errf
     syscall(SYS_close_range, errfd + 1, ~0U, 0);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         exec_die(errfd, "PR_SET_NO_NEW_PRIVS");
+    if (spec->seccomp && seccomp_policy_install(spec->seccomp) != 0)
+        exec_die(errfd, "install seccomp filter");
     execve(spec->argv[0], spec->argv, spec->envp);
     exec_die(errfd, "execve");
 }

@@ -17,6 +17,7 @@
 #include "cgroup.h"
 #include "errbuf.h"
 #include "moat_proto.h"
+#include "seccomp_policy.h"
 
 struct box_limits {
     uint64_t wall_ms;
@@ -42,6 +43,7 @@ struct box_spec {
     const uint8_t *stdin_data;
     size_t stdin_len;
     struct box_limits lim;
+    const struct seccomp_prog *seccomp; /* installed just before execve */
 };
 
 struct box_stream {

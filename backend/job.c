@@ -167,6 +167,7 @@ static int run_stage(struct backend *b, struct slot *s, const struct language *l
     spec.stdin_data = with_stdin ? req->stdin_data : NULL;
     spec.stdin_len = with_stdin ? req->stdin_len : 0;
     spec.lim = *lim;
+    spec.seccomp = &b->seccomp;
     int rc = box_run(&b->cg, s, &spec, &br, &e);
     free(argv);
     if (rc != 0) {

@@ -16,6 +16,7 @@ struct backend {
     struct cg_system cg;
     struct language_set langs;
     struct slot_pool pool;
+    struct seccomp_prog seccomp;
 };
 
 struct job_error {

@@ -8,7 +8,7 @@
  * SO_PEERCRED.  Start-up is a fixed sequence of setup_* steps, each fatal on
  * failure: parse options, load the language manifests, detect cgroup v1 or
  * v2 and create this instance's groups below the backend's own (removing
- * what a crashed run left), prepare the box slots (one uid, directory and
+ * what a crashed run left), compile the seccomp allow-list, prepare the box slots (one uid, directory and
  * clone stack each), then bind the socket.  The main thread accepts; each
  * connection gets a worker thread that reads typed frames (moat_proto),
  * validates them again, takes a slot and runs the compile and run stages in
@@ -101,6 +101,13 @@ static void setup_cgroups(struct backend *b, const struct options *o)
     if (cg_detect(&b->cg, "/sys/fs/cgroup", "/proc/self/cgroup", o->cg_name, &e) != 0 || cg_setup_instance(&b->cg, &e) != 0)
         fatalx("cgroups: %s", e.msg);
     log_info("cgroup v%d, boxes below %s", b->cg.version, b->cg.base[0]);
+}
+
+static void setup_seccomp(struct backend *b)
+{
+    struct errbuf e;
+    if (seccomp_policy_build(&b->seccomp, &e) != 0)
+        fatalx("%s", e.msg);
 }
 
 static void setup_slots(struct backend *b, const struct options *o)
@@ -288,6 +295,7 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     }
     setup_languages(b, o);
     setup_cgroups(b, o);
+    setup_seccomp(b);
     setup_slots(b, o);
     if (job_run(b, req, &res, &je) != 0) {
         fprintf(stderr, "moat-backend: run: %s\n", je.message);
@@ -431,6 +439,7 @@ int main(int argc, char **argv)
     int sig_fd = setup_signals();
     setup_languages(&b, &o);
     setup_cgroups(&b, &o);
+    setup_seccomp(&b);
     setup_slots(&b, &o);
     struct server srv;
     setup_socket(&srv, &b, &o);

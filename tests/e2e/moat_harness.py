@@ -101,6 +101,9 @@ tenants:
             self.backend.send_signal(sig)
             self.backend.wait(timeout=30)
         self.backend = None
+        if getattr(self, "backend_log", None):
+            self.backend_log.close()
+            self.backend_log = None
 
     def start_gateway(self):
         self.gateway_log = open(os.path.join(self.tmp, "gateway.log"), "ab")
@@ -138,6 +141,8 @@ tenants:
                 self.gateway.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.gateway.kill()
+        if getattr(self, "gateway_log", None):
+            self.gateway_log.close()
         self.stop_backend()
         shutil.rmtree(self.tmp, ignore_errors=True)
 

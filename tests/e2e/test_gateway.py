@@ -6,6 +6,7 @@ user), and talks HTTP/1.1 and HTTP/2 over real TLS with a throwaway CA."""
 import socket
 import ssl
 import unittest
+import warnings
 
 from moat_harness import Stack
 
@@ -37,8 +38,10 @@ class GatewayTest(unittest.TestCase):
     def test_old_tls_versions_refused(self):
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.load_verify_locations(self.stack.ca)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1
-        ctx.maximum_version = ssl.TLSVersion.TLSv1_1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ctx.minimum_version = ssl.TLSVersion.TLSv1
+            ctx.maximum_version = ssl.TLSVersion.TLSv1_1
         try:
             ctx.set_ciphers("ALL:@SECLEVEL=0")
         except ssl.SSLError:

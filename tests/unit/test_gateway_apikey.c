@@ -161,8 +161,9 @@ static void test_hex(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip), cmocka_unit_test(test_generate_rejects_bad_id), cmocka_unit_test(test_malformed),
-        cmocka_unit_test(test_digest_compare), cmocka_unit_test(test_hex),
+        cmocka_unit_test(test_round_trip), cmocka_unit_test(test_generate_rejects_bad_id),
+        cmocka_unit_test(test_malformed),  cmocka_unit_test(test_digest_compare),
+        cmocka_unit_test(test_hex),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

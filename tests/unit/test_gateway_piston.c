@@ -22,10 +22,11 @@ static int parse(const char *body, struct moat_exec_request *r, char *err, size_
 
 static void test_valid_request(void **state)
 {
-    const char *body = "{\"language\":\"python\",\"version\":\"3.11.0\","
-                       "\"files\":[{\"name\":\"main.py\",\"content\":\"print(1)\"},"
-                       "{\"content\":\"aGk=\",\"encoding\":\"base64\"},{\"name\":\"x.bin\",\"content\":\"00fF\",\"encoding\":\"hex\"}],"
-                       "\"stdin\":\"in\",\"args\":[\"a\",\"b c\"],\"run_timeout\":3000,\"compile_memory_limit\":-1}";
+    const char *body =
+        "{\"language\":\"python\",\"version\":\"3.11.0\","
+        "\"files\":[{\"name\":\"main.py\",\"content\":\"print(1)\"},"
+        "{\"content\":\"aGk=\",\"encoding\":\"base64\"},{\"name\":\"x.bin\",\"content\":\"00fF\",\"encoding\":\"hex\"}],"
+        "\"stdin\":\"in\",\"args\":[\"a\",\"b c\"],\"run_timeout\":3000,\"compile_memory_limit\":-1}";
     struct moat_exec_request r;
     char err[256];
 
@@ -103,7 +104,8 @@ static void test_rejections(void **state)
     expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[1]}", "files[0] must be an object");
     expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"content\":5}]}", "files[0].content must be a string");
     expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"a\"}]}", "files[0].content is required");
-    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"content\":\"x\",\"mode\":1}]}", "files[0]: unknown field 'mode'");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"content\":\"x\",\"mode\":1}]}",
+               "files[0]: unknown field 'mode'");
     expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"content\":\"x\",\"encoding\":\"rot13\"}]}",
                "files[0].encoding must be one of");
     expect_bad("{\"language\":\"c\",\"version\":\"1\",\"stdin\":null," F "}", "stdin must be a string");
@@ -121,7 +123,8 @@ static void test_bad_file_names(void **state)
     size_t i;
 
     for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        snprintf(body, sizeof(body), "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":%s,\"content\":\"x\"}]}", names[i]);
+        snprintf(body, sizeof(body), "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":%s,\"content\":\"x\"}]}",
+                 names[i]);
         expect_bad(body, "files[0].name");
     }
     /* 256 bytes is one too many */
@@ -129,11 +132,13 @@ static void test_bad_file_names(void **state)
         char name[257];
         memset(name, 'a', 256);
         name[256] = '\0';
-        snprintf(body, sizeof(body), "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"%s\",\"content\":\"x\"}]}", name);
+        snprintf(body, sizeof(body), "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"%s\",\"content\":\"x\"}]}",
+                 name);
         expect_bad(body, "files[0].name");
     }
-    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"a\",\"content\":\"x\"},{\"name\":\"a\",\"content\":\"y\"}]}",
-               "files[1].name duplicates files[0].name");
+    expect_bad(
+        "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"a\",\"content\":\"x\"},{\"name\":\"a\",\"content\":\"y\"}]}",
+        "files[1].name duplicates files[0].name");
 }
 
 static void test_bad_encodings(void **state)
@@ -143,8 +148,8 @@ static void test_bad_encodings(void **state)
     size_t i;
 
     for (i = 0; i < sizeof(b64) / sizeof(b64[0]); i++) {
-        snprintf(body, sizeof(body), "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"content\":\"%s\",\"encoding\":\"base64\"}]}",
-                 b64[i]);
+        snprintf(body, sizeof(body),
+                 "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"content\":\"%s\",\"encoding\":\"base64\"}]}", b64[i]);
         expect_bad(body, "files[0].content is not valid base64");
     }
     expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"content\":\"abc\",\"encoding\":\"hex\"}]}",
@@ -174,7 +179,8 @@ static void test_too_many(void **state)
 static void test_utf8_sanitize(void **state)
 {
     /* valid 2/3/4-byte sequences survive; stray continuation, overlong, surrogate and truncated ones become U+FFFD */
-    static const uint8_t in[] = {'a', 0xc3, 0xa9, 0xe2, 0x82, 0xac, 0xf0, 0x9f, 0x98, 0x80, 0x80, 0xc0, 0xaf, 0xed, 0xa0, 0x80, 0xe2, 0x82};
+    static const uint8_t in[] = {'a',  0xc3, 0xa9, 0xe2, 0x82, 0xac, 0xf0, 0x9f, 0x98,
+                                 0x80, 0x80, 0xc0, 0xaf, 0xed, 0xa0, 0x80, 0xe2, 0x82};
     static const char want[] = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"
                                "\xef\xbf\xbd"                         /* 0x80 */
                                "\xef\xbf\xbd\xef\xbf\xbd"             /* c0 af: two */
@@ -288,9 +294,15 @@ static void test_runtimes_and_error_json(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_valid_request),   cmocka_unit_test(test_minimal_defaults), cmocka_unit_test(test_rejections),
-        cmocka_unit_test(test_bad_file_names),  cmocka_unit_test(test_bad_encodings),    cmocka_unit_test(test_too_many),
-        cmocka_unit_test(test_utf8_sanitize),   cmocka_unit_test(test_result_json),      cmocka_unit_test(test_runtimes_and_error_json),
+        cmocka_unit_test(test_valid_request),
+        cmocka_unit_test(test_minimal_defaults),
+        cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_bad_file_names),
+        cmocka_unit_test(test_bad_encodings),
+        cmocka_unit_test(test_too_many),
+        cmocka_unit_test(test_utf8_sanitize),
+        cmocka_unit_test(test_result_json),
+        cmocka_unit_test(test_runtimes_and_error_json),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

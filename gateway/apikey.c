@@ -1,0 +1,162 @@
+/*
+ * apikey.c - generate and check API key tokens (see apikey.h for the format).
+ */
+#include "apikey.h"
+
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#define APIKEY_ID_OFF       APIKEY_PREFIX_LEN
+#define APIKEY_SECRET_OFF   (APIKEY_ID_OFF + APIKEY_ID_LEN + 1)
+#define APIKEY_CHECKSUM_OFF (APIKEY_SECRET_OFF + APIKEY_SECRET_LEN + 1)
+
+void hex_encode(const uint8_t *in, size_t len, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    size_t i;
+
+    for (i = 0; i < len; i++) {
+        out[2 * i] = digits[in[i] >> 4];
+        out[2 * i + 1] = digits[in[i] & 0xf];
+    }
+    out[2 * len] = '\0';
+}
+
+static int hex_lower_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+static int is_lower_hex(const char *s, size_t len)
+{
+    size_t i;
+
+    for (i = 0; i < len; i++)
+        if (hex_lower_value(s[i]) < 0)
+            return 0;
+    return 1;
+}
+
+int hex_decode_lower(const char *in, size_t inlen, uint8_t *out, size_t outlen)
+{
+    size_t i;
+
+    if (inlen != 2 * outlen || !is_lower_hex(in, inlen))
+        return -1;
+    for (i = 0; i < outlen; i++)
+        out[i] = (uint8_t)(hex_lower_value(in[2 * i]) << 4 | hex_lower_value(in[2 * i + 1]));
+    return 0;
+}
+
+int apikey_valid_id(const char *s, size_t len)
+{
+    return s != NULL && len == APIKEY_ID_LEN && is_lower_hex(s, len);
+}
+
+int apikey_digest(const char *token, size_t len, uint8_t digest[APIKEY_DIGEST_LEN])
+{
+    unsigned int outlen = 0;
+
+    if (EVP_Digest(token, len, digest, &outlen, EVP_sha256(), NULL) != 1 || outlen != APIKEY_DIGEST_LEN)
+        return -1;
+    return 0;
+}
+
+/* Checksum over token[0..APIKEY_CHECKSUM_OFF - 1) as 8 hex characters. */
+static int apikey_checksum(const char *token, char out[APIKEY_CHECKSUM_LEN + 1])
+{
+    uint8_t digest[APIKEY_DIGEST_LEN];
+
+    if (apikey_digest(token, APIKEY_CHECKSUM_OFF - 1, digest) != 0)
+        return -1;
+    hex_encode(digest, APIKEY_CHECKSUM_LEN / 2, out);
+    return 0;
+}
+
+int apikey_generate(const char *id, char token[APIKEY_TOKEN_LEN + 1], const char **why)
+{
+    uint8_t secret[APIKEY_SECRET_BYTES];
+    uint8_t rid[APIKEY_ID_LEN / 2];
+    char idbuf[APIKEY_ID_LEN + 1];
+    char secret_hex[APIKEY_SECRET_LEN + 1];
+    char sum[APIKEY_CHECKSUM_LEN + 1];
+
+    if (id == NULL) {
+        if (RAND_bytes(rid, sizeof(rid)) != 1) {
+            *why = "RAND_bytes failed";
+            return -1;
+        }
+        hex_encode(rid, sizeof(rid), idbuf);
+        id = idbuf;
+    } else if (!apikey_valid_id(id, strlen(id))) {
+        *why = "key id must be 12 lowercase hex characters";
+        return -1;
+    }
+    if (RAND_bytes(secret, sizeof(secret)) != 1) {
+        *why = "RAND_bytes failed";
+        return -1;
+    }
+    hex_encode(secret, sizeof(secret), secret_hex);
+    OPENSSL_cleanse(secret, sizeof(secret));
+
+    memcpy(token, APIKEY_PREFIX, APIKEY_PREFIX_LEN);
+    memcpy(token + APIKEY_ID_OFF, id, APIKEY_ID_LEN);
+    token[APIKEY_SECRET_OFF - 1] = '_';
+    memcpy(token + APIKEY_SECRET_OFF, secret_hex, APIKEY_SECRET_LEN);
+    OPENSSL_cleanse(secret_hex, sizeof(secret_hex));
+    token[APIKEY_CHECKSUM_OFF - 1] = '_';
+    token[APIKEY_TOKEN_LEN] = '\0';
+    if (apikey_checksum(token, sum) != 0) {
+        OPENSSL_cleanse(token, APIKEY_TOKEN_LEN + 1);
+        *why = "SHA-256 failed";
+        return -1;
+    }
+    memcpy(token + APIKEY_CHECKSUM_OFF, sum, APIKEY_CHECKSUM_LEN);
+    return 0;
+}
+
+int apikey_parse(const char *token, size_t len, char id[APIKEY_ID_LEN + 1], const char **why)
+{
+    char sum[APIKEY_CHECKSUM_LEN + 1];
+
+    if (token == NULL || len != APIKEY_TOKEN_LEN) {
+        *why = "wrong token length";
+        return -1;
+    }
+    if (memcmp(token, APIKEY_PREFIX, APIKEY_PREFIX_LEN) != 0) {
+        *why = "wrong token prefix";
+        return -1;
+    }
+    if (token[APIKEY_SECRET_OFF - 1] != '_' || token[APIKEY_CHECKSUM_OFF - 1] != '_') {
+        *why = "malformed token";
+        return -1;
+    }
+    if (!is_lower_hex(token + APIKEY_ID_OFF, APIKEY_ID_LEN) || !is_lower_hex(token + APIKEY_SECRET_OFF, APIKEY_SECRET_LEN) ||
+        !is_lower_hex(token + APIKEY_CHECKSUM_OFF, APIKEY_CHECKSUM_LEN)) {
+        *why = "token is not lowercase hex";
+        return -1;
+    }
+    if (apikey_checksum(token, sum) != 0) {
+        *why = "SHA-256 failed";
+        return -1;
+    }
+    if (memcmp(sum, token + APIKEY_CHECKSUM_OFF, APIKEY_CHECKSUM_LEN) != 0) {
+        *why = "bad token checksum";
+        return -1;
+    }
+    memcpy(id, token + APIKEY_ID_OFF, APIKEY_ID_LEN);
+    id[APIKEY_ID_LEN] = '\0';
+    return 0;
+}
+
+int apikey_digest_equal(const uint8_t a[APIKEY_DIGEST_LEN], const uint8_t b[APIKEY_DIGEST_LEN])
+{
+    return CRYPTO_memcmp(a, b, APIKEY_DIGEST_LEN) == 0;
+}

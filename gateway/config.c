@@ -1,0 +1,499 @@
+/*
+ * config.c - load gateway.conf (YAML) into struct gw_config.
+ *
+ * The whole file is loaded as a libyaml document and then walked with a
+ * fixed schema: every mapping rejects unknown and duplicate keys, every
+ * scalar is range checked, and every error names the file and line.
+ */
+#include "config.h"
+#include "gw_limits.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <yaml.h>
+
+struct parse_ctx {
+    const char *path;
+    yaml_document_t *doc;
+    struct gw_config *cfg;
+    char *err;
+    size_t errlen;
+};
+
+/* Record "PATH:LINE: reason" and return -1. */
+__attribute__((format(printf, 3, 4))) static int fail(struct parse_ctx *pc, const yaml_node_t *node, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (node != NULL)
+        snprintf(pc->err, pc->errlen, "%s:%lu: %s", pc->path, (unsigned long)node->start_mark.line + 1, msg);
+    else
+        snprintf(pc->err, pc->errlen, "%s: %s", pc->path, msg);
+    return -1;
+}
+
+int gw_check_file_secrecy(int fd, const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+
+    if (fstat(fd, &st) == -1) {
+        snprintf(err, errlen, "%s: fstat: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file", path);
+        return -1;
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+        snprintf(err, errlen, "%s: writable by group or others, refusing it", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- scalars */
+
+static const char *scalar(const yaml_node_t *n)
+{
+    return (const char *)n->data.scalar.value;
+}
+
+static int want_scalar(struct parse_ctx *pc, const yaml_node_t *n, const char *name)
+{
+    if (n == NULL || n->type != YAML_SCALAR_NODE)
+        return fail(pc, n, "%s must be a scalar", name);
+    if (strlen(scalar(n)) != n->data.scalar.length)
+        return fail(pc, n, "%s contains a NUL byte", name);
+    return 0;
+}
+
+static int parse_string(struct parse_ctx *pc, const yaml_node_t *n, const char *name, size_t maxlen, char **dst)
+{
+    char *s;
+
+    if (want_scalar(pc, n, name) != 0)
+        return -1;
+    if (n->data.scalar.length == 0)
+        return fail(pc, n, "%s must not be empty", name);
+    if (n->data.scalar.length > maxlen)
+        return fail(pc, n, "%s is longer than %zu bytes", name, maxlen);
+    if ((s = strdup(scalar(n))) == NULL)
+        return fail(pc, n, "out of memory");
+    free(*dst);
+    *dst = s;
+    return 0;
+}
+
+static int parse_uint(struct parse_ctx *pc, const yaml_node_t *n, const char *name, uint64_t min, uint64_t max, uint64_t *out)
+{
+    const char *s;
+    char *end;
+    unsigned long long v;
+
+    if (want_scalar(pc, n, name) != 0)
+        return -1;
+    s = scalar(n);
+    if (s[0] < '0' || s[0] > '9')
+        return fail(pc, n, "%s must be a non-negative integer", name);
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return fail(pc, n, "%s must be a non-negative integer", name);
+    if (v < min || v > max)
+        return fail(pc, n, "%s must be between %llu and %llu", name, (unsigned long long)min, (unsigned long long)max);
+    *out = v;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- mappings */
+
+typedef int (*field_fn)(struct parse_ctx *pc, const char *key, yaml_node_t *value, void *arg);
+
+/*
+ * Walk a mapping, rejecting non-scalar and duplicate keys, and hand each
+ * pair to fn.  fn returns 1 for an unknown key.
+ */
+static int walk_mapping(struct parse_ctx *pc, yaml_node_t *map, const char *name, field_fn fn, void *arg)
+{
+    yaml_node_pair_t *p, *q;
+
+    if (map == NULL || map->type != YAML_MAPPING_NODE)
+        return fail(pc, map, "%s must be a mapping", name);
+    for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(pc->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(pc->doc, p->value);
+        int rc;
+
+        if (k == NULL || k->type != YAML_SCALAR_NODE)
+            return fail(pc, k != NULL ? k : map, "keys in %s must be scalars", name);
+        for (q = map->data.mapping.pairs.start; q < p; q++) {
+            yaml_node_t *k2 = yaml_document_get_node(pc->doc, q->key);
+            if (k2 != NULL && k2->type == YAML_SCALAR_NODE && strcmp(scalar(k2), scalar(k)) == 0)
+                return fail(pc, k, "duplicate key '%s' in %s", scalar(k), name);
+        }
+        if (v == NULL)
+            return fail(pc, k, "%s.%s has no value", name, scalar(k));
+        rc = fn(pc, scalar(k), v, arg);
+        if (rc == 1)
+            return fail(pc, k, "unknown key '%s' in %s", scalar(k), name);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int listen_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    uint64_t port;
+
+    if (strcmp(key, "address") == 0) {
+        unsigned char buf[sizeof(struct in6_addr)];
+        if (parse_string(pc, v, "listen.address", 64, &pc->cfg->listen_address) != 0)
+            return -1;
+        if (inet_pton(AF_INET, pc->cfg->listen_address, buf) != 1 && inet_pton(AF_INET6, pc->cfg->listen_address, buf) != 1)
+            return fail(pc, v, "listen.address must be a numeric IPv4 or IPv6 address");
+        return 0;
+    }
+    if (strcmp(key, "port") == 0) {
+        if (parse_uint(pc, v, "listen.port", 1, 65535, &port) != 0)
+            return -1;
+        pc->cfg->listen_port = (uint16_t)port;
+        return 0;
+    }
+    return 1;
+}
+
+static int tls_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    if (strcmp(key, "certificate") == 0)
+        return parse_string(pc, v, "tls.certificate", GW_MAX_PATH_LEN, &pc->cfg->tls_certificate);
+    if (strcmp(key, "key") == 0)
+        return parse_string(pc, v, "tls.key", GW_MAX_PATH_LEN, &pc->cfg->tls_key);
+    return 1;
+}
+
+static int backend_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    if (strcmp(key, "socket") == 0) {
+        struct sockaddr_un sun;
+        if (parse_string(pc, v, "backend.socket", sizeof(sun.sun_path) - 1, &pc->cfg->backend_socket) != 0)
+            return -1;
+        if (pc->cfg->backend_socket[0] != '/')
+            return fail(pc, v, "backend.socket must be an absolute path");
+        return 0;
+    }
+    if (strcmp(key, "timeout_ms") == 0)
+        return parse_uint(pc, v, "backend.timeout_ms", 1, GW_MAX_BACKEND_TIMEOUT_MS, &pc->cfg->backend_timeout_ms);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- tenants */
+
+struct key_seen {
+    int id, sha256;
+    struct gw_key key;
+};
+
+static int key_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    struct key_seen *ks = arg;
+
+    if (strcmp(key, "id") == 0) {
+        if (want_scalar(pc, v, "key id") != 0)
+            return -1;
+        if (!apikey_valid_id(scalar(v), v->data.scalar.length))
+            return fail(pc, v, "key id must be %d lowercase hex characters", APIKEY_ID_LEN);
+        memcpy(ks->key.id, scalar(v), APIKEY_ID_LEN + 1);
+        ks->id = 1;
+        return 0;
+    }
+    if (strcmp(key, "sha256") == 0) {
+        if (want_scalar(pc, v, "key sha256") != 0)
+            return -1;
+        if (hex_decode_lower(scalar(v), v->data.scalar.length, ks->key.sha256, APIKEY_DIGEST_LEN) != 0)
+            return fail(pc, v, "key sha256 must be %d lowercase hex characters", APIKEY_DIGEST_HEX);
+        ks->sha256 = 1;
+        return 0;
+    }
+    return 1;
+}
+
+static int valid_tenant_name(const char *s)
+{
+    for (; *s != '\0'; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '-' || *s == '_' ||
+              *s == '.'))
+            return 0;
+    return 1;
+}
+
+static int add_key(struct parse_ctx *pc, yaml_node_t *node, size_t tenant)
+{
+    struct gw_config *cfg = pc->cfg;
+    struct key_seen ks;
+    struct gw_key *grown;
+
+    memset(&ks, 0, sizeof(ks));
+    if (walk_mapping(pc, node, "key", key_field, &ks) != 0)
+        return -1;
+    if (!ks.id || !ks.sha256)
+        return fail(pc, node, "a key needs both id and sha256");
+    if (gw_config_find_key(cfg, ks.key.id) != NULL)
+        return fail(pc, node, "duplicate key id %s", ks.key.id);
+    if (cfg->nkeys >= GW_MAX_KEYS)
+        return fail(pc, node, "more than %d keys", GW_MAX_KEYS);
+    if ((grown = realloc(cfg->keys, (cfg->nkeys + 1) * sizeof(*grown))) == NULL)
+        return fail(pc, node, "out of memory");
+    cfg->keys = grown;
+    ks.key.tenant = tenant;
+    cfg->keys[cfg->nkeys++] = ks.key;
+    return 0;
+}
+
+struct tenant_seen {
+    yaml_node_t *name, *keys;
+};
+
+static int tenant_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    struct tenant_seen *ts = arg;
+
+    if (strcmp(key, "name") == 0) {
+        ts->name = v;
+        return 0;
+    }
+    if (strcmp(key, "keys") == 0) {
+        ts->keys = v;
+        return 0;
+    }
+    return 1;
+}
+
+static int add_tenant(struct parse_ctx *pc, yaml_node_t *node)
+{
+    struct gw_config *cfg = pc->cfg;
+    struct tenant_seen ts = {NULL, NULL};
+    struct gw_tenant *grown;
+    char *name = NULL;
+    yaml_node_item_t *it;
+    size_t i, idx;
+
+    if (walk_mapping(pc, node, "tenant", tenant_field, &ts) != 0)
+        return -1;
+    if (ts.name == NULL)
+        return fail(pc, node, "a tenant needs a name");
+    if (parse_string(pc, ts.name, "tenant name", GW_MAX_TENANT_NAME, &name) != 0)
+        return -1;
+    if (!valid_tenant_name(name)) {
+        free(name);
+        return fail(pc, ts.name, "tenant name may hold only letters, digits, '-', '_' and '.'");
+    }
+    for (i = 0; i < cfg->ntenants; i++) {
+        if (strcmp(cfg->tenants[i].name, name) == 0) {
+            free(name);
+            return fail(pc, ts.name, "duplicate tenant name");
+        }
+    }
+    if (cfg->ntenants >= GW_MAX_TENANTS || (grown = realloc(cfg->tenants, (cfg->ntenants + 1) * sizeof(*grown))) == NULL) {
+        free(name);
+        return fail(pc, node, "too many tenants or out of memory");
+    }
+    cfg->tenants = grown;
+    idx = cfg->ntenants++;
+    cfg->tenants[idx].name = name;
+
+    if (ts.keys == NULL)
+        return 0;
+    if (ts.keys->type != YAML_SEQUENCE_NODE)
+        return fail(pc, ts.keys, "tenant keys must be a sequence");
+    for (it = ts.keys->data.sequence.items.start; it < ts.keys->data.sequence.items.top; it++)
+        if (add_key(pc, yaml_document_get_node(pc->doc, *it), idx) != 0)
+            return -1;
+    return 0;
+}
+
+static int parse_tenants(struct parse_ctx *pc, yaml_node_t *seq)
+{
+    yaml_node_item_t *it;
+
+    if (seq->type != YAML_SEQUENCE_NODE)
+        return fail(pc, seq, "tenants must be a sequence");
+    for (it = seq->data.sequence.items.start; it < seq->data.sequence.items.top; it++)
+        if (add_tenant(pc, yaml_document_get_node(pc->doc, *it)) != 0)
+            return -1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- top level */
+
+static int top_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    uint64_t n;
+
+    if (strcmp(key, "listen") == 0)
+        return walk_mapping(pc, v, "listen", listen_field, NULL);
+    if (strcmp(key, "tls") == 0)
+        return walk_mapping(pc, v, "tls", tls_field, NULL);
+    if (strcmp(key, "backend") == 0)
+        return walk_mapping(pc, v, "backend", backend_field, NULL);
+    if (strcmp(key, "user") == 0)
+        return parse_string(pc, v, "user", 32, &pc->cfg->user);
+    if (strcmp(key, "workers") == 0) {
+        if (parse_uint(pc, v, "workers", 0, GW_MAX_WORKERS, &n) != 0)
+            return -1;
+        pc->cfg->workers = (unsigned)n;
+        return 0;
+    }
+    if (strcmp(key, "max_request_entity_size") == 0) {
+        if (parse_uint(pc, v, "max_request_entity_size", 1, GW_MAX_ENTITY, &n) != 0)
+            return -1;
+        pc->cfg->max_request_entity_size = (size_t)n;
+        return 0;
+    }
+    if (strcmp(key, "tenants") == 0)
+        return parse_tenants(pc, v);
+    return 1;
+}
+
+static int set_defaults(struct gw_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->listen_port = GW_DEFAULT_PORT;
+    cfg->backend_timeout_ms = GW_DEFAULT_BACKEND_TIMEOUT_MS;
+    cfg->max_request_entity_size = GW_DEFAULT_MAX_ENTITY;
+    cfg->listen_address = strdup(GW_DEFAULT_ADDRESS);
+    cfg->backend_socket = strdup(GW_DEFAULT_BACKEND_SOCKET);
+    cfg->user = strdup(GW_DEFAULT_USER);
+    return cfg->listen_address != NULL && cfg->backend_socket != NULL && cfg->user != NULL ? 0 : -1;
+}
+
+static int apply_env(struct parse_ctx *pc)
+{
+    const char *s = getenv("MOAT_PORT");
+    char *end;
+    unsigned long v;
+
+    if (s == NULL)
+        return 0;
+    errno = 0;
+    v = strtoul(s, &end, 10);
+    if (s[0] < '0' || s[0] > '9' || errno != 0 || *end != '\0' || v < 1 || v > 65535)
+        return fail(pc, NULL, "MOAT_PORT must be a port number between 1 and 65535");
+    pc->cfg->listen_port = (uint16_t)v;
+    return 0;
+}
+
+static int resolve_workers(struct gw_config *cfg)
+{
+    long n;
+
+    if (cfg->workers != 0)
+        return 0;
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        n = 1;
+    if (n > GW_MAX_WORKERS)
+        n = GW_MAX_WORKERS;
+    cfg->workers = (unsigned)n;
+    return 0;
+}
+
+int gw_config_load(const char *path, struct gw_config *cfg, char *err, size_t errlen)
+{
+    struct parse_ctx pc = {path, NULL, cfg, err, errlen};
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    yaml_node_t *root;
+    FILE *fp;
+    int fd, rc = -1;
+
+    if (errlen > 0)
+        err[0] = '\0';
+    if (set_defaults(cfg) != 0) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        gw_config_free(cfg);
+        return -1;
+    }
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)) == -1) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        gw_config_free(cfg);
+        return -1;
+    }
+    if (gw_check_file_secrecy(fd, path, err, errlen) != 0 || (fp = fdopen(fd, "r")) == NULL) {
+        if (err[0] == '\0')
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        close(fd);
+        gw_config_free(cfg);
+        return -1;
+    }
+    if (!yaml_parser_initialize(&parser)) {
+        snprintf(err, errlen, "%s: cannot initialise the YAML parser", path);
+        fclose(fp);
+        gw_config_free(cfg);
+        return -1;
+    }
+    yaml_parser_set_input_file(&parser, fp);
+    if (!yaml_parser_load(&parser, &doc)) {
+        snprintf(err, errlen, "%s:%lu: %s", path, (unsigned long)parser.problem_mark.line + 1,
+                 parser.problem != NULL ? parser.problem : "YAML syntax error");
+        yaml_parser_delete(&parser);
+        fclose(fp);
+        gw_config_free(cfg);
+        return -1;
+    }
+    pc.doc = &doc;
+    root = yaml_document_get_root_node(&doc);
+    if (root == NULL)
+        fail(&pc, NULL, "empty configuration");
+    else if (walk_mapping(&pc, root, "configuration", top_field, NULL) != 0)
+        ;
+    else if (cfg->tls_certificate == NULL || cfg->tls_key == NULL)
+        fail(&pc, root, "tls.certificate and tls.key are required");
+    else if (apply_env(&pc) == 0 && resolve_workers(cfg) == 0)
+        rc = 0;
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    fclose(fp);
+    if (rc != 0)
+        gw_config_free(cfg);
+    return rc;
+}
+
+void gw_config_free(struct gw_config *cfg)
+{
+    size_t i;
+
+    free(cfg->listen_address);
+    free(cfg->tls_certificate);
+    free(cfg->tls_key);
+    free(cfg->backend_socket);
+    free(cfg->user);
+    for (i = 0; i < cfg->ntenants; i++)
+        free(cfg->tenants[i].name);
+    free(cfg->tenants);
+    free(cfg->keys);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+const struct gw_key *gw_config_find_key(const struct gw_config *cfg, const char *id)
+{
+    size_t i;
+
+    for (i = 0; i < cfg->nkeys; i++)
+        if (memcmp(cfg->keys[i].id, id, APIKEY_ID_LEN) == 0)
+            return &cfg->keys[i];
+    return NULL;
+}

@@ -1,0 +1,60 @@
+/*
+ * config.h - moat-gateway's YAML configuration (see gateway.conf.example).
+ *
+ * Parsed once in the main thread before any worker starts; read-only after.
+ */
+#ifndef GW_CONFIG_H
+#define GW_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "apikey.h"
+
+struct gw_tenant {
+    char *name;
+};
+
+struct gw_key {
+    char id[APIKEY_ID_LEN + 1];
+    uint8_t sha256[APIKEY_DIGEST_LEN];
+    size_t tenant; /* index into gw_config.tenants */
+};
+
+struct gw_config {
+    char *listen_address;
+    uint16_t listen_port;
+    char *tls_certificate;
+    char *tls_key;
+    char *backend_socket;
+    uint64_t backend_timeout_ms;
+    char *user;
+    unsigned workers; /* 0 = one per CPU, resolved by gw_config_load */
+    size_t max_request_entity_size;
+    struct gw_tenant *tenants;
+    size_t ntenants;
+    struct gw_key *keys;
+    size_t nkeys;
+};
+
+/*
+ * Read and check path.  Returns 0, or -1 with err holding "PATH:LINE: reason"
+ * (or "PATH: reason" when no line applies).  Refuses a file that group or
+ * others can write.  Applies MOAT_PORT from the environment when set.  On
+ * failure cfg is left empty (safe to gw_config_free).
+ */
+int gw_config_load(const char *path, struct gw_config *cfg, char *err, size_t errlen);
+
+void gw_config_free(struct gw_config *cfg);
+
+/* The key entry for id, or NULL. */
+const struct gw_key *gw_config_find_key(const struct gw_config *cfg, const char *id);
+
+/*
+ * check_file_secrecy: refuse anything but a regular file, or one that group
+ * or others may write.  fd is an open descriptor for path.  0 or -1 with err
+ * set.
+ */
+int gw_check_file_secrecy(int fd, const char *path, char *err, size_t errlen);
+
+#endif /* GW_CONFIG_H */

@@ -1,0 +1,83 @@
+/*
+ * handler_execute.c - POST /api/v2/execute: validate the Piston request,
+ * re-serialise it as a typed MOAT_MSG_EXEC_REQUEST, and turn the backend's
+ * result back into Piston JSON.
+ */
+#include "handlers.h"
+#include "log.h"
+#include "piston_json.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* "application/json", optionally followed by parameters. */
+static int is_json_content_type(h2o_req_t *req)
+{
+    static const char want[] = "application/json";
+    const size_t wlen = sizeof(want) - 1;
+    ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1);
+    h2o_iovec_t v;
+
+    if (i == -1)
+        return 0;
+    v = req->headers.entries[i].value;
+    if (v.len < wlen || strncasecmp(v.base, want, wlen) != 0)
+        return 0;
+    return v.len == wlen || v.base[wlen] == ';' || v.base[wlen] == ' ' || v.base[wlen] == '\t';
+}
+
+static void on_result(void *data, enum backend_status status, const struct backend_reply *reply)
+{
+    struct gw_request *r = data;
+    char *body;
+
+    if (handle_backend_failure(r, status, reply))
+        return;
+    if (reply->hdr.type != MOAT_MSG_EXEC_RESULT) {
+        log_warnx("%s: id=%s: unexpected reply type %u", __func__, r->request_id, reply->hdr.type);
+        gw_respond_error(r, 502, "bad reply from backend");
+        return;
+    }
+    if ((body = piston_exec_result_json(&reply->u.result)) == NULL) {
+        gw_respond_error(r, 500, "out of memory");
+        return;
+    }
+    gw_respond(r, 200, body);
+    free(body);
+}
+
+void handle_execute(struct gw_request *r)
+{
+    h2o_req_t *req = r->req;
+    struct moat_exec_request ereq;
+    struct moat_buf frame = {NULL, 0, 0};
+    char err[GW_ERR_MSG_MAX];
+    const char *why = NULL;
+    uint64_t job;
+
+    if (req->entity.len > r->cfg->max_request_entity_size) {
+        gw_respond_error(r, 413, "request body is larger than max_request_entity_size");
+        return;
+    }
+    if (!is_json_content_type(req)) {
+        gw_respond_error(r, 415, "Content-Type must be application/json");
+        return;
+    }
+    if (piston_parse_exec_request(req->entity.base, req->entity.len, &ereq, err, sizeof(err)) != 0) {
+        gw_respond_error(r, 400, err);
+        return;
+    }
+    job = backend_next_job_id();
+    if (moat_encode_exec_request(&frame, job, &ereq, &why) != 0) {
+        piston_exec_request_free(&ereq);
+        /* A structural cap the parser does not know about: the client's fault. */
+        snprintf(err, sizeof(err), "request rejected: %s", why != NULL ? why : "cannot encode");
+        gw_respond_error(r, 400, err);
+        return;
+    }
+    log_debug("%s: id=%s job=%llu language=%s files=%zu", __func__, r->request_id, (unsigned long long)job, ereq.language,
+              ereq.nfiles);
+    piston_exec_request_free(&ereq);
+    gw_backend_call(r, &frame, job, on_result);
+}

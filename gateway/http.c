@@ -1,0 +1,118 @@
+/*
+ * http.c - request context, response helpers and the access log line.
+ */
+#include "http.h"
+#include "log.h"
+#include "piston_json.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/rand.h>
+
+static const char *reason_phrase(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 413:
+        return "Payload Too Large";
+    case 415:
+        return "Unsupported Media Type";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return "Error";
+    }
+}
+
+static void on_request_dispose(void *p)
+{
+    struct gw_request *r = p;
+
+    if (r->worker->inflight > 0)
+        r->worker->inflight--;
+}
+
+struct gw_request *gw_request_new(h2o_req_t *req)
+{
+    struct gw_request *r = h2o_mem_alloc_shared(&req->pool, sizeof(*r), on_request_dispose);
+    uint8_t rnd[GW_REQUEST_ID_LEN / 2];
+
+    if (r == NULL)
+        return NULL;
+    memset(r, 0, sizeof(*r));
+    r->req = req;
+    r->worker = gw_worker_of(req->conn->ctx);
+    r->cfg = r->worker->cfg;
+    r->worker->inflight++;
+    if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
+        log_warnx("%s: RAND_bytes failed, request id is zero", __func__);
+        memset(rnd, 0, sizeof(rnd));
+    }
+    hex_encode(rnd, sizeof(rnd), r->request_id);
+    return r;
+}
+
+void gw_add_header(struct gw_request *r, const char *name, const char *value)
+{
+    h2o_req_t *req = r->req;
+
+    h2o_add_header_by_str(&req->pool, &req->res.headers, name, strlen(name), 1, NULL, value, strlen(value));
+}
+
+static void log_request(const struct gw_request *r, int status)
+{
+    char method[32], path[GW_LOG_PATH_MAX * 4 + 1];
+    const h2o_req_t *req = r->req;
+
+    log_escape(method, sizeof(method), req->method.base, req->method.len, 16);
+    log_escape(path, sizeof(path), req->path.base, req->path.len, GW_LOG_PATH_MAX);
+    log_info("request: %s %s %d id=%s tenant=%s key=%s", method, path, status, r->request_id, r->tenant != NULL ? r->tenant : "-",
+             r->key_id[0] != '\0' ? r->key_id : "-");
+}
+
+void gw_respond(struct gw_request *r, int status, const char *body)
+{
+    h2o_req_t *req = r->req;
+    size_t len = strlen(body);
+
+    log_request(r, status);
+    req->res.status = status;
+    req->res.reason = reason_phrase(status);
+    req->res.content_length = len;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, r->request_id, strlen(r->request_id));
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-store"));
+    h2o_send_inline(req, body, len); /* copies body into req->pool */
+}
+
+void gw_respond_error(struct gw_request *r, int status, const char *message)
+{
+    char *body = piston_error_json(message, r->request_id);
+
+    if (body == NULL) {
+        /* Out of memory: a fixed body that needs no allocation. */
+        gw_respond(r, 500, "{\"message\":\"out of memory\"}");
+        return;
+    }
+    /* gw_respond copies the body, so it can be freed right after. */
+    gw_respond(r, status, body);
+    free(body);
+}

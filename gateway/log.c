@@ -1,0 +1,141 @@
+/*
+ * log.c - stderr logging shared by every worker thread.
+ */
+#include "log.h"
+#include "gw_limits.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *log_progname = "moat-gateway";
+static int log_debug_enabled;
+
+void log_init(const char *progname, int debug)
+{
+    if (progname != NULL)
+        log_progname = progname;
+    log_debug_enabled = debug;
+}
+
+/* Format one line and emit it with a single write so threads never interleave. */
+static void log_vline(const char *level, int errnum, const char *fmt, va_list ap)
+{
+    char line[GW_LOG_LINE_MAX];
+    size_t off;
+    int n;
+
+    n = snprintf(line, sizeof(line), "%s: %s", log_progname, level);
+    off = n < 0 ? 0 : (size_t)n;
+    if (off >= sizeof(line))
+        off = sizeof(line) - 1;
+    n = vsnprintf(line + off, sizeof(line) - off, fmt, ap);
+    if (n > 0)
+        off += (size_t)n;
+    if (off >= sizeof(line))
+        off = sizeof(line) - 1;
+    if (errnum != 0) {
+        n = snprintf(line + off, sizeof(line) - off, ": %s", strerror(errnum));
+        if (n > 0)
+            off += (size_t)n;
+        if (off >= sizeof(line))
+            off = sizeof(line) - 1;
+    }
+    /* Leave room for the newline even when the message was truncated. */
+    if (off >= sizeof(line) - 1)
+        off = sizeof(line) - 2;
+    line[off++] = '\n';
+    while (write(STDERR_FILENO, line, off) == -1 && errno == EINTR)
+        ;
+}
+
+void log_warn(const char *fmt, ...)
+{
+    int saved = errno;
+    va_list ap;
+
+    va_start(ap, fmt);
+    log_vline("", saved, fmt, ap);
+    va_end(ap);
+    errno = saved;
+}
+
+void log_warnx(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    log_vline("", 0, fmt, ap);
+    va_end(ap);
+}
+
+void log_info(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    log_vline("", 0, fmt, ap);
+    va_end(ap);
+}
+
+void log_debug(const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!log_debug_enabled)
+        return;
+    va_start(ap, fmt);
+    log_vline("debug: ", 0, fmt, ap);
+    va_end(ap);
+}
+
+void fatal(const char *fmt, ...)
+{
+    int saved = errno;
+    va_list ap;
+
+    va_start(ap, fmt);
+    log_vline("fatal: ", saved, fmt, ap);
+    va_end(ap);
+    exit(1);
+}
+
+void fatalx(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    log_vline("fatal: ", 0, fmt, ap);
+    va_end(ap);
+    exit(1);
+}
+
+void log_escape(char *dst, size_t dstlen, const char *src, size_t srclen, size_t max)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t i, o = 0;
+
+    if (dstlen == 0)
+        return;
+    if (srclen > max)
+        srclen = max;
+    for (i = 0; i < srclen; i++) {
+        unsigned char c = (unsigned char)src[i];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+            if (o + 1 >= dstlen)
+                break;
+            dst[o++] = (char)c;
+        } else {
+            if (o + 4 >= dstlen)
+                break;
+            dst[o++] = '\\';
+            dst[o++] = 'x';
+            dst[o++] = hex[c >> 4];
+            dst[o++] = hex[c & 0xf];
+        }
+    }
+    dst[o] = '\0';
+}

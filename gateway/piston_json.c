@@ -1,0 +1,585 @@
+/*
+ * piston_json.c - Piston v2 request parsing and response building.
+ *
+ * Requests are parsed strictly: duplicate keys, unknown fields, wrong types
+ * and out-of-range values are refused with a message that names the field,
+ * because a field the gateway silently dropped would be a field the client
+ * believes was honoured.  Everything that leaves here towards the backend is
+ * a freshly built struct moat_exec_request, never client bytes passed along.
+ */
+#include "piston_json.h"
+#include "gw_limits.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+/* ---------------------------------------------------------------- helpers */
+
+__attribute__((format(printf, 3, 4))) static int bad(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* A printable name: no NUL or control characters, 1..MOAT_MAX_NAME_LEN bytes. */
+static int valid_label(const char *s, size_t len)
+{
+    size_t i;
+
+    if (len == 0 || len > MOAT_MAX_NAME_LEN)
+        return 0;
+    for (i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f)
+            return 0;
+    }
+    return 1;
+}
+
+static int valid_file_name(const char *s, size_t len)
+{
+    if (!valid_label(s, len) || memchr(s, '/', len) != NULL)
+        return 0;
+    if ((len == 1 && s[0] == '.') || (len == 2 && s[0] == '.' && s[1] == '.'))
+        return 0;
+    return 1;
+}
+
+static char *dup_bytes(const char *s, size_t len)
+{
+    char *p = malloc(len + 1);
+
+    if (p == NULL)
+        return NULL;
+    memcpy(p, s, len);
+    p[len] = '\0';
+    return p;
+}
+
+static int b64_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+/* Strict RFC 4648 base64 with padding; no whitespace.  0, -1 bad input, -2 no memory. */
+static int base64_decode(const char *in, size_t len, uint8_t **out, size_t *outlen)
+{
+    size_t i, o = 0, pad = 0;
+    uint8_t *buf;
+
+    if (len % 4 != 0)
+        return -1;
+    if (len > 0 && in[len - 1] == '=')
+        pad = len > 1 && in[len - 2] == '=' ? 2 : 1;
+    if ((buf = malloc(len / 4 * 3 + 1)) == NULL)
+        return -2;
+    for (i = 0; i < len; i += 4) {
+        int v[4], k;
+        int last = i + 4 == len;
+        for (k = 0; k < 4; k++) {
+            if (last && k >= 4 - (int)pad) {
+                v[k] = 0;
+                continue;
+            }
+            if ((v[k] = b64_value((unsigned char)in[i + k])) < 0) {
+                free(buf);
+                return -1;
+            }
+        }
+        buf[o++] = (uint8_t)(v[0] << 2 | v[1] >> 4);
+        if (!last || pad < 2)
+            buf[o++] = (uint8_t)((v[1] & 0xf) << 4 | v[2] >> 2);
+        if (!last || pad < 1)
+            buf[o++] = (uint8_t)((v[2] & 0x3) << 6 | v[3]);
+        /* Non-canonical encodings carry stray bits in the last symbol: refuse them. */
+        if (last && ((pad == 1 && (v[2] & 0x3) != 0) || (pad == 2 && (v[1] & 0xf) != 0))) {
+            free(buf);
+            return -1;
+        }
+    }
+    *out = buf;
+    *outlen = o;
+    return 0;
+}
+
+static int hex_value(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Hex in either case.  0, -1 bad input, -2 no memory. */
+static int hex_decode_any(const char *in, size_t len, uint8_t **out, size_t *outlen)
+{
+    uint8_t *buf;
+    size_t i;
+
+    if (len % 2 != 0)
+        return -1;
+    if ((buf = malloc(len / 2 + 1)) == NULL)
+        return -2;
+    for (i = 0; i < len; i += 2) {
+        int hi = hex_value((unsigned char)in[i]), lo = hex_value((unsigned char)in[i + 1]);
+        if (hi < 0 || lo < 0) {
+            free(buf);
+            return -1;
+        }
+        buf[i / 2] = (uint8_t)(hi << 4 | lo);
+    }
+    *out = buf;
+    *outlen = len / 2;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- request */
+
+static int get_label(json_t *v, const char *field, char **dst, char *err, size_t errlen)
+{
+    if (!json_is_string(v))
+        return bad(err, errlen, "%s must be a string", field);
+    if (!valid_label(json_string_value(v), json_string_length(v)))
+        return bad(err, errlen, "%s must be 1 to %d bytes without control characters", field, MOAT_MAX_NAME_LEN);
+    if ((*dst = dup_bytes(json_string_value(v), json_string_length(v))) == NULL)
+        return bad(err, errlen, "out of memory");
+    return 0;
+}
+
+/* An integer >= -1 (-1: server default). */
+static int get_limit(json_t *v, const char *field, int64_t *dst, char *err, size_t errlen)
+{
+    json_int_t n;
+
+    if (!json_is_integer(v))
+        return bad(err, errlen, "%s must be an integer", field);
+    n = json_integer_value(v);
+    if (n < -1)
+        return bad(err, errlen, "%s must be -1 or a non-negative integer", field);
+    *dst = (int64_t)n;
+    return 0;
+}
+
+static int parse_file(json_t *obj, size_t idx, struct moat_file *f, char *err, size_t errlen)
+{
+    json_t *name = NULL, *content = NULL, *encoding = NULL, *v;
+    const char *key, *enc = "utf8";
+    int rc;
+
+    if (!json_is_object(obj))
+        return bad(err, errlen, "files[%zu] must be an object", idx);
+    json_object_foreach(obj, key, v)
+    {
+        if (strcmp(key, "name") == 0)
+            name = v;
+        else if (strcmp(key, "content") == 0)
+            content = v;
+        else if (strcmp(key, "encoding") == 0)
+            encoding = v;
+        else
+            return bad(err, errlen, "files[%zu]: unknown field '%.64s'", idx, key);
+    }
+    if (name != NULL) {
+        if (!json_is_string(name))
+            return bad(err, errlen, "files[%zu].name must be a string", idx);
+        if (!valid_file_name(json_string_value(name), json_string_length(name)))
+            return bad(err, errlen, "files[%zu].name is not a valid file name", idx);
+        f->name = dup_bytes(json_string_value(name), json_string_length(name));
+    } else {
+        char def[32];
+        snprintf(def, sizeof(def), "file%zu.code", idx);
+        f->name = strdup(def);
+    }
+    if (f->name == NULL)
+        return bad(err, errlen, "out of memory");
+
+    if (encoding != NULL) {
+        if (!json_is_string(encoding))
+            return bad(err, errlen, "files[%zu].encoding must be a string", idx);
+        enc = json_string_value(encoding);
+        if (strcmp(enc, "utf8") != 0 && strcmp(enc, "base64") != 0 && strcmp(enc, "hex") != 0)
+            return bad(err, errlen, "files[%zu].encoding must be one of utf8, base64, hex", idx);
+    }
+    if (content == NULL)
+        return bad(err, errlen, "files[%zu].content is required", idx);
+    if (!json_is_string(content))
+        return bad(err, errlen, "files[%zu].content must be a string", idx);
+
+    if (strcmp(enc, "base64") == 0)
+        rc = base64_decode(json_string_value(content), json_string_length(content), &f->content, &f->content_len);
+    else if (strcmp(enc, "hex") == 0)
+        rc = hex_decode_any(json_string_value(content), json_string_length(content), &f->content, &f->content_len);
+    else {
+        f->content_len = json_string_length(content);
+        f->content = (uint8_t *)dup_bytes(json_string_value(content), f->content_len);
+        rc = f->content == NULL ? -2 : 0;
+    }
+    if (rc == -2)
+        return bad(err, errlen, "out of memory");
+    if (rc != 0)
+        return bad(err, errlen, "files[%zu].content is not valid %s", idx, enc);
+    return 0;
+}
+
+static int parse_files(json_t *arr, struct moat_exec_request *out, char *err, size_t errlen)
+{
+    size_t i, j, n;
+
+    if (!json_is_array(arr))
+        return bad(err, errlen, "files must be an array");
+    n = json_array_size(arr);
+    if (n < 1 || n > MOAT_MAX_FILES)
+        return bad(err, errlen, "files must hold between 1 and %d files", MOAT_MAX_FILES);
+    if ((out->files = calloc(n, sizeof(*out->files))) == NULL)
+        return bad(err, errlen, "out of memory");
+    for (i = 0; i < n; i++) {
+        out->nfiles = i + 1; /* so a partial parse is freed */
+        if (parse_file(json_array_get(arr, i), i, &out->files[i], err, errlen) != 0)
+            return -1;
+        for (j = 0; j < i; j++)
+            if (strcmp(out->files[j].name, out->files[i].name) == 0)
+                return bad(err, errlen, "files[%zu].name duplicates files[%zu].name", i, j);
+    }
+    return 0;
+}
+
+static int parse_args(json_t *arr, struct moat_exec_request *out, char *err, size_t errlen)
+{
+    size_t i, n;
+
+    if (!json_is_array(arr))
+        return bad(err, errlen, "args must be an array");
+    n = json_array_size(arr);
+    if (n > MOAT_MAX_ARGS)
+        return bad(err, errlen, "args must hold at most %d strings", MOAT_MAX_ARGS);
+    if (n == 0)
+        return 0;
+    if ((out->args = calloc(n, sizeof(*out->args))) == NULL)
+        return bad(err, errlen, "out of memory");
+    for (i = 0; i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        if (!json_is_string(v))
+            return bad(err, errlen, "args[%zu] must be a string", i);
+        if (json_string_length(v) > MOAT_MAX_ARG_LEN || memchr(json_string_value(v), '\0', json_string_length(v)) != NULL)
+            return bad(err, errlen, "args[%zu] must be at most %d bytes without NUL", i, MOAT_MAX_ARG_LEN);
+        if ((out->args[i] = dup_bytes(json_string_value(v), json_string_length(v))) == NULL)
+            return bad(err, errlen, "out of memory");
+        out->nargs = i + 1;
+    }
+    return 0;
+}
+
+static int parse_fields(json_t *root, struct moat_exec_request *out, char *err, size_t errlen)
+{
+    json_t *language = NULL, *version = NULL, *files = NULL, *v;
+    const char *key;
+
+    json_object_foreach(root, key, v)
+    {
+        int rc = 0;
+        if (strcmp(key, "language") == 0)
+            language = v;
+        else if (strcmp(key, "version") == 0)
+            version = v;
+        else if (strcmp(key, "files") == 0)
+            files = v;
+        else if (strcmp(key, "stdin") == 0) {
+            if (!json_is_string(v))
+                return bad(err, errlen, "stdin must be a string");
+            out->stdin_len = json_string_length(v);
+            if ((out->stdin_data = (uint8_t *)dup_bytes(json_string_value(v), out->stdin_len)) == NULL)
+                return bad(err, errlen, "out of memory");
+        } else if (strcmp(key, "args") == 0)
+            rc = parse_args(v, out, err, errlen);
+        else if (strcmp(key, "run_timeout") == 0)
+            rc = get_limit(v, "run_timeout", &out->run_timeout_ms, err, errlen);
+        else if (strcmp(key, "compile_timeout") == 0)
+            rc = get_limit(v, "compile_timeout", &out->compile_timeout_ms, err, errlen);
+        else if (strcmp(key, "run_memory_limit") == 0)
+            rc = get_limit(v, "run_memory_limit", &out->run_memory_bytes, err, errlen);
+        else if (strcmp(key, "compile_memory_limit") == 0)
+            rc = get_limit(v, "compile_memory_limit", &out->compile_memory_bytes, err, errlen);
+        else
+            return bad(err, errlen, "unknown field '%.64s'", key);
+        if (rc != 0)
+            return -1;
+    }
+    if (language == NULL)
+        return bad(err, errlen, "language is required");
+    if (get_label(language, "language", &out->language, err, errlen) != 0)
+        return -1;
+    if (version == NULL)
+        return bad(err, errlen, "version is required");
+    if (get_label(version, "version", &out->version, err, errlen) != 0)
+        return -1;
+    if (files == NULL)
+        return bad(err, errlen, "files is required");
+    return parse_files(files, out, err, errlen);
+}
+
+int piston_parse_exec_request(const char *body, size_t len, struct moat_exec_request *out, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *root;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    out->run_timeout_ms = out->compile_timeout_ms = -1;
+    out->run_memory_bytes = out->compile_memory_bytes = -1;
+    if (body == NULL || len == 0)
+        return bad(err, errlen, "request body must be a JSON object");
+    root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    if (root == NULL)
+        return bad(err, errlen, "invalid JSON at line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+    if (!json_is_object(root))
+        rc = bad(err, errlen, "request body must be a JSON object");
+    else
+        rc = parse_fields(root, out, err, errlen);
+    json_decref(root);
+    if (rc != 0)
+        piston_exec_request_free(out);
+    return rc;
+}
+
+void piston_exec_request_free(struct moat_exec_request *r)
+{
+    size_t i;
+
+    free(r->language);
+    free(r->version);
+    for (i = 0; i < r->nfiles; i++) {
+        free(r->files[i].name);
+        free(r->files[i].content);
+    }
+    free(r->files);
+    for (i = 0; i < r->nargs; i++)
+        free(r->args[i]);
+    free(r->args);
+    free(r->stdin_data);
+    memset(r, 0, sizeof(*r));
+}
+
+/* ---------------------------------------------------------------- responses */
+
+/* Length of the valid UTF-8 sequence at in[0..len), or 0 if invalid; *bad gets the maximal invalid subpart. */
+static size_t utf8_seq(const uint8_t *in, size_t len, size_t *bad_len)
+{
+    uint8_t c = in[0], lo = 0x80, hi = 0xbf;
+    size_t need, i;
+
+    *bad_len = 1;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        need = 1;
+    else if (c >= 0xe0 && c <= 0xef) {
+        need = 2;
+        if (c == 0xe0)
+            lo = 0xa0;
+        else if (c == 0xed)
+            hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        need = 3;
+        if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f;
+    } else
+        return 0;
+    for (i = 1; i <= need; i++) {
+        if (i >= len || in[i] < lo || in[i] > hi) {
+            *bad_len = i;
+            return 0;
+        }
+        lo = 0x80;
+        hi = 0xbf;
+    }
+    return need + 1;
+}
+
+char *piston_utf8_sanitize(const uint8_t *in, size_t len, size_t *outlen)
+{
+    size_t i = 0, o = 0;
+    char *out;
+
+    if (len > (SIZE_MAX - 1) / 3)
+        return NULL;
+    if ((out = malloc(len * 3 + 1)) == NULL)
+        return NULL;
+    while (i < len) {
+        size_t bad_len, n = utf8_seq(in + i, len - i, &bad_len);
+        if (n > 0) {
+            memcpy(out + o, in + i, n);
+            o += n;
+            i += n;
+        } else {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i += bad_len;
+        }
+    }
+    out[o] = '\0';
+    *outlen = o;
+    return out;
+}
+
+/* A JSON string from arbitrary bytes (invalid UTF-8 replaced); NULL on no memory. */
+static json_t *json_bytes(const void *data, size_t len)
+{
+    size_t n;
+    char *s;
+    json_t *j;
+
+    if (data == NULL)
+        return json_string("");
+    if ((s = piston_utf8_sanitize(data, len, &n)) == NULL)
+        return NULL;
+    j = json_stringn_nocheck(s, n);
+    free(s);
+    return j;
+}
+
+static json_t *json_u64(uint64_t v)
+{
+    return json_integer(v > (uint64_t)LLONG_MAX ? LLONG_MAX : (json_int_t)v);
+}
+
+static json_t *signal_name(const struct moat_stage_result *st)
+{
+    const char *abbrev;
+    char name[32];
+
+    if (!st->has_signal || st->signal <= 0 || (abbrev = sigabbrev_np(st->signal)) == NULL)
+        return json_null();
+    snprintf(name, sizeof(name), "SIG%s", abbrev);
+    return json_string(name);
+}
+
+/* json_object_set_new that remembers a failure (a NULL value or no memory). */
+static void put(json_t *obj, const char *key, json_t *v, int *failed)
+{
+    if (v == NULL || json_object_set_new(obj, key, v) != 0)
+        *failed = 1;
+}
+
+static json_t *stage_json(const struct moat_stage_result *st)
+{
+    const char *status = moat_status_piston(st->status);
+    json_t *o = json_object();
+    int failed = 0;
+
+    if (o == NULL)
+        return NULL;
+    put(o, "stdout", json_bytes(st->stdout_data, st->stdout_len), &failed);
+    put(o, "stderr", json_bytes(st->stderr_data, st->stderr_len), &failed);
+    put(o, "output", json_bytes(st->output_data, st->output_len), &failed);
+    put(o, "code", st->has_code ? json_integer(st->code) : json_null(), &failed);
+    put(o, "signal", signal_name(st), &failed);
+    put(o, "message", st->message != NULL ? json_bytes(st->message, strlen(st->message)) : json_null(), &failed);
+    put(o, "status", status != NULL ? json_string(status) : json_null(), &failed);
+    put(o, "cpu_time", json_u64(st->cpu_ms), &failed);
+    put(o, "wall_time", json_u64(st->wall_ms), &failed);
+    put(o, "memory", json_u64(st->memory_bytes), &failed);
+    if (failed) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static char *dump(json_t *root)
+{
+    char *s = json_dumps(root, JSON_COMPACT);
+
+    json_decref(root);
+    return s;
+}
+
+char *piston_exec_result_json(const struct moat_exec_result *res)
+{
+    json_t *o = json_object();
+    int failed = 0;
+
+    if (o == NULL)
+        return NULL;
+    put(o, "language", res->language != NULL ? json_bytes(res->language, strlen(res->language)) : json_null(), &failed);
+    put(o, "version", res->version != NULL ? json_bytes(res->version, strlen(res->version)) : json_null(), &failed);
+    put(o, "run", stage_json(&res->run), &failed);
+    if (res->compile.present)
+        put(o, "compile", stage_json(&res->compile), &failed);
+    if (failed) {
+        json_decref(o);
+        return NULL;
+    }
+    return dump(o);
+}
+
+char *piston_runtimes_json(const struct moat_runtimes *rt)
+{
+    json_t *arr = json_array();
+    size_t i, j;
+
+    if (arr == NULL)
+        return NULL;
+    for (i = 0; i < rt->count; i++) {
+        const struct moat_runtime *r = &rt->items[i];
+        json_t *o = json_object(), *aliases;
+        int failed = 0;
+
+        /* Once appended, o belongs to arr: one json_decref(arr) frees everything on failure. */
+        if (o == NULL || json_array_append_new(arr, o) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+        put(o, "language", json_bytes(r->language, r->language != NULL ? strlen(r->language) : 0), &failed);
+        put(o, "version", json_bytes(r->version, r->version != NULL ? strlen(r->version) : 0), &failed);
+        aliases = json_array();
+        put(o, "aliases", aliases, &failed);
+        for (j = 0; !failed && j < r->naliases; j++)
+            if (json_array_append_new(aliases, json_bytes(r->aliases[j], r->aliases[j] != NULL ? strlen(r->aliases[j]) : 0)) != 0)
+                failed = 1;
+        if (failed) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return dump(arr);
+}
+
+char *piston_error_json(const char *message, const char *request_id)
+{
+    json_t *o = json_object();
+    int failed = 0;
+
+    if (o == NULL)
+        return NULL;
+    put(o, "message", json_bytes(message, strlen(message)), &failed);
+    put(o, "request_id", json_string(request_id), &failed);
+    if (failed) {
+        json_decref(o);
+        return NULL;
+    }
+    return dump(o);
+}

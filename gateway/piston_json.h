@@ -1,0 +1,41 @@
+/*
+ * piston_json.h - translate between the Piston v2 JSON API and the typed
+ * messages of moat_proto.h.  Pure functions: no I/O, no global state, so the
+ * unit tests exercise exactly the code the gateway runs.
+ */
+#ifndef GW_PISTON_JSON_H
+#define GW_PISTON_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moat_proto.h"
+
+/*
+ * Parse and validate a POST /api/v2/execute body into out.  Returns 0 (out
+ * owns malloc'ed memory: release it with piston_exec_request_free), or -1
+ * with a client-facing message naming the offending field in err and out
+ * left empty.  Limits absent from the request are -1.
+ */
+int piston_parse_exec_request(const char *body, size_t len, struct moat_exec_request *out, char *err, size_t errlen);
+
+/* Free what piston_parse_exec_request allocated; leaves r zeroed. */
+void piston_exec_request_free(struct moat_exec_request *r);
+
+/*
+ * Copy in[0..len) replacing every invalid UTF-8 sequence (maximal subpart)
+ * with U+FFFD.  Returns a malloc'ed, NUL-terminated buffer (the data itself
+ * may hold NUL characters; *outlen is the byte count) or NULL on overflow or
+ * out of memory.
+ */
+char *piston_utf8_sanitize(const uint8_t *in, size_t len, size_t *outlen);
+
+/*
+ * Serialisers: each returns a malloc'ed, NUL-terminated compact JSON text
+ * (free with free()) or NULL when memory runs out.
+ */
+char *piston_exec_result_json(const struct moat_exec_result *res);
+char *piston_runtimes_json(const struct moat_runtimes *rt);
+char *piston_error_json(const char *message, const char *request_id);
+
+#endif /* GW_PISTON_JSON_H */

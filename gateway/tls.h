@@ -1,0 +1,21 @@
+/*
+ * tls.h - the server's TLS context (OpenSSL 3).
+ */
+#ifndef GW_TLS_H
+#define GW_TLS_H
+
+#include <stddef.h>
+
+#include <openssl/ssl.h>
+
+#include "config.h"
+
+/*
+ * TLS 1.2 minimum, ECDHE with AEAD ciphers only (Mozilla "intermediate"),
+ * no renegotiation, ALPN h2 and http/1.1.  Loads the certificate chain and
+ * the private key (refusing a key file group or others can write).  Returns
+ * the context, or NULL with err set.  Call before dropping privileges.
+ */
+SSL_CTX *gw_tls_create(const struct gw_config *cfg, char *err, size_t errlen);
+
+#endif /* GW_TLS_H */
