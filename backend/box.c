@@ -22,8 +22,8 @@
  * plan and makes system calls.
  *
  * The host reads stdout and stderr from its own pipes, enforcing the caps as
- * it reads, writes stdin, and watches the wall clock (timerfd) and the CPU
- * clock (cgroup usage).  The first limit to trip kills the box through its
+ * it reads, writes stdin, and watches three clocks: wall (timerfd), CPU
+ * (cgroup usage, polled) and idle (no output read and no input written).  The first limit to trip kills the box through its
  * cgroup.  The host never looks inside the box's files after the run.
  */
 #include "box.h"
@@ -589,6 +589,7 @@ struct host_state {
     const char *kill_message;
     int have_report;
     struct report report;
+    uint64_t last_activity_ms; /* for the idle clock */
 };
 
 static void kill_now(pid_t init_pid, struct cg_box *cgb)
@@ -634,6 +635,7 @@ static void drain_pipe(int *fd, int *open_flag, struct box_stream *st, struct bo
         *open_flag = 0;
         return;
     }
+    h->last_activity_ms = now_ms();
     int over = stream_append(st, buf, (size_t)n);
     stream_append(both, buf, (size_t)n);
     if (over)
@@ -646,8 +648,10 @@ static void feed_stdin(const struct box_spec *spec, struct host_state *h)
         return;
     if (h->in_off < spec->stdin_len) {
         ssize_t n = write(h->in_wr, spec->stdin_data + h->in_off, spec->stdin_len - h->in_off);
-        if (n > 0)
+        if (n > 0) {
             h->in_off += (size_t)n;
+            h->last_activity_ms = now_ms();
+        }
         else if (n < 0 && errno != EAGAIN && errno != EINTR)
             h->in_off = spec->stdin_len; /* EPIPE: the program stopped reading */
     }
@@ -729,6 +733,8 @@ static void supervise(const struct box_spec *spec, pid_t init_pid, struct cg_box
                 kill_box(init_pid, cgb, h, MOAT_STATUS_TO, "wall-time limit exceeded");
             }
         }
+        if (!h->killed && spec->lim.idle_ms && h->status_open && now_ms() - h->last_activity_ms > spec->lim.idle_ms)
+            kill_box(init_pid, cgb, h, MOAT_STATUS_TO, "idle-time limit exceeded");
         if (!h->killed && cpu_limit_ns) {
             struct cg_usage u;
             struct errbuf e;
@@ -855,6 +861,7 @@ int box_run(const struct cg_system *cg, struct slot *s, const struct box_spec *s
         goto out;
     }
     uint64_t start = now_ms();
+    h.last_activity_ms = start;
     if (write(go[1], "g", 1) != 1) {
         errf_errno(e, "start box");
         kill(pid, SIGKILL);

@@ -22,6 +22,7 @@
 struct box_limits {
     uint64_t wall_ms;
     uint64_t cpu_ms;
+    uint64_t idle_ms; /* no output read and no input written; 0 = off */
     uint64_t memory_bytes;
     uint32_t pids;
     size_t output_cap; /* per stream */

@@ -86,6 +86,7 @@ static int stage_limits_for(const struct stage_limits *ceil, int64_t timeout_ms,
         return -1;
     /* the CPU clock never runs longer than the wall clock asked for */
     lim->cpu_ms = ceil->cpu_ms < lim->wall_ms ? ceil->cpu_ms : lim->wall_ms;
+    lim->idle_ms = ceil->idle_ms;
     lim->pids = ceil->pids;
     lim->output_cap = (size_t)ceil->output_cap;
     lim->fsize_bytes = ceil->fsize_bytes;

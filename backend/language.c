@@ -107,9 +107,9 @@ static int limit_override(json_t *obj, const char *key, uint64_t *value, struct 
 
 static int parse_limits(json_t *obj, struct language *lang, struct errbuf *e)
 {
-    static const char *const known[] = {"run_timeout",     "run_cpu_time",     "run_memory",     "run_processes",
-                                        "compile_timeout", "compile_cpu_time", "compile_memory", "compile_processes",
-                                        "output",          "file_size"};
+    static const char *const known[] = {"run_timeout",     "run_cpu_time",     "run_memory",         "run_processes",
+                                        "compile_timeout", "compile_cpu_time", "compile_memory",     "compile_processes",
+                                        "output",          "file_size",        "run_idle_timeout", "compile_idle_timeout"};
     const char *key;
     json_t *v;
     uint64_t pids;
@@ -130,7 +130,8 @@ static int parse_limits(json_t *obj, struct language *lang, struct errbuf *e)
     if (limit_override(obj, "run_timeout", &r->wall_ms, e) || limit_override(obj, "run_cpu_time", &r->cpu_ms, e) ||
         limit_override(obj, "run_memory", &r->memory_bytes, e) || limit_override(obj, "compile_timeout", &c->wall_ms, e) ||
         limit_override(obj, "compile_cpu_time", &c->cpu_ms, e) || limit_override(obj, "compile_memory", &c->memory_bytes, e) ||
-        limit_override(obj, "output", &r->output_cap, e) || limit_override(obj, "file_size", &r->fsize_bytes, e))
+        limit_override(obj, "output", &r->output_cap, e) || limit_override(obj, "file_size", &r->fsize_bytes, e) ||
+        limit_override(obj, "run_idle_timeout", &r->idle_ms, e) || limit_override(obj, "compile_idle_timeout", &c->idle_ms, e))
         return -1;
     c->output_cap = r->output_cap;
     c->fsize_bytes = r->fsize_bytes;
@@ -147,10 +148,20 @@ static int parse_limits(json_t *obj, struct language *lang, struct errbuf *e)
 
 static void default_limits(struct language *lang)
 {
-    lang->run_limits = (struct stage_limits){DEFAULT_RUN_WALL_MS, DEFAULT_RUN_CPU_MS, DEFAULT_RUN_MEMORY,
-                                             DEFAULT_RUN_PIDS,    DEFAULT_OUTPUT_CAP, DEFAULT_FSIZE};
-    lang->compile_limits = (struct stage_limits){DEFAULT_COMPILE_WALL_MS, DEFAULT_COMPILE_CPU_MS, DEFAULT_COMPILE_MEMORY,
-                                                 DEFAULT_COMPILE_PIDS,    DEFAULT_OUTPUT_CAP,     DEFAULT_FSIZE};
+    lang->run_limits = (struct stage_limits){.wall_ms = DEFAULT_RUN_WALL_MS,
+                                             .cpu_ms = DEFAULT_RUN_CPU_MS,
+                                             .idle_ms = 0,
+                                             .memory_bytes = DEFAULT_RUN_MEMORY,
+                                             .pids = DEFAULT_RUN_PIDS,
+                                             .output_cap = DEFAULT_OUTPUT_CAP,
+                                             .fsize_bytes = DEFAULT_FSIZE};
+    lang->compile_limits = (struct stage_limits){.wall_ms = DEFAULT_COMPILE_WALL_MS,
+                                                 .cpu_ms = DEFAULT_COMPILE_CPU_MS,
+                                                 .idle_ms = 0,
+                                                 .memory_bytes = DEFAULT_COMPILE_MEMORY,
+                                                 .pids = DEFAULT_COMPILE_PIDS,
+                                                 .output_cap = DEFAULT_OUTPUT_CAP,
+                                                 .fsize_bytes = DEFAULT_FSIZE};
 }
 
 int language_parse(struct language *lang, const char *path, struct errbuf *e)

@@ -54,6 +54,7 @@ struct options {
     int slots;
     int queue;
     int verbose;
+    long idle_ms;
 };
 
 static void usage(FILE *f)
@@ -70,6 +71,8 @@ static void usage(FILE *f)
                "  -j, --slots N          concurrent boxes (default 2 x CPUs)\n"
                "  -q, --queue N          requests that may wait for a slot (default 4 x slots)\n"
                "  -n, --name NAME        cgroup instance name (default " DEFAULT_CG_NAME ")\n"
+               "      --idle-timeout MS  kill a box after MS without output or input (default: off;\n"
+               "                         a manifest's run_idle_timeout/compile_idle_timeout wins)\n"
                "  -v, --verbose          debug logging\n"
                "  -h, --help             this text\n"
                "\n"
@@ -91,8 +94,14 @@ static void setup_languages(struct backend *b, const struct options *o)
         fatalx("%s", e.msg);
     if (b->langs.count == 0)
         fatalx("no usable language manifests in %s", o->lang_dir);
-    for (size_t i = 0; i < b->langs.count; i++)
-        log_info("language %s %s", b->langs.items[i].name, b->langs.items[i].version);
+    for (size_t i = 0; i < b->langs.count; i++) {
+        struct language *l = &b->langs.items[i];
+        if (o->idle_ms > 0 && l->run_limits.idle_ms == 0)
+            l->run_limits.idle_ms = (uint64_t)o->idle_ms;
+        if (o->idle_ms > 0 && l->compile_limits.idle_ms == 0)
+            l->compile_limits.idle_ms = (uint64_t)o->idle_ms;
+        log_info("language %s %s", l->name, l->version);
+    }
 }
 
 static void setup_cgroups(struct backend *b, const struct options *o)
@@ -184,7 +193,7 @@ static void add_allowed(struct options *o, const char *who)
     o->allowed[o->nallowed++] = (uid_t)uid;
 }
 
-enum { OPT_RUN_TIMEOUT = 256, OPT_RUN_MEMORY, OPT_COMPILE_TIMEOUT, OPT_COMPILE_MEMORY };
+enum { OPT_RUN_TIMEOUT = 256, OPT_RUN_MEMORY, OPT_COMPILE_TIMEOUT, OPT_COMPILE_MEMORY, OPT_IDLE_TIMEOUT };
 
 static const struct option long_opts[] = {
     {"socket", required_argument, NULL, 's'},
@@ -206,6 +215,7 @@ static const struct option long_opts[] = {
     {"run-memory", required_argument, NULL, OPT_RUN_MEMORY},
     {"compile-timeout", required_argument, NULL, OPT_COMPILE_TIMEOUT},
     {"compile-memory", required_argument, NULL, OPT_COMPILE_MEMORY},
+    {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {NULL, 0, NULL, 0},
 };
 
@@ -325,7 +335,7 @@ static long parse_limit_opt(const char *name, const char *v)
 
 int main(int argc, char **argv)
 {
-    struct options o = {DEFAULT_SOCKET, DEFAULT_RUN_DIR, MOAT_LANGUAGES_DIR, DEFAULT_CG_NAME, NULL, {0}, 0, 0, 0, 0};
+    struct options o = {DEFAULT_SOCKET, DEFAULT_RUN_DIR, MOAT_LANGUAGES_DIR, DEFAULT_CG_NAME, NULL, {0}, 0, 0, 0, 0, 0};
     struct moat_exec_request req;
     static struct moat_file files[MOAT_MAX_FILES];
     static char *args[MOAT_MAX_ARGS];
@@ -414,6 +424,9 @@ int main(int argc, char **argv)
             break;
         case OPT_COMPILE_MEMORY:
             req.compile_memory_bytes = parse_limit_opt("compile-memory", optarg);
+            break;
+        case OPT_IDLE_TIMEOUT:
+            o.idle_ms = parse_limit_opt("idle-timeout", optarg);
             break;
         default:
             usage(stderr);

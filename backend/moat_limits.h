@@ -37,6 +37,7 @@
 struct stage_limits {
     uint64_t wall_ms;
     uint64_t cpu_ms;
+    uint64_t idle_ms; /* 0 = off */
     uint64_t memory_bytes;
     uint32_t pids;
     uint64_t output_cap;

@@ -30,9 +30,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def backend_run(code, language="python", extra=(), timeout=60):
-    """Runs one job with `moat-backend run` and returns the parsed result."""
-    tag = "moat-t%d" % os.getpid()
+def backend_run(code, language="python", extra=(), timeout=60, tag=None):
+    """Runs one job with `moat-backend run` and returns the parsed result.
+    Concurrent calls need distinct tags (run dir and cgroup name)."""
+    tag = tag or "moat-t%d" % os.getpid()
     cmd = [BACKEND, "run", "-r", "/run/" + tag, "-n", tag, "-l", language, "-c", code, *extra]
     p = subprocess.run(cmd, capture_output=True, timeout=timeout)
     if p.returncode != 0:

@@ -43,6 +43,27 @@ class BoxTest(unittest.TestCase):
         self.assertLess(r["wall_time"], 2000)
         self.assertLess(r["cpu_time"], 500)
 
+    def test_idle_clock(self):
+        r = run('import time\nprint("a", flush=True)\ntime.sleep(0.3)\nprint("b", flush=True)\ntime.sleep(10)',
+                "python", "--idle-timeout", "500")
+        self.assertEqual(r["status"], "TO")
+        self.assertEqual(r["message"], "idle-time limit exceeded")
+        self.assertEqual(r["stdout"], "a\nb\n")
+        self.assertGreaterEqual(r["wall_time"], 800)
+        self.assertLess(r["wall_time"], 1500)
+
+    def test_cpu_clock(self):
+        # four busy threads burn CPU four times faster than the wall clock
+        # on a multi-core host; on one core the wall clock and CPU clock tie
+        code = ("import threading\ndef spin():\n    while True: pass\n"
+                "for _ in range(4): threading.Thread(target=spin, daemon=True).start()\nspin()\n")
+        r = run(code, "python", "--run-timeout", "2000")
+        self.assertEqual(r["status"], "TO")
+        if os.cpu_count() > 1:
+            self.assertEqual(r["message"], "cpu-time limit exceeded")
+            self.assertLess(r["wall_time"], 1900)
+        self.assertGreaterEqual(r["cpu_time"], 1900)
+
     def test_output_cap(self):
         r = run('print("x" * 200000)')
         self.assertEqual(r["status"], "OL")

@@ -1,0 +1,291 @@
+"""Security checks from SECURITY-CHECKS.md (S-series) run inside real boxes.
+
+Probes are Python programs that make raw system calls through ctypes, so
+each check reaches the kernel exactly as hostile native code would.  Every
+test fails if the protection it names is removed (seccomp rule, mount flag,
+namespace, credential drop)."""
+
+import json
+import os
+import threading
+import unittest
+
+from moat_harness import backend_run
+
+PRELUDE = r"""
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def sc(nr, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    return r, ctypes.get_errno()
+"""
+
+# x86-64 numbers of calls the allow-list must refuse (S18), with the errno
+# each must return.
+DENIED = {
+    "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308,
+    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "pidfd_getfd": 438,
+    "bpf": 321, "perf_event_open": 298, "keyctl": 250, "add_key": 248, "request_key": 249,
+    "init_module": 175, "finit_module": 313, "delete_module": 176, "kexec_load": 246, "kexec_file_load": 320,
+    "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163, "settimeofday": 164, "clock_settime": 227,
+    "adjtimex": 159, "clock_adjtime": 305, "sethostname": 170, "setdomainname": 171, "iopl": 172,
+    "ioperm": 173, "quotactl": 179, "userfaultfd": 323, "open_by_handle_at": 304, "name_to_handle_at": 303,
+    "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "move_mount": 429, "open_tree": 428,
+    "mount_setattr": 442, "lookup_dcookie": 212, "syslog": 103, "uselib": 134, "ustat": 136, "sysfs": 139,
+    "vhangup": 153, "io_setup": 206, "fanotify_init": 300, "migrate_pages": 256, "move_pages": 279,
+    "mbind": 237, "vmsplice": 278, "memfd_secret": 447, "landlock_create_ruleset": 444,
+}
+ENOSYS_CALLS = {"clone3": 435, "io_uring_setup": 425}
+
+
+def probe(body, language="python", *extra):
+    res = backend_run(PRELUDE + body, language, extra)["run"]
+    return res
+
+
+def probe_json(body):
+    res = probe(body + "\nprint(json.dumps(out))")
+    if res["code"] != 0:
+        raise AssertionError("probe failed: %r" % res)
+    return json.loads(res["stdout"])
+
+
+class SeccompTest(unittest.TestCase):
+    def test_s18_denied_calls_return_eperm(self):
+        out = probe_json("out = {}\nfor name, nr in %r.items():\n    out[name] = sc(nr)\n" % DENIED)
+        wrong = {k: v for k, v in out.items() if v != [-1, 1]}  # -1, EPERM
+        self.assertEqual(wrong, {})
+
+    def test_s12_s20_enosys_calls(self):
+        out = probe_json("out = {name: sc(nr) for name, nr in %r.items()}" % ENOSYS_CALLS)
+        self.assertEqual(out, {"clone3": [-1, 38], "io_uring_setup": [-1, 38]})
+
+    def test_s19_allowed_calls_reach_the_kernel(self):
+        # a bad pointer gives EFAULT only if the filter let the call through
+        out = probe_json("""
+out = {
+  'write': sc(1, 1, 1, 10), 'openat': sc(257, -100, 1, 0), 'newfstatat': sc(262, -100, 1, 1, 0),
+  'uname': sc(63, 1), 'clock_gettime': sc(228, 0, 1), 'getrandom': sc(318, 1, 8, 0), 'pipe2': sc(293, 1, 0),
+  'rt_sigaction': sc(13, 10, 1, 0, 8), 'getcwd': sc(79, 1, 100), 'sysinfo': sc(99, 1),
+}
+""")
+        self.assertEqual({k: v[1] for k, v in out.items()}, {k: 14 for k in out})  # EFAULT
+
+    def test_s10_s20_namespace_flags_on_clone_denied(self):
+        out = probe_json("""
+CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWNET, SIGCHLD = 0x10000000, 0x00020000, 0x40000000, 17
+out = {'user': sc(56, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0), 'ns': sc(56, CLONE_NEWNS | SIGCHLD, 0, 0, 0, 0),
+       'net': sc(56, CLONE_NEWNET | SIGCHLD, 0, 0, 0, 0), 'unshare_user': sc(272, CLONE_NEWUSER)}
+pid = os.fork()      # plain clone still works
+if pid == 0:
+    os._exit(7)
+out['fork'] = os.waitpid(pid, 0)[1] >> 8
+""")
+        self.assertEqual(out, {"user": [-1, 1], "ns": [-1, 1], "net": [-1, 1], "unshare_user": [-1, 1],
+                               "fork": 7})
+
+    def test_s11_tiocsti_denied_even_with_high_bits(self):
+        out = probe_json("""
+TIOCSTI = 0x5412
+c = ctypes.c_char(b'x')
+out = {'plain': sc(16, 0, TIOCSTI, ctypes.addressof(c)), 'high': sc(16, 0, (0x123 << 32) | TIOCSTI, ctypes.addressof(c)),
+       'tiocgwinsz': sc(16, 1, 0x5413, 1)}
+""")
+        self.assertEqual(out["plain"], [-1, 1])
+        self.assertEqual(out["high"], [-1, 1])
+        self.assertNotEqual(out["tiocgwinsz"][1], 1)  # other ioctls pass (ENOTTY on a pipe)
+
+    def test_s21_personality(self):
+        out = probe_json("out = {'query': sc(135, 0xffffffff)[1], 'linux': sc(135, 0)[1], "
+                         "'linux32': sc(135, 0x0008), 'readimpliesexec': sc(135, 0x0400000)}")
+        self.assertEqual(out, {"query": 0, "linux": 0, "linux32": [-1, 1], "readimpliesexec": [-1, 1]})
+
+    def test_s22_socket_families(self):
+        out = probe_json("""
+fams = {'unix': 1, 'inet': 2, 'inet6': 10, 'netlink': 16, 'packet': 17, 'key': 15, 'alg': 38, 'vsock': 40,
+        'bluetooth': 31, 'can': 29, 'xdp': 44}
+out = {}
+for name, fam in fams.items():
+    r, e = sc(41, fam, 1 if name != 'netlink' else 3, 0)
+    out[name] = 'ok' if r >= 0 else e
+""")
+        self.assertEqual(out["unix"], "ok")
+        self.assertEqual(out["inet"], "ok")
+        self.assertEqual(out["inet6"], "ok")
+        for fam in ("netlink", "packet", "key", "alg", "vsock", "bluetooth", "can", "xdp"):
+            self.assertEqual(out[fam], 1, fam)  # EPERM
+
+    def test_s15_32bit_syscall_kills(self):
+        # mov eax, 20 (getpid on i386); int 0x80; ret
+        res = probe("""
+import mmap
+code = bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3])
+m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+m.write(code)
+f = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))
+print('returned', f())
+""")
+        self.assertEqual(res["signal"], "SIGSYS", res)
+        self.assertNotIn("returned", res["stdout"])
+
+    def test_s15_x32_syscall_kills(self):
+        res = probe("print('x32', sc(0x40000000 | 39))")
+        self.assertEqual(res["signal"], "SIGSYS", res)
+
+    def test_s25_status_of_a_boxed_process(self):
+        out = probe_json("""
+st = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines())
+out = {k: st[k].strip() for k in ('CapEff', 'CapPrm', 'CapBnd', 'NoNewPrivs', 'Seccomp')}
+out['pid_small'] = os.getpid() < 10
+out['uid'] = os.getuid() >= 60000 and os.getgid() >= 60000 and os.getgroups() == []
+""")
+        self.assertEqual(out["CapEff"], "0000000000000000")
+        self.assertEqual(out["CapPrm"], "0000000000000000")
+        self.assertEqual(out["NoNewPrivs"], "1")
+        self.assertEqual(out["Seccomp"], "2")
+        self.assertTrue(out["pid_small"])
+        self.assertTrue(out["uid"])
+
+
+class FilesystemTest(unittest.TestCase):
+    def test_s24_walk_the_root(self):
+        out = probe_json("""
+out = {'top': sorted(os.listdir('/')), 'dev': sorted(os.listdir('/dev')), 'etc': sorted(os.listdir('/etc')),
+       'run': os.path.exists('/run'), 'sys': os.path.exists('/sys'), 'home': os.path.exists('/home'),
+       'var': os.path.exists('/var'), 'shm': os.path.exists('/dev/shm')}
+""")
+        self.assertEqual(out["top"], ["bin", "box", "dev", "etc", "lib", "lib64", "proc", "tmp", "usr"])
+        self.assertEqual(out["dev"], ["fd", "null", "random", "stderr", "stdin", "stdout", "urandom", "zero"])
+        self.assertEqual(out["etc"], ["alternatives", "group", "passwd"])
+        self.assertEqual([out[k] for k in ("run", "sys", "home", "var", "shm")], [False] * 5)
+
+    def test_s6_every_mount_is_nosuid_and_runtime_read_only(self):
+        out = probe_json("""
+out = {}
+for line in open('/proc/self/mountinfo'):
+    f = line.split()
+    out[f[4]] = f[5].split(',')
+""")
+        for mnt, opts in out.items():
+            self.assertIn("nosuid", opts, mnt)
+        for mnt in ("/", "/usr/bin", "/usr/lib", "/dev", "/etc/alternatives"):
+            self.assertIn("ro", out[mnt], mnt)
+        for mnt in ("/box", "/tmp"):
+            self.assertIn("rw", out[mnt], mnt)
+            self.assertIn("nodev", out[mnt], mnt)
+
+    def test_s7_runtime_and_exe_not_writable(self):
+        out = probe_json("""
+out = {}
+for p in ('/proc/self/exe', '/usr/bin/python3.11', '/usr/lib/python3.11/os.py', '/etc/passwd'):
+    try:
+        open(p, 'r+b'); out[p] = 'opened'
+    except OSError as e:
+        out[p] = e.errno
+""")
+        self.assertNotIn("opened", out.values())
+
+    def test_s9_cgroupfs_and_release_agent(self):
+        out = probe_json("""
+os.makedirs('/tmp/cg', exist_ok=True)
+out = {'mount': sc(165, ctypes.addressof(ctypes.create_string_buffer(b'cgroup')),
+                   ctypes.addressof(ctypes.create_string_buffer(b'/tmp/cg')),
+                   ctypes.addressof(ctypes.create_string_buffer(b'cgroup')), 0,
+                   ctypes.addressof(ctypes.create_string_buffer(b'memory'))),
+       'unshare': sc(272, 0x00020000 | 0x10000000 | 0x02000000),
+       'sysfs': os.path.exists('/sys/fs/cgroup')}
+""")
+        self.assertEqual(out, {"mount": [-1, 1], "unshare": [-1, 1], "sysfs": False})
+
+    def test_s1_s2_planted_links_and_fifos_do_not_reach_the_host(self):
+        # a job plants symlinks, a hard link and a FIFO where the host writes
+        # files; the next job in the same slot starts from a fresh /box
+        plant = """
+import os
+os.symlink('/etc/shadow', '/box/x')
+os.symlink('/proc/1/root', '/box/y')
+os.mkfifo('/box/fifo')
+open('/box/own', 'w').close()
+os.link('/box/own', '/box/hard')
+try:
+    os.link('/box/main.code', '/box/hard2'); print('linked a root-owned file')
+except PermissionError:
+    pass
+print('planted')
+"""
+        with open("/etc/shadow", "rb") as f:
+            before = f.read()
+        for _ in range(3):
+            self.assertEqual(backend_run(plant)["run"]["stdout"], "planted\n")
+        r = backend_run("import os; print(sorted(os.listdir('/box')))")["run"]
+        self.assertEqual(r["stdout"], "['main.code']\n")
+        with open("/etc/shadow", "rb") as f:
+            self.assertEqual(f.read(), before)
+
+    def test_s16_disk_fill_stops_at_tmpfs_size(self):
+        res = probe("""
+n = 0
+try:
+    with open('/tmp/fill', 'wb') as f:
+        while True:
+            f.write(b'x' * (1 << 20)); f.flush(); n += 1
+except OSError as e:
+    print(n, e.errno)
+""")
+        n, err = res["stdout"].split()
+        self.assertIn(int(err), (27, 28))  # EFBIG (fsize rlimit) or ENOSPC (tmpfs full)
+        self.assertLessEqual(int(n), 64)
+
+    def test_s5_environment(self):
+        os.environ["MOAT_SECRET_TOKEN"] = "must-not-leak"
+        out = probe_json("out = dict(os.environ)")
+        self.assertNotIn("MOAT_SECRET_TOKEN", out)
+        self.assertEqual(out["HOME"], "/box")
+
+
+class ConcurrentBoxesTest(unittest.TestCase):
+    def test_s13_two_boxes_cannot_reach_each_other(self):
+        # box A listens on an abstract unix socket and reports its pid;
+        # box B, running at the same time, tries to connect and to signal
+        a_code = PRELUDE + """
+import socket, time
+s = socket.socket(socket.AF_UNIX)
+s.bind('\\0moat-s13')
+s.listen(1)
+open('/tmp/ready', 'w').close()
+time.sleep(1.5)
+print('alive')
+"""
+        b_code = PRELUDE + """
+import socket, time
+time.sleep(0.5)
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect('\\0moat-s13'); print('connected')
+except OSError as e:
+    print('refused', e.errno)
+others = [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]
+print('visible', len(others))
+print('kill', sc(62, -1, 9))
+"""
+        results = {}
+
+        def run(name, code):
+            results[name] = backend_run(code, tag="moat-t%d-%s" % (os.getpid(), name))["run"]
+
+        ta = threading.Thread(target=run, args=("a", a_code))
+        tb = threading.Thread(target=run, args=("b", b_code))
+        ta.start()
+        tb.start()
+        ta.join()
+        tb.join()
+        self.assertEqual(results["a"]["stdout"], "alive\n", results["a"])
+        lines = results["b"]["stdout"].splitlines()
+        self.assertEqual(lines[0], "refused 111")  # ECONNREFUSED: separate network namespace
+        self.assertEqual(lines[1], "visible 0")
+
+
+if __name__ == "__main__":
+    unittest.main()
