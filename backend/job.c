@@ -182,9 +182,39 @@ static int run_stage(struct backend *b, struct slot *s, const struct language *l
     return 0;
 }
 
-int job_run(struct backend *b, const struct moat_exec_request *req, struct moat_exec_result *res, struct job_error *je)
+static int has_suffix(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/*
+ * Compilers want their extension (go build, gcc without -x, ...): when the
+ * entry file lacks it, it is stored as main<ext> instead, unless another
+ * file already has that name.  Only the job's view of the names changes.
+ */
+static int apply_extension(const struct language *lang, struct moat_exec_request *view, struct moat_file *files,
+                           char *entry, size_t entry_size)
+{
+    if (lang->extension == NULL || has_suffix(view->files[0].name, lang->extension))
+        return 0;
+    snprintf(entry, entry_size, "main%s", lang->extension);
+    for (size_t i = 1; i < view->nfiles; i++)
+        if (strcmp(view->files[i].name, entry) == 0)
+            return 0;
+    memcpy(files, view->files, view->nfiles * sizeof(*files));
+    files[0].name = entry;
+    view->files = files;
+    return 0;
+}
+
+int job_run(struct backend *b, const struct moat_exec_request *orig, struct moat_exec_result *res, struct job_error *je)
 {
     struct box_limits run_lim, compile_lim;
+    struct moat_file renamed[MOAT_MAX_FILES];
+    struct moat_exec_request view = *orig;
+    const struct moat_exec_request *req = &view;
+    char entry[32];
     struct errbuf e;
     int rc = -1;
 
@@ -193,6 +223,8 @@ int job_run(struct backend *b, const struct moat_exec_request *req, struct moat_
     if (lang == NULL)
         return job_fail(je, MOAT_ERR_UNKNOWN_LANGUAGE, "%s-%s runtime is unknown", req->language, req->version);
     if (validate_files(req, je) != 0)
+        return -1;
+    if (apply_extension(lang, &view, renamed, entry, sizeof(entry)) != 0)
         return -1;
     if (stage_limits_for(&lang->run_limits, req->run_timeout_ms, req->run_memory_bytes, "run", &run_lim, je) != 0 ||
         stage_limits_for(&lang->compile_limits, req->compile_timeout_ms, req->compile_memory_bytes, "compile", &compile_lim, je) !=

@@ -11,6 +11,7 @@
 #include "language.h"
 
 #include <dirent.h>
+#include <stdio.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,8 @@
 #include <unistd.h>
 
 #include "log.h"
+
+#define DPKG_STATUS "/var/lib/dpkg/status"
 
 static void free_strv(char **v)
 {
@@ -30,6 +33,7 @@ void language_free(struct language *lang)
 {
     free(lang->name);
     free(lang->version);
+    free(lang->extension);
     for (size_t i = 0; i < lang->naliases; i++)
         free(lang->aliases[i]);
     free(lang->aliases);
@@ -89,7 +93,8 @@ static int argv_template(json_t *arr, const char *what, char ***out, struct errb
         return -1;
     if (n == 0 || (*out)[0][0] != '/')
         return errf(e, "%s[0] must be an absolute path", what);
-    if (access((*out)[0], X_OK) != 0)
+    /* a program the compile stage builds in /box cannot be checked now */
+    if (strncmp((*out)[0], "/box/", 5) != 0 && access((*out)[0], X_OK) != 0)
         return errf(e, "runtime %s is not installed", (*out)[0]);
     return 0;
 }
@@ -107,9 +112,10 @@ static int limit_override(json_t *obj, const char *key, uint64_t *value, struct 
 
 static int parse_limits(json_t *obj, struct language *lang, struct errbuf *e)
 {
-    static const char *const known[] = {"run_timeout",     "run_cpu_time",     "run_memory",         "run_processes",
-                                        "compile_timeout", "compile_cpu_time", "compile_memory",     "compile_processes",
-                                        "output",          "file_size",        "run_idle_timeout", "compile_idle_timeout"};
+    static const char *const known[] = {"run_timeout",      "run_cpu_time",         "run_memory",        "run_processes",
+                                        "compile_timeout",  "compile_cpu_time",     "compile_memory",    "compile_processes",
+                                        "output",           "file_size",            "compile_file_size", "run_idle_timeout",
+                                        "compile_idle_timeout"};
     const char *key;
     json_t *v;
     uint64_t pids;
@@ -135,6 +141,8 @@ static int parse_limits(json_t *obj, struct language *lang, struct errbuf *e)
         return -1;
     c->output_cap = r->output_cap;
     c->fsize_bytes = r->fsize_bytes;
+    if (limit_override(obj, "compile_file_size", &c->fsize_bytes, e) != 0)
+        return -1;
     pids = r->pids;
     if (limit_override(obj, "run_processes", &pids, e) != 0)
         return -1;
@@ -166,7 +174,8 @@ static void default_limits(struct language *lang)
 
 int language_parse(struct language *lang, const char *path, struct errbuf *e)
 {
-    static const char *const known[] = {"language", "version", "aliases", "compile", "run", "runtime", "env", "limits"};
+    static const char *const known[] = {"language", "version", "version_package", "aliases", "compile",
+                                        "run",      "runtime", "env",             "limits",  "extension"};
     json_error_t jerr;
     json_t *root = NULL, *v;
     const char *key;
@@ -204,9 +213,32 @@ int language_parse(struct language *lang, const char *path, struct errbuf *e)
         goto fail;
     }
     lang->version = strdup(json_string_value(v));
+    if ((v = json_object_get(root, "version_package")) != NULL) {
+        char pv[64];
+        if (!json_is_string(v)) {
+            errf(e, "%s: version_package must be a package name", path);
+            goto fail;
+        }
+        /* the installed package's version wins over the manifest's */
+        if (package_version(DPKG_STATUS, json_string_value(v), pv, sizeof(pv)) == 0 && valid_token(pv)) {
+            free(lang->version);
+            lang->version = strdup(pv);
+        }
+    }
     if (lang->name == NULL || lang->version == NULL) {
         errf(e, "out of memory");
         goto fail;
+    }
+    if ((v = json_object_get(root, "extension")) != NULL) {
+        const char *ext = json_is_string(v) ? json_string_value(v) : "";
+        if (ext[0] != '.' || !valid_token(ext + 1) || strchr(ext + 1, '.') != NULL) {
+            errf(e, "%s: extension must look like \".go\"", path);
+            goto fail;
+        }
+        if ((lang->extension = strdup(ext)) == NULL) {
+            errf(e, "out of memory");
+            goto fail;
+        }
     }
     if ((v = json_object_get(root, "aliases")) != NULL) {
         if (strv_from_json(v, "aliases", &lang->aliases, &lang->naliases, e) != 0)
@@ -262,6 +294,58 @@ fail:
     json_decref(root);
     language_free(lang);
     return -1;
+}
+
+/*
+ * The upstream version of an installed Debian package, from dpkg's status
+ * file: "1:3.11.2-6+deb12u6" -> "3.11.2" (epoch, Debian revision and
+ * +/~ suffixes dropped).  Reading a file, not running the runtime, keeps
+ * untrusted-adjacent binaries out of the privileged start-up.
+ */
+int package_version(const char *status_path, const char *package, char *out, size_t size)
+{
+    FILE *f = fopen(status_path, "re");
+    char *line = NULL, version[256] = "";
+    size_t cap = 0;
+    int in_pkg = 0, installed = 0, found = 0;
+
+    if (f == NULL)
+        return -1;
+    while (!found && getline(&line, &cap, f) >= 0) {
+        line[strcspn(line, "\n")] = '\0';
+        if (line[0] == '\0') { /* end of a paragraph */
+            found = in_pkg && installed && version[0];
+            if (!found) {
+                in_pkg = installed = 0;
+                version[0] = '\0';
+            }
+        } else if (strncmp(line, "Package: ", 9) == 0) {
+            in_pkg = strcmp(line + 9, package) == 0;
+        } else if (in_pkg && strncmp(line, "Status: ", 8) == 0) {
+            installed = strstr(line, " installed") != NULL && strstr(line, "not-installed") == NULL;
+        } else if (in_pkg && strncmp(line, "Version: ", 9) == 0) {
+            snprintf(version, sizeof(version), "%.200s", line + 9);
+        }
+    }
+    if (!found)
+        found = in_pkg && installed && version[0];
+    free(line);
+    fclose(f);
+    if (!found)
+        return -1;
+    const char *v = strchr(version, ':') ? strchr(version, ':') + 1 : version;
+    size_t n = strlen(v);
+    const char *dash = strrchr(v, '-');
+    if (dash)
+        n = (size_t)(dash - v);
+    size_t cut = strcspn(v, "+~");
+    if (cut < n)
+        n = cut;
+    if (n == 0 || n >= size)
+        return -1;
+    memcpy(out, v, n);
+    out[n] = '\0';
+    return 0;
 }
 
 static int cmp_lang(const void *a, const void *b)

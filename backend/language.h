@@ -17,6 +17,7 @@ struct language {
     char *version;
     char **aliases;
     size_t naliases;
+    char *extension;     /* e.g. ".go": the first file is named main<ext> when its name lacks it */
     char **compile_argv; /* NULL-terminated template, NULL if interpreted */
     char **run_argv;     /* NULL-terminated template */
     struct box_mount *ro;
@@ -42,5 +43,7 @@ void languages_free(struct language_set *set);
  * "3.11", "3.11.2", "3.x"); the highest matching version wins. */
 const struct language *language_find(const struct language_set *set, const char *name, const char *selector);
 int version_matches(const char *version, const char *selector);
+/* Upstream version of an installed Debian package; 0 or -1. */
+int package_version(const char *status_path, const char *package, char *out, size_t size);
 
 #endif

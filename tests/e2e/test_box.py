@@ -2,6 +2,7 @@
 real cgroups, real limits).  Each test fails if its protection is removed."""
 
 import glob
+import json
 import os
 import unittest
 
@@ -172,6 +173,54 @@ class BoxTest(unittest.TestCase):
         self.assertEqual(leftovers, [])
         with open("/proc/self/mountinfo") as f:
             self.assertNotIn("/run/%s/slots" % tag, f.read())
+
+
+PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
+LANGUAGES = {  # language: (program file, compiled)
+    "python": ("hello.py", False), "bash": ("hello.sh", False), "c": ("hello.c", True), "c++": ("hello.cpp", True),
+    "javascript": ("hello.js", False), "lua": ("hello.lua", False), "ruby": ("hello.rb", False),
+    "perl": ("hello.pl", False), "go": ("hello.go", True), "rust": ("hello.rs", True), "java": ("Main.java", False),
+    "sqlite3": ("hello.sql", False),
+}
+
+
+def run_file(language, name, stdin="moat\n", extra=()):
+    from moat_harness import BACKEND
+    import subprocess
+    tag = "moat-t%d" % os.getpid()
+    p = subprocess.run([BACKEND, "run", "-r", "/run/" + tag, "-n", tag, "-l", language, "-i", stdin, *extra,
+                        os.path.join(PROGRAMS, name)], capture_output=True, timeout=120)
+    if p.returncode != 0:
+        raise AssertionError(p.stderr.decode(errors="replace"))
+    return json.loads(p.stdout)
+
+
+class LanguagesTest(unittest.TestCase):
+    """Every shipped language runs hello world and reads stdin, under the
+    default limits (Java and Go included)."""
+
+    def test_every_language(self):
+        for language, (name, compiled) in LANGUAGES.items():
+            with self.subTest(language=language):
+                d = run_file(language, name)
+                self.assertEqual("compile" in d, compiled, d)
+                if compiled:
+                    self.assertIsNone(d["compile"]["status"], d["compile"])
+                self.assertEqual(d["run"]["stdout"], "hello moat\n", d["run"])
+                self.assertIsNone(d["run"]["status"], d["run"])
+
+    def test_c_compile_error_skips_run(self):
+        from moat_harness import backend_run
+        d = backend_run("int main(void) { return undefined_thing; }", "c")
+        self.assertEqual(d["compile"]["status"], "RE")
+        self.assertIn("undefined_thing", d["compile"]["stderr"])
+        self.assertNotIn("run", d)
+
+    def test_compiled_program_shares_box_between_stages_only(self):
+        from moat_harness import backend_run
+        d = backend_run('#include <stdio.h>\nint main(void){FILE *f=fopen("/box/a.out","r");puts(f?"own binary":"none");'
+                        'return 0;}', "c")
+        self.assertEqual(d["run"]["stdout"], "own binary\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+const l = require('fs').readFileSync(0, 'utf8').trim(); console.log('hello ' + l);

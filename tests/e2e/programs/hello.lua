@@ -1,0 +1,1 @@
+local l = io.read("l"); print("hello " .. l)

@@ -1,0 +1,1 @@
+my $l = <STDIN>; chomp $l; print "hello $l\n";

@@ -1,0 +1,1 @@
+l = gets.chomp; puts "hello #{l}"

@@ -1,0 +1,2 @@
+read l
+echo "hello $l"
