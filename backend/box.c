@@ -1,36 +1,36 @@
 /*
- * box.c - the box: namespaces, a read-only root, one uid per slot, a cgroup,
- * rlimits, clocks and capped output.
+ * box.c - the host side of a box: warm preparation, the plan, supervision of
+ * each stage, and disposal.
  *
  * Theory of operation
  * -------------------
- * box_run() (host side, a backend worker thread) prepares everything that
- * needs memory before it clones: pipes, the cgroup, and a plan of paths.  It
- * then clone()s a child into new mount, pid, net, ipc and uts namespaces.
- * That child is "init" (pid 1 of the box); it waits for the host to put it
- * into the box cgroup and say "go", then:
+ * Everything slow about a box happens before a request needs it.
+ * box_prepare() creates a fresh cgroup for the slot, makes the control
+ * socket and the stage pipes, and clone()s init (box_init.c) into new
+ * mount, pid, net, ipc and uts namespaces, then attaches it to the cgroup
+ * (on cgroup v1 a migration waits for an RCU grace period, ~10 ms, which is
+ * why it is done here).  Init mounts the generic parts of the root and
+ * waits.
  *
- *   setup_fds -> setup_mounts (private propagation, tmpfs root, read-only
- *   runtime binds, /box, /tmp, /proc, /dev, /etc) -> setup_pivot ->
- *   setup_uts -> fork the program
+ * On a request, box_start() sends the plan (runtime paths, files, each
+ * stage's argv, environment and rlimits).  Init binds the runtime read-only,
+ * writes the files into a fresh /box tmpfs, pivots and waits for "go".
+ * box_run_stage() sets the stage's cgroup limits, sends "go", and
+ * supervises: it reads stdout and stderr from pipes it made itself,
+ * enforcing the caps while reading, writes stdin, and watches three clocks:
+ * wall (timerfd), CPU (cgroup usage, polled) and idle (no output read and no
+ * input written).  The first limit to trip kills the box through its cgroup.
+ * Init reports the program's wait status after reaping it and everything it
+ * started.
  *
- * and the program child does setup_session -> setup_rlimits ->
- * setup_credentials -> setup_fds -> no_new_privs -> seccomp -> execve.  Init reaps
- * everything, reports the program's wait status on the status pipe and
- * exits; the kernel then kills whatever is left in the pid namespace.  The
- * child never allocates (the parent is multi-threaded): it only reads the
- * plan and makes system calls.
- *
- * The host reads stdout and stderr from its own pipes, enforcing the caps as
- * it reads, writes stdin, and watches three clocks: wall (timerfd), CPU
- * (cgroup usage, polled) and idle (no output read and no input written).  The first limit to trip kills the box through its
- * cgroup.  The host never looks inside the box's files after the run.
+ * box_discard() runs after the reply has been sent: kill init (the kernel
+ * tears the pid namespace down), kill anything left in the cgroup, remove
+ * it.  The host never opens, reads or follows anything inside the box.
  */
 #include "box.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -38,414 +38,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/mount.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "box_internal.h"
 #include "log.h"
 
-#define BOX_STACK_SIZE      (256 * 1024)
-#define BOX_ROOT_TMPFS_OPTS "size=1m,nr_inodes=1024,mode=0755"
-#define BOX_DEV_TMPFS_OPTS  "size=64k,nr_inodes=64,mode=0755"
-#define BOX_HOSTNAME        "box"
-#define CPU_POLL_MS         20
-#define DRAIN_GRACE_MS      200
-#define READ_CHUNK          65536
-
-/* What init tells the host on the status pipe: one atomic write. */
-enum report_kind { REPORT_EXITED = 1, REPORT_SETUP_FAILED = 2, REPORT_EXEC_FAILED = 3 };
-
-struct report {
-    int32_t kind;
-    int32_t wait_status;
-    int32_t err;
-    char what[116];
-};
-
-/* Everything the child needs, prepared by the host before clone(). */
-struct plan {
-    const struct slot *slot;
-    const struct box_spec *spec;
-    int in_rd, out_wr, err_wr, status_wr, go_rd;
-    char etc_passwd[256];
-    char etc_group[128];
-};
-
-/* Fixed descriptor numbers inside init. */
-enum { FD_IN = 0, FD_OUT = 1, FD_ERR = 2, FD_STATUS = 3, FD_GO = 4, FD_FIRST_FREE = 5 };
-
-/* ==== child side (no allocation, no locks) ============================== */
-
-static void report_send(int kind, int wait_status, int err, const char *what)
-{
-    struct report r;
-    memset(&r, 0, sizeof(r));
-    r.kind = kind;
-    r.wait_status = wait_status;
-    r.err = err;
-    if (what) {
-        size_t n = strlen(what);
-        if (n >= sizeof(r.what))
-            n = sizeof(r.what) - 1;
-        memcpy(r.what, what, n);
-    }
-    ssize_t w = write(FD_STATUS, &r, sizeof(r));
-    (void)w;
-}
-
-static __attribute__((noreturn)) void child_die(const char *what)
-{
-    report_send(REPORT_SETUP_FAILED, 0, errno, what);
-    _exit(126);
-}
-
-/* Builds root + path into buf; the plan's paths are all short. */
-static const char *in_root(char *buf, size_t size, const struct slot *s, const char *path)
-{
-    size_t a = strlen(s->root), b = strlen(path);
-    if (a + b + 1 > size) {
-        errno = ENAMETOOLONG;
-        child_die("path too long");
-    }
-    memcpy(buf, s->root, a);
-    memcpy(buf + a, path, b + 1);
-    return buf;
-}
-
-/* mkdir -p below the box root; every component is in our fresh tmpfs. */
-static void mkdir_below_root(const struct slot *s, const char *path)
-{
-    char buf[PATH_MAX];
-    in_root(buf, sizeof(buf), s, path);
-    for (char *p = buf + strlen(s->root) + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            child_die("mkdir in box root");
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        child_die("mkdir in box root");
-}
-
-static void write_small_file(const struct slot *s, const char *path, const char *content)
-{
-    char buf[PATH_MAX];
-    int fd = open(in_root(buf, sizeof(buf), s, path), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0)
-        child_die("create file in box root");
-    size_t len = strlen(content);
-    if (write(fd, content, len) != (ssize_t)len)
-        child_die("write file in box root");
-    close(fd);
-}
-
-/* Moves the descriptors init needs to fixed numbers and closes the rest,
- * including every descriptor of the (multi-threaded) backend. */
-static void setup_fds(const struct plan *p)
-{
-    int src[5] = {p->in_rd, p->out_wr, p->err_wr, p->status_wr, p->go_rd};
-    int high[5];
-    for (int i = 0; i < 5; i++)
-        if ((high[i] = fcntl(src[i], F_DUPFD, 1000)) < 0)
-            _exit(125);
-    for (int i = 0; i < 5; i++)
-        if (dup2(high[i], i) != i)
-            _exit(125);
-    if (syscall(SYS_close_range, FD_FIRST_FREE, ~0U, 0) != 0)
-        for (int fd = FD_FIRST_FREE; fd < 65536; fd++)
-            close(fd);
-}
-
-static void bind_ro(const struct slot *s, const char *path)
-{
-    char dst[PATH_MAX], target[PATH_MAX];
-    struct stat st;
-
-    if (lstat(path, &st) != 0) {
-        if (errno == ENOENT)
-            return; /* a runtime dir this host does not have */
-        child_die("lstat runtime path");
-    }
-    if (S_ISLNK(st.st_mode)) {
-        /* merged-/usr symlinks such as /bin -> usr/bin are recreated */
-        ssize_t n = readlink(path, target, sizeof(target) - 1);
-        if (n < 0)
-            child_die("readlink runtime path");
-        target[n] = '\0';
-        char *slash = strrchr(path, '/');
-        if (slash && slash != path) {
-            char parent[PATH_MAX];
-            size_t plen = (size_t)(slash - path);
-            if (plen >= sizeof(parent))
-                child_die("path too long");
-            memcpy(parent, path, plen);
-            parent[plen] = '\0';
-            mkdir_below_root(s, parent);
-        }
-        if (symlink(target, in_root(dst, sizeof(dst), s, path)) != 0 && errno != EEXIST)
-            child_die("symlink in box root");
-        return;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        mkdir_below_root(s, path);
-    } else {
-        char *slash = strrchr(path, '/');
-        if (slash && slash != path) {
-            char parent[PATH_MAX];
-            size_t plen = (size_t)(slash - path);
-            memcpy(parent, path, plen);
-            parent[plen] = '\0';
-            mkdir_below_root(s, parent);
-        }
-        int fd = open(in_root(dst, sizeof(dst), s, path), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0)
-            child_die("create bind target");
-        close(fd);
-    }
-    in_root(dst, sizeof(dst), s, path);
-    /* Not MS_REC: submounts of a runtime dir stay hidden rather than
-     * appearing writable. */
-    if (mount(path, dst, NULL, MS_BIND, NULL) != 0)
-        child_die("bind runtime path");
-    if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) != 0)
-        child_die("remount runtime path read-only");
-}
-
-static void setup_dev(const struct slot *s)
-{
-    static const char *const nodes[] = {"null", "zero", "random", "urandom"};
-    char dst[PATH_MAX], src[32];
-
-    mkdir_below_root(s, "/dev");
-    if (mount("tmpfs", in_root(dst, sizeof(dst), s, "/dev"), "tmpfs", MS_NOSUID | MS_NOEXEC, BOX_DEV_TMPFS_OPTS) != 0)
-        child_die("mount /dev tmpfs");
-    for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
-        char rel[32];
-        snprintf(rel, sizeof(rel), "/dev/%s", nodes[i]);
-        snprintf(src, sizeof(src), "/dev/%s", nodes[i]);
-        int fd = open(in_root(dst, sizeof(dst), s, rel), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-        if (fd < 0)
-            child_die("create /dev node");
-        close(fd);
-        if (mount(src, dst, NULL, MS_BIND, NULL) != 0)
-            child_die("bind /dev node");
-        if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC, NULL) != 0)
-            child_die("remount /dev node");
-    }
-    static const char *const links[][2] = {
-        {"/proc/self/fd", "/dev/fd"},
-        {"/proc/self/fd/0", "/dev/stdin"},
-        {"/proc/self/fd/1", "/dev/stdout"},
-        {"/proc/self/fd/2", "/dev/stderr"},
-    };
-    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
-        if (symlink(links[i][0], in_root(dst, sizeof(dst), s, links[i][1])) != 0)
-            child_die("symlink in /dev");
-    if (mount(NULL, in_root(dst, sizeof(dst), s, "/dev"), NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) !=
-        0)
-        child_die("remount /dev read-only");
-}
-
-static void setup_mounts(const struct plan *p)
-{
-    const struct slot *s = p->slot;
-    const struct box_spec *spec = p->spec;
-    char dst[PATH_MAX], opts[128];
-
-    /* nothing we mount may propagate back to the host */
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
-        child_die("make mounts private");
-    if (mount("tmpfs", s->root, "tmpfs", MS_NOSUID | MS_NODEV, BOX_ROOT_TMPFS_OPTS) != 0)
-        child_die("mount root tmpfs");
-
-    for (size_t i = 0; i < spec->nro; i++)
-        bind_ro(s, spec->ro[i].path);
-
-    /* /box: the job's tmpfs, shared by its stages */
-    mkdir_below_root(s, "/box");
-    if (mount(s->box, in_root(dst, sizeof(dst), s, "/box"), NULL, MS_BIND, NULL) != 0)
-        child_die("bind /box");
-    if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV, NULL) != 0)
-        child_die("remount /box nosuid,nodev");
-
-    /* /tmp: private to this stage, size-capped */
-    mkdir_below_root(s, "/tmp");
-    snprintf(opts, sizeof(opts), "size=%llu,nr_inodes=4096,mode=1777", (unsigned long long)spec->lim.tmp_bytes);
-    if (mount("tmpfs", in_root(dst, sizeof(dst), s, "/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0)
-        child_die("mount /tmp");
-
-    /* /proc of our own pid namespace; other users' processes hidden */
-    mkdir_below_root(s, "/proc");
-    if (mount("proc", in_root(dst, sizeof(dst), s, "/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2") != 0)
-        child_die("mount /proc");
-
-    setup_dev(s);
-
-    mkdir_below_root(s, "/etc");
-    write_small_file(s, "/etc/passwd", p->etc_passwd);
-    write_small_file(s, "/etc/group", p->etc_group);
-}
-
-static void setup_pivot(const struct slot *s)
-{
-    if (chdir(s->root) != 0)
-        child_die("chdir to box root");
-    /* pivot_root(".", ".") stacks the old root on top of the new one;
-     * detaching "." then removes the old root from this namespace. */
-    if (syscall(SYS_pivot_root, ".", ".") != 0)
-        child_die("pivot_root");
-    if (umount2(".", MNT_DETACH) != 0)
-        child_die("detach old root");
-    if (chdir("/") != 0)
-        child_die("chdir /");
-    if (mount(NULL, "/", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) != 0)
-        child_die("remount root read-only");
-}
-
-static void setup_uts(void)
-{
-    if (sethostname(BOX_HOSTNAME, strlen(BOX_HOSTNAME)) != 0 || setdomainname(BOX_HOSTNAME, strlen(BOX_HOSTNAME)) != 0)
-        child_die("set hostname");
-}
-
-#define RLIM(res, val)                                                                                                             \
-    do {                                                                                                                           \
-        struct rlimit rl_ = {(rlim_t)(val), (rlim_t)(val)};                                                                        \
-        if (setrlimit(res, &rl_) != 0)                                                                                             \
-            exec_die(errfd, "setrlimit " #res);                                                                                    \
-    } while (0)
-
-static __attribute__((noreturn)) void exec_die(int errfd, const char *what)
-{
-    struct report r;
-    memset(&r, 0, sizeof(r));
-    r.kind = REPORT_EXEC_FAILED;
-    r.err = errno;
-    snprintf(r.what, sizeof(r.what), "%s", what);
-    ssize_t w = write(errfd, &r, sizeof(r));
-    (void)w;
-    _exit(127);
-}
-
-static void setup_rlimits(const struct box_limits *lim, int errfd)
-{
-    uint64_t cpu_s = (lim->cpu_ms + 999) / 1000 + 1; /* backstop: the cgroup clock fires first */
-    RLIM(RLIMIT_CORE, 0);
-    RLIM(RLIMIT_FSIZE, lim->fsize_bytes);
-    RLIM(RLIMIT_NOFILE, lim->nofile);
-    RLIM(RLIMIT_STACK, 64ull * 1024 * 1024);
-    RLIM(RLIMIT_MEMLOCK, 0);
-    RLIM(RLIMIT_MSGQUEUE, 0);
-    RLIM(RLIMIT_CPU, cpu_s);
-    /* the slot's uid is its own, so this counts only this box */
-    RLIM(RLIMIT_NPROC, lim->pids);
-}
-
-static void setup_credentials(const struct slot *s, int errfd)
-{
-    if (setgroups(0, NULL) != 0)
-        exec_die(errfd, "setgroups");
-    if (setresgid(s->gid, s->gid, s->gid) != 0)
-        exec_die(errfd, "setresgid");
-    if (setresuid(s->uid, s->uid, s->uid) != 0)
-        exec_die(errfd, "setresuid");
-    /* make sure the drop cannot be undone */
-    if (setresuid(0, 0, 0) == 0)
-        exec_die(errfd, "privileges could be regained");
-}
-
-static __attribute__((noreturn)) void run_program(const struct plan *p, int errfd)
-{
-    const struct box_spec *spec = p->spec;
-
-    if (setsid() < 0) /* new session: no controlling terminal */
-        exec_die(errfd, "setsid");
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
-        exec_die(errfd, "PR_SET_PDEATHSIG");
-    setup_rlimits(&spec->lim, errfd);
-    setup_credentials(p->slot, errfd);
-    if (chdir("/box") != 0)
-        exec_die(errfd, "chdir /box");
-    /* keep 0-2 and the close-on-exec error pipe only */
-    if (errfd > 3)
-        syscall(SYS_close_range, 3, errfd - 1, 0);
-    syscall(SYS_close_range, errfd + 1, ~0U, 0);
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-        exec_die(errfd, "PR_SET_NO_NEW_PRIVS");
-    if (spec->seccomp && seccomp_policy_install(spec->seccomp) != 0)
-        exec_die(errfd, "install seccomp filter");
-    execve(spec->argv[0], spec->argv, spec->envp);
-    exec_die(errfd, "execve");
-}
-
-/* pid 1 of the box. */
-static int box_init(void *arg)
-{
-    const struct plan *p = arg;
-    char go;
-
-    setup_fds(p);
-    if (read(FD_GO, &go, 1) != 1)
-        _exit(125); /* the host gave up on us */
-    close(FD_GO);
-    if (unshare(CLONE_NEWCGROUP) != 0) /* the box's cgroup becomes its root */
-        child_die("unshare cgroup namespace");
-    setup_mounts(p);
-    setup_pivot(p->slot);
-    setup_uts();
-
-    int errpipe[2];
-    if (pipe2(errpipe, O_CLOEXEC) != 0)
-        child_die("pipe");
-    pid_t prog = fork();
-    if (prog < 0)
-        child_die("fork program");
-    if (prog == 0) {
-        close(errpipe[0]);
-        close(FD_STATUS);
-        run_program(p, errpipe[1]);
-    }
-    close(errpipe[1]);
-    close(FD_IN);
-    close(FD_OUT);
-    close(FD_ERR);
-
-    struct report r;
-    ssize_t n;
-    while ((n = read(errpipe[0], &r, sizeof(r))) < 0 && errno == EINTR)
-        ;
-    if (n == (ssize_t)sizeof(r)) {
-        ssize_t w = write(FD_STATUS, &r, sizeof(r));
-        (void)w;
-        _exit(127);
-    }
-    close(errpipe[0]);
-
-    /* reap orphans too, until the program itself has ended */
-    for (;;) {
-        int st;
-        pid_t w = wait(&st);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            child_die("wait");
-        }
-        if (w == prog) {
-            report_send(REPORT_EXITED, st, 0, NULL);
-            _exit(0);
-        }
-    }
-}
-
-/* ==== host side ========================================================== */
+#define BOX_STACK_SIZE (256 * 1024)
+#define CPU_POLL_MS 20
+#define DRAIN_GRACE_MS 200
+#define READ_CHUNK 65536
 
 static uint64_t now_ms(void)
 {
@@ -454,23 +60,42 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+/* ---- slots ------------------------------------------------------------- */
+
+static void warm_reset(struct warm_box *w)
+{
+    memset(w, 0, sizeof(*w));
+    w->init_pid = -1;
+    w->ctl = w->in_wr = -1;
+    for (int k = 0; k < BOX_NSTAGES; k++)
+        w->out_rd[k] = w->err_rd[k] = -1;
+}
+
 int slot_init(struct slot *s, int index, const char *run_dir, uid_t uid, struct errbuf *e)
 {
     memset(s, 0, sizeof(*s));
+    warm_reset(&s->warm);
     s->index = index;
     s->uid = uid;
     s->gid = (gid_t)uid;
     if ((size_t)snprintf(s->dir, sizeof(s->dir), "%s/slots/%d", run_dir, index) >= sizeof(s->dir) ||
-        (size_t)snprintf(s->root, sizeof(s->root), "%s/root", s->dir) >= sizeof(s->root) ||
-        (size_t)snprintf(s->box, sizeof(s->box), "%s/box", s->dir) >= sizeof(s->box))
+        (size_t)snprintf(s->root, sizeof(s->root), "%s/root", s->dir) >= sizeof(s->root))
         return errf(e, "run dir path too long");
     snprintf(s->cg_name, sizeof(s->cg_name), "slot%d", index);
     char slots[PATH_MAX];
     snprintf(slots, sizeof(slots), "%s/slots", run_dir);
     if (mkdir(slots, 0700) != 0 && errno != EEXIST)
         return errf_errno(e, "mkdir %s", slots);
-    const char *dirs[] = {s->dir, s->root, s->box};
-    for (int i = 0; i < 3; i++) {
+    const char *dirs[] = {s->dir, s->root};
+    for (int i = 0; i < 2; i++) {
         struct stat st;
         if (mkdir(dirs[i], 0700) != 0 && errno != EEXIST)
             return errf_errno(e, "mkdir %s", dirs[i]);
@@ -489,68 +114,244 @@ int slot_init(struct slot *s, int index, const char *run_dir, uid_t uid, struct 
     return 0;
 }
 
-void slot_cleanup_stale(struct slot *s)
+/* ---- preparation ---------------------------------------------------------- */
+
+void box_discard(struct slot *s)
 {
-    /* lazy unmounts of anything a crashed backend left mounted here */
-    while (umount2(s->box, MNT_DETACH) == 0)
-        ;
-    while (umount2(s->root, MNT_DETACH) == 0)
-        ;
+    struct warm_box *w = &s->warm;
+    struct errbuf e;
+
+    if (w->init_pid > 0) {
+        kill(w->init_pid, SIGKILL);
+        /* returns once the whole pid namespace has been torn down */
+        while (waitpid(w->init_pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+    if (w->cgb.path[0][0] && cg_box_destroy(&w->cgb, &e) != 0)
+        log_warnx("%s: slot %d: %s", __func__, s->index, e.msg);
+    close_fd(&w->ctl);
+    close_fd(&w->in_wr);
+    for (int k = 0; k < BOX_NSTAGES; k++) {
+        close_fd(&w->out_rd[k]);
+        close_fd(&w->err_rd[k]);
+    }
+    warm_reset(w);
 }
 
-int slot_job_begin(struct slot *s, uint64_t box_bytes, const struct moat_file *files, size_t nfiles, struct errbuf *e)
+int box_prepare(const struct cg_system *cg, const struct seccomp_prog *seccomp, struct slot *s, struct errbuf *e)
 {
-    char opts[128];
-    snprintf(opts, sizeof(opts), "size=%llu,nr_inodes=4096,mode=0700,uid=%u,gid=%u", (unsigned long long)box_bytes,
+    struct warm_box *w = &s->warm;
+    int ctl[2] = {-1, -1}, in[2] = {-1, -1}, out[BOX_NSTAGES][2], err[BOX_NSTAGES][2];
+    char name[48];
+    int rc = -1;
+
+    box_discard(s);
+    for (int k = 0; k < BOX_NSTAGES; k++)
+        out[k][0] = out[k][1] = err[k][0] = err[k][1] = -1;
+
+    snprintf(name, sizeof(name), "%s", s->cg_name);
+    if (cg_box_create(cg, &w->cgb, name, e) != 0)
+        goto out;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) != 0 || pipe2(in, O_CLOEXEC) != 0) {
+        errf_errno(e, "socketpair/pipe");
+        goto out;
+    }
+    for (int k = 0; k < BOX_NSTAGES; k++)
+        if (pipe2(out[k], O_CLOEXEC) != 0 || pipe2(err[k], O_CLOEXEC) != 0) {
+            errf_errno(e, "pipe");
+            goto out;
+        }
+
+    /* a static copy per slot: the child reads it after clone */
+    static struct init_args args[256];
+    struct init_args *a = &args[s->index & 255];
+    memset(a, 0, sizeof(*a));
+    a->slot = s;
+    a->seccomp = seccomp;
+    a->fds[FD_RUN_IN] = in[0];
+    a->fds[FD_RUN_OUT] = out[BOX_STAGE_RUN][1];
+    a->fds[FD_RUN_ERR] = err[BOX_STAGE_RUN][1];
+    a->fds[FD_CTL] = ctl[1];
+    a->fds[FD_COMPILE_OUT] = out[BOX_STAGE_COMPILE][1];
+    a->fds[FD_COMPILE_ERR] = err[BOX_STAGE_COMPILE][1];
+    snprintf(a->etc_passwd, sizeof(a->etc_passwd), "root:x:0:0:root:/:/usr/sbin/nologin\nbox:x:%u:%u:box:/box:/bin/sh\n",
              (unsigned)s->uid, (unsigned)s->gid);
-    if (mount("tmpfs", s->box, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0)
-        return errf_errno(e, "mount job tmpfs on %s", s->box);
-    s->job_mounted = 1;
+    snprintf(a->etc_group, sizeof(a->etc_group), "root:x:0:\nbox:x:%u:\n", (unsigned)s->gid);
 
-    /* The tmpfs is new and nothing untrusted has run in it yet; still,
-     * create with O_EXCL|O_NOFOLLOW relative to a directory fd. */
-    int dfd = open(s->box, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0) {
-        errf_errno(e, "open %s", s->box);
-        goto fail;
+    pid_t pid = clone(box_init_main, (char *)s->stack + s->stack_size,
+                      CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD, a);
+    if (pid < 0) {
+        errf_errno(e, "clone box");
+        goto out;
     }
-    for (size_t i = 0; i < nfiles; i++) {
-        int fd = openat(dfd, files[i].name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0) {
-            errf_errno(e, "create box file");
-            close(dfd);
-            goto fail;
-        }
-        size_t off = 0;
-        while (off < files[i].content_len) {
-            ssize_t n = write(fd, files[i].content + off, files[i].content_len - off);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                errf_errno(e, "write box file (files larger than the box?)");
-                close(fd);
-                close(dfd);
-                goto fail;
-            }
-            off += (size_t)n;
-        }
-        close(fd);
+    w->init_pid = pid;
+    if (cg_box_attach(&w->cgb, pid, e) != 0)
+        goto out;
+
+    w->ctl = ctl[0];
+    w->in_wr = in[1];
+    ctl[0] = in[1] = -1;
+    for (int k = 0; k < BOX_NSTAGES; k++) {
+        w->out_rd[k] = out[k][0];
+        w->err_rd[k] = err[k][0];
+        out[k][0] = err[k][0] = -1;
     }
-    close(dfd);
-    return 0;
-fail:
-    slot_job_end(s);
-    return -1;
+    w->ready = 1;
+    s->generation++;
+    rc = 0;
+out:
+    close_fd(&ctl[0]);
+    close_fd(&ctl[1]);
+    close_fd(&in[0]);
+    close_fd(&in[1]);
+    for (int k = 0; k < BOX_NSTAGES; k++) {
+        close_fd(&out[k][0]);
+        close_fd(&out[k][1]);
+        close_fd(&err[k][0]);
+        close_fd(&err[k][1]);
+    }
+    if (rc != 0)
+        box_discard(s);
+    return rc;
 }
 
-void slot_job_end(struct slot *s)
+/* ---- the plan --------------------------------------------------------------- */
+
+struct plan_buf {
+    uint8_t *data;
+    size_t len, cap;
+    int failed;
+};
+
+static void put(struct plan_buf *b, const void *p, size_t n)
 {
-    if (s->job_mounted) {
-        if (umount2(s->box, MNT_DETACH) != 0)
-            log_warn("%s: umount %s", __func__, s->box);
-        s->job_mounted = 0;
+    if (b->failed)
+        return;
+    if (b->len + n > PLAN_MAX_BYTES) {
+        b->failed = 1;
+        return;
     }
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n)
+            cap *= 2;
+        uint8_t *d = realloc(b->data, cap);
+        if (d == NULL) {
+            b->failed = 1;
+            return;
+        }
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
 }
+
+static void put_u32(struct plan_buf *b, uint32_t v)
+{
+    put(b, &v, sizeof(v));
+}
+
+static void put_u64(struct plan_buf *b, uint64_t v)
+{
+    put(b, &v, sizeof(v));
+}
+
+static void put_blob(struct plan_buf *b, const void *p, size_t n)
+{
+    if (n > UINT32_MAX) {
+        b->failed = 1;
+        return;
+    }
+    put_u32(b, (uint32_t)n);
+    put(b, p, n);
+}
+
+static void put_str(struct plan_buf *b, const char *s)
+{
+    put_blob(b, s, strlen(s) + 1);
+}
+
+static void put_strv(struct plan_buf *b, char *const *v)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        put_str(b, v[i]);
+}
+
+static uint32_t count_strv(char *const *v)
+{
+    uint32_t n = 0;
+    while (v && v[n])
+        n++;
+    return n;
+}
+
+static int write_full(int fd, const void *buf, size_t len)
+{
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(fd, (const uint8_t *)buf + off, len - off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        off += (size_t)n;
+    }
+    return 0;
+}
+
+int box_start(struct slot *s, const struct box_job *job, struct errbuf *e)
+{
+    struct warm_box *w = &s->warm;
+    struct plan_buf b = {NULL, 0, 0, 0};
+    uint32_t mask = 0;
+
+    if (!w->ready)
+        return errf(e, "slot %d has no warm box", s->index);
+    w->ready = 0;
+    for (int k = 0; k < BOX_NSTAGES; k++)
+        if (job->stages[k].present)
+            mask |= 1u << k;
+
+    put_u32(&b, PLAN_MAGIC);
+    put_u32(&b, 0); /* body length, patched below */
+    put_u64(&b, job->box_bytes);
+    put_u32(&b, (uint32_t)job->nro);
+    put_u32(&b, (uint32_t)job->nfiles);
+    put_u32(&b, mask);
+    for (size_t i = 0; i < job->nro; i++)
+        put_str(&b, job->ro[i].path);
+    for (size_t i = 0; i < job->nfiles; i++) {
+        put_str(&b, job->files[i].name);
+        put_blob(&b, job->files[i].content, job->files[i].content_len);
+    }
+    for (int k = 0; k < BOX_NSTAGES; k++) {
+        const struct box_stage *st = &job->stages[k];
+        if (!st->present)
+            continue;
+        put_u64(&b, st->lim.fsize_bytes);
+        put_u64(&b, st->lim.cpu_ms);
+        put_u32(&b, st->lim.nofile);
+        put_u32(&b, st->lim.pids);
+        put_u32(&b, count_strv(st->argv));
+        put_u32(&b, count_strv(st->envp));
+        put_strv(&b, st->argv);
+        put_strv(&b, st->envp);
+    }
+    if (b.failed) {
+        free(b.data);
+        return errf(e, "plan too large or out of memory");
+    }
+    uint32_t body = (uint32_t)(b.len - 8);
+    memcpy(b.data + 4, &body, sizeof(body));
+    int rc = write_full(w->ctl, b.data, b.len);
+    free(b.data);
+    if (rc != 0)
+        return errf_errno(e, "send plan to slot %d", s->index);
+    return 0;
+}
+
+/* ---- supervision -------------------------------------------------------------- */
 
 static int stream_init(struct box_stream *st, size_t cap, struct errbuf *e)
 {
@@ -580,58 +381,55 @@ static int stream_append(struct box_stream *st, const uint8_t *data, size_t len)
     return take < len;
 }
 
-struct host_state {
-    int out_rd, err_rd, status_rd, in_wr, timer;
-    int out_open, err_open, status_open;
-    size_t in_off;
+struct stage_state {
+    struct warm_box *w;
+    int stage;
+    int out_open, err_open, ctl_open;
+    int timer;
+    const uint8_t *stdin_data;
+    size_t stdin_len, in_off;
     int killed; /* a limit killed the box */
     uint8_t kill_status;
     const char *kill_message;
     int have_report;
-    struct report report;
+    struct box_report report;
+    size_t report_got;
     uint64_t last_activity_ms; /* for the idle clock */
 };
 
-static void kill_now(pid_t init_pid, struct cg_box *cgb)
+static void kill_now(struct warm_box *w)
 {
     struct errbuf e;
-    kill(init_pid, SIGKILL);
-    if (cg_box_kill(cgb, &e) != 0)
+    if (w->init_pid > 0)
+        kill(w->init_pid, SIGKILL);
+    if (cg_box_kill(&w->cgb, &e) != 0)
         log_warnx("%s: %s", __func__, e.msg);
+    w->broken = 1;
 }
 
 /* Kills the box for a limit; the first limit to trip names the status. */
-static void kill_box(pid_t init_pid, struct cg_box *cgb, struct host_state *h, uint8_t status, const char *message)
+static void kill_box(struct stage_state *h, uint8_t status, const char *message)
 {
     if (!h->killed) {
         h->killed = 1;
         h->kill_status = status;
         h->kill_message = message;
     }
-    kill_now(init_pid, cgb);
-}
-
-static void close_fd(int *fd)
-{
-    if (*fd >= 0) {
-        close(*fd);
-        *fd = -1;
-    }
+    kill_now(h->w);
 }
 
 /* Reads what one pipe has; enforces the stream's cap while reading. */
-static void drain_pipe(int *fd, int *open_flag, struct box_stream *st, struct box_stream *both, pid_t init_pid, struct cg_box *cgb,
-                       struct host_state *h, uint8_t over_status, const char *over_message)
+static void drain_pipe(struct stage_state *h, int fd, int *open_flag, struct box_stream *st, struct box_stream *both,
+                       uint8_t over_status, const char *over_message)
 {
     uint8_t buf[READ_CHUNK];
-    ssize_t n = read(*fd, buf, sizeof(buf));
+    ssize_t n = read(fd, buf, sizeof(buf));
     if (n < 0) {
         if (errno == EINTR || errno == EAGAIN)
             return;
         n = 0;
     }
     if (n == 0) {
-        close_fd(fd);
         *open_flag = 0;
         return;
     }
@@ -639,115 +437,114 @@ static void drain_pipe(int *fd, int *open_flag, struct box_stream *st, struct bo
     int over = stream_append(st, buf, (size_t)n);
     stream_append(both, buf, (size_t)n);
     if (over)
-        kill_box(init_pid, cgb, h, over_status, over_message);
+        kill_box(h, over_status, over_message);
 }
 
-static void feed_stdin(const struct box_spec *spec, struct host_state *h)
+static void feed_stdin(struct stage_state *h)
 {
-    if (h->in_wr < 0)
+    struct warm_box *w = h->w;
+    if (w->in_wr < 0)
         return;
-    if (h->in_off < spec->stdin_len) {
-        ssize_t n = write(h->in_wr, spec->stdin_data + h->in_off, spec->stdin_len - h->in_off);
+    if (h->in_off < h->stdin_len) {
+        ssize_t n = write(w->in_wr, h->stdin_data + h->in_off, h->stdin_len - h->in_off);
         if (n > 0) {
             h->in_off += (size_t)n;
             h->last_activity_ms = now_ms();
+        } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+            h->in_off = h->stdin_len; /* EPIPE: the program stopped reading */
         }
-        else if (n < 0 && errno != EAGAIN && errno != EINTR)
-            h->in_off = spec->stdin_len; /* EPIPE: the program stopped reading */
     }
-    if (h->in_off >= spec->stdin_len)
-        close_fd(&h->in_wr);
+    if (h->in_off >= h->stdin_len)
+        close_fd(&w->in_wr);
 }
 
-static void read_report(struct host_state *h)
+static void read_report(struct stage_state *h)
 {
-    ssize_t n = read(h->status_rd, &h->report, sizeof(h->report));
-    if (n == (ssize_t)sizeof(h->report))
+    ssize_t n = read(h->w->ctl, (uint8_t *)&h->report + h->report_got, sizeof(h->report) - h->report_got);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (n <= 0) {
+        h->ctl_open = 0; /* init is gone */
+        return;
+    }
+    h->report_got += (size_t)n;
+    if (h->report_got == sizeof(h->report)) {
         h->have_report = 1;
-    if (n <= 0 || n == (ssize_t)sizeof(h->report)) {
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            return;
-        close_fd(&h->status_rd);
-        h->status_open = 0;
+        h->ctl_open = 0;
     }
 }
 
-static void supervise(const struct box_spec *spec, pid_t init_pid, struct cg_box *cgb, struct host_state *h, struct box_result *res,
-                      uint64_t start_ms)
+static void supervise(const struct box_stage *st, struct stage_state *h, struct box_result *res, uint64_t start_ms)
 {
+    struct warm_box *w = h->w;
     uint64_t drain_deadline = 0;
-    uint64_t cpu_limit_ns = spec->lim.cpu_ms * 1000000ull;
+    uint64_t cpu_limit_ns = st->lim.cpu_ms * 1000000ull;
+    int k = h->stage;
 
-    while (h->out_open || h->err_open || h->status_open) {
+    while (h->out_open || h->err_open || h->ctl_open) {
         struct pollfd pfd[5];
-        int nfds = 0, i_out = -1, i_err = -1, i_st = -1, i_in = -1, i_tm = -1;
+        int nfds = 0, i_out = -1, i_err = -1, i_ctl = -1, i_in = -1, i_tm;
         if (h->out_open) {
             i_out = nfds;
-            pfd[nfds++] = (struct pollfd){h->out_rd, POLLIN, 0};
+            pfd[nfds++] = (struct pollfd){w->out_rd[k], POLLIN, 0};
         }
         if (h->err_open) {
             i_err = nfds;
-            pfd[nfds++] = (struct pollfd){h->err_rd, POLLIN, 0};
+            pfd[nfds++] = (struct pollfd){w->err_rd[k], POLLIN, 0};
         }
-        if (h->status_open) {
-            i_st = nfds;
-            pfd[nfds++] = (struct pollfd){h->status_rd, POLLIN, 0};
+        if (h->ctl_open) {
+            i_ctl = nfds;
+            pfd[nfds++] = (struct pollfd){w->ctl, POLLIN, 0};
         }
-        if (h->in_wr >= 0) {
+        if (k == BOX_STAGE_RUN && w->in_wr >= 0) {
             i_in = nfds;
-            pfd[nfds++] = (struct pollfd){h->in_wr, POLLOUT, 0};
+            pfd[nfds++] = (struct pollfd){w->in_wr, POLLOUT, 0};
         }
         i_tm = nfds;
         pfd[nfds++] = (struct pollfd){h->timer, POLLIN, 0};
 
-        int timeout = CPU_POLL_MS;
-        if (drain_deadline) {
-            uint64_t now = now_ms();
-            if (now >= drain_deadline) {
-                /* the program ended but something still holds a pipe */
-                kill_now(init_pid, cgb);
-                drain_deadline = 0;
-            }
+        if (drain_deadline && now_ms() >= drain_deadline) {
+            /* the program ended but something still holds a pipe */
+            kill_now(w);
+            drain_deadline = 0;
         }
-        int n = poll(pfd, (nfds_t)nfds, timeout);
+        int n = poll(pfd, (nfds_t)nfds, CPU_POLL_MS);
         if (n < 0 && errno != EINTR) {
             log_warn("%s: poll", __func__);
-            kill_box(init_pid, cgb, h, MOAT_STATUS_XX, "internal error: poll failed");
+            kill_box(h, MOAT_STATUS_XX, "internal error: poll failed");
             break;
         }
         if (n > 0) {
             if (i_out >= 0 && pfd[i_out].revents)
-                drain_pipe(&h->out_rd, &h->out_open, &res->out, &res->both, init_pid, cgb, h, MOAT_STATUS_OL,
-                           "stdout length exceeded");
+                drain_pipe(h, w->out_rd[k], &h->out_open, &res->out, &res->both, MOAT_STATUS_OL, "stdout length exceeded");
             if (i_err >= 0 && pfd[i_err].revents)
-                drain_pipe(&h->err_rd, &h->err_open, &res->err, &res->both, init_pid, cgb, h, MOAT_STATUS_EL,
-                           "stderr length exceeded");
-            if (i_st >= 0 && pfd[i_st].revents)
+                drain_pipe(h, w->err_rd[k], &h->err_open, &res->err, &res->both, MOAT_STATUS_EL, "stderr length exceeded");
+            if (i_ctl >= 0 && pfd[i_ctl].revents)
                 read_report(h);
             if (i_in >= 0 && pfd[i_in].revents)
-                feed_stdin(spec, h);
+                feed_stdin(h);
             if (pfd[i_tm].revents & POLLIN) {
                 uint64_t ticks;
                 ssize_t r = read(h->timer, &ticks, sizeof(ticks));
                 (void)r;
-                kill_box(init_pid, cgb, h, MOAT_STATUS_TO, "wall-time limit exceeded");
+                kill_box(h, MOAT_STATUS_TO, "wall-time limit exceeded");
             }
         }
-        if (!h->killed && spec->lim.idle_ms && h->status_open && now_ms() - h->last_activity_ms > spec->lim.idle_ms)
-            kill_box(init_pid, cgb, h, MOAT_STATUS_TO, "idle-time limit exceeded");
+        if (!h->killed && st->lim.idle_ms && h->ctl_open && now_ms() - h->last_activity_ms > st->lim.idle_ms)
+            kill_box(h, MOAT_STATUS_TO, "idle-time limit exceeded");
         if (!h->killed && cpu_limit_ns) {
             struct cg_usage u;
             struct errbuf e;
-            if (cg_box_usage(cgb, &u, &e) == 0 && u.cpu_ns > cpu_limit_ns)
-                kill_box(init_pid, cgb, h, MOAT_STATUS_TO, "cpu-time limit exceeded");
+            if (cg_box_usage(&w->cgb, &u, &e) == 0 && u.cpu_ns > cpu_limit_ns)
+                kill_box(h, MOAT_STATUS_TO, "cpu-time limit exceeded");
         }
-        if (!h->status_open && !drain_deadline && (h->out_open || h->err_open))
+        if (!h->ctl_open && !drain_deadline && (h->out_open || h->err_open))
             drain_deadline = now_ms() + DRAIN_GRACE_MS;
     }
     res->wall_ms = now_ms() - start_ms;
 }
 
-static void classify(const struct host_state *h, const struct cg_usage *u, struct box_result *res)
+static void classify(const struct stage_state *h, const struct cg_usage *u, struct box_result *res)
 {
     if (h->have_report && h->report.kind == REPORT_EXITED) {
         int st = h->report.wait_status;
@@ -792,134 +589,94 @@ static void classify(const struct host_state *h, const struct cg_usage *u, struc
                  strerror(h->report.err));
     } else if (h->report.kind == REPORT_EXEC_FAILED) {
         res->status = MOAT_STATUS_XX;
-        snprintf(res->message, sizeof(res->message), "internal error: could not start program: %.100s: %s", h->report.what,
-                 strerror(h->report.err));
+        snprintf(res->message, sizeof(res->message), "internal error: could not start program: %.100s: %s",
+                 h->report.what, strerror(h->report.err));
     }
 }
 
-int box_run(const struct cg_system *cg, struct slot *s, const struct box_spec *spec, struct box_result *res, struct errbuf *e)
+/* Resets the counters a stage reports, so each stage's usage is its own. */
+static void stage_usage_baseline(struct warm_box *w, struct cg_usage *base)
 {
-    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, status[2] = {-1, -1}, go[2] = {-1, -1};
-    struct host_state h;
-    struct cg_box cgb;
-    struct plan plan;
-    pid_t pid = -1;
+    struct errbuf e;
+    if (cg_box_usage(&w->cgb, base, &e) != 0)
+        memset(base, 0, sizeof(*base));
+}
+
+int box_run_stage(struct slot *s, int stage, const struct box_stage *st, const uint8_t *stdin_data, size_t stdin_len,
+                  struct box_result *res, struct errbuf *e)
+{
+    struct warm_box *w = &s->warm;
+    struct stage_state h;
+    struct cg_usage base, u;
     int rc = -1;
 
     memset(res, 0, sizeof(*res));
     memset(&h, 0, sizeof(h));
-    memset(&cgb, 0, sizeof(cgb));
-    h.out_rd = h.err_rd = h.status_rd = h.in_wr = h.timer = -1;
+    h.w = w;
+    h.stage = stage;
+    h.timer = -1;
+    h.stdin_data = stdin_data;
+    h.stdin_len = stdin_len;
 
-    if (stream_init(&res->out, spec->lim.output_cap, e) != 0 || stream_init(&res->err, spec->lim.output_cap, e) != 0 ||
-        stream_init(&res->both, spec->lim.output_cap * 2, e) != 0)
+    if (w->init_pid <= 0 || w->broken)
+        return errf(e, "slot %d: box is not usable", s->index);
+    if (stream_init(&res->out, st->lim.output_cap, e) != 0 || stream_init(&res->err, st->lim.output_cap, e) != 0 ||
+        stream_init(&res->both, st->lim.output_cap * 2, e) != 0)
         goto out;
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(status, O_CLOEXEC) != 0 ||
-        pipe2(go, O_CLOEXEC) != 0) {
-        errf_errno(e, "pipe");
-        goto out;
-    }
     if ((h.timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK)) < 0) {
         errf_errno(e, "timerfd_create");
         goto out;
     }
-    if (cg_box_create(cg, &cgb, s->cg_name, e) != 0 || cg_box_set_limits(&cgb, spec->lim.memory_bytes, spec->lim.pids, e) != 0)
-        goto out;
-
-    memset(&plan, 0, sizeof(plan));
-    plan.slot = s;
-    plan.spec = spec;
-    plan.in_rd = in[0];
-    plan.out_wr = out[1];
-    plan.err_wr = err[1];
-    plan.status_wr = status[1];
-    plan.go_rd = go[0];
-    snprintf(plan.etc_passwd, sizeof(plan.etc_passwd), "root:x:0:0:root:/:/usr/sbin/nologin\nbox:x:%u:%u:box:/box:/bin/sh\n",
-             (unsigned)s->uid, (unsigned)s->gid);
-    snprintf(plan.etc_group, sizeof(plan.etc_group), "root:x:0:\nbox:x:%u:\n", (unsigned)s->gid);
-
-    pid = clone(box_init, (char *)s->stack + s->stack_size,
-                CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD, &plan);
-    if (pid < 0) {
-        errf_errno(e, "clone box");
+    if (cg_box_set_limits(&w->cgb, st->lim.memory_bytes, st->lim.pids, e) != 0) {
+        kill_now(w);
         goto out;
     }
-    close_fd(&in[0]);
-    close_fd(&out[1]);
-    close_fd(&err[1]);
-    close_fd(&status[1]);
-    close_fd(&go[0]);
+    (void)cg_box_reset_peak(&w->cgb); /* best effort: v2 reports the box's peak */
+    stage_usage_baseline(w, &base);
 
-    if (cg_box_attach(&cgb, pid, e) != 0) {
-        kill(pid, SIGKILL);
-        goto out;
-    }
-    struct itimerspec its = {{0, 0}, {(time_t)(spec->lim.wall_ms / 1000), (long)(spec->lim.wall_ms % 1000) * 1000000L}};
+    struct itimerspec its = {{0, 0}, {(time_t)(st->lim.wall_ms / 1000), (long)(st->lim.wall_ms % 1000) * 1000000L}};
     if (timerfd_settime(h.timer, 0, &its, NULL) != 0) {
         errf_errno(e, "timerfd_settime");
-        kill(pid, SIGKILL);
         goto out;
     }
     uint64_t start = now_ms();
     h.last_activity_ms = start;
-    if (write(go[1], "g", 1) != 1) {
-        errf_errno(e, "start box");
-        kill(pid, SIGKILL);
+    char go = (char)('0' + stage);
+    if (write_full(w->ctl, &go, 1) != 0) {
+        errf_errno(e, "start stage in slot %d", s->index);
+        kill_now(w);
         goto out;
     }
-    close_fd(&go[1]);
+    h.out_open = h.err_open = h.ctl_open = 1;
+    if (stage == BOX_STAGE_RUN) {
+        fcntl(w->in_wr, F_SETFL, O_NONBLOCK);
+        if (stdin_len == 0)
+            close_fd(&w->in_wr);
+    }
 
-    h.out_rd = out[0];
-    h.err_rd = err[0];
-    h.status_rd = status[0];
-    h.in_wr = in[1];
-    out[0] = err[0] = status[0] = in[1] = -1;
-    h.out_open = h.err_open = h.status_open = 1;
-    fcntl(h.in_wr, F_SETFL, O_NONBLOCK);
-    if (spec->stdin_len == 0)
-        close_fd(&h.in_wr);
+    supervise(st, &h, res, start);
 
-    supervise(spec, pid, &cgb, &h, res, start);
-
-    /* init is gone or going; waitpid returns once the whole pid namespace
-     * has been torn down */
-    kill(pid, SIGKILL);
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-        ;
-    pid = -1;
-
-    struct cg_usage u;
     struct errbuf ue;
-    if (cg_box_usage(&cgb, &u, &ue) != 0) {
+    if (cg_box_usage(&w->cgb, &u, &ue) != 0) {
         log_warnx("%s: %s", __func__, ue.msg);
         memset(&u, 0, sizeof(u));
     }
+    /* each stage reports its own CPU time and OOM kills */
+    u.cpu_ns = u.cpu_ns > base.cpu_ns ? u.cpu_ns - base.cpu_ns : 0;
+    u.oom_kills = u.oom_kills > base.oom_kills ? u.oom_kills - base.oom_kills : 0;
     res->cpu_ms = u.cpu_ns / 1000000;
     res->memory_bytes = u.memory_peak;
     classify(&h, &u, res);
+    if (res->status != MOAT_STATUS_OK)
+        w->broken = 1; /* later stages of this job do not run */
     rc = 0;
 out:
-    if (pid > 0) {
-        kill(pid, SIGKILL);
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-            ;
-    }
-    if (cgb.path[0][0]) {
-        struct errbuf de;
-        if (cg_box_destroy(&cgb, &de) != 0) {
-            log_warnx("%s: %s", __func__, de.msg);
-            if (rc == 0) {
-                rc = -1;
-                snprintf(e->msg, sizeof(e->msg), "%s", de.msg);
-            }
-        }
-    }
-    int *fds[] = {&in[0], &in[1], &out[0],   &out[1],   &err[0],      &err[1],  &status[0], &status[1],
-                  &go[0], &go[1], &h.out_rd, &h.err_rd, &h.status_rd, &h.in_wr, &h.timer};
-    for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
-        close_fd(fds[i]);
-    if (rc != 0)
+    close_fd(&h.timer);
+    close_fd(&w->out_rd[stage]);
+    close_fd(&w->err_rd[stage]);
+    if (rc != 0) {
+        w->broken = 1;
         box_result_free(res);
-    s->runs++;
+    }
     return rc;
 }

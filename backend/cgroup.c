@@ -394,10 +394,17 @@ int cg_box_set_limits(struct cg_box *box, uint64_t memory_bytes, uint32_t pids, 
         (void)write_file(box->path[0], "memory.swap.max", "0", &ignored); /* absent without swap accounting */
         return write_file(box->path[0], "pids.max", npids, e);
     }
-    if (write_file(box->path[CG_MEMORY], "memory.limit_in_bytes", mem, e) != 0)
+    if (box->cg->memsw) {
+        /* memsw must stay >= memory: raise memsw first, lower it last */
+        struct errbuf ignored;
+        int raised = write_file(box->path[CG_MEMORY], "memory.memsw.limit_in_bytes", mem, &ignored) == 0;
+        if (write_file(box->path[CG_MEMORY], "memory.limit_in_bytes", mem, e) != 0)
+            return -1;
+        if (!raised && write_file(box->path[CG_MEMORY], "memory.memsw.limit_in_bytes", mem, e) != 0)
+            return -1;
+    } else if (write_file(box->path[CG_MEMORY], "memory.limit_in_bytes", mem, e) != 0) {
         return -1;
-    if (box->cg->memsw && write_file(box->path[CG_MEMORY], "memory.memsw.limit_in_bytes", mem, e) != 0)
-        return -1;
+    }
     return write_file(box->path[CG_PIDS], "pids.max", npids, e);
 }
 
@@ -440,6 +447,14 @@ int cg_box_usage(struct cg_box *box, struct cg_usage *u, struct errbuf *e)
             u->oom_kills = 1;
     }
     return 0;
+}
+
+int cg_box_reset_peak(struct cg_box *box)
+{
+    struct errbuf ignored;
+    if (box->cg->version == CG_V2)
+        return -1; /* memory.peak resets only per open file from 6.12 on */
+    return write_file(box->path[CG_MEMORY], "memory.max_usage_in_bytes", "0", &ignored);
 }
 
 int cg_box_kill(struct cg_box *box, struct errbuf *e)

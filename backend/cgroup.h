@@ -54,6 +54,9 @@ int cg_setup_instance(struct cg_system *cg, struct errbuf *e);
 int cg_box_create(const struct cg_system *cg, struct cg_box *box, const char *box_name, struct errbuf *e);
 int cg_box_set_limits(struct cg_box *box, uint64_t memory_bytes, uint32_t pids, struct errbuf *e);
 int cg_box_attach(struct cg_box *box, pid_t pid, struct errbuf *e);
+/* Called before each stage: the peak memory starts again from the current
+ * usage (v1); returns -1 where the kernel cannot do that (v2 before 6.12). */
+int cg_box_reset_peak(struct cg_box *box);
 /* Called while a box runs and after it ends. */
 int cg_box_usage(struct cg_box *box, struct cg_usage *u, struct errbuf *e);
 /* Kills every process of the box through its cgroup and waits until the

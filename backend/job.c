@@ -90,7 +90,6 @@ static int stage_limits_for(const struct stage_limits *ceil, int64_t timeout_ms,
     lim->pids = ceil->pids;
     lim->output_cap = (size_t)ceil->output_cap;
     lim->fsize_bytes = ceil->fsize_bytes;
-    lim->tmp_bytes = DEFAULT_TMP_BYTES;
     lim->nofile = DEFAULT_NOFILE;
     return 0;
 }
@@ -149,33 +148,18 @@ static int fill_stage(struct moat_stage_result *st, struct box_result *br)
     return 0;
 }
 
-static int run_stage(struct backend *b, struct slot *s, const struct language *lang, char *const *tmpl,
-                     const struct box_limits *lim, const struct moat_exec_request *req, int with_stdin,
-                     struct moat_stage_result *st, struct job_error *je)
+static int run_stage(struct slot *s, int stage, const struct box_stage *st, const struct moat_exec_request *req,
+                     struct moat_stage_result *out, struct job_error *je)
 {
-    struct box_spec spec;
     struct box_result br;
     struct errbuf e;
+    int with_stdin = stage == BOX_STAGE_RUN;
 
-    char **argv = expand_argv(tmpl, req);
-    if (argv == NULL)
-        return job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
-    memset(&spec, 0, sizeof(spec));
-    spec.argv = argv;
-    spec.envp = lang->env;
-    spec.ro = lang->ro;
-    spec.nro = lang->nro;
-    spec.stdin_data = with_stdin ? req->stdin_data : NULL;
-    spec.stdin_len = with_stdin ? req->stdin_len : 0;
-    spec.lim = *lim;
-    spec.seccomp = &b->seccomp;
-    int rc = box_run(&b->cg, s, &spec, &br, &e);
-    free(argv);
-    if (rc != 0) {
+    if (box_run_stage(s, stage, st, with_stdin ? req->stdin_data : NULL, with_stdin ? req->stdin_len : 0, &br, &e) != 0) {
         log_warnx("%s: slot %d: %s", __func__, s->index, e.msg);
         return job_fail(je, MOAT_ERR_INTERNAL, "the box could not be run");
     }
-    rc = fill_stage(st, &br);
+    int rc = fill_stage(out, &br);
     box_result_free(&br);
     if (rc != 0)
         return job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
@@ -215,6 +199,7 @@ int job_run(struct backend *b, const struct moat_exec_request *orig, struct moat
     struct moat_exec_request view = *orig;
     const struct moat_exec_request *req = &view;
     char entry[32];
+    char **argv_compile = NULL, **argv_run = NULL;
     struct errbuf e;
     int rc = -1;
 
@@ -231,20 +216,40 @@ int job_run(struct backend *b, const struct moat_exec_request *orig, struct moat
             0)
         return -1;
 
+    struct box_job job;
+    memset(&job, 0, sizeof(job));
+    job.ro = lang->ro;
+    job.nro = lang->nro;
+    job.files = req->files;
+    job.nfiles = req->nfiles;
+    job.box_bytes = DEFAULT_BOX_BYTES;
+    if (lang->compile_argv) {
+        job.stages[BOX_STAGE_COMPILE] = (struct box_stage){1, NULL, lang->env, compile_lim};
+        if ((argv_compile = expand_argv(lang->compile_argv, req)) == NULL)
+            return job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
+        job.stages[BOX_STAGE_COMPILE].argv = argv_compile;
+    }
+    job.stages[BOX_STAGE_RUN] = (struct box_stage){1, NULL, lang->env, run_lim};
+    if ((argv_run = expand_argv(lang->run_argv, req)) == NULL) {
+        free(argv_compile);
+        return job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
+    }
+    job.stages[BOX_STAGE_RUN].argv = argv_run;
+
     struct slot *s = pool_acquire(&b->pool);
-    if (s == NULL)
-        return job_fail(je, MOAT_ERR_BUSY, "server busy: every box slot and queue place is taken, try again later");
-    if (slot_job_begin(s, DEFAULT_BOX_BYTES, req->files, req->nfiles, &e) != 0) {
+    if (s == NULL) {
+        job_fail(je, MOAT_ERR_BUSY, "server busy: every box slot and queue place is taken, try again later");
+        goto done;
+    }
+    if (box_start(s, &job, &e) != 0) {
         log_warnx("%s: slot %d: %s", __func__, s->index, e.msg);
         job_fail(je, MOAT_ERR_INTERNAL, "the box could not be prepared");
         goto out;
     }
-    if (lang->compile_argv) {
-        if (run_stage(b, s, lang, lang->compile_argv, &compile_lim, req, 0, &res->compile, je) != 0)
-            goto out;
-    }
-    if (!res->compile.present || (res->compile.status == MOAT_STATUS_OK)) {
-        if (run_stage(b, s, lang, lang->run_argv, &run_lim, req, 1, &res->run, je) != 0)
+    if (lang->compile_argv && run_stage(s, BOX_STAGE_COMPILE, &job.stages[BOX_STAGE_COMPILE], req, &res->compile, je) != 0)
+        goto out;
+    if (!res->compile.present || res->compile.status == MOAT_STATUS_OK) {
+        if (run_stage(s, BOX_STAGE_RUN, &job.stages[BOX_STAGE_RUN], req, &res->run, je) != 0)
             goto out;
     }
     if ((res->language = strdup(lang->name)) == NULL || (res->version = strdup(lang->version)) == NULL) {
@@ -253,8 +258,11 @@ int job_run(struct backend *b, const struct moat_exec_request *orig, struct moat
     }
     rc = 0;
 out:
-    slot_job_end(s);
+    /* the box is discarded and the slot made warm again off this path */
     pool_release(&b->pool, s);
+done:
+    free(argv_compile);
+    free(argv_run);
     if (rc != 0)
         moat_exec_result_free(res);
     return rc;

@@ -126,7 +126,7 @@ static void setup_slots(struct backend *b, const struct options *o)
         fatal("mkdir %s", o->run_dir);
     if (chmod(o->run_dir, 0755) != 0)
         fatal("chmod %s", o->run_dir);
-    if (pool_init(&b->pool, o->slots, o->queue, o->run_dir, &e) != 0)
+    if (pool_init(&b->pool, o->slots, o->queue, o->run_dir, &b->cg, &b->seccomp, &e) != 0)
         fatalx("slots: %s", e.msg);
 }
 
@@ -322,6 +322,7 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     fputc('\n', stdout);
     json_decref(out);
     moat_exec_result_free(&res);
+    pool_shutdown(&b->pool);
     return 0;
 }
 
@@ -466,6 +467,7 @@ int main(int argc, char **argv)
         struct timespec ts = {0, 100000000L};
         nanosleep(&ts, NULL);
     }
+    pool_shutdown(&b.pool);
     log_info("stopped");
     return 0;
 }

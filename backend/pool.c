@@ -1,34 +1,80 @@
 /*
  * pool.c - the slot pool.  Each slot has its own uid (SLOT_UID_BASE + n),
- * directories and clone stack, prepared here at start-up so none of that
- * work is on a request's path.
+ * directory and clone stack, set up once; each holds one warm box, which
+ * the maintenance thread replaces after every job so that cgroup creation,
+ * clone and cgroup attachment are never on a request's path.
  */
 #include "pool.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "log.h"
 #include "moat_limits.h"
 
-int pool_init(struct slot_pool *p, int nslots, int queue_max, const char *run_dir, struct errbuf *e)
+#define PREPARE_RETRY_MS 200
+
+static void *maintainer_main(void *arg)
+{
+    struct slot_pool *p = arg;
+
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->ndirty == 0 && !p->stopping)
+            pthread_cond_wait(&p->dirty_cv, &p->mu);
+        if (p->stopping)
+            break;
+        struct slot *s = &p->slots[p->dirty_list[--p->ndirty]];
+        pthread_mutex_unlock(&p->mu);
+
+        struct errbuf e;
+        int rc = box_prepare(p->cg, p->seccomp, s, &e);
+        if (rc != 0) {
+            log_warnx("%s: slot %d: %s (retrying)", __func__, s->index, e.msg);
+            struct timespec ts = {0, PREPARE_RETRY_MS * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+
+        pthread_mutex_lock(&p->mu);
+        if (rc == 0) {
+            p->free_list[p->nfree++] = s->index;
+            pthread_cond_signal(&p->free_cv);
+        } else {
+            p->dirty_list[p->ndirty++] = s->index;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+int pool_init(struct slot_pool *p, int nslots, int queue_max, const char *run_dir, const struct cg_system *cg,
+              const struct seccomp_prog *seccomp, struct errbuf *e)
 {
     memset(p, 0, sizeof(*p));
     if (nslots < 1 || nslots > MAX_SLOTS)
         return errf(e, "slot count %d out of range 1..%d", nslots, MAX_SLOTS);
     p->slots = calloc((size_t)nslots, sizeof(*p->slots));
     p->free_list = calloc((size_t)nslots, sizeof(int));
-    if (p->slots == NULL || p->free_list == NULL)
+    p->dirty_list = calloc((size_t)nslots, sizeof(int));
+    if (p->slots == NULL || p->free_list == NULL || p->dirty_list == NULL)
         return errf(e, "out of memory");
+    p->cg = cg;
+    p->seccomp = seccomp;
     for (int i = 0; i < nslots; i++) {
         if (slot_init(&p->slots[i], i, run_dir, (uid_t)(SLOT_UID_BASE + i), e) != 0)
             return -1;
-        slot_cleanup_stale(&p->slots[i]);
+        if (box_prepare(cg, seccomp, &p->slots[i], e) != 0)
+            return -1;
         p->free_list[i] = nslots - 1 - i;
     }
     p->nslots = p->nfree = nslots;
     p->queue_max = queue_max;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->free_cv, NULL);
+    pthread_cond_init(&p->dirty_cv, NULL);
+    if (pthread_create(&p->maintainer, NULL, maintainer_main, p) != 0)
+        return errf(e, "cannot start the slot maintenance thread");
     return 0;
 }
 
@@ -42,7 +88,7 @@ struct slot *pool_acquire(struct slot_pool *p)
     }
     p->waiting++;
     while (p->nfree == 0)
-        pthread_cond_wait(&p->cv, &p->mu);
+        pthread_cond_wait(&p->free_cv, &p->mu);
     p->waiting--;
     s = &p->slots[p->free_list[--p->nfree]];
     pthread_mutex_unlock(&p->mu);
@@ -52,7 +98,20 @@ struct slot *pool_acquire(struct slot_pool *p)
 void pool_release(struct slot_pool *p, struct slot *s)
 {
     pthread_mutex_lock(&p->mu);
-    p->free_list[p->nfree++] = s->index;
-    pthread_cond_signal(&p->cv);
+    p->dirty_list[p->ndirty++] = s->index;
+    pthread_cond_signal(&p->dirty_cv);
     pthread_mutex_unlock(&p->mu);
+}
+
+void pool_shutdown(struct slot_pool *p)
+{
+    if (p->slots == NULL)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stopping = 1;
+    pthread_cond_broadcast(&p->dirty_cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->maintainer, NULL);
+    for (int i = 0; i < p->nslots; i++)
+        box_discard(&p->slots[i]);
 }

@@ -1,7 +1,8 @@
 /*
  * pool.h - N box slots shared by the worker threads, with a bounded queue:
- * a request waits for a free slot while fewer than queue_max others wait,
- * and is refused as busy otherwise.
+ * a request waits for a warm slot while fewer than queue_max others wait,
+ * and is refused as busy otherwise.  A maintenance thread discards used
+ * boxes and prepares the next warm box of each slot off the request path.
  */
 #ifndef MOAT_POOL_H
 #define MOAT_POOL_H
@@ -12,18 +13,30 @@
 
 struct slot_pool {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t free_cv;  /* a warm slot was added */
+    pthread_cond_t dirty_cv; /* a used slot needs preparing */
     struct slot *slots;
     int nslots;
-    int *free_list;
+    int *free_list; /* warm slots */
     int nfree;
+    int *dirty_list; /* used slots, to discard and prepare */
+    int ndirty;
     int waiting;
     int queue_max;
+    int stopping;
+    const struct cg_system *cg;
+    const struct seccomp_prog *seccomp;
+    pthread_t maintainer;
 };
 
-int pool_init(struct slot_pool *p, int nslots, int queue_max, const char *run_dir, struct errbuf *e);
-/* Returns a slot, or NULL when the queue is full. */
+/* Called at start-up: every slot is prepared before this returns. */
+int pool_init(struct slot_pool *p, int nslots, int queue_max, const char *run_dir, const struct cg_system *cg,
+              const struct seccomp_prog *seccomp, struct errbuf *e);
+/* Returns a slot with a warm box, or NULL when the queue is full. */
 struct slot *pool_acquire(struct slot_pool *p);
+/* Hands a used slot to the maintenance thread. */
 void pool_release(struct slot_pool *p, struct slot *s);
+/* Stops the maintenance thread and discards every box. */
+void pool_shutdown(struct slot_pool *p);
 
 #endif

@@ -209,7 +209,7 @@ static void setup(int slots)
     if (seccomp_policy_build(&backend.seccomp, &e) != 0)
         fatalx("%s", e.msg);
     mkdir("/run/moat-bench", 0755);
-    if (pool_init(&backend.pool, slots, slots * 4, "/run/moat-bench", &e) != 0)
+    if (pool_init(&backend.pool, slots, slots * 4, "/run/moat-bench", &backend.cg, &backend.seccomp, &e) != 0)
         fatalx("%s", e.msg);
     mkdir(SCRIPT_DIR, 0755);
     FILE *f = fopen(SCRIPT, "w");

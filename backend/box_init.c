@@ -1,0 +1,615 @@
+/*
+ * box_init.c - pid 1 of a box, and the program it starts for each stage.
+ *
+ * Runs in the child that box_prepare() cloned into new mount, pid, net, ipc
+ * and uts namespaces.  The parent (moat-backend) is multi-threaded, so
+ * nothing here allocates with malloc or takes a lock: memory comes from
+ * mmap, everything else is a system call.
+ *
+ * Warm, before any request:  setup_fds -> setup_generic_mounts (private
+ *   propagation, tmpfs root, /tmp, /proc, /dev, /etc), then block on the
+ *   control socket.
+ * On the plan:  read_plan -> unshare the cgroup namespace (the host has
+ *   attached us by now) -> setup_job_mounts (read-only runtime binds, /box
+ *   with the job's files) -> setup_pivot -> setup_uts.
+ * Per "go" byte:  run_stage forks the program, which does setup_session ->
+ *   setup_rlimits -> setup_credentials -> close fds -> no_new_privs ->
+ *   seccomp -> execve; init reaps it, kills whatever it left behind, closes
+ *   the stage's output pipes and reports the wait status.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "box_internal.h"
+#include "moat_limits.h"
+
+#define BOX_ROOT_TMPFS_OPTS "size=1m,nr_inodes=1024,mode=0755"
+#define BOX_DEV_TMPFS_OPTS "size=64k,nr_inodes=64,mode=0755"
+#define BOX_HOSTNAME "box"
+#define BOX_STACK_LIMIT (64ull * 1024 * 1024)
+
+struct stage_plan {
+    int present;
+    uint64_t fsize, cpu_ms;
+    uint32_t nofile, pids;
+    char **argv;
+    char **envp;
+};
+
+struct parsed_plan {
+    uint64_t box_bytes;
+    uint32_t nro, nfiles;
+    char **ro;
+    char **file_names;
+    const uint8_t **file_data;
+    uint32_t *file_len;
+    struct stage_plan stages[BOX_NSTAGES];
+};
+
+/* ---- reporting --------------------------------------------------------- */
+
+static void report_send(int fd, int kind, int stage, int wait_status, int err, const char *what)
+{
+    struct box_report r;
+    memset(&r, 0, sizeof(r));
+    r.kind = kind;
+    r.stage = stage;
+    r.wait_status = wait_status;
+    r.err = err;
+    if (what) {
+        size_t n = strlen(what);
+        if (n >= sizeof(r.what))
+            n = sizeof(r.what) - 1;
+        memcpy(r.what, what, n);
+    }
+    ssize_t w = write(fd, &r, sizeof(r));
+    (void)w;
+}
+
+static __attribute__((noreturn)) void child_die(const char *what)
+{
+    report_send(FD_CTL, REPORT_SETUP_FAILED, -1, 0, errno, what);
+    _exit(126);
+}
+
+/* ---- paths below the new root ----------------------------------------- */
+
+static const char *in_root(char *buf, size_t size, const struct slot *s, const char *path)
+{
+    size_t a = strlen(s->root), b = strlen(path);
+    if (a + b + 1 > size) {
+        errno = ENAMETOOLONG;
+        child_die("path too long");
+    }
+    memcpy(buf, s->root, a);
+    memcpy(buf + a, path, b + 1);
+    return buf;
+}
+
+/* mkdir -p below the box root; every component is in our fresh tmpfs. */
+static void mkdir_below_root(const struct slot *s, const char *path)
+{
+    char buf[PATH_MAX];
+    in_root(buf, sizeof(buf), s, path);
+    for (char *p = buf + strlen(s->root) + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            child_die("mkdir in box root");
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        child_die("mkdir in box root");
+}
+
+static void mkdir_parent_below_root(const struct slot *s, const char *path)
+{
+    char parent[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    size_t plen = slash ? (size_t)(slash - path) : 0;
+    if (plen == 0)
+        return;
+    if (plen >= sizeof(parent)) {
+        errno = ENAMETOOLONG;
+        child_die("path too long");
+    }
+    memcpy(parent, path, plen);
+    parent[plen] = '\0';
+    mkdir_below_root(s, parent);
+}
+
+static void write_small_file(const struct slot *s, const char *path, const char *content)
+{
+    char buf[PATH_MAX];
+    int fd = open(in_root(buf, sizeof(buf), s, path), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
+        child_die("create file in box root");
+    size_t len = strlen(content);
+    if (write(fd, content, len) != (ssize_t)len)
+        child_die("write file in box root");
+    close(fd);
+}
+
+/* ---- warm set-up -------------------------------------------------------- */
+
+/* Moves the descriptors init needs to fixed numbers and closes the rest,
+ * including every descriptor of the (multi-threaded) backend. */
+static void setup_fds(const struct init_args *a)
+{
+    int high[FD_FIRST_FREE];
+    for (int i = 0; i < FD_FIRST_FREE; i++)
+        if ((high[i] = fcntl(a->fds[i], F_DUPFD, 1000)) < 0)
+            _exit(125);
+    for (int i = 0; i < FD_FIRST_FREE; i++)
+        if (dup2(high[i], i) != i)
+            _exit(125);
+    if (syscall(SYS_close_range, FD_FIRST_FREE, ~0U, 0) != 0)
+        for (int fd = FD_FIRST_FREE; fd < 65536; fd++)
+            close(fd);
+}
+
+static void setup_dev(const struct slot *s)
+{
+    static const char *const nodes[] = {"null", "zero", "random", "urandom"};
+    static const char *const links[][2] = {
+        {"/proc/self/fd", "/dev/fd"},
+        {"/proc/self/fd/0", "/dev/stdin"},
+        {"/proc/self/fd/1", "/dev/stdout"},
+        {"/proc/self/fd/2", "/dev/stderr"},
+    };
+    char dst[PATH_MAX], src[32], rel[32];
+
+    mkdir_below_root(s, "/dev");
+    if (mount("tmpfs", in_root(dst, sizeof(dst), s, "/dev"), "tmpfs", MS_NOSUID | MS_NOEXEC, BOX_DEV_TMPFS_OPTS) != 0)
+        child_die("mount /dev tmpfs");
+    for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
+        snprintf(rel, sizeof(rel), "/dev/%s", nodes[i]);
+        snprintf(src, sizeof(src), "/dev/%s", nodes[i]);
+        int fd = open(in_root(dst, sizeof(dst), s, rel), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd < 0)
+            child_die("create /dev node");
+        close(fd);
+        if (mount(src, dst, NULL, MS_BIND, NULL) != 0)
+            child_die("bind /dev node");
+        if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC, NULL) != 0)
+            child_die("remount /dev node");
+    }
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
+        if (symlink(links[i][0], in_root(dst, sizeof(dst), s, links[i][1])) != 0)
+            child_die("symlink in /dev");
+    if (mount(NULL, in_root(dst, sizeof(dst), s, "/dev"), NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
+              NULL) != 0)
+        child_die("remount /dev read-only");
+}
+
+static void setup_generic_mounts(const struct init_args *a)
+{
+    const struct slot *s = a->slot;
+    char dst[PATH_MAX], opts[128];
+
+    /* nothing we mount may propagate back to the host */
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+        child_die("make mounts private");
+    if (mount("tmpfs", s->root, "tmpfs", MS_NOSUID | MS_NODEV, BOX_ROOT_TMPFS_OPTS) != 0)
+        child_die("mount root tmpfs");
+
+    mkdir_below_root(s, "/tmp");
+    snprintf(opts, sizeof(opts), "size=%llu,nr_inodes=4096,mode=1777", (unsigned long long)DEFAULT_TMP_BYTES);
+    if (mount("tmpfs", in_root(dst, sizeof(dst), s, "/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0)
+        child_die("mount /tmp");
+
+    /* /proc of our own pid namespace; other users' processes hidden */
+    mkdir_below_root(s, "/proc");
+    if (mount("proc", in_root(dst, sizeof(dst), s, "/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2") != 0)
+        child_die("mount /proc");
+
+    setup_dev(s);
+
+    mkdir_below_root(s, "/etc");
+    write_small_file(s, "/etc/passwd", a->etc_passwd);
+    write_small_file(s, "/etc/group", a->etc_group);
+}
+
+/* ---- the plan ------------------------------------------------------------- */
+
+static int read_full(int fd, void *buf, size_t len)
+{
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = read(fd, (uint8_t *)buf + off, len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        off += (size_t)n;
+    }
+    return 0;
+}
+
+struct cursor {
+    const uint8_t *p;
+    size_t len, off;
+};
+
+static int take(struct cursor *c, void *out, size_t n)
+{
+    if (n > c->len - c->off)
+        return -1;
+    memcpy(out, c->p + c->off, n);
+    c->off += n;
+    return 0;
+}
+
+static const uint8_t *take_blob(struct cursor *c, uint32_t *len)
+{
+    if (take(c, len, sizeof(*len)) != 0 || *len > c->len - c->off)
+        return NULL;
+    const uint8_t *p = c->p + c->off;
+    c->off += *len;
+    return p;
+}
+
+static char *take_str(struct cursor *c)
+{
+    uint32_t len;
+    const uint8_t *p = take_blob(c, &len);
+    if (p == NULL || len == 0 || p[len - 1] != '\0' || memchr(p, 0, len) != p + len - 1)
+        return NULL;
+    return (char *)(uintptr_t)p;
+}
+
+static void *map_or_die(size_t size)
+{
+    void *p = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        child_die("mmap");
+    return p;
+}
+
+static char **take_strv(struct cursor *c, uint32_t n)
+{
+    if (n > 1u << 16) {
+        errno = E2BIG;
+        child_die("plan: vector too long");
+    }
+    char **v = map_or_die((n + 1) * sizeof(char *));
+    for (uint32_t i = 0; i < n; i++)
+        if ((v[i] = take_str(c)) == NULL) {
+            errno = EINVAL;
+            child_die("plan: bad string");
+        }
+    v[n] = NULL;
+    return v;
+}
+
+static void read_plan(struct parsed_plan *pp)
+{
+    uint32_t hdr[2], stage_mask;
+    if (read_full(FD_CTL, hdr, sizeof(hdr)) != 0)
+        _exit(0); /* the host discarded this box before using it */
+    if (hdr[0] != PLAN_MAGIC || hdr[1] > PLAN_MAX_BYTES) {
+        errno = EINVAL;
+        child_die("plan: bad header");
+    }
+    uint8_t *body = map_or_die(hdr[1]);
+    if (read_full(FD_CTL, body, hdr[1]) != 0)
+        child_die("plan: short read");
+    struct cursor c = {body, hdr[1], 0};
+
+    memset(pp, 0, sizeof(*pp));
+    if (take(&c, &pp->box_bytes, 8) || take(&c, &pp->nro, 4) || take(&c, &pp->nfiles, 4) || take(&c, &stage_mask, 4)) {
+        errno = EINVAL;
+        child_die("plan: truncated");
+    }
+    pp->ro = take_strv(&c, pp->nro);
+    if (pp->nfiles > MOAT_MAX_FILES) {
+        errno = E2BIG;
+        child_die("plan: too many files");
+    }
+    pp->file_names = map_or_die((pp->nfiles + 1) * sizeof(char *));
+    pp->file_data = map_or_die((pp->nfiles + 1) * sizeof(uint8_t *));
+    pp->file_len = map_or_die((pp->nfiles + 1) * sizeof(uint32_t));
+    for (uint32_t i = 0; i < pp->nfiles; i++) {
+        if ((pp->file_names[i] = take_str(&c)) == NULL || (pp->file_data[i] = take_blob(&c, &pp->file_len[i])) == NULL) {
+            errno = EINVAL;
+            child_die("plan: bad file");
+        }
+    }
+    for (int k = 0; k < BOX_NSTAGES; k++) {
+        struct stage_plan *st = &pp->stages[k];
+        uint32_t argc, envc;
+        if (!(stage_mask & (1u << k)))
+            continue;
+        st->present = 1;
+        if (take(&c, &st->fsize, 8) || take(&c, &st->cpu_ms, 8) || take(&c, &st->nofile, 4) || take(&c, &st->pids, 4) ||
+            take(&c, &argc, 4) || take(&c, &envc, 4) || argc == 0) {
+            errno = EINVAL;
+            child_die("plan: bad stage");
+        }
+        st->argv = take_strv(&c, argc);
+        st->envp = take_strv(&c, envc);
+    }
+    if (c.off != c.len) {
+        errno = EINVAL;
+        child_die("plan: trailing bytes");
+    }
+}
+
+/* ---- job set-up -------------------------------------------------------------- */
+
+static void bind_ro(const struct slot *s, const char *path)
+{
+    char dst[PATH_MAX], target[PATH_MAX];
+    struct stat st;
+
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT)
+            return; /* a runtime dir this host does not have */
+        child_die("lstat runtime path");
+    }
+    mkdir_parent_below_root(s, path);
+    if (S_ISLNK(st.st_mode)) {
+        /* merged-/usr symlinks such as /bin -> usr/bin are recreated */
+        ssize_t n = readlink(path, target, sizeof(target) - 1);
+        if (n < 0)
+            child_die("readlink runtime path");
+        target[n] = '\0';
+        if (symlink(target, in_root(dst, sizeof(dst), s, path)) != 0 && errno != EEXIST)
+            child_die("symlink in box root");
+        return;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        mkdir_below_root(s, path);
+    } else {
+        int fd = open(in_root(dst, sizeof(dst), s, path), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0)
+            child_die("create bind target");
+        close(fd);
+    }
+    in_root(dst, sizeof(dst), s, path);
+    /* Not MS_REC: submounts of a runtime dir stay hidden rather than
+     * appearing writable. */
+    if (mount(path, dst, NULL, MS_BIND, NULL) != 0)
+        child_die("bind runtime path");
+    if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) != 0)
+        child_die("remount runtime path read-only");
+}
+
+static void write_box_files(const struct slot *s, const struct parsed_plan *pp)
+{
+    char dst[PATH_MAX];
+    int dfd = open(in_root(dst, sizeof(dst), s, "/box"), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        child_die("open /box");
+    for (uint32_t i = 0; i < pp->nfiles; i++) {
+        /* names were validated by the backend: no '/', not "." or ".." */
+        int fd = openat(dfd, pp->file_names[i], O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0)
+            child_die("create box file");
+        size_t off = 0;
+        while (off < pp->file_len[i]) {
+            ssize_t n = write(fd, pp->file_data[i] + off, pp->file_len[i] - off);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                child_die("write box file (files larger than the box?)");
+            off += (size_t)n;
+        }
+        close(fd);
+    }
+    close(dfd);
+}
+
+static void setup_job_mounts(const struct slot *s, const struct parsed_plan *pp)
+{
+    char dst[PATH_MAX], opts[128];
+
+    for (uint32_t i = 0; i < pp->nro; i++)
+        bind_ro(s, pp->ro[i]);
+
+    /* /box: the job's files, shared by its stages, owned by the slot's uid */
+    mkdir_below_root(s, "/box");
+    snprintf(opts, sizeof(opts), "size=%llu,nr_inodes=4096,mode=0700,uid=%u,gid=%u", (unsigned long long)pp->box_bytes,
+             (unsigned)s->uid, (unsigned)s->gid);
+    if (mount("tmpfs", in_root(dst, sizeof(dst), s, "/box"), "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0)
+        child_die("mount /box");
+    write_box_files(s, pp);
+}
+
+static void setup_pivot(const struct slot *s)
+{
+    if (chdir(s->root) != 0)
+        child_die("chdir to box root");
+    /* pivot_root(".", ".") stacks the old root on top of the new one;
+     * detaching "." then removes the old root from this namespace. */
+    if (syscall(SYS_pivot_root, ".", ".") != 0)
+        child_die("pivot_root");
+    if (umount2(".", MNT_DETACH) != 0)
+        child_die("detach old root");
+    if (chdir("/") != 0)
+        child_die("chdir /");
+    if (mount(NULL, "/", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) != 0)
+        child_die("remount root read-only");
+}
+
+static void setup_uts(void)
+{
+    if (sethostname(BOX_HOSTNAME, strlen(BOX_HOSTNAME)) != 0 || setdomainname(BOX_HOSTNAME, strlen(BOX_HOSTNAME)) != 0)
+        child_die("set hostname");
+}
+
+/* ---- the program ------------------------------------------------------------ */
+
+static __attribute__((noreturn)) void exec_die(int errfd, int stage, const char *what)
+{
+    report_send(errfd, REPORT_EXEC_FAILED, stage, 0, errno, what);
+    _exit(127);
+}
+
+#define RLIM(res, val)                                                                                                       \
+    do {                                                                                                                     \
+        struct rlimit rl_ = {(rlim_t)(val), (rlim_t)(val)};                                                                  \
+        if (setrlimit(res, &rl_) != 0)                                                                                       \
+            exec_die(errfd, stage, "setrlimit " #res);                                                                       \
+    } while (0)
+
+static void setup_rlimits(const struct stage_plan *st, int errfd, int stage)
+{
+    uint64_t cpu_s = (st->cpu_ms + 999) / 1000 + 1; /* backstop: the cgroup clock fires first */
+    RLIM(RLIMIT_CORE, 0);
+    RLIM(RLIMIT_FSIZE, st->fsize);
+    RLIM(RLIMIT_NOFILE, st->nofile);
+    RLIM(RLIMIT_STACK, BOX_STACK_LIMIT);
+    RLIM(RLIMIT_MEMLOCK, 0);
+    RLIM(RLIMIT_MSGQUEUE, 0);
+    RLIM(RLIMIT_CPU, cpu_s);
+    /* the slot's uid is its own, so this counts only this box */
+    RLIM(RLIMIT_NPROC, st->pids);
+}
+
+static void setup_credentials(const struct slot *s, int errfd, int stage)
+{
+    if (setgroups(0, NULL) != 0)
+        exec_die(errfd, stage, "setgroups");
+    if (setresgid(s->gid, s->gid, s->gid) != 0)
+        exec_die(errfd, stage, "setresgid");
+    if (setresuid(s->uid, s->uid, s->uid) != 0)
+        exec_die(errfd, stage, "setresuid");
+    /* make sure the drop cannot be undone */
+    if (setresuid(0, 0, 0) == 0)
+        exec_die(errfd, stage, "privileges could be regained");
+}
+
+static __attribute__((noreturn)) void run_program(const struct init_args *a, const struct stage_plan *st, int stage,
+                                                  int errfd)
+{
+    if (stage == BOX_STAGE_COMPILE) {
+        int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (null < 0 || dup2(null, 0) != 0 || dup2(FD_COMPILE_OUT, 1) != 1 || dup2(FD_COMPILE_ERR, 2) != 2)
+            exec_die(errfd, stage, "compile stage descriptors");
+    }
+    if (setsid() < 0) /* new session: no controlling terminal */
+        exec_die(errfd, stage, "setsid");
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+        exec_die(errfd, stage, "PR_SET_PDEATHSIG");
+    setup_rlimits(st, errfd, stage);
+    setup_credentials(a->slot, errfd, stage);
+    if (chdir("/box") != 0)
+        exec_die(errfd, stage, "chdir /box");
+    /* keep 0-2 and the close-on-exec error pipe only */
+    if (errfd > 3)
+        syscall(SYS_close_range, 3, errfd - 1, 0);
+    syscall(SYS_close_range, errfd + 1, ~0U, 0);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        exec_die(errfd, stage, "PR_SET_NO_NEW_PRIVS");
+    if (a->seccomp && a->seccomp->len) {
+        struct sock_fprog prog = {a->seccomp->len, a->seccomp->insns};
+        if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0)
+            exec_die(errfd, stage, "install seccomp filter");
+    }
+    execve(st->argv[0], st->argv, st->envp);
+    exec_die(errfd, stage, "execve");
+}
+
+static void run_stage(const struct init_args *a, const struct parsed_plan *pp, int stage)
+{
+    const struct stage_plan *st = &pp->stages[stage];
+    int errpipe[2];
+
+    if (pipe2(errpipe, O_CLOEXEC) != 0)
+        child_die("pipe");
+    pid_t prog = fork();
+    if (prog < 0)
+        child_die("fork program");
+    if (prog == 0) {
+        close(errpipe[0]);
+        run_program(a, st, stage, errpipe[1]);
+    }
+    close(errpipe[1]);
+    /* this stage's pipes now belong to the program alone */
+    if (stage == BOX_STAGE_COMPILE) {
+        close(FD_COMPILE_OUT);
+        close(FD_COMPILE_ERR);
+    } else {
+        close(FD_RUN_IN);
+        close(FD_RUN_OUT);
+        close(FD_RUN_ERR);
+    }
+
+    struct box_report r;
+    ssize_t n;
+    while ((n = read(errpipe[0], &r, sizeof(r))) < 0 && errno == EINTR)
+        ;
+    close(errpipe[0]);
+    if (n == (ssize_t)sizeof(r)) {
+        ssize_t w = write(FD_CTL, &r, sizeof(r));
+        (void)w;
+        _exit(127);
+    }
+
+    int status = 0;
+    for (;;) {
+        int st_;
+        pid_t w = wait(&st_);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            child_die("wait");
+        }
+        if (w == prog) {
+            status = st_;
+            break;
+        }
+    }
+    /* nothing a stage started outlives it: pid 1 may signal every other
+     * process of its namespace */
+    kill(-1, SIGKILL);
+    while (wait(NULL) > 0 || errno == EINTR)
+        ;
+    report_send(FD_CTL, REPORT_EXITED, stage, status, 0, NULL);
+}
+
+int box_init_main(void *arg)
+{
+    const struct init_args *a = arg;
+    struct parsed_plan pp;
+
+    setup_fds(a);
+    setup_generic_mounts(a);
+    read_plan(&pp);
+    if (unshare(CLONE_NEWCGROUP) != 0) /* the box's cgroup becomes its root */
+        child_die("unshare cgroup namespace");
+    setup_job_mounts(a->slot, &pp);
+    setup_pivot(a->slot);
+    setup_uts();
+
+    for (;;) {
+        char go;
+        ssize_t n = read(FD_CTL, &go, 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n != 1)
+            _exit(0); /* the host is done with this box */
+        int stage = go - '0';
+        if (stage < 0 || stage >= BOX_NSTAGES || !pp.stages[stage].present) {
+            errno = EINVAL;
+            child_die("bad stage request");
+        }
+        run_stage(a, &pp, stage);
+    }
+}

@@ -1,0 +1,63 @@
+/*
+ * box_internal.h - what the host side (box.c) and a box's init (box_init.c)
+ * say to each other over the control socket.
+ *
+ * host -> init: one plan, then one "go" byte per stage ('0' compile,
+ *               '1' run).  The plan is "MOAT", u32 body length, body:
+ *   u64 box_bytes, u32 nro, u32 nfiles, u32 stage_mask,
+ *   nro x str (runtime path), nfiles x (str name, blob content),
+ *   per present stage: u64 fsize, u64 cpu_ms, u32 nofile, u32 pids,
+ *                      u32 argc, u32 envc, argc x str, envc x str
+ *   str = u32 length including the NUL, bytes ending in NUL
+ *   blob = u32 length, bytes
+ *   (integers in host byte order: both ends are this program)
+ * init -> host: fixed-size reports (struct box_report).
+ */
+#ifndef MOAT_BOX_INTERNAL_H
+#define MOAT_BOX_INTERNAL_H
+
+#include <stdint.h>
+
+#include "box.h"
+
+#define PLAN_MAGIC 0x54414f4dU /* "MOAT" */
+#define PLAN_MAX_BYTES (32u * 1024u * 1024u)
+
+enum report_kind {
+    REPORT_EXITED = 1,       /* a stage's program ended: wait_status */
+    REPORT_SETUP_FAILED = 2, /* init could not build the box: what, err */
+    REPORT_EXEC_FAILED = 3,  /* the program could not be started: what, err */
+};
+
+struct box_report {
+    int32_t kind;
+    int32_t stage;
+    int32_t wait_status;
+    int32_t err;
+    char what[112];
+};
+
+/* Fixed descriptor numbers inside init. */
+enum {
+    FD_RUN_IN = 0,
+    FD_RUN_OUT = 1,
+    FD_RUN_ERR = 2,
+    FD_CTL = 3,
+    FD_COMPILE_OUT = 4,
+    FD_COMPILE_ERR = 5,
+    FD_FIRST_FREE = 6,
+};
+
+/* What init gets from the host at clone time (a copy of host memory). */
+struct init_args {
+    const struct slot *slot;
+    const struct seccomp_prog *seccomp;
+    int fds[FD_FIRST_FREE]; /* host descriptor numbers, by fixed number */
+    char etc_passwd[256];
+    char etc_group[128];
+};
+
+/* The box's pid 1; runs in the cloned child and never returns. */
+int box_init_main(void *arg);
+
+#endif
