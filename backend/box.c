@@ -49,9 +49,9 @@
 #include "log.h"
 
 #define BOX_STACK_SIZE (256 * 1024)
-#define CPU_POLL_MS 20
+#define CPU_POLL_MS    20
 #define DRAIN_GRACE_MS 200
-#define READ_CHUNK 65536
+#define READ_CHUNK     65536
 
 static uint64_t now_ms(void)
 {
@@ -589,8 +589,8 @@ static void classify(const struct stage_state *h, const struct cg_usage *u, stru
                  strerror(h->report.err));
     } else if (h->report.kind == REPORT_EXEC_FAILED) {
         res->status = MOAT_STATUS_XX;
-        snprintf(res->message, sizeof(res->message), "internal error: could not start program: %.100s: %s",
-                 h->report.what, strerror(h->report.err));
+        snprintf(res->message, sizeof(res->message), "internal error: could not start program: %.100s: %s", h->report.what,
+                 strerror(h->report.err));
     }
 }
 

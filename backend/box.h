@@ -81,10 +81,10 @@ struct warm_box {
     int ready;  /* prepared and not yet used */
     int broken; /* a stage was killed: later stages must not run */
     pid_t init_pid;
-    int ctl;                   /* stream socket: plan and "go" to init, reports back */
-    int out_rd[BOX_NSTAGES];   /* per-stage stdout, read end */
-    int err_rd[BOX_NSTAGES];   /* per-stage stderr, read end */
-    int in_wr;                 /* run-stage stdin, write end */
+    int ctl;                 /* stream socket: plan and "go" to init, reports back */
+    int out_rd[BOX_NSTAGES]; /* per-stage stdout, read end */
+    int err_rd[BOX_NSTAGES]; /* per-stage stderr, read end */
+    int in_wr;               /* run-stage stdin, write end */
     struct cg_box cgb;
 };
 

@@ -2,9 +2,12 @@
  * box_init.c - pid 1 of a box, and the program it starts for each stage.
  *
  * Runs in the child that box_prepare() cloned into new mount, pid, net, ipc
- * and uts namespaces.  The parent (moat-backend) is multi-threaded, so
- * nothing here allocates with malloc or takes a lock: memory comes from
- * mmap, everything else is a system call.
+ * and uts namespaces.  The parent (moat-backend) is multi-threaded, and this
+ * child holds a copy of its memory, including any glibc lock another thread
+ * held at that moment.  So nothing here may take one: no malloc (memory
+ * comes from mmap), no fork() (it takes the malloc locks; a raw clone
+ * instead), no set*id() wrappers (they signal the parent's other threads;
+ * raw system calls instead).
  *
  * Warm, before any request:  setup_fds -> setup_generic_mounts (private
  *   propagation, tmpfs root, /tmp, /proc, /dev, /etc), then block on the
@@ -19,7 +22,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
@@ -38,9 +40,9 @@
 #include "moat_limits.h"
 
 #define BOX_ROOT_TMPFS_OPTS "size=1m,nr_inodes=1024,mode=0755"
-#define BOX_DEV_TMPFS_OPTS "size=64k,nr_inodes=64,mode=0755"
-#define BOX_HOSTNAME "box"
-#define BOX_STACK_LIMIT (64ull * 1024 * 1024)
+#define BOX_DEV_TMPFS_OPTS  "size=64k,nr_inodes=64,mode=0755"
+#define BOX_HOSTNAME        "box"
+#define BOX_STACK_LIMIT     (64ull * 1024 * 1024)
 
 struct stage_plan {
     int present;
@@ -192,8 +194,8 @@ static void setup_dev(const struct slot *s)
     for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
         if (symlink(links[i][0], in_root(dst, sizeof(dst), s, links[i][1])) != 0)
             child_die("symlink in /dev");
-    if (mount(NULL, in_root(dst, sizeof(dst), s, "/dev"), NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
-              NULL) != 0)
+    if (mount(NULL, in_root(dst, sizeof(dst), s, "/dev"), NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) !=
+        0)
         child_die("remount /dev read-only");
 }
 
@@ -461,11 +463,11 @@ static __attribute__((noreturn)) void exec_die(int errfd, int stage, const char 
     _exit(127);
 }
 
-#define RLIM(res, val)                                                                                                       \
-    do {                                                                                                                     \
-        struct rlimit rl_ = {(rlim_t)(val), (rlim_t)(val)};                                                                  \
-        if (setrlimit(res, &rl_) != 0)                                                                                       \
-            exec_die(errfd, stage, "setrlimit " #res);                                                                       \
+#define RLIM(res, val)                                                                                                             \
+    do {                                                                                                                           \
+        struct rlimit rl_ = {(rlim_t)(val), (rlim_t)(val)};                                                                        \
+        if (setrlimit(res, &rl_) != 0)                                                                                             \
+            exec_die(errfd, stage, "setrlimit " #res);                                                                             \
     } while (0)
 
 static void setup_rlimits(const struct stage_plan *st, int errfd, int stage)
@@ -484,19 +486,20 @@ static void setup_rlimits(const struct stage_plan *st, int errfd, int stage)
 
 static void setup_credentials(const struct slot *s, int errfd, int stage)
 {
-    if (setgroups(0, NULL) != 0)
+    /* raw system calls: glibc's wrappers would try to change the uid of
+     * threads that exist only in the parent */
+    if (syscall(SYS_setgroups, 0, NULL) != 0)
         exec_die(errfd, stage, "setgroups");
-    if (setresgid(s->gid, s->gid, s->gid) != 0)
+    if (syscall(SYS_setresgid, s->gid, s->gid, s->gid) != 0)
         exec_die(errfd, stage, "setresgid");
-    if (setresuid(s->uid, s->uid, s->uid) != 0)
+    if (syscall(SYS_setresuid, s->uid, s->uid, s->uid) != 0)
         exec_die(errfd, stage, "setresuid");
     /* make sure the drop cannot be undone */
-    if (setresuid(0, 0, 0) == 0)
+    if (syscall(SYS_setresuid, 0, 0, 0) == 0)
         exec_die(errfd, stage, "privileges could be regained");
 }
 
-static __attribute__((noreturn)) void run_program(const struct init_args *a, const struct stage_plan *st, int stage,
-                                                  int errfd)
+static __attribute__((noreturn)) void run_program(const struct init_args *a, const struct stage_plan *st, int stage, int errfd)
 {
     if (stage == BOX_STAGE_COMPILE) {
         int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -533,7 +536,8 @@ static void run_stage(const struct init_args *a, const struct parsed_plan *pp, i
 
     if (pipe2(errpipe, O_CLOEXEC) != 0)
         child_die("pipe");
-    pid_t prog = fork();
+    /* fork() without glibc's fork handlers and locks */
+    pid_t prog = (pid_t)syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
     if (prog < 0)
         child_die("fork program");
     if (prog == 0) {

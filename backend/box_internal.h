@@ -20,7 +20,7 @@
 
 #include "box.h"
 
-#define PLAN_MAGIC 0x54414f4dU /* "MOAT" */
+#define PLAN_MAGIC     0x54414f4dU /* "MOAT" */
 #define PLAN_MAX_BYTES (32u * 1024u * 1024u)
 
 enum report_kind {

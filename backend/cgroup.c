@@ -212,26 +212,54 @@ int cg_detect(struct cg_system *cg, const char *fsroot, const char *self_cgroup,
 /* ---- killing ---------------------------------------------------------- */
 
 /* Sends SIGKILL to every pid listed in dir/cgroup.procs; returns how many
- * were listed, or -1. */
+ * were listed, or -1.  The list is parsed as it streams in, so a group of
+ * any size is read whole and no number is ever cut in two. */
 static int kill_listed(const char *dir, struct errbuf *e)
 {
-    char buf[16384];
-    if (read_file(dir, "cgroup.procs", buf, sizeof(buf), e) < 0)
-        return -1;
-    int count = 0;
-    for (char *p = buf; *p;) {
-        char *end;
-        long pid = strtol(p, &end, 10);
-        if (end == p)
-            break;
-        if (pid > 1) {
-            kill((pid_t)pid, SIGKILL);
-            count++;
-        }
-        p = end;
-        while (*p == '\n')
-            p++;
+    char path[PATH_MAX], buf[4096];
+    long pid = 0;
+    int digits = 0, count = 0;
+
+    if ((size_t)snprintf(path, sizeof(path), "%s/cgroup.procs", dir) >= sizeof(path))
+        return errf(e, "cgroup path too long: %s", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return 0; /* a group half made or half removed */
+        return errf_errno(e, "open %s", path);
     }
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            errf_errno(e, "read %s", path);
+            close(fd);
+            return -1;
+        }
+        /* a zero-length read ends the list: flush the last number */
+        for (ssize_t i = 0; i <= n; i++) {
+            if (i < n && buf[i] >= '0' && buf[i] <= '9') {
+                if (pid < 100000000L)
+                    pid = pid * 10 + (buf[i] - '0');
+                else
+                    pid = -1; /* not a pid: never signal it */
+                digits++;
+                continue;
+            }
+            if (i == n && n > 0)
+                break; /* the number may go on in the next chunk */
+            if (digits && pid > 1) {
+                kill((pid_t)pid, SIGKILL);
+                count++;
+            }
+            pid = 0;
+            digits = 0;
+        }
+        if (n == 0)
+            break;
+    }
+    close(fd);
     return count;
 }
 

@@ -177,8 +177,8 @@ static int has_suffix(const char *s, const char *suffix)
  * entry file lacks it, it is stored as main<ext> instead, unless another
  * file already has that name.  Only the job's view of the names changes.
  */
-static int apply_extension(const struct language *lang, struct moat_exec_request *view, struct moat_file *files,
-                           char *entry, size_t entry_size)
+static int apply_extension(const struct language *lang, struct moat_exec_request *view, struct moat_file *files, char *entry,
+                           size_t entry_size)
 {
     if (lang->extension == NULL || has_suffix(view->files[0].name, lang->extension))
         return 0;

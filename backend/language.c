@@ -112,10 +112,10 @@ static int limit_override(json_t *obj, const char *key, uint64_t *value, struct 
 
 static int parse_limits(json_t *obj, struct language *lang, struct errbuf *e)
 {
-    static const char *const known[] = {"run_timeout",      "run_cpu_time",         "run_memory",        "run_processes",
-                                        "compile_timeout",  "compile_cpu_time",     "compile_memory",    "compile_processes",
-                                        "output",           "file_size",            "compile_file_size", "run_idle_timeout",
-                                        "compile_idle_timeout"};
+    static const char *const known[] = {
+        "run_timeout",       "run_cpu_time",     "run_memory",          "run_processes", "compile_timeout",
+        "compile_cpu_time",  "compile_memory",   "compile_processes",   "output",        "file_size",
+        "compile_file_size", "run_idle_timeout", "compile_idle_timeout"};
     const char *key;
     json_t *v;
     uint64_t pids;
@@ -174,8 +174,8 @@ static void default_limits(struct language *lang)
 
 int language_parse(struct language *lang, const char *path, struct errbuf *e)
 {
-    static const char *const known[] = {"language", "version", "version_package", "aliases", "compile",
-                                        "run",      "runtime", "env",             "limits",  "extension"};
+    static const char *const known[] = {"language", "version", "version_package", "aliases",  "compile", "run",
+                                        "runtime",  "env",     "limits",          "extension"};
     json_error_t jerr;
     json_t *root = NULL, *v;
     const char *key;

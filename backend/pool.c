@@ -73,8 +73,10 @@ int pool_init(struct slot_pool *p, int nslots, int queue_max, const char *run_di
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->free_cv, NULL);
     pthread_cond_init(&p->dirty_cv, NULL);
-    if (pthread_create(&p->maintainer, NULL, maintainer_main, p) != 0)
-        return errf(e, "cannot start the slot maintenance thread");
+    int want = nslots < POOL_MAINTAINERS ? nslots : POOL_MAINTAINERS;
+    for (; p->nmaintainers < want; p->nmaintainers++)
+        if (pthread_create(&p->maintainers[p->nmaintainers], NULL, maintainer_main, p) != 0)
+            return errf(e, "cannot start the slot maintenance threads");
     return 0;
 }
 
@@ -111,7 +113,8 @@ void pool_shutdown(struct slot_pool *p)
     p->stopping = 1;
     pthread_cond_broadcast(&p->dirty_cv);
     pthread_mutex_unlock(&p->mu);
-    pthread_join(p->maintainer, NULL);
+    for (int i = 0; i < p->nmaintainers; i++)
+        pthread_join(p->maintainers[i], NULL);
     for (int i = 0; i < p->nslots; i++)
         box_discard(&p->slots[i]);
 }

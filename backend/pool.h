@@ -11,6 +11,10 @@
 
 #include "box.h"
 
+/* Preparing a box waits on the kernel (a cgroup attach waits for an RCU
+ * grace period on v1); several threads let those waits overlap. */
+#define POOL_MAINTAINERS 1
+
 struct slot_pool {
     pthread_mutex_t mu;
     pthread_cond_t free_cv;  /* a warm slot was added */
@@ -26,7 +30,8 @@ struct slot_pool {
     int stopping;
     const struct cg_system *cg;
     const struct seccomp_prog *seccomp;
-    pthread_t maintainer;
+    pthread_t maintainers[POOL_MAINTAINERS];
+    int nmaintainers;
 };
 
 /* Called at start-up: every slot is prepared before this returns. */

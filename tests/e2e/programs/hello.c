@@ -1,2 +1,8 @@
 #include <stdio.h>
-int main(void){ char b[64]; if (fgets(b, sizeof b, stdin)) printf("hello %s", b); return 0; }
+int main(void)
+{
+    char b[64];
+    if (fgets(b, sizeof b, stdin))
+        printf("hello %s", b);
+    return 0;
+}

@@ -1,0 +1,342 @@
+/*
+ * fuzz_proto_decode.c - libFuzzer target for the gateway <-> backend codec
+ * (backend/protocol/moat_proto.c), the first code the privileged backend
+ * runs on bytes from another process.
+ *
+ * Every input goes through moat_frame_parse_header(); a valid header's
+ * payload is decoded as its type says (what the daemons do), and the bytes
+ * after the header are also fed to every decoder regardless of the header.
+ * A successful decode must re-encode, and the re-encoded frame must decode
+ * again to the same message and re-encode to the very same bytes.  A failed
+ * decode must give a reason and leave its output empty.
+ *
+ * Built as the real fuzzer with -DMOAT_FUZZ=ON, and always as part of
+ * fuzz_proto_replay (see replay_main.c).  Violations abort().
+ */
+#include "fuzz_proto.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moat_proto.h"
+
+#define CHECK(cond)                                                                                                                \
+    do {                                                                                                                           \
+        if (!(cond)) {                                                                                                             \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                                               \
+            abort();                                                                                                               \
+        }                                                                                                                          \
+    } while (0)
+
+/* Re-encoding may grow a message a little (absent optional stage fields are
+ * written out); only near the frame cap may that make the encoder refuse. */
+#define REENCODE_SLACK 65536
+
+static int is_zero(const void *p, size_t len)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < len; i++)
+        if (b[i])
+            return 0;
+    return 1;
+}
+
+static int str_eq(const char *a, const char *b)
+{
+    if (a == NULL || b == NULL)
+        return a == b;
+    return strcmp(a, b) == 0;
+}
+
+static int bytes_eq(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
+{
+    return alen == blen && (alen == 0 || memcmp(a, b, alen) == 0);
+}
+
+/* The frame an encoder just wrote: header sane, payload returned. */
+static const uint8_t *reparse(const struct moat_buf *out, uint8_t type, uint64_t job, size_t *len)
+{
+    struct moat_frame_header h;
+    const char *why = NULL;
+    CHECK(moat_frame_parse_header(out->data, out->len, &h, &why) == 0);
+    CHECK(h.version == MOAT_PROTO_VERSION);
+    CHECK(h.type == type);
+    CHECK(h.flags == 0);
+    CHECK(h.job_id == job);
+    CHECK((size_t)h.length + MOAT_FRAME_HEADER_SIZE == out->len);
+    *len = h.length;
+    return out->data + MOAT_FRAME_HEADER_SIZE;
+}
+
+/* Encoding failed: allowed only near the size cap, and must leave nothing. */
+static void encode_failed(const struct moat_buf *out, size_t in_len, const char *why)
+{
+    CHECK(why != NULL);
+    CHECK(out->len == 0);
+    CHECK(in_len > MOAT_FRAME_MAX_PAYLOAD - REENCODE_SLACK);
+}
+
+static void same_bytes(const struct moat_buf *a, const struct moat_buf *b)
+{
+    CHECK(a->len == b->len);
+    CHECK(memcmp(a->data, b->data, a->len) == 0);
+}
+
+/* ---- exec request --------------------------------------------------------- */
+
+static void request_equal(const struct moat_exec_request *a, const struct moat_exec_request *b)
+{
+    CHECK(str_eq(a->language, b->language));
+    CHECK(str_eq(a->version, b->version));
+    CHECK(a->nfiles == b->nfiles);
+    for (size_t i = 0; i < a->nfiles; i++) {
+        CHECK(str_eq(a->files[i].name, b->files[i].name));
+        CHECK(bytes_eq(a->files[i].content, a->files[i].content_len, b->files[i].content, b->files[i].content_len));
+    }
+    CHECK(a->nargs == b->nargs);
+    for (size_t i = 0; i < a->nargs; i++)
+        CHECK(str_eq(a->args[i], b->args[i]));
+    CHECK(bytes_eq(a->stdin_data, a->stdin_len, b->stdin_data, b->stdin_len));
+    CHECK(a->run_timeout_ms == b->run_timeout_ms);
+    CHECK(a->compile_timeout_ms == b->compile_timeout_ms);
+    CHECK(a->run_memory_bytes == b->run_memory_bytes);
+    CHECK(a->compile_memory_bytes == b->compile_memory_bytes);
+}
+
+static void request_invariants(const struct moat_exec_request *r)
+{
+    CHECK(r->language != NULL && r->version != NULL);
+    CHECK(r->nfiles >= 1 && r->nfiles <= MOAT_MAX_FILES);
+    CHECK(r->nargs <= MOAT_MAX_ARGS);
+    CHECK(strlen(r->language) <= MOAT_MAX_NAME_LEN && strlen(r->version) <= MOAT_MAX_NAME_LEN);
+    for (size_t i = 0; i < r->nfiles; i++)
+        CHECK(r->files[i].name != NULL && r->files[i].content != NULL && strlen(r->files[i].name) <= MOAT_MAX_NAME_LEN);
+    for (size_t i = 0; i < r->nargs; i++)
+        CHECK(r->args[i] != NULL && strlen(r->args[i]) <= MOAT_MAX_ARG_LEN);
+    CHECK(r->run_timeout_ms >= -1 && r->compile_timeout_ms >= -1);
+    CHECK(r->run_memory_bytes >= -1 && r->compile_memory_bytes >= -1);
+}
+
+static void do_request(const uint8_t *p, size_t len, uint64_t job)
+{
+    struct moat_exec_request a, b;
+    struct moat_buf e1 = {0}, e2 = {0};
+    const char *why = NULL;
+    size_t len1, len2;
+
+    if (moat_decode_exec_request(p, len, &a, &why) != 0) {
+        CHECK(why != NULL);
+        CHECK(is_zero(&a, sizeof(a)));
+        return;
+    }
+    request_invariants(&a);
+    why = NULL;
+    if (moat_encode_exec_request(&e1, job, &a, &why) != 0) {
+        encode_failed(&e1, len, why);
+        goto out;
+    }
+    const uint8_t *p1 = reparse(&e1, MOAT_MSG_EXEC_REQUEST, job, &len1);
+    CHECK(len1 <= len); /* nothing is added to a request */
+    CHECK(moat_decode_exec_request(p1, len1, &b, &why) == 0);
+    request_equal(&a, &b);
+    CHECK(moat_encode_exec_request(&e2, job, &b, &why) == 0);
+    reparse(&e2, MOAT_MSG_EXEC_REQUEST, job, &len2);
+    same_bytes(&e1, &e2);
+    moat_exec_request_free(&b);
+out:
+    moat_exec_request_free(&a);
+    CHECK(is_zero(&a, sizeof(a)));
+    moat_buf_free(&e1);
+    moat_buf_free(&e2);
+}
+
+/* ---- exec result ---------------------------------------------------------- */
+
+static void stage_equal(const struct moat_stage_result *a, const struct moat_stage_result *b)
+{
+    CHECK(a->present == b->present);
+    if (!a->present)
+        return;
+    CHECK(bytes_eq(a->stdout_data, a->stdout_len, b->stdout_data, b->stdout_len));
+    CHECK(bytes_eq(a->stderr_data, a->stderr_len, b->stderr_data, b->stderr_len));
+    CHECK(bytes_eq(a->output_data, a->output_len, b->output_data, b->output_len));
+    CHECK(a->has_code == b->has_code);
+    CHECK(!a->has_code || a->code == b->code);
+    CHECK(a->has_signal == b->has_signal);
+    CHECK(!a->has_signal || a->signal == b->signal);
+    CHECK(a->status == b->status);
+    CHECK(str_eq(a->message, b->message));
+    CHECK(a->cpu_ms == b->cpu_ms);
+    CHECK(a->wall_ms == b->wall_ms);
+    CHECK(a->memory_bytes == b->memory_bytes);
+}
+
+static void stage_invariants(const struct moat_stage_result *st)
+{
+    if (!st->present)
+        return;
+    CHECK(st->status <= MOAT_STATUS_MAX);
+    CHECK(moat_status_name(st->status) != NULL);
+    CHECK(!st->has_signal || (st->signal >= 1 && st->signal <= 64));
+    CHECK(st->message == NULL || strlen(st->message) <= MOAT_MAX_MESSAGE_LEN);
+}
+
+static void do_result(const uint8_t *p, size_t len, uint64_t job)
+{
+    struct moat_exec_result a, b;
+    struct moat_buf e1 = {0}, e2 = {0};
+    const char *why = NULL;
+    size_t len1, len2;
+
+    if (moat_decode_exec_result(p, len, &a, &why) != 0) {
+        CHECK(why != NULL);
+        CHECK(is_zero(&a, sizeof(a)));
+        return;
+    }
+    CHECK(a.language != NULL && a.version != NULL);
+    CHECK(a.run.present || a.compile.present);
+    stage_invariants(&a.compile);
+    stage_invariants(&a.run);
+    why = NULL;
+    if (moat_encode_exec_result(&e1, job, &a, &why) != 0) {
+        encode_failed(&e1, len, why);
+        goto out;
+    }
+    const uint8_t *p1 = reparse(&e1, MOAT_MSG_EXEC_RESULT, job, &len1);
+    CHECK(moat_decode_exec_result(p1, len1, &b, &why) == 0);
+    CHECK(str_eq(a.language, b.language));
+    CHECK(str_eq(a.version, b.version));
+    stage_equal(&a.compile, &b.compile);
+    stage_equal(&a.run, &b.run);
+    CHECK(moat_encode_exec_result(&e2, job, &b, &why) == 0);
+    reparse(&e2, MOAT_MSG_EXEC_RESULT, job, &len2);
+    same_bytes(&e1, &e2);
+    moat_exec_result_free(&b);
+out:
+    moat_exec_result_free(&a);
+    moat_buf_free(&e1);
+    moat_buf_free(&e2);
+}
+
+/* ---- error ---------------------------------------------------------------- */
+
+static void do_error(const uint8_t *p, size_t len, uint64_t job)
+{
+    struct moat_error a, b;
+    struct moat_buf e1 = {0}, e2 = {0};
+    const char *why = NULL;
+    size_t len1;
+
+    if (moat_decode_error(p, len, &a, &why) != 0) {
+        CHECK(why != NULL);
+        CHECK(is_zero(&a, sizeof(a)));
+        return;
+    }
+    CHECK(a.code >= 1 && a.code <= MOAT_ERR_MAX);
+    CHECK(a.message != NULL && strlen(a.message) <= MOAT_MAX_MESSAGE_LEN);
+    CHECK(moat_encode_error(&e1, job, a.code, a.message, &why) == 0);
+    const uint8_t *p1 = reparse(&e1, MOAT_MSG_ERROR, job, &len1);
+    CHECK(len1 <= len);
+    CHECK(moat_decode_error(p1, len1, &b, &why) == 0);
+    CHECK(a.code == b.code);
+    CHECK(str_eq(a.message, b.message));
+    CHECK(moat_encode_error(&e2, job, b.code, b.message, &why) == 0);
+    same_bytes(&e1, &e2);
+    moat_error_free(&b);
+    moat_error_free(&a);
+    moat_buf_free(&e1);
+    moat_buf_free(&e2);
+}
+
+/* ---- runtimes ------------------------------------------------------------- */
+
+static void do_runtimes(const uint8_t *p, size_t len, uint64_t job)
+{
+    struct moat_runtimes a, b;
+    struct moat_buf e1 = {0}, e2 = {0};
+    const char *why = NULL;
+    size_t len1;
+
+    if (moat_decode_runtimes(p, len, &a, &why) != 0) {
+        CHECK(why != NULL);
+        CHECK(is_zero(&a, sizeof(a)));
+        return;
+    }
+    CHECK(a.count <= MOAT_MAX_RUNTIMES);
+    for (size_t i = 0; i < a.count; i++) {
+        CHECK(a.items[i].language != NULL && a.items[i].version != NULL);
+        CHECK(a.items[i].naliases <= MOAT_MAX_ALIASES);
+        CHECK(a.items[i].compiled == 0 || a.items[i].compiled == 1);
+    }
+    why = NULL;
+    if (moat_encode_runtimes(&e1, job, &a, &why) != 0) {
+        encode_failed(&e1, len, why);
+        goto out;
+    }
+    const uint8_t *p1 = reparse(&e1, MOAT_MSG_RUNTIMES, job, &len1);
+    CHECK(moat_decode_runtimes(p1, len1, &b, &why) == 0);
+    CHECK(a.count == b.count);
+    for (size_t i = 0; i < a.count; i++) {
+        const struct moat_runtime *x = &a.items[i], *y = &b.items[i];
+        CHECK(str_eq(x->language, y->language));
+        CHECK(str_eq(x->version, y->version));
+        CHECK(x->naliases == y->naliases);
+        for (size_t j = 0; j < x->naliases; j++)
+            CHECK(str_eq(x->aliases[j], y->aliases[j]));
+        CHECK(x->compiled == y->compiled);
+    }
+    CHECK(moat_encode_runtimes(&e2, job, &b, &why) == 0);
+    same_bytes(&e1, &e2);
+    moat_runtimes_free(&b);
+out:
+    moat_runtimes_free(&a);
+    moat_buf_free(&e1);
+    moat_buf_free(&e2);
+}
+
+static void decode_as(uint8_t type, const uint8_t *p, size_t len, uint64_t job)
+{
+    switch (type) {
+    case MOAT_MSG_EXEC_REQUEST:
+        do_request(p, len, job);
+        break;
+    case MOAT_MSG_EXEC_RESULT:
+        do_result(p, len, job);
+        break;
+    case MOAT_MSG_ERROR:
+        do_error(p, len, job);
+        break;
+    case MOAT_MSG_RUNTIMES:
+        do_runtimes(p, len, job);
+        break;
+    default: /* MOAT_MSG_RUNTIMES_QUERY has no payload to decode */
+        break;
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct moat_frame_header h;
+    const char *why = NULL;
+
+    if (moat_frame_parse_header(data, size, &h, &why) == 0) {
+        CHECK(size >= MOAT_FRAME_HEADER_SIZE);
+        CHECK(h.version == MOAT_PROTO_VERSION);
+        CHECK(h.type >= MOAT_MSG_EXEC_REQUEST && h.type <= MOAT_MSG_RUNTIMES);
+        CHECK(h.flags == 0);
+        CHECK(h.length <= MOAT_FRAME_MAX_PAYLOAD);
+        /* as the daemons do: the payload is exactly h.length bytes */
+        if (h.length <= size - MOAT_FRAME_HEADER_SIZE)
+            decode_as(h.type, data + MOAT_FRAME_HEADER_SIZE, h.length, h.job_id);
+    } else {
+        CHECK(why != NULL);
+    }
+
+    /* every decoder on whatever follows the header */
+    const uint8_t *p = size >= MOAT_FRAME_HEADER_SIZE ? data + MOAT_FRAME_HEADER_SIZE : data;
+    size_t n = size >= MOAT_FRAME_HEADER_SIZE ? size - MOAT_FRAME_HEADER_SIZE : size;
+    for (uint8_t t = MOAT_MSG_EXEC_REQUEST; t <= MOAT_MSG_RUNTIMES; t++)
+        decode_as(t, p, n, 0x0123456789abcdefull);
+    return 0;
+}

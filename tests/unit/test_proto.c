@@ -1,0 +1,1382 @@
+/*
+ * test_proto.c - the gateway <-> backend codec (backend/protocol/moat_proto.c):
+ * encode/decode round trips of every message, and the strict decoder's
+ * rejections, each checked by its reason text.
+ *
+ * Malformed input is built by hand with the small TLV writer below (tag u16,
+ * length u32, both big endian), so the tests do not trust the encoder to
+ * produce the bytes they then feed to the decoder.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "moat_proto.h"
+
+/* Tag numbers from PROTOCOL.md / moat_proto.c (private to the codec). */
+enum {
+    REQ_LANGUAGE = 1,
+    REQ_VERSION = 2,
+    REQ_FILE = 3,
+    REQ_STDIN = 4,
+    REQ_ARG = 5,
+    REQ_RUN_TIMEOUT = 6,
+    REQ_COMPILE_TIMEOUT = 7,
+    REQ_RUN_MEMORY = 8,
+    REQ_COMPILE_MEMORY = 9,
+    FILE_NAME = 1,
+    FILE_CONTENT = 2,
+    RES_LANGUAGE = 1,
+    RES_VERSION = 2,
+    RES_COMPILE = 16,
+    RES_RUN = 17,
+    ST_STDOUT = 1,
+    ST_CODE = 4,
+    ST_SIGNAL = 5,
+    ST_STATUS = 6,
+    ERR_CODE = 1,
+    ERR_MESSAGE = 2,
+    RT_RUNTIME = 1,
+    RTE_LANGUAGE = 1,
+    RTE_VERSION = 2,
+    RTE_ALIAS = 3,
+    RTE_COMPILED = 4,
+};
+
+/* ---- a hand-rolled TLV writer for malformed input ---------------------- */
+
+struct raw {
+    uint8_t *b;
+    size_t n, cap;
+};
+
+static void raw_bytes(struct raw *r, const void *p, size_t len)
+{
+    if (r->n + len > r->cap) {
+        size_t cap = r->cap ? r->cap : 256;
+        while (cap < r->n + len)
+            cap *= 2;
+        r->b = realloc(r->b, cap);
+        assert_non_null(r->b);
+        r->cap = cap;
+    }
+    if (len)
+        memcpy(r->b + r->n, p, len);
+    r->n += len;
+}
+
+static void raw_free(struct raw *r)
+{
+    free(r->b);
+    memset(r, 0, sizeof(*r));
+}
+
+static void be(uint8_t *p, uint64_t v, int width)
+{
+    for (int i = 0; i < width; i++)
+        p[i] = (uint8_t)(v >> (8 * (width - 1 - i)));
+}
+
+static void raw_tlv_hdr(struct raw *r, uint16_t tag, uint32_t len)
+{
+    uint8_t h[6];
+    be(h, tag, 2);
+    be(h + 2, len, 4);
+    raw_bytes(r, h, sizeof(h));
+}
+
+static void raw_tlv(struct raw *r, uint16_t tag, const void *val, size_t len)
+{
+    raw_tlv_hdr(r, tag, (uint32_t)len);
+    raw_bytes(r, val, len);
+}
+
+static void raw_str(struct raw *r, uint16_t tag, const char *s)
+{
+    raw_tlv(r, tag, s, strlen(s));
+}
+
+static void raw_uint(struct raw *r, uint16_t tag, uint64_t v, int width)
+{
+    uint8_t p[8];
+    be(p, v, width);
+    raw_tlv(r, tag, p, (size_t)width);
+}
+
+/* Nested TLVs: begin writes a header with length 0, end patches it. */
+static size_t raw_nest_begin(struct raw *r, uint16_t tag)
+{
+    size_t at = r->n;
+    raw_tlv_hdr(r, tag, 0);
+    return at;
+}
+
+static void raw_nest_end(struct raw *r, size_t at)
+{
+    be(r->b + at + 2, r->n - at - 6, 4);
+}
+
+static void raw_file(struct raw *r, const char *name, const char *content)
+{
+    size_t at = raw_nest_begin(r, REQ_FILE);
+    raw_str(r, FILE_NAME, name);
+    raw_str(r, FILE_CONTENT, content);
+    raw_nest_end(r, at);
+}
+
+/* language "python", version "3", one file: the smallest valid request. */
+static void raw_min_request(struct raw *r)
+{
+    raw_str(r, REQ_LANGUAGE, "python");
+    raw_str(r, REQ_VERSION, "3");
+    raw_file(r, "main.py", "print(1)");
+}
+
+static void raw_header(struct raw *r, uint8_t version, uint8_t type, uint16_t flags, uint32_t length, uint64_t job)
+{
+    uint8_t h[MOAT_FRAME_HEADER_SIZE];
+    h[0] = version;
+    h[1] = type;
+    be(h + 2, flags, 2);
+    be(h + 4, length, 4);
+    be(h + 8, job, 8);
+    raw_bytes(r, h, sizeof(h));
+}
+
+/* ---- rejection helpers: decode must fail with exactly this reason ------- */
+
+static int is_zero(const void *p, size_t len)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < len; i++)
+        if (b[i])
+            return 0;
+    return 1;
+}
+
+static void reject_request(const struct raw *r, const char *reason)
+{
+    struct moat_exec_request q;
+    const char *why = NULL;
+    assert_int_equal(moat_decode_exec_request(r->b, r->n, &q, &why), -1);
+    assert_non_null(why);
+    assert_string_equal(why, reason);
+    assert_true(is_zero(&q, sizeof(q))); /* "*out left empty" */
+}
+
+static void reject_result(const struct raw *r, const char *reason)
+{
+    struct moat_exec_result q;
+    const char *why = NULL;
+    assert_int_equal(moat_decode_exec_result(r->b, r->n, &q, &why), -1);
+    assert_non_null(why);
+    assert_string_equal(why, reason);
+    assert_true(is_zero(&q, sizeof(q)));
+}
+
+static void reject_error(const struct raw *r, const char *reason)
+{
+    struct moat_error q;
+    const char *why = NULL;
+    assert_int_equal(moat_decode_error(r->b, r->n, &q, &why), -1);
+    assert_non_null(why);
+    assert_string_equal(why, reason);
+    assert_true(is_zero(&q, sizeof(q)));
+}
+
+static void reject_runtimes(const struct raw *r, const char *reason)
+{
+    struct moat_runtimes q;
+    const char *why = NULL;
+    assert_int_equal(moat_decode_runtimes(r->b, r->n, &q, &why), -1);
+    assert_non_null(why);
+    assert_string_equal(why, reason);
+    assert_true(is_zero(&q, sizeof(q)));
+}
+
+static void reject_header(const struct raw *r, const char *reason)
+{
+    struct moat_frame_header h;
+    const char *why = NULL;
+    assert_int_equal(moat_frame_parse_header(r->b, r->n, &h, &why), -1);
+    assert_non_null(why);
+    assert_string_equal(why, reason);
+}
+
+/* Parses the frame at out->data + at and returns its payload. */
+static const uint8_t *frame_payload(const struct moat_buf *out, size_t at, uint8_t type, uint64_t job, size_t *len)
+{
+    struct moat_frame_header h;
+    const char *why = NULL;
+    assert_true(out->len >= at + MOAT_FRAME_HEADER_SIZE);
+    assert_int_equal(moat_frame_parse_header(out->data + at, out->len - at, &h, &why), 0);
+    assert_int_equal(h.version, MOAT_PROTO_VERSION);
+    assert_int_equal(h.type, type);
+    assert_int_equal(h.flags, 0);
+    assert_true(h.job_id == job);
+    assert_true(at + MOAT_FRAME_HEADER_SIZE + h.length <= out->len);
+    *len = h.length;
+    return out->data + at + MOAT_FRAME_HEADER_SIZE;
+}
+
+/* Does a top-level TLV with this tag occur in the payload? */
+static int has_tag(const uint8_t *p, size_t len, uint16_t tag)
+{
+    size_t off = 0;
+    while (off + 6 <= len) {
+        uint16_t t = (uint16_t)((p[off] << 8) | p[off + 1]);
+        uint32_t l = ((uint32_t)p[off + 2] << 24) | ((uint32_t)p[off + 3] << 16) | ((uint32_t)p[off + 4] << 8) | p[off + 5];
+        if (t == tag)
+            return 1;
+        off += 6 + (size_t)l;
+    }
+    return 0;
+}
+
+/* ==== exec request round trips ========================================== */
+
+static void test_request_roundtrip_full(void **state)
+{
+    char n0[] = "main.py", n1[] = "data.bin", n2[] = "empty.txt";
+    uint8_t c0[] = "import sys\nprint(sys.stdin.read())\n";
+    uint8_t c1[] = {0x7f, 'E', 'L', 'F', 0x00, 0x00, 0xff, 0xfe, 0x00, 0xc0, 0x80, 0xed, 0xa0, 0x80, 0x00};
+    struct moat_file files[] = {
+        {n0, c0, sizeof(c0) - 1},
+        {n1, c1, sizeof(c1)},
+        {n2, NULL, 0},
+    };
+    char a0[] = "first line\nsecond line", a1[] = "", a2[] = "--name=Zo\xc3\xab \xe2\x82\xac \xf0\x9f\x98\x80", a3[] = "\t \r\n";
+    char *args[] = {a0, a1, a2, a3};
+    uint8_t in[] = {'a', 0x00, 'b', '\n', 0xff};
+    char lang[] = "python", ver[] = "3.11.x";
+    struct moat_exec_request req = {
+        .language = lang,
+        .version = ver,
+        .files = files,
+        .nfiles = 3,
+        .args = args,
+        .nargs = 4,
+        .stdin_data = in,
+        .stdin_len = sizeof(in),
+        .run_timeout_ms = 3000,
+        .compile_timeout_ms = 0,
+        .run_memory_bytes = INT64_MAX,
+        .compile_memory_bytes = 1024LL * 1024 * 1024,
+    };
+    struct moat_buf out = {0};
+    const char *why = NULL;
+    const uint64_t job = 0x0102030405060708ull;
+
+    assert_int_equal(moat_encode_exec_request(&out, job, &req, &why), 0);
+    size_t plen;
+    const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_EXEC_REQUEST, job, &plen);
+    assert_int_equal(plen, out.len - MOAT_FRAME_HEADER_SIZE);
+
+    struct moat_exec_request d;
+    assert_int_equal(moat_decode_exec_request(p, plen, &d, &why), 0);
+    assert_string_equal(d.language, "python");
+    assert_string_equal(d.version, "3.11.x");
+    assert_int_equal(d.nfiles, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_string_equal(d.files[i].name, files[i].name);
+        assert_int_equal(d.files[i].content_len, files[i].content_len);
+        assert_non_null(d.files[i].content); /* even when empty */
+        if (files[i].content_len)
+            assert_memory_equal(d.files[i].content, files[i].content, files[i].content_len);
+    }
+    assert_int_equal(d.nargs, 4);
+    for (size_t i = 0; i < 4; i++)
+        assert_string_equal(d.args[i], args[i]);
+    assert_int_equal(d.stdin_len, sizeof(in));
+    assert_memory_equal(d.stdin_data, in, sizeof(in));
+    assert_true(d.run_timeout_ms == 3000);
+    assert_true(d.compile_timeout_ms == 0);
+    assert_true(d.run_memory_bytes == INT64_MAX);
+    assert_true(d.compile_memory_bytes == 1024LL * 1024 * 1024);
+
+    moat_exec_request_free(&d);
+    assert_null(d.language);
+    assert_int_equal(d.nfiles, 0);
+    moat_buf_free(&out);
+    assert_null(out.data);
+}
+
+static void test_request_defaults_omitted(void **state)
+{
+    char name[] = "a.sh", lang[] = "bash", ver[] = "*";
+    uint8_t content[] = "echo hi";
+    struct moat_file f = {name, content, 7};
+    struct moat_exec_request req = {
+        .language = lang,
+        .version = ver,
+        .files = &f,
+        .nfiles = 1,
+        .run_timeout_ms = -1,
+        .compile_timeout_ms = -1,
+        .run_memory_bytes = -1,
+        .compile_memory_bytes = -1,
+    };
+    struct moat_buf dflt = {0}, set = {0};
+    const char *why = NULL;
+
+    assert_int_equal(moat_encode_exec_request(&dflt, 1, &req, &why), 0);
+    size_t plen;
+    const uint8_t *p = frame_payload(&dflt, 0, MOAT_MSG_EXEC_REQUEST, 1, &plen);
+    /* no limit, stdin or arg fields on the wire */
+    assert_false(has_tag(p, plen, REQ_RUN_TIMEOUT));
+    assert_false(has_tag(p, plen, REQ_COMPILE_TIMEOUT));
+    assert_false(has_tag(p, plen, REQ_RUN_MEMORY));
+    assert_false(has_tag(p, plen, REQ_COMPILE_MEMORY));
+    assert_false(has_tag(p, plen, REQ_STDIN));
+    assert_false(has_tag(p, plen, REQ_ARG));
+    assert_true(has_tag(p, plen, REQ_FILE));
+
+    struct moat_exec_request d;
+    assert_int_equal(moat_decode_exec_request(p, plen, &d, &why), 0);
+    assert_true(d.run_timeout_ms == -1);
+    assert_true(d.compile_timeout_ms == -1);
+    assert_true(d.run_memory_bytes == -1);
+    assert_true(d.compile_memory_bytes == -1);
+    assert_null(d.stdin_data);
+    assert_int_equal(d.stdin_len, 0);
+    assert_int_equal(d.nargs, 0);
+    assert_null(d.args);
+    moat_exec_request_free(&d);
+
+    /* each limit that is set costs exactly one u64 TLV (6 + 8 bytes) */
+    req.run_timeout_ms = req.compile_timeout_ms = req.run_memory_bytes = req.compile_memory_bytes = 7;
+    assert_int_equal(moat_encode_exec_request(&set, 1, &req, &why), 0);
+    assert_int_equal(set.len, dflt.len + 4 * 14);
+    moat_buf_free(&dflt);
+    moat_buf_free(&set);
+}
+
+static void test_request_caps_accepted_at_limit(void **state)
+{
+    /* exactly 32 files, 64 args, a 255 byte name and a 4096 byte arg */
+    struct moat_file files[MOAT_MAX_FILES];
+    char names[MOAT_MAX_FILES][16];
+    char *args[MOAT_MAX_ARGS];
+    char longname[MOAT_MAX_NAME_LEN + 1], longarg[MOAT_MAX_ARG_LEN + 1], lang[] = "c", ver[] = "1";
+    uint8_t content[] = "x";
+
+    memset(longname, 'n', MOAT_MAX_NAME_LEN);
+    longname[MOAT_MAX_NAME_LEN] = '\0';
+    memset(longarg, 'a', MOAT_MAX_ARG_LEN);
+    longarg[MOAT_MAX_ARG_LEN] = '\0';
+    for (int i = 0; i < MOAT_MAX_FILES; i++) {
+        snprintf(names[i], sizeof(names[i]), "f%d.c", i);
+        files[i] = (struct moat_file){names[i], content, 1};
+    }
+    files[0].name = longname;
+    for (int i = 0; i < MOAT_MAX_ARGS; i++)
+        args[i] = longarg;
+    struct moat_exec_request req = {.language = lang,
+                                    .version = ver,
+                                    .files = files,
+                                    .nfiles = MOAT_MAX_FILES,
+                                    .args = args,
+                                    .nargs = MOAT_MAX_ARGS,
+                                    .run_timeout_ms = -1,
+                                    .compile_timeout_ms = -1,
+                                    .run_memory_bytes = -1,
+                                    .compile_memory_bytes = -1};
+    struct moat_buf out = {0};
+    const char *why = NULL;
+    assert_int_equal(moat_encode_exec_request(&out, 9, &req, &why), 0);
+    size_t plen;
+    const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_EXEC_REQUEST, 9, &plen);
+    struct moat_exec_request d;
+    assert_int_equal(moat_decode_exec_request(p, plen, &d, &why), 0);
+    assert_int_equal(d.nfiles, MOAT_MAX_FILES);
+    assert_int_equal(d.nargs, MOAT_MAX_ARGS);
+    assert_int_equal(strlen(d.files[0].name), MOAT_MAX_NAME_LEN);
+    assert_string_equal(d.files[31].name, "f31.c");
+    assert_int_equal(strlen(d.args[63]), MOAT_MAX_ARG_LEN);
+    moat_exec_request_free(&d);
+    moat_buf_free(&out);
+}
+
+/* ==== exec result round trips =========================================== */
+
+static void assert_stage_equal(const struct moat_stage_result *a, const struct moat_stage_result *b)
+{
+    assert_int_equal(a->present, b->present);
+    assert_int_equal(a->stdout_len, b->stdout_len);
+    assert_int_equal(a->stderr_len, b->stderr_len);
+    assert_int_equal(a->output_len, b->output_len);
+    if (a->stdout_len)
+        assert_memory_equal(a->stdout_data, b->stdout_data, a->stdout_len);
+    if (a->stderr_len)
+        assert_memory_equal(a->stderr_data, b->stderr_data, a->stderr_len);
+    if (a->output_len)
+        assert_memory_equal(a->output_data, b->output_data, a->output_len);
+    assert_int_equal(a->has_code, b->has_code);
+    if (a->has_code)
+        assert_int_equal(a->code, b->code);
+    assert_int_equal(a->has_signal, b->has_signal);
+    if (a->has_signal)
+        assert_int_equal(a->signal, b->signal);
+    assert_int_equal(a->status, b->status);
+    if (a->message == NULL)
+        assert_null(b->message);
+    else
+        assert_string_equal(a->message, b->message);
+    assert_true(a->cpu_ms == b->cpu_ms);
+    assert_true(a->wall_ms == b->wall_ms);
+    assert_true(a->memory_bytes == b->memory_bytes);
+}
+
+static void test_result_roundtrip_compile_and_run(void **state)
+{
+    char lang[] = "c", ver[] = "10.2.1", msg[] = "Killed: memory limit (\xe2\x89\x88 256 MiB)";
+    uint8_t cout[] = "", cerr[] = "warning: unused variable\n";
+    /* invalid UTF-8, NULs, a lone surrogate and an overlong '/' */
+    uint8_t rout[] = {'h', 'i', 0xff, 0xfe, 0x00, 0xc0, 0xaf, 0xed, 0xa0, 0x80, 0x80, '\n', 0xf8};
+    uint8_t rerr[] = {'e', 0x00, 0xc3};
+    uint8_t both[] = {'h', 'i', 0xff, 'e', 0x00, 0xc3};
+    struct moat_exec_result res = {
+        .language = lang,
+        .version = ver,
+        .compile = {.present = 1,
+                    .stdout_data = cout,
+                    .stdout_len = 0,
+                    .stderr_data = cerr,
+                    .stderr_len = sizeof(cerr) - 1,
+                    .output_data = cerr,
+                    .output_len = sizeof(cerr) - 1,
+                    .has_code = 1,
+                    .code = 0,
+                    .status = MOAT_STATUS_OK,
+                    .cpu_ms = 120,
+                    .wall_ms = 250,
+                    .memory_bytes = 50u << 20},
+        .run = {.present = 1,
+                .stdout_data = rout,
+                .stdout_len = sizeof(rout),
+                .stderr_data = rerr,
+                .stderr_len = sizeof(rerr),
+                .output_data = both,
+                .output_len = sizeof(both),
+                .has_code = 0, /* null exit code: killed */
+                .has_signal = 1,
+                .signal = 9,
+                .status = MOAT_STATUS_ML,
+                .message = msg,
+                .cpu_ms = UINT64_MAX,
+                .wall_ms = 0,
+                .memory_bytes = 268435456},
+    };
+    struct moat_buf out = {0};
+    const char *why = NULL;
+
+    assert_int_equal(moat_encode_exec_result(&out, 77, &res, &why), 0);
+    size_t plen;
+    const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_EXEC_RESULT, 77, &plen);
+    assert_true(has_tag(p, plen, RES_COMPILE));
+    assert_true(has_tag(p, plen, RES_RUN));
+    struct moat_exec_result d;
+    assert_int_equal(moat_decode_exec_result(p, plen, &d, &why), 0);
+    assert_string_equal(d.language, "c");
+    assert_string_equal(d.version, "10.2.1");
+    assert_stage_equal(&res.compile, &d.compile);
+    assert_stage_equal(&res.run, &d.run);
+    /* byte for byte, not re-encoded or replaced */
+    assert_memory_equal(d.run.stdout_data, rout, sizeof(rout));
+    assert_int_equal(d.run.has_code, 0);
+    assert_int_equal(d.run.signal, 9);
+    assert_null(d.compile.message);
+    moat_exec_result_free(&d);
+    assert_null(d.run.stdout_data);
+    moat_buf_free(&out);
+}
+
+static void test_result_single_stages(void **state)
+{
+    char lang[] = "python", ver[] = "3.11.2";
+    struct moat_buf out = {0};
+    const char *why = NULL;
+    size_t plen;
+    const uint8_t *p;
+    struct moat_exec_result d;
+
+    /* run only (interpreted), negative exit code as a signed 32 bit value */
+    struct moat_exec_result run_only = {
+        .language = lang, .version = ver, .run = {.present = 1, .has_code = 1, .code = -2, .status = MOAT_STATUS_RE}};
+    assert_int_equal(moat_encode_exec_result(&out, 1, &run_only, &why), 0);
+    p = frame_payload(&out, 0, MOAT_MSG_EXEC_RESULT, 1, &plen);
+    assert_false(has_tag(p, plen, RES_COMPILE));
+    assert_int_equal(moat_decode_exec_result(p, plen, &d, &why), 0);
+    assert_int_equal(d.compile.present, 0);
+    assert_int_equal(d.run.present, 1);
+    assert_int_equal(d.run.has_code, 1);
+    assert_int_equal(d.run.code, -2);
+    assert_int_equal(d.run.status, MOAT_STATUS_RE);
+    moat_exec_result_free(&d);
+
+    /* compile failed, so no run stage */
+    size_t at = out.len;
+    struct moat_exec_result compile_only = {
+        .language = lang, .version = ver, .compile = {.present = 1, .has_code = 1, .code = 1, .status = MOAT_STATUS_RE}};
+    assert_int_equal(moat_encode_exec_result(&out, 2, &compile_only, &why), 0);
+    p = frame_payload(&out, at, MOAT_MSG_EXEC_RESULT, 2, &plen);
+    assert_false(has_tag(p, plen, RES_RUN));
+    assert_int_equal(moat_decode_exec_result(p, plen, &d, &why), 0);
+    assert_int_equal(d.compile.present, 1);
+    assert_int_equal(d.run.present, 0);
+    assert_int_equal(d.compile.code, 1);
+    moat_exec_result_free(&d);
+    moat_buf_free(&out);
+}
+
+static void test_result_all_statuses(void **state)
+{
+    char lang[] = "bash", ver[] = "5.2.15";
+    for (uint8_t s = 0; s <= MOAT_STATUS_MAX; s++) {
+        struct moat_exec_result res = {.language = lang, .version = ver, .run = {.present = 1, .status = s}};
+        struct moat_buf out = {0};
+        const char *why = NULL;
+        size_t plen;
+        struct moat_exec_result d;
+        assert_int_equal(moat_encode_exec_result(&out, s, &res, &why), 0);
+        const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_EXEC_RESULT, s, &plen);
+        assert_int_equal(moat_decode_exec_result(p, plen, &d, &why), 0);
+        assert_int_equal(d.run.status, s);
+        assert_int_equal(d.run.has_code, 0);
+        assert_int_equal(d.run.has_signal, 0);
+        moat_exec_result_free(&d);
+        moat_buf_free(&out);
+    }
+}
+
+/* ==== error, runtimes, query ============================================ */
+
+static void test_error_roundtrip(void **state)
+{
+    for (uint16_t code = 1; code <= MOAT_ERR_MAX; code++) {
+        struct moat_buf out = {0};
+        const char *why = NULL;
+        size_t plen;
+        struct moat_error d;
+        char msg[64];
+        snprintf(msg, sizeof(msg), "refused \xe2\x9c\x97 #%u", code);
+        assert_int_equal(moat_encode_error(&out, 1000 + code, code, msg, &why), 0);
+        const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_ERROR, 1000 + code, &plen);
+        assert_int_equal(moat_decode_error(p, plen, &d, &why), 0);
+        assert_int_equal(d.code, code);
+        assert_string_equal(d.message, msg);
+        moat_error_free(&d);
+        moat_buf_free(&out);
+    }
+    /* a NULL message travels as "" */
+    struct moat_buf out = {0};
+    const char *why = NULL;
+    size_t plen;
+    struct moat_error d;
+    assert_int_equal(moat_encode_error(&out, 5, MOAT_ERR_BUSY, NULL, &why), 0);
+    const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_ERROR, 5, &plen);
+    assert_int_equal(moat_decode_error(p, plen, &d, &why), 0);
+    assert_int_equal(d.code, MOAT_ERR_BUSY);
+    assert_string_equal(d.message, "");
+    moat_error_free(&d);
+    moat_buf_free(&out);
+}
+
+static void test_runtimes_roundtrip(void **state)
+{
+    char l0[] = "python", v0[] = "3.11.2", a0[] = "py", a1[] = "py3", a2[] = "python3";
+    char l1[] = "c", v1[] = "10.2.1";
+    char *al0[] = {a0, a1, a2};
+    struct moat_runtime items[] = {
+        {l0, v0, al0, 3, 0},
+        {l1, v1, NULL, 0, 1},
+    };
+    struct moat_runtimes rt = {items, 2};
+    struct moat_buf out = {0};
+    const char *why = NULL;
+    size_t plen;
+    struct moat_runtimes d;
+
+    assert_int_equal(moat_encode_runtimes(&out, 3, &rt, &why), 0);
+    const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_RUNTIMES, 3, &plen);
+    assert_int_equal(moat_decode_runtimes(p, plen, &d, &why), 0);
+    assert_int_equal(d.count, 2);
+    assert_string_equal(d.items[0].language, "python");
+    assert_string_equal(d.items[0].version, "3.11.2");
+    assert_int_equal(d.items[0].naliases, 3);
+    assert_string_equal(d.items[0].aliases[0], "py");
+    assert_string_equal(d.items[0].aliases[2], "python3");
+    assert_int_equal(d.items[0].compiled, 0);
+    assert_string_equal(d.items[1].language, "c");
+    assert_int_equal(d.items[1].naliases, 0);
+    assert_int_equal(d.items[1].compiled, 1);
+    moat_runtimes_free(&d);
+    moat_buf_free(&out);
+
+    /* no languages installed: an empty list */
+    struct moat_runtimes none = {NULL, 0};
+    assert_int_equal(moat_encode_runtimes(&out, 4, &none, &why), 0);
+    p = frame_payload(&out, 0, MOAT_MSG_RUNTIMES, 4, &plen);
+    assert_int_equal(plen, 0);
+    assert_int_equal(moat_decode_runtimes(p, plen, &d, &why), 0);
+    assert_int_equal(d.count, 0);
+    moat_runtimes_free(&d);
+    moat_buf_free(&out);
+}
+
+static void test_runtimes_query_and_frame_sequence(void **state)
+{
+    struct moat_buf out = {0};
+    const char *why = NULL;
+    size_t plen;
+
+    /* two frames back to back in one buffer, as on the socket */
+    assert_int_equal(moat_encode_runtimes_query(&out, 42, &why), 0);
+    assert_int_equal(out.len, MOAT_FRAME_HEADER_SIZE);
+    assert_int_equal(moat_encode_error(&out, 43, MOAT_ERR_INTERNAL, "boom", &why), 0);
+    frame_payload(&out, 0, MOAT_MSG_RUNTIMES_QUERY, 42, &plen);
+    assert_int_equal(plen, 0);
+    const uint8_t *p = frame_payload(&out, MOAT_FRAME_HEADER_SIZE, MOAT_MSG_ERROR, 43, &plen);
+    assert_int_equal(MOAT_FRAME_HEADER_SIZE * 2 + plen, out.len);
+    struct moat_error d;
+    assert_int_equal(moat_decode_error(p, plen, &d, &why), 0);
+    assert_string_equal(d.message, "boom");
+    moat_error_free(&d);
+    moat_buf_free(&out);
+}
+
+/* ==== header rejections ================================================== */
+
+static void test_header_rejections(void **state)
+{
+    struct raw r = {0};
+    struct moat_frame_header h;
+    const char *why = NULL;
+
+    raw_header(&r, MOAT_PROTO_VERSION, MOAT_MSG_EXEC_REQUEST, 0, MOAT_FRAME_MAX_PAYLOAD, UINT64_MAX);
+    assert_int_equal(moat_frame_parse_header(r.b, r.n, &h, &why), 0); /* the cap itself is fine */
+    assert_int_equal(h.length, MOAT_FRAME_MAX_PAYLOAD);
+    assert_true(h.job_id == UINT64_MAX);
+    assert_int_equal(moat_frame_parse_header(r.b, r.n - 1, &h, &why), -1);
+    assert_string_equal(why, "short frame header");
+    raw_free(&r);
+
+    raw_header(&r, 0, MOAT_MSG_EXEC_REQUEST, 0, 0, 1);
+    reject_header(&r, "unsupported protocol version");
+    raw_free(&r);
+    raw_header(&r, 2, MOAT_MSG_EXEC_REQUEST, 0, 0, 1);
+    reject_header(&r, "unsupported protocol version");
+    raw_free(&r);
+    raw_header(&r, MOAT_PROTO_VERSION, 0, 0, 0, 1);
+    reject_header(&r, "unknown message type");
+    raw_free(&r);
+    raw_header(&r, MOAT_PROTO_VERSION, MOAT_MSG_RUNTIMES + 1, 0, 0, 1);
+    reject_header(&r, "unknown message type");
+    raw_free(&r);
+    raw_header(&r, MOAT_PROTO_VERSION, MOAT_MSG_ERROR, 0x8000, 0, 1);
+    reject_header(&r, "reserved flags set");
+    raw_free(&r);
+    raw_header(&r, MOAT_PROTO_VERSION, MOAT_MSG_ERROR, 1, 0, 1);
+    reject_header(&r, "reserved flags set");
+    raw_free(&r);
+    raw_header(&r, MOAT_PROTO_VERSION, MOAT_MSG_EXEC_RESULT, 0, MOAT_FRAME_MAX_PAYLOAD + 1, 1);
+    reject_header(&r, "frame exceeds the size cap");
+    raw_free(&r);
+    raw_header(&r, MOAT_PROTO_VERSION, MOAT_MSG_EXEC_RESULT, 0, UINT32_MAX, 1);
+    reject_header(&r, "frame exceeds the size cap");
+    raw_free(&r);
+}
+
+/* ==== TLV structure rejections ========================================== */
+
+static void test_tlv_structure_rejections(void **state)
+{
+    struct raw r = {0};
+
+    /* fewer than 6 bytes where a TLV header should start */
+    raw_bytes(&r, "\x00\x01\x00\x00\x00", 5);
+    reject_request(&r, "truncated field header");
+    reject_result(&r, "truncated field header");
+    reject_error(&r, "truncated field header");
+    reject_runtimes(&r, "truncated field header");
+    raw_free(&r);
+
+    /* a length one past the end of the payload */
+    raw_tlv_hdr(&r, REQ_LANGUAGE, 7);
+    raw_bytes(&r, "python", 6);
+    reject_request(&r, "field length exceeds message");
+    raw_free(&r);
+
+    /* a length of 0xffffffff must not wrap */
+    raw_tlv_hdr(&r, REQ_LANGUAGE, UINT32_MAX);
+    raw_bytes(&r, "python", 6);
+    reject_request(&r, "field length exceeds message");
+    raw_free(&r);
+
+    /* a nested length beyond its parent (file) */
+    size_t at = raw_nest_begin(&r, REQ_FILE);
+    raw_tlv_hdr(&r, FILE_NAME, 100);
+    raw_bytes(&r, "a.py", 4);
+    raw_nest_end(&r, at);
+    raw_str(&r, REQ_LANGUAGE, "python");
+    raw_str(&r, REQ_VERSION, "3");
+    reject_request(&r, "field length exceeds message");
+    raw_free(&r);
+
+    /* valid message, then a partial TLV: trailing garbage */
+    raw_min_request(&r);
+    raw_bytes(&r, "\x00\x01\x00", 3);
+    reject_request(&r, "truncated field header");
+    raw_free(&r);
+    raw_min_request(&r);
+    raw_tlv_hdr(&r, REQ_ARG, 10);
+    raw_bytes(&r, "abc", 3);
+    reject_request(&r, "field length exceeds message");
+    raw_free(&r);
+    raw_min_request(&r);
+    raw_bytes(&r, "\x00", 1);
+    reject_request(&r, "truncated field header");
+    raw_free(&r);
+}
+
+static void test_unknown_and_duplicate_tags(void **state)
+{
+    struct raw r = {0};
+
+    raw_min_request(&r);
+    raw_str(&r, 10, "x");
+    reject_request(&r, "unknown field in exec request");
+    raw_free(&r);
+    raw_min_request(&r);
+    raw_str(&r, 0, "x");
+    reject_request(&r, "unknown field in exec request");
+    raw_free(&r);
+    raw_min_request(&r);
+    raw_str(&r, 0x1234, "x"); /* beyond the seen-bitmap range */
+    reject_request(&r, "unknown field");
+    raw_free(&r);
+
+    /* unknown tag inside a file */
+    raw_str(&r, REQ_LANGUAGE, "python");
+    raw_str(&r, REQ_VERSION, "3");
+    size_t at = raw_nest_begin(&r, REQ_FILE);
+    raw_str(&r, FILE_NAME, "a.py");
+    raw_str(&r, FILE_CONTENT, "");
+    raw_str(&r, 3, "mode");
+    raw_nest_end(&r, at);
+    reject_request(&r, "unknown field in file");
+    raw_free(&r);
+
+    /* duplicates of non-repeatable fields */
+    raw_min_request(&r);
+    raw_str(&r, REQ_LANGUAGE, "ruby");
+    reject_request(&r, "duplicate field");
+    raw_free(&r);
+    raw_min_request(&r);
+    raw_uint(&r, REQ_RUN_TIMEOUT, 1, 8);
+    raw_uint(&r, REQ_RUN_TIMEOUT, 2, 8);
+    reject_request(&r, "duplicate field");
+    raw_free(&r);
+    raw_min_request(&r);
+    raw_str(&r, REQ_STDIN, "a");
+    raw_str(&r, REQ_STDIN, "b");
+    reject_request(&r, "duplicate field");
+    raw_free(&r);
+    raw_str(&r, REQ_LANGUAGE, "python");
+    raw_str(&r, REQ_VERSION, "3");
+    at = raw_nest_begin(&r, REQ_FILE);
+    raw_str(&r, FILE_NAME, "a.py");
+    raw_str(&r, FILE_NAME, "b.py");
+    raw_str(&r, FILE_CONTENT, "");
+    raw_nest_end(&r, at);
+    reject_request(&r, "duplicate field");
+    raw_free(&r);
+
+    /* files and args repeat by design */
+    struct moat_exec_request d;
+    const char *why = NULL;
+    raw_min_request(&r);
+    raw_file(&r, "b.py", "");
+    raw_str(&r, REQ_ARG, "x");
+    raw_str(&r, REQ_ARG, "x");
+    assert_int_equal(moat_decode_exec_request(r.b, r.n, &d, &why), 0);
+    assert_int_equal(d.nfiles, 2);
+    assert_int_equal(d.nargs, 2);
+    moat_exec_request_free(&d);
+    raw_free(&r);
+
+    /* exec result: unknown top-level, unknown in stage, duplicate stage */
+    raw_str(&r, RES_LANGUAGE, "c");
+    raw_str(&r, RES_VERSION, "1");
+    raw_str(&r, 3, "x");
+    reject_result(&r, "unknown field in exec result");
+    raw_free(&r);
+    raw_str(&r, RES_LANGUAGE, "c");
+    raw_str(&r, RES_VERSION, "1");
+    at = raw_nest_begin(&r, RES_RUN);
+    raw_uint(&r, ST_STATUS, 0, 1);
+    raw_uint(&r, 11, 0, 8);
+    raw_nest_end(&r, at);
+    reject_result(&r, "unknown field in stage result");
+    raw_free(&r);
+    raw_str(&r, RES_LANGUAGE, "c");
+    raw_str(&r, RES_VERSION, "1");
+    for (int i = 0; i < 2; i++) {
+        at = raw_nest_begin(&r, RES_RUN);
+        raw_uint(&r, ST_STATUS, 0, 1);
+        raw_nest_end(&r, at);
+    }
+    reject_result(&r, "duplicate field");
+    raw_free(&r);
+    raw_str(&r, RES_LANGUAGE, "c");
+    raw_str(&r, RES_VERSION, "1");
+    at = raw_nest_begin(&r, RES_RUN);
+    raw_uint(&r, ST_STATUS, 0, 1);
+    raw_tlv(&r, ST_STDOUT, "a", 1);
+    raw_tlv(&r, ST_STDOUT, "b", 1);
+    raw_nest_end(&r, at);
+    reject_result(&r, "duplicate field");
+    raw_free(&r);
+
+    /* error and runtimes */
+    raw_uint(&r, ERR_CODE, 1, 2);
+    raw_str(&r, ERR_MESSAGE, "m");
+    raw_str(&r, 3, "m");
+    reject_error(&r, "unknown field in error");
+    raw_free(&r);
+    raw_uint(&r, ERR_CODE, 1, 2);
+    raw_uint(&r, ERR_CODE, 1, 2);
+    raw_str(&r, ERR_MESSAGE, "m");
+    reject_error(&r, "duplicate field");
+    raw_free(&r);
+    raw_str(&r, 2, "x");
+    reject_runtimes(&r, "unknown field in runtimes");
+    raw_free(&r);
+    at = raw_nest_begin(&r, RT_RUNTIME);
+    raw_str(&r, RTE_LANGUAGE, "c");
+    raw_str(&r, RTE_VERSION, "1");
+    raw_str(&r, 5, "x");
+    raw_nest_end(&r, at);
+    reject_runtimes(&r, "unknown field in runtime");
+    raw_free(&r);
+    at = raw_nest_begin(&r, RT_RUNTIME);
+    raw_str(&r, RTE_LANGUAGE, "c");
+    raw_str(&r, RTE_VERSION, "1");
+    raw_str(&r, RTE_VERSION, "2");
+    raw_nest_end(&r, at);
+    reject_runtimes(&r, "duplicate field");
+    raw_free(&r);
+}
+
+/* ==== required fields ==================================================== */
+
+static void test_required_fields(void **state)
+{
+    struct raw r = {0};
+
+    /* missing language */
+    raw_str(&r, REQ_VERSION, "3");
+    raw_file(&r, "a.py", "");
+    reject_request(&r, "exec request needs language and version");
+    raw_free(&r);
+    /* missing version */
+    raw_str(&r, REQ_LANGUAGE, "python");
+    raw_file(&r, "a.py", "");
+    reject_request(&r, "exec request needs language and version");
+    raw_free(&r);
+    /* no files */
+    raw_str(&r, REQ_LANGUAGE, "python");
+    raw_str(&r, REQ_VERSION, "3");
+    raw_str(&r, REQ_ARG, "x");
+    reject_request(&r, "exec request needs at least one file");
+    raw_free(&r);
+    /* an empty payload */
+    reject_request(&r, "exec request needs language and version");
+    /* a file without content, and one without name */
+    raw_str(&r, REQ_LANGUAGE, "python");
+    raw_str(&r, REQ_VERSION, "3");
+    size_t at = raw_nest_begin(&r, REQ_FILE);
+    raw_str(&r, FILE_NAME, "a.py");
+    raw_nest_end(&r, at);
+    reject_request(&r, "file needs a name and content");
+    raw_free(&r);
+    raw_str(&r, REQ_LANGUAGE, "python");
+    raw_str(&r, REQ_VERSION, "3");
+    at = raw_nest_begin(&r, REQ_FILE);
+    raw_str(&r, FILE_CONTENT, "x");
+    raw_nest_end(&r, at);
+    reject_request(&r, "file needs a name and content");
+    raw_free(&r);
+    /* an empty language */
+    raw_str(&r, REQ_LANGUAGE, "");
+    raw_str(&r, REQ_VERSION, "3");
+    raw_file(&r, "a.py", "");
+    reject_request(&r, "empty string field");
+    raw_free(&r);
+
+    /* exec result without a stage, stage without status */
+    raw_str(&r, RES_LANGUAGE, "c");
+    raw_str(&r, RES_VERSION, "1");
+    reject_result(&r, "exec result needs language, version and a stage");
+    at = raw_nest_begin(&r, RES_COMPILE);
+    raw_uint(&r, ST_CODE, 0, 4);
+    raw_nest_end(&r, at);
+    reject_result(&r, "stage result needs a status");
+    raw_free(&r);
+
+    /* error without message / without code */
+    raw_uint(&r, ERR_CODE, 1, 2);
+    reject_error(&r, "error needs a code and a message");
+    raw_free(&r);
+    raw_str(&r, ERR_MESSAGE, "m");
+    reject_error(&r, "error needs a code and a message");
+    raw_free(&r);
+
+    /* runtime entry without version */
+    at = raw_nest_begin(&r, RT_RUNTIME);
+    raw_str(&r, RTE_LANGUAGE, "c");
+    raw_nest_end(&r, at);
+    reject_runtimes(&r, "runtime needs language and version");
+    raw_free(&r);
+}
+
+/* ==== string rules ======================================================= */
+
+static void request_with_language(struct raw *r, const void *lang, size_t len)
+{
+    raw_tlv(r, REQ_LANGUAGE, lang, len);
+    raw_str(r, REQ_VERSION, "3");
+    raw_file(r, "a.py", "");
+}
+
+static void test_string_rules(void **state)
+{
+    struct raw r = {0};
+    struct moat_exec_request d;
+    const char *why = NULL;
+
+    request_with_language(&r, "py\0thon", 7);
+    reject_request(&r, "NUL byte in string field");
+    raw_free(&r);
+    request_with_language(&r, "\0", 1);
+    reject_request(&r, "NUL byte in string field");
+    raw_free(&r);
+
+    static const struct {
+        const char *bytes;
+        const char *what;
+    } bad[] = {
+        {"py\xff", "0xff"},
+        {"\x80", "lone continuation byte"},
+        {"\xc0\xaf", "overlong '/'"},
+        {"\xe0\x80\xaf", "overlong 3-byte"},
+        {"\xf0\x80\x80\xaf", "overlong 4-byte"},
+        {"\xed\xa0\x80", "UTF-16 surrogate"},
+        {"\xf4\x90\x80\x80", "above U+10FFFF"},
+        {"\xe2\x82", "truncated sequence at the end"},
+        {"\xe2\x82z", "truncated sequence mid-string"},
+        {"\xc3", "lone lead byte"},
+        {"\xf8\x88\x80\x80\x80", "5-byte form"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        print_message("invalid UTF-8: %s\n", bad[i].what);
+        request_with_language(&r, bad[i].bytes, strlen(bad[i].bytes));
+        reject_request(&r, "string field is not valid UTF-8");
+        raw_free(&r);
+    }
+
+    /* valid multi-byte sequences up to U+10FFFF are accepted */
+    static const char *const good[] = {"caf\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x90\x8d", "\xf4\x8f\xbf\xbf", "\xef\xbf\xbf"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        request_with_language(&r, good[i], strlen(good[i]));
+        assert_int_equal(moat_decode_exec_request(r.b, r.n, &d, &why), 0);
+        assert_string_equal(d.language, good[i]);
+        moat_exec_request_free(&d);
+        raw_free(&r);
+    }
+
+    /* invalid UTF-8 in a file name and an argument, too */
+    raw_str(&r, REQ_LANGUAGE, "python");
+    raw_str(&r, REQ_VERSION, "3");
+    raw_file(&r, "a\xff.py", "");
+    reject_request(&r, "string field is not valid UTF-8");
+    raw_free(&r);
+    raw_min_request(&r);
+    raw_str(&r, REQ_ARG, "\xc0\x80");
+    reject_request(&r, "string field is not valid UTF-8");
+    raw_free(&r);
+
+    /* length caps: 255 is fine, 256 is not */
+    char name[MOAT_MAX_NAME_LEN + 2];
+    memset(name, 'p', sizeof(name));
+    request_with_language(&r, name, MOAT_MAX_NAME_LEN);
+    assert_int_equal(moat_decode_exec_request(r.b, r.n, &d, &why), 0);
+    assert_int_equal(strlen(d.language), MOAT_MAX_NAME_LEN);
+    moat_exec_request_free(&d);
+    raw_free(&r);
+    request_with_language(&r, name, MOAT_MAX_NAME_LEN + 1);
+    reject_request(&r, "string field too long");
+    raw_free(&r);
+    raw_str(&r, REQ_LANGUAGE, "python");
+    raw_tlv(&r, REQ_VERSION, name, MOAT_MAX_NAME_LEN + 1);
+    raw_file(&r, "a.py", "");
+    reject_request(&r, "string field too long");
+    raw_free(&r);
+    raw_str(&r, REQ_LANGUAGE, "python");
+    raw_str(&r, REQ_VERSION, "3");
+    size_t at = raw_nest_begin(&r, REQ_FILE);
+    raw_tlv(&r, FILE_NAME, name, MOAT_MAX_NAME_LEN + 1);
+    raw_str(&r, FILE_CONTENT, "");
+    raw_nest_end(&r, at);
+    reject_request(&r, "string field too long");
+    raw_free(&r);
+
+    char *arg = malloc(MOAT_MAX_ARG_LEN + 1);
+    assert_non_null(arg);
+    memset(arg, 'a', MOAT_MAX_ARG_LEN + 1);
+    raw_min_request(&r);
+    raw_tlv(&r, REQ_ARG, arg, MOAT_MAX_ARG_LEN + 1);
+    reject_request(&r, "string field too long");
+    raw_free(&r);
+    free(arg);
+
+    /* stage and error messages: at most 1024 bytes */
+    char msg[MOAT_MAX_MESSAGE_LEN + 1];
+    memset(msg, 'm', sizeof(msg));
+    raw_uint(&r, ERR_CODE, 1, 2);
+    raw_tlv(&r, ERR_MESSAGE, msg, sizeof(msg));
+    reject_error(&r, "string field too long");
+    raw_free(&r);
+}
+
+/* ==== counts ============================================================= */
+
+static void test_count_caps(void **state)
+{
+    struct raw r = {0};
+
+    raw_str(&r, REQ_LANGUAGE, "python");
+    raw_str(&r, REQ_VERSION, "3");
+    for (int i = 0; i < MOAT_MAX_FILES + 1; i++)
+        raw_file(&r, "f.py", "");
+    reject_request(&r, "too many files");
+    raw_free(&r);
+
+    raw_min_request(&r);
+    for (int i = 0; i < MOAT_MAX_ARGS + 1; i++)
+        raw_str(&r, REQ_ARG, "a");
+    reject_request(&r, "too many arguments");
+    raw_free(&r);
+
+    size_t at = raw_nest_begin(&r, RT_RUNTIME);
+    raw_str(&r, RTE_LANGUAGE, "c");
+    raw_str(&r, RTE_VERSION, "1");
+    for (int i = 0; i < MOAT_MAX_ALIASES + 1; i++)
+        raw_str(&r, RTE_ALIAS, "x");
+    raw_nest_end(&r, at);
+    reject_runtimes(&r, "too many aliases");
+    raw_free(&r);
+
+    for (int i = 0; i < MOAT_MAX_RUNTIMES + 1; i++) {
+        at = raw_nest_begin(&r, RT_RUNTIME);
+        raw_str(&r, RTE_LANGUAGE, "c");
+        raw_str(&r, RTE_VERSION, "1");
+        raw_nest_end(&r, at);
+    }
+    reject_runtimes(&r, "too many runtimes");
+    raw_free(&r);
+}
+
+/* ==== integers =========================================================== */
+
+static void test_integer_rules(void **state)
+{
+    struct raw r = {0};
+    struct moat_exec_request d;
+    const char *why = NULL;
+
+    static const int widths[] = {0, 1, 4, 7, 9};
+    for (size_t i = 0; i < sizeof(widths) / sizeof(widths[0]); i++) {
+        uint8_t zero[16] = {0};
+        raw_min_request(&r);
+        raw_tlv(&r, REQ_RUN_MEMORY, zero, (size_t)widths[i]);
+        reject_request(&r, "integer field has the wrong width");
+        raw_free(&r);
+    }
+
+    raw_min_request(&r);
+    raw_uint(&r, REQ_COMPILE_TIMEOUT, (uint64_t)INT64_MAX + 1, 8);
+    reject_request(&r, "limit out of range");
+    raw_free(&r);
+    raw_min_request(&r);
+    raw_uint(&r, REQ_RUN_TIMEOUT, UINT64_MAX, 8); /* would be -1 as int64 */
+    reject_request(&r, "limit out of range");
+    raw_free(&r);
+    raw_min_request(&r);
+    raw_uint(&r, REQ_RUN_TIMEOUT, INT64_MAX, 8);
+    assert_int_equal(moat_decode_exec_request(r.b, r.n, &d, &why), 0);
+    assert_true(d.run_timeout_ms == INT64_MAX);
+    moat_exec_request_free(&d);
+    raw_free(&r);
+
+    /* stage: code is u32, status u8 within range, signal 1..64 */
+    static const struct {
+        uint16_t tag;
+        uint64_t v;
+        int width;
+        const char *why;
+    } st[] = {
+        {ST_CODE, 0, 8, "integer field has the wrong width"},
+        {ST_SIGNAL, 9, 2, "integer field has the wrong width"},
+        {ST_SIGNAL, 0, 4, "signal out of range"},
+        {ST_SIGNAL, 65, 4, "signal out of range"},
+        {ST_STATUS, 0, 4, "integer field has the wrong width"},
+        {ST_STATUS, MOAT_STATUS_MAX + 1, 1, "unknown status"},
+        {ST_STATUS, 255, 1, "unknown status"},
+    };
+    for (size_t i = 0; i < sizeof(st) / sizeof(st[0]); i++) {
+        raw_str(&r, RES_LANGUAGE, "c");
+        raw_str(&r, RES_VERSION, "1");
+        size_t at = raw_nest_begin(&r, RES_RUN);
+        if (st[i].tag != ST_STATUS)
+            raw_uint(&r, ST_STATUS, 0, 1);
+        raw_uint(&r, st[i].tag, st[i].v, st[i].width);
+        raw_nest_end(&r, at);
+        reject_result(&r, st[i].why);
+        raw_free(&r);
+    }
+
+    /* error codes: 0 and above MOAT_ERR_MAX are refused, width is u16 */
+    raw_uint(&r, ERR_CODE, 0, 2);
+    raw_str(&r, ERR_MESSAGE, "m");
+    reject_error(&r, "unknown error code");
+    raw_free(&r);
+    raw_uint(&r, ERR_CODE, MOAT_ERR_MAX + 1, 2);
+    raw_str(&r, ERR_MESSAGE, "m");
+    reject_error(&r, "unknown error code");
+    raw_free(&r);
+    raw_uint(&r, ERR_CODE, 1, 4);
+    raw_str(&r, ERR_MESSAGE, "m");
+    reject_error(&r, "integer field has the wrong width");
+    raw_free(&r);
+
+    /* runtimes: compiled is a 0/1 byte */
+    size_t at = raw_nest_begin(&r, RT_RUNTIME);
+    raw_str(&r, RTE_LANGUAGE, "c");
+    raw_str(&r, RTE_VERSION, "1");
+    raw_uint(&r, RTE_COMPILED, 2, 1);
+    raw_nest_end(&r, at);
+    reject_runtimes(&r, "compiled flag out of range");
+    raw_free(&r);
+}
+
+/* ==== encoder refusals =================================================== */
+
+/* Encoding must fail with `reason` and leave `out` exactly as it was. */
+static void refused_unchanged(struct moat_buf *out, const uint8_t *before, size_t before_len, int rc, const char *why,
+                              const char *reason)
+{
+    assert_int_equal(rc, -1);
+    assert_non_null(why);
+    assert_string_equal(why, reason);
+    assert_int_equal(out->len, before_len);
+    assert_memory_equal(out->data, before, before_len);
+}
+
+static void test_encoder_refusals(void **state)
+{
+    struct moat_buf out = {0};
+    const char *why = NULL;
+
+    /* something already in the buffer that must survive each refusal */
+    assert_int_equal(moat_encode_error(&out, 1, MOAT_ERR_BUSY, "first", &why), 0);
+    size_t before_len = out.len;
+    uint8_t before[256];
+    assert_true(before_len <= sizeof(before));
+    memcpy(before, out.data, before_len);
+
+    char lang[] = "python", ver[] = "3", name[] = "a.py", longname[MOAT_MAX_NAME_LEN + 2];
+    memset(longname, 'n', MOAT_MAX_NAME_LEN + 1);
+    longname[MOAT_MAX_NAME_LEN + 1] = '\0';
+    uint8_t content[] = "x";
+    struct moat_file files[MOAT_MAX_FILES + 1];
+    for (int i = 0; i < MOAT_MAX_FILES + 1; i++)
+        files[i] = (struct moat_file){name, content, 1};
+    char arg[] = "a";
+    char *args[MOAT_MAX_ARGS + 1];
+    for (int i = 0; i < MOAT_MAX_ARGS + 1; i++)
+        args[i] = arg;
+    struct moat_exec_request base = {.language = lang,
+                                     .version = ver,
+                                     .files = files,
+                                     .nfiles = 1,
+                                     .run_timeout_ms = -1,
+                                     .compile_timeout_ms = -1,
+                                     .run_memory_bytes = -1,
+                                     .compile_memory_bytes = -1};
+    struct moat_exec_request q;
+    int rc;
+
+    q = base;
+    q.nfiles = 0;
+    why = NULL;
+    rc = moat_encode_exec_request(&out, 2, &q, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "file count out of range");
+
+    q = base;
+    q.nfiles = MOAT_MAX_FILES + 1;
+    why = NULL;
+    rc = moat_encode_exec_request(&out, 2, &q, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "file count out of range");
+
+    q = base;
+    q.args = args;
+    q.nargs = MOAT_MAX_ARGS + 1;
+    why = NULL;
+    rc = moat_encode_exec_request(&out, 2, &q, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "too many arguments");
+
+    q = base;
+    q.language = longname;
+    why = NULL;
+    rc = moat_encode_exec_request(&out, 2, &q, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "string field too long");
+
+    /* a too long file name fails after the frame was partly written */
+    struct moat_file longfile[2] = {{name, content, 1}, {longname, content, 1}};
+    q = base;
+    q.files = longfile;
+    q.nfiles = 2;
+    why = NULL;
+    rc = moat_encode_exec_request(&out, 2, &q, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "string field too long");
+
+    struct moat_file noname = {NULL, content, 1};
+    q = base;
+    q.files = &noname;
+    why = NULL;
+    rc = moat_encode_exec_request(&out, 2, &q, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "file name missing");
+
+    q = base;
+    q.version = NULL;
+    why = NULL;
+    rc = moat_encode_exec_request(&out, 2, &q, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "language and version are required");
+
+    /* exec result */
+    struct moat_exec_result res = {.language = lang, .version = ver};
+    why = NULL;
+    rc = moat_encode_exec_result(&out, 3, &res, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "language, version and a stage are required");
+    res.run.present = 1;
+    res.run.status = MOAT_STATUS_MAX + 1;
+    why = NULL;
+    rc = moat_encode_exec_result(&out, 3, &res, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "bad status");
+
+    /* error codes */
+    why = NULL;
+    rc = moat_encode_error(&out, 4, 0, "x", &why);
+    refused_unchanged(&out, before, before_len, rc, why, "bad error code");
+    why = NULL;
+    rc = moat_encode_error(&out, 4, MOAT_ERR_MAX + 1, "x", &why);
+    refused_unchanged(&out, before, before_len, rc, why, "bad error code");
+    char longmsg[MOAT_MAX_MESSAGE_LEN + 2];
+    memset(longmsg, 'm', MOAT_MAX_MESSAGE_LEN + 1);
+    longmsg[MOAT_MAX_MESSAGE_LEN + 1] = '\0';
+    why = NULL;
+    rc = moat_encode_error(&out, 4, MOAT_ERR_LIMIT, longmsg, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "string field too long");
+
+    /* runtimes */
+    char *aliases[MOAT_MAX_ALIASES + 1];
+    for (int i = 0; i < MOAT_MAX_ALIASES + 1; i++)
+        aliases[i] = arg;
+    struct moat_runtime item = {lang, ver, aliases, MOAT_MAX_ALIASES + 1, 0};
+    struct moat_runtimes rt = {&item, 1};
+    why = NULL;
+    rc = moat_encode_runtimes(&out, 5, &rt, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "too many aliases");
+    item.naliases = 0;
+    item.version = NULL;
+    why = NULL;
+    rc = moat_encode_runtimes(&out, 5, &rt, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "runtime language and version are required");
+
+    /* the surviving first frame still decodes */
+    size_t plen;
+    const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_ERROR, 1, &plen);
+    struct moat_error e;
+    assert_int_equal(moat_decode_error(p, plen, &e, &why), 0);
+    assert_string_equal(e.message, "first");
+    moat_error_free(&e);
+    moat_buf_free(&out);
+}
+
+static void test_encoder_refusal_on_empty_buffer(void **state)
+{
+    struct moat_buf out = {0};
+    const char *why = NULL;
+    char lang[] = "python", ver[] = "3";
+    struct moat_exec_request q = {.language = lang, .version = ver, .nfiles = 0};
+
+    assert_int_equal(moat_encode_exec_request(&out, 1, &q, &why), -1);
+    assert_string_equal(why, "file count out of range");
+    assert_int_equal(out.len, 0);
+    moat_buf_free(&out);
+}
+
+/* ==== status names ======================================================= */
+
+static void test_status_names(void **state)
+{
+    assert_null(moat_status_piston(MOAT_STATUS_OK));
+    assert_string_equal(moat_status_piston(MOAT_STATUS_RE), "RE");
+    assert_string_equal(moat_status_piston(MOAT_STATUS_SG), "SG");
+    assert_string_equal(moat_status_piston(MOAT_STATUS_TO), "TO");
+    assert_string_equal(moat_status_piston(MOAT_STATUS_OL), "OL");
+    assert_string_equal(moat_status_piston(MOAT_STATUS_EL), "EL");
+    assert_string_equal(moat_status_piston(MOAT_STATUS_XX), "XX");
+    assert_string_equal(moat_status_piston(MOAT_STATUS_ML), "SG");
+    assert_string_equal(moat_status_piston(MOAT_STATUS_MAX + 1), "XX");
+    assert_string_equal(moat_status_piston(255), "XX");
+
+    assert_string_equal(moat_status_name(MOAT_STATUS_OK), "OK");
+    assert_string_equal(moat_status_name(MOAT_STATUS_SG), "SG");
+    assert_string_equal(moat_status_name(MOAT_STATUS_XX), "XX");
+    assert_string_equal(moat_status_name(MOAT_STATUS_ML), "ML");
+    assert_string_equal(moat_status_name(MOAT_STATUS_MAX + 1), "??");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_request_roundtrip_full),
+        cmocka_unit_test(test_request_defaults_omitted),
+        cmocka_unit_test(test_request_caps_accepted_at_limit),
+        cmocka_unit_test(test_result_roundtrip_compile_and_run),
+        cmocka_unit_test(test_result_single_stages),
+        cmocka_unit_test(test_result_all_statuses),
+        cmocka_unit_test(test_error_roundtrip),
+        cmocka_unit_test(test_runtimes_roundtrip),
+        cmocka_unit_test(test_runtimes_query_and_frame_sequence),
+        cmocka_unit_test(test_header_rejections),
+        cmocka_unit_test(test_tlv_structure_rejections),
+        cmocka_unit_test(test_unknown_and_duplicate_tags),
+        cmocka_unit_test(test_required_fields),
+        cmocka_unit_test(test_string_rules),
+        cmocka_unit_test(test_count_caps),
+        cmocka_unit_test(test_integer_rules),
+        cmocka_unit_test(test_encoder_refusals),
+        cmocka_unit_test(test_encoder_refusal_on_empty_buffer),
+        cmocka_unit_test(test_status_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
