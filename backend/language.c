@@ -110,7 +110,7 @@ static int limit_override(json_t *obj, const char *key, uint64_t *value, struct 
     return 0;
 }
 
-static int parse_limits(json_t *obj, struct language *lang, struct errbuf *e)
+int limits_apply(json_t *obj, struct stage_limits *r, struct stage_limits *c, struct errbuf *e)
 {
     static const char *const known[] = {
         "run_timeout",       "run_cpu_time",     "run_memory",          "run_processes", "compile_timeout",
@@ -132,16 +132,15 @@ static int parse_limits(json_t *obj, struct language *lang, struct errbuf *e)
         if (!ok)
             return errf(e, "unknown limit \"%s\"", key);
     }
-    struct stage_limits *r = &lang->run_limits, *c = &lang->compile_limits;
     if (limit_override(obj, "run_timeout", &r->wall_ms, e) || limit_override(obj, "run_cpu_time", &r->cpu_ms, e) ||
         limit_override(obj, "run_memory", &r->memory_bytes, e) || limit_override(obj, "compile_timeout", &c->wall_ms, e) ||
         limit_override(obj, "compile_cpu_time", &c->cpu_ms, e) || limit_override(obj, "compile_memory", &c->memory_bytes, e) ||
-        limit_override(obj, "output", &r->output_cap, e) || limit_override(obj, "file_size", &r->fsize_bytes, e) ||
         limit_override(obj, "run_idle_timeout", &r->idle_ms, e) || limit_override(obj, "compile_idle_timeout", &c->idle_ms, e))
         return -1;
-    c->output_cap = r->output_cap;
-    c->fsize_bytes = r->fsize_bytes;
-    if (limit_override(obj, "compile_file_size", &c->fsize_bytes, e) != 0)
+    /* output and file_size apply to both stages; compile_file_size after */
+    if (limit_override(obj, "output", &r->output_cap, e) || limit_override(obj, "output", &c->output_cap, e) ||
+        limit_override(obj, "file_size", &r->fsize_bytes, e) || limit_override(obj, "file_size", &c->fsize_bytes, e) ||
+        limit_override(obj, "compile_file_size", &c->fsize_bytes, e))
         return -1;
     pids = r->pids;
     if (limit_override(obj, "run_processes", &pids, e) != 0)
@@ -154,22 +153,36 @@ static int parse_limits(json_t *obj, struct language *lang, struct errbuf *e)
     return 0;
 }
 
-static void default_limits(struct language *lang)
-{
-    lang->run_limits = (struct stage_limits){.wall_ms = DEFAULT_RUN_WALL_MS,
-                                             .cpu_ms = DEFAULT_RUN_CPU_MS,
+/* The server's limits, before a manifest's own overrides. */
+static struct stage_limits server_run = {.wall_ms = DEFAULT_RUN_WALL_MS,
+                                         .cpu_ms = DEFAULT_RUN_CPU_MS,
+                                         .idle_ms = 0,
+                                         .memory_bytes = DEFAULT_RUN_MEMORY,
+                                         .pids = DEFAULT_RUN_PIDS,
+                                         .output_cap = DEFAULT_OUTPUT_CAP,
+                                         .fsize_bytes = DEFAULT_FSIZE};
+static struct stage_limits server_compile = {.wall_ms = DEFAULT_COMPILE_WALL_MS,
+                                             .cpu_ms = DEFAULT_COMPILE_CPU_MS,
                                              .idle_ms = 0,
-                                             .memory_bytes = DEFAULT_RUN_MEMORY,
-                                             .pids = DEFAULT_RUN_PIDS,
+                                             .memory_bytes = DEFAULT_COMPILE_MEMORY,
+                                             .pids = DEFAULT_COMPILE_PIDS,
                                              .output_cap = DEFAULT_OUTPUT_CAP,
                                              .fsize_bytes = DEFAULT_FSIZE};
-    lang->compile_limits = (struct stage_limits){.wall_ms = DEFAULT_COMPILE_WALL_MS,
-                                                 .cpu_ms = DEFAULT_COMPILE_CPU_MS,
-                                                 .idle_ms = 0,
-                                                 .memory_bytes = DEFAULT_COMPILE_MEMORY,
-                                                 .pids = DEFAULT_COMPILE_PIDS,
-                                                 .output_cap = DEFAULT_OUTPUT_CAP,
-                                                 .fsize_bytes = DEFAULT_FSIZE};
+
+int languages_server_limits(json_t *obj, struct errbuf *e)
+{
+    struct stage_limits r = server_run, c = server_compile;
+    if (limits_apply(obj, &r, &c, e) != 0)
+        return -1;
+    server_run = r;
+    server_compile = c;
+    return 0;
+}
+
+static void default_limits(struct language *lang)
+{
+    lang->run_limits = server_run;
+    lang->compile_limits = server_compile;
 }
 
 int language_parse(struct language *lang, const char *path, struct errbuf *e)
@@ -286,7 +299,7 @@ int language_parse(struct language *lang, const char *path, struct errbuf *e)
         errf(e, "out of memory");
         goto fail;
     }
-    if (parse_limits(json_object_get(root, "limits"), lang, e) != 0)
+    if (limits_apply(json_object_get(root, "limits"), &lang->run_limits, &lang->compile_limits, e) != 0)
         goto fail;
     json_decref(root);
     return 0;

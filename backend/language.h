@@ -6,6 +6,7 @@
 #ifndef MOAT_LANGUAGE_H
 #define MOAT_LANGUAGE_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 #include "box.h"
@@ -32,6 +33,12 @@ struct language_set {
     size_t count;
 };
 
+/* Applies limit keys (the manifest "limits" names, e.g. {"output": 1024})
+ * to a run and a compile stage's limits. */
+int limits_apply(json_t *obj, struct stage_limits *run, struct stage_limits *compile, struct errbuf *e);
+/* Called at start-up, before languages_load: the server's own limits, on
+ * top of the built-in defaults; a manifest's "limits" still win. */
+int languages_server_limits(json_t *obj, struct errbuf *e);
 /* Loads every manifest below dir; skips (and logs) broken or missing ones. */
 int languages_load(struct language_set *set, const char *dir, struct errbuf *e);
 /* Parses one manifest file; fills *lang or fails with a reason. */

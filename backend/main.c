@@ -55,6 +55,7 @@ struct options {
     int queue;
     int verbose;
     long idle_ms;
+    json_t *limits; /* --limit KEY=VALUE pairs */
 };
 
 static void usage(FILE *f)
@@ -69,8 +70,10 @@ static void usage(FILE *f)
                "  -u, --allow USER|UID   peer allowed to connect (repeatable; root always is)\n"
                "  -g, --group GROUP      group owning the socket (default: root)\n"
                "  -j, --slots N          concurrent boxes (default 2 x CPUs)\n"
-               "  -q, --queue N          requests that may wait for a slot (default 4 x slots)\n"
+               "  -q, --queue N          requests that may wait for a slot (default 4 x slots; 0 = none)\n"
                "  -n, --name NAME        cgroup instance name (default " DEFAULT_CG_NAME ")\n"
+               "  -o, --limit KEY=VALUE  a server limit, as in a manifest's \"limits\" (repeatable), e.g.\n"
+               "                         run_timeout=3000 run_memory=268435456 output=65536 run_processes=64\n"
                "      --idle-timeout MS  kill a box after MS without output or input (default: off;\n"
                "                         a manifest's run_idle_timeout/compile_idle_timeout wins)\n"
                "  -v, --verbose          debug logging\n"
@@ -90,6 +93,8 @@ static void usage(FILE *f)
 static void setup_languages(struct backend *b, const struct options *o)
 {
     struct errbuf e;
+    if (o->limits && languages_server_limits(o->limits, &e) != 0)
+        fatalx("--limit: %s", e.msg);
     if (languages_load(&b->langs, o->lang_dir, &e) != 0)
         fatalx("%s", e.msg);
     if (b->langs.count == 0)
@@ -203,6 +208,7 @@ static const struct option long_opts[] = {
     {"group", required_argument, NULL, 'g'},
     {"slots", required_argument, NULL, 'j'},
     {"queue", required_argument, NULL, 'q'},
+    {"limit", required_argument, NULL, 'o'},
     {"name", required_argument, NULL, 'n'},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
@@ -326,6 +332,19 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     return 0;
 }
 
+static void add_limit(struct options *o, const char *kv)
+{
+    const char *eq = strchr(kv, '=');
+    long v;
+    if (eq == NULL || eq == kv || parse_uint(eq + 1, 0x7fffffffffffL, &v) != 0 || v <= 0)
+        fatalx("--limit: expected KEY=POSITIVE-INTEGER, got \"%s\"", kv);
+    if (o->limits == NULL && (o->limits = json_object()) == NULL)
+        fatalx("out of memory");
+    char key[64];
+    snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
+    json_object_set_new(o->limits, key, json_integer(v));
+}
+
 static long parse_limit_opt(const char *name, const char *v)
 {
     long x;
@@ -336,7 +355,7 @@ static long parse_limit_opt(const char *name, const char *v)
 
 int main(int argc, char **argv)
 {
-    struct options o = {DEFAULT_SOCKET, DEFAULT_RUN_DIR, MOAT_LANGUAGES_DIR, DEFAULT_CG_NAME, NULL, {0}, 0, 0, 0, 0, 0};
+    struct options o = {DEFAULT_SOCKET, DEFAULT_RUN_DIR, MOAT_LANGUAGES_DIR, DEFAULT_CG_NAME, NULL, {0}, 0, 0, -1, 0, 0, NULL};
     struct moat_exec_request req;
     static struct moat_file files[MOAT_MAX_FILES];
     static char *args[MOAT_MAX_ARGS];
@@ -355,7 +374,7 @@ int main(int argc, char **argv)
         argv++;
         argc--;
     }
-    while ((ch = getopt_long(argc, argv, "s:r:L:u:g:j:q:n:vhl:V:c:i:a:", long_opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "s:r:L:u:g:j:q:n:o:vhl:V:c:i:a:", long_opts, NULL)) != -1) {
         switch (ch) {
         case 's':
             o.socket_path = optarg;
@@ -384,6 +403,9 @@ int main(int argc, char **argv)
             break;
         case 'n':
             o.cg_name = optarg;
+            break;
+        case 'o':
+            add_limit(&o, optarg);
             break;
         case 'v':
             o.verbose = 1;
@@ -441,7 +463,7 @@ int main(int argc, char **argv)
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         o.slots = cpus > 0 ? (int)(cpus * 2 > MAX_SLOTS ? MAX_SLOTS : cpus * 2) : 2;
     }
-    if (o.queue == 0)
+    if (o.queue < 0)
         o.queue = o.slots * 4;
     signal(SIGPIPE, SIG_IGN);
 

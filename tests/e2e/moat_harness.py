@@ -44,7 +44,8 @@ def backend_run(code, language="python", extra=(), timeout=60, tag=None):
 class Stack:
     """A backend and a gateway on a free port, torn down by stop()."""
 
-    def __init__(self, tenant="demo"):
+    def __init__(self, tenant="demo", backend_args=()):
+        self.backend_args = list(backend_args)
         self.tmp = tempfile.mkdtemp(prefix="moat-e2e-")
         os.chmod(self.tmp, 0o755)
         self.tag = "moat-e2e-%d" % os.getpid()
@@ -86,7 +87,8 @@ tenants:
     def start_backend(self):
         self.backend_log = open(os.path.join(self.tmp, "backend.log"), "ab")
         self.backend = subprocess.Popen(
-            [BACKEND, "-s", self.socket, "-r", self.run_dir, "-u", "moat", "-g", "moat", "-n", self.tag, "-j", "4"],
+            [BACKEND, "-s", self.socket, "-r", self.run_dir, "-u", "moat", "-g", "moat", "-n", self.tag, "-j", "4",
+             *self.backend_args],
             stdout=self.backend_log, stderr=subprocess.STDOUT)
         deadline = time.time() + 10
         while time.time() < deadline:
@@ -185,3 +187,70 @@ tenants:
     def curl(self, *args):
         return subprocess.run(["curl", "-sS", "--cacert", self.ca, *args], capture_output=True, text=True,
                               timeout=60)
+
+
+# ---- the gateway <-> backend codec, for tests that speak to the backend ----
+# (a deliberately independent implementation of backend/protocol/PROTOCOL.md)
+
+import struct
+
+MSG_EXEC_REQUEST, MSG_EXEC_RESULT, MSG_ERROR, MSG_RUNTIMES_QUERY, MSG_RUNTIMES = 1, 2, 3, 4, 5
+
+
+def tlv(tag, value):
+    return struct.pack(">HI", tag, len(value)) + value
+
+
+def frame(msg_type, job_id, payload, version=1, flags=0, length=None):
+    n = len(payload) if length is None else length
+    return struct.pack(">BBHIQ", version, msg_type, flags, n, job_id) + payload
+
+
+def exec_request(job_id, language, code, version="*", stdin=b"", args=(), run_timeout=None):
+    p = tlv(1, language.encode()) + tlv(2, version.encode())
+    p += tlv(3, tlv(1, b"main.code") + tlv(2, code.encode() if isinstance(code, str) else code))
+    if stdin:
+        p += tlv(4, stdin)
+    for a in args:
+        p += tlv(5, a.encode())
+    if run_timeout is not None:
+        p += tlv(6, struct.pack(">Q", run_timeout))
+    return frame(MSG_EXEC_REQUEST, job_id, p)
+
+
+def parse_tlvs(payload):
+    out, off = [], 0
+    while off < len(payload):
+        tag, n = struct.unpack_from(">HI", payload, off)
+        out.append((tag, payload[off + 6:off + 6 + n]))
+        off += 6 + n
+    return out
+
+
+def read_frame(sock):
+    """Returns (type, job_id, payload) or None at EOF."""
+    hdr = b""
+    while len(hdr) < 16:
+        chunk = sock.recv(16 - len(hdr))
+        if not chunk:
+            return None
+        hdr += chunk
+    _, msg_type, _, n, job_id = struct.unpack(">BBHIQ", hdr)
+    body = b""
+    while len(body) < n:
+        chunk = sock.recv(n - len(body))
+        if not chunk:
+            return None
+        body += chunk
+    return msg_type, job_id, body
+
+
+def error_of(payload):
+    f = dict(parse_tlvs(payload))
+    return struct.unpack(">H", f[1])[0], f[2].decode()
+
+
+def run_stage_of(payload):
+    f = dict(parse_tlvs(payload))
+    stage = dict(parse_tlvs(f[17]))
+    return {"stdout": stage.get(1, b""), "status": stage[6][0]}

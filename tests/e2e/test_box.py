@@ -69,6 +69,13 @@ class BoxTest(unittest.TestCase):
         self.assertEqual(r["status"], "OL")
         self.assertEqual(len(r["stdout"]), 64 * 1024)
 
+    def test_output_cap_is_configurable(self):
+        # the case: 5,000 characters past a 1,024-byte cap
+        r = run('print("z" * 6024)', "python", "--limit", "output=1024")
+        self.assertEqual(r["status"], "OL")
+        self.assertEqual(r["message"], "stdout length exceeded")
+        self.assertEqual(r["stdout"], "z" * 1024)
+
     def test_stderr_cap(self):
         r = run('import sys; sys.stderr.write("e" * 200000)')
         self.assertEqual(r["status"], "EL")
