@@ -245,6 +245,41 @@ except OSError as e:
         self.assertEqual(out["HOME"], "/box")
 
 
+PROBE = r"""
+import json, os, socket
+st = dict(l.split(':\t', 1) for l in open('/proc/self/status').read().splitlines())
+ifaces = [l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]]
+out = {
+    'uid_is_root': os.getuid() == 0,
+    'pid_is_small': os.getpid() < 10,
+    'hostname': socket.gethostname(),
+    'interfaces': sorted(ifaces),
+    'cap_eff_zero': st['CapEff'].strip() == '0000000000000000',
+    'no_new_privs': st['NoNewPrivs'].strip(),
+    'seccomp': st['Seccomp'].strip(),
+    'sees_shadow': os.path.exists('/etc/shadow'),
+    'writable_usr': os.access('/usr/bin', os.W_OK),
+    'python_works': True,
+    'tmp_writable': os.access('/tmp', os.W_OK),
+}
+print(json.dumps(out, sort_keys=True))
+"""
+
+
+class ProbeDiffTest(unittest.TestCase):
+    def test_s23_same_probe_bare_and_boxed_differs_only_as_intended(self):
+        import subprocess
+        bare = json.loads(subprocess.run(["/usr/bin/python3", "-c", PROBE], capture_output=True, text=True,
+                                         check=True).stdout)
+        boxed = json.loads(backend_run(PROBE)["run"]["stdout"])
+        diff = sorted(k for k in bare if bare[k] != boxed[k])
+        self.assertEqual(diff, ["cap_eff_zero", "hostname", "interfaces", "no_new_privs", "pid_is_small", "seccomp",
+                                "sees_shadow", "uid_is_root", "writable_usr"])
+        self.assertEqual(boxed["interfaces"], ["lo"])  # present but down: no route anywhere
+        self.assertEqual(boxed["hostname"], "box")
+        self.assertEqual((boxed["python_works"], boxed["tmp_writable"]), (True, True))
+
+
 class ConcurrentBoxesTest(unittest.TestCase):
     def test_s13_two_boxes_cannot_reach_each_other(self):
         # box A listens on an abstract unix socket and reports its pid;
