@@ -1,0 +1,217 @@
+/*
+ * policy.h - the tenant policy engine: pure code, no I/O.
+ *
+ * Given a tenant's policy and a parsed request, policy_evaluate() returns a
+ * verdict: allow (with the effective limits), or deny with a reason, an HTTP
+ * status and a client-facing message.  It does no I/O and its own code never
+ * allocates; the only library code on its path is vsnprintf (fixed formats
+ * into the verdict's own buffer) and glibc regexec() for content rules.
+ * Every check before the content rules is allocation-free (the unit test
+ * counts).
+ * regexec() is not: it builds DFA states lazily and caches them in the
+ * compiled regex_t (released by regfree), so inputs that reach new states
+ * allocate, and the same inputs again do not; in a multibyte locale (the
+ * locale in force at policy_rule_compile() time) it also takes and frees two
+ * small buffers per call.  glibc's regexec() reports an internal failure
+ * (out of memory) as REG_NOMATCH, so a rule cannot match when memory has run
+ * out: content rules fail open under memory exhaustion.
+ *
+ * Checks run in this order; the first failure decides the verdict:
+ *
+ *   1. policy     p == NULL, or a policy that fails policy_validate():
+ *                 POLICY_DENY_NO_POLICY, 403.  Default deny, fail closed.
+ *   2. endpoint   the request's single POLICY_EP_* bit must be in
+ *                 p->endpoints: POLICY_DENY_ENDPOINT, 403.
+ *                 The runtimes endpoint stops here (allowed).
+ *   3. language   (execute only) some p->langs[] entry must allow the
+ *                 request's language and version: POLICY_DENY_LANGUAGE, 403.
+ *                 A missing language is POLICY_DENY_INPUT, 400.
+ *   4. input      file count (1 .. max_files), each file name's length, args
+ *                 count and each arg's length, total code bytes, stdin bytes:
+ *                 POLICY_DENY_INPUT, 400.
+ *   5. limits     each requested limit: -1 means the tenant's ceiling;
+ *                 otherwise 1 .. ceiling.  0 and anything below -1 are
+ *                 rejected: POLICY_DENY_LIMIT, 400.
+ *   6. content    every rule's regex against every file's content (the whole
+ *                 length, NUL bytes included, via REG_STARTEND); the first
+ *                 match: POLICY_DENY_CONTENT, 422, with v->rule set.
+ *
+ * Language and version matching (policy_version_matches):
+ *
+ *   - A policy entry's language is the name as the backend calls it, or "*"
+ *     for every language.  Names compare exactly (case-sensitive): an alias
+ *     the client sends ("py") does not match a policy entry "python" unless
+ *     the policy lists the alias too.  Mismatches deny; they never allow.
+ *   - A policy version selector is "*" (any version) or dotted components
+ *     ("3", "3.11"); a component "x", "X" or "*" and everything after it is a
+ *     wildcard, so "3.x" means "3" and "x" means "*".  What is left is the
+ *     allowed prefix P.
+ *   - The request's version (a selector the backend resolves) is allowed
+ *     when P is empty (policy "*"), or when it equals P or starts with P
+ *     followed by ".".  So policy "3" allows "3", "3.11", "3.11.2" and
+ *     "3.x", but not "31", "*", "x" or "4"; policy "3.11" does not allow
+ *     "3" or "3.x", which could resolve to 3.12.  A request version may only
+ *     hold letters, digits and ". * + - _" (no ranges such as "3 || 4"),
+ *     otherwise only policy "*" allows it.  A NULL or empty request version
+ *     means "*".
+ *
+ * Thread safety: policy_evaluate() only reads the policy; glibc's regexec()
+ * locks each compiled regex, so worker threads may share one policy.
+ */
+#ifndef MOAT_POLICY_H
+#define MOAT_POLICY_H
+
+#include <regex.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define POLICY_MESSAGE_MAX  256 /* size of policy_verdict.message, terminator included */
+#define POLICY_QUOTE_MAX    64  /* client strings quoted in a message are cut to this many bytes */
+#define POLICY_HTTP_OK      200
+#define POLICY_HTTP_BAD     400 /* input structure or limits */
+#define POLICY_HTTP_FORBID  403 /* no policy, endpoint or language */
+#define POLICY_HTTP_CONTENT 422 /* content rule */
+
+/* Endpoints a tenant may call: bits for tenant_policy.endpoints. */
+enum policy_endpoint {
+    POLICY_EP_EXECUTE = 1u << 0,  /* POST /api/v2/execute */
+    POLICY_EP_RUNTIMES = 1u << 1, /* GET /api/v2/runtimes */
+};
+#define POLICY_EP_ALL (POLICY_EP_EXECUTE | POLICY_EP_RUNTIMES)
+
+/* Why a request was denied; policy_reason_name() gives the audit string. */
+enum policy_reason {
+    POLICY_OK = 0,         /* "ok": allowed */
+    POLICY_DENY_ENDPOINT,  /* "endpoint": 403 */
+    POLICY_DENY_LANGUAGE,  /* "language": 403 */
+    POLICY_DENY_LIMIT,     /* "limit": 400 */
+    POLICY_DENY_INPUT,     /* "filter": 400 */
+    POLICY_DENY_CONTENT,   /* "content": 422 */
+    POLICY_DENY_NO_POLICY, /* "no-policy": 403 */
+};
+
+/* One allowed language; both strings are owned by the policy. */
+struct policy_lang {
+    char *language; /* backend name, or "*" for every language */
+    char *version;  /* version selector: "*", "3", "3.11", "3.x" (see above) */
+};
+
+/*
+ * One content deny rule.  Fill it with policy_rule_compile(); the strings and
+ * the compiled regex are owned by the rule and released by tenant_policy_free().
+ */
+struct policy_rule {
+    char *name;    /* short name reported to the client and the audit log */
+    char *pattern; /* POSIX extended regex, compiled REG_EXTENDED | REG_NOSUB; no REG_NEWLINE: ^ $ anchor the whole file */
+    regex_t re;    /* valid only when compiled is 1 */
+    int compiled;  /* 1 once re holds a compiled pattern; a rule with 0 fails closed */
+};
+
+/*
+ * The tenant's ceilings.  A request may only lower them, and a request that
+ * names no limit (-1) gets the ceiling.  Every field must be positive: there
+ * is no "unlimited" (policy_validate() rejects a zero).
+ */
+struct policy_limits {
+    int64_t run_timeout_ms;       /* wall time of the run stage, ms */
+    int64_t compile_timeout_ms;   /* wall time of the compile stage, ms */
+    int64_t run_memory_bytes;     /* memory of the run stage, bytes */
+    int64_t compile_memory_bytes; /* memory of the compile stage, bytes */
+    uint32_t max_files;           /* files per request (a request needs at least one) */
+    uint32_t max_file_name_len;   /* bytes in one file name */
+    uint32_t max_args;            /* command-line arguments per request */
+    uint32_t max_arg_len;         /* bytes in one argument */
+    uint64_t max_code_bytes;      /* bytes of all file contents together */
+    uint64_t max_stdin_bytes;     /* bytes of stdin */
+};
+
+/* One tenant's policy.  Every pointer is owned; release with tenant_policy_free(). */
+struct tenant_policy {
+    char *tenant;                  /* tenant id, as in the key store */
+    unsigned endpoints;            /* POLICY_EP_* bits the tenant may call */
+    struct policy_lang *langs;     /* allowed languages; none allows no execution */
+    size_t nlangs;                 /* entries in langs */
+    struct policy_limits ceilings; /* ceilings, and the defaults for omitted limits */
+    double rate_per_second;        /* rate limiter: sustained requests per second (not judged here) */
+    uint32_t burst;                /* rate limiter: burst size (not judged here) */
+    uint32_t max_in_flight;        /* rate limiter: concurrent executions (not judged here) */
+    uint64_t cpu_ms_per_minute;    /* rate limiter: CPU-time budget (not judged here) */
+    struct policy_rule *rules;     /* content deny rules, all compiled */
+    size_t nrules;                 /* entries in rules */
+};
+
+/* One submitted file, borrowed from the parsed request. */
+struct policy_file {
+    const char *name;       /* file name, or NULL when the client gave none */
+    const uint8_t *content; /* len bytes, may hold NUL bytes; NULL only when len is 0 */
+    size_t len;             /* bytes of content (after any base64 decoding) */
+};
+
+/* A parsed request, borrowed from the gateway; nothing here is kept. */
+struct policy_request {
+    unsigned endpoint;               /* exactly one POLICY_EP_* bit */
+    const char *language;            /* execute: language as the client sent it */
+    const char *version;             /* execute: version selector as sent; NULL or "" means "*" */
+    const struct policy_file *files; /* execute: nfiles entries */
+    size_t nfiles;                   /* execute: number of files */
+    size_t stdin_len;                /* execute: bytes of stdin */
+    size_t nargs;                    /* execute: number of arguments */
+    const size_t *arg_lens;          /* execute: nargs lengths in bytes; may be NULL when nargs is 0 */
+    int64_t run_timeout_ms;          /* requested limit, or -1 for the tenant's ceiling */
+    int64_t compile_timeout_ms;      /* requested limit, or -1 for the tenant's ceiling */
+    int64_t run_memory_bytes;        /* requested limit, or -1 for the tenant's ceiling */
+    int64_t compile_memory_bytes;    /* requested limit, or -1 for the tenant's ceiling */
+};
+
+/* The decision.  policy_evaluate() sets every field, allowed or not. */
+struct policy_verdict {
+    int allow;                        /* 1 allowed, 0 denied */
+    int http_status;                  /* 200 allowed; 403, 400 or 422 when denied */
+    enum policy_reason reason;        /* POLICY_OK when allowed */
+    const char *rule;                 /* POLICY_DENY_CONTENT: the matching rule's name (owned by the policy), else NULL */
+    char message[POLICY_MESSAGE_MAX]; /* client-facing, printable ASCII; names the field and the ceiling; "" when allowed */
+    int64_t run_timeout_ms;           /* allowed execute: effective limit (defaults applied), else 0 */
+    int64_t compile_timeout_ms;       /* allowed execute: effective limit, else 0 */
+    int64_t run_memory_bytes;         /* allowed execute: effective limit, else 0 */
+    int64_t compile_memory_bytes;     /* allowed execute: effective limit, else 0 */
+};
+
+/*
+ * Judge request r against policy p (NULL: no policy, deny) and fill v.
+ * Returns 0 when allowed, -1 when denied (v says why), or -1 with nothing
+ * written when v is NULL.  Pointers in v refer to p and stay valid while p does.
+ */
+int policy_evaluate(const struct tenant_policy *p, const struct policy_request *r, struct policy_verdict *v);
+
+/*
+ * Check a loaded policy before it is put to use (config load): a tenant name,
+ * known non-empty endpoint bits, complete language entries, every ceiling
+ * positive, every rule named and compiled.  0, or -1 with a reason in err.
+ * policy_evaluate() applies the same check and denies when it fails.
+ */
+int policy_validate(const struct tenant_policy *p, char *err, size_t errlen);
+
+/*
+ * Copy name and pattern into rule and compile the pattern (REG_EXTENDED |
+ * REG_NOSUB).  0, or -1 with regerror() text (or "out of memory") in err and
+ * rule left empty.  Call at config load, never on the request path.
+ */
+int policy_rule_compile(struct policy_rule *rule, const char *name, const char *pattern, char *err, size_t errlen);
+
+/* Release what one rule owns (regfree when compiled) and zero it. */
+void policy_rule_free(struct policy_rule *rule);
+
+/* Release everything p owns (strings, langs, rules) and zero *p; p itself is the caller's.  NULL is fine. */
+void tenant_policy_free(struct tenant_policy *p);
+
+/* Audit name of a reason: "ok", "endpoint", "language", "limit", "filter", "content", "no-policy"; "unknown" otherwise. */
+const char *policy_reason_name(enum policy_reason r);
+
+/*
+ * 1 if the request's version selector `version` stays within the policy's
+ * version selector `selector` under the rule above, else 0.  NULL or ""
+ * version means "*"; a NULL selector never matches.
+ */
+int policy_version_matches(const char *version, const char *selector);
+
+#endif /* MOAT_POLICY_H */

@@ -1,0 +1,610 @@
+/*
+ * test_policy.c - table tests for the tenant policy engine.
+ *
+ * One table of requests against a few fixed policies; each row names the
+ * expected decision, status, reason, rule and a fragment the message must
+ * hold.  Every row is also checked for the invariants that hold for all
+ * verdicts (see check_invariants()).  Content rules are real POSIX regexes.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "policy.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define HAVE_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HAVE_ASAN 1
+#endif
+#endif
+#ifdef HAVE_ASAN
+/* From <sanitizer/allocator_interface.h>, which GCC 12 does not install; libasan exports it. */
+int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
+                                              void (*free_hook)(const volatile void *));
+#endif
+
+/* ------------------------------------------------------------------------
+ * Fixture policies
+ * ------------------------------------------------------------------------ */
+
+#define RUN_T   3000
+#define COMP_T  10000
+#define RUN_M   (128 * 1024 * 1024LL)
+#define COMP_M  (256 * 1024 * 1024LL)
+#define FILES   3
+#define NAMELEN 16
+#define ARGS    2
+#define ARGLEN  8
+#define CODE    64
+#define STDIN   32
+
+enum fixture {
+    P_NULL,     /* no policy at all */
+    P_BASE,     /* execute + runtimes, python 3 / node 18.x / gcc 10.2.0 / bash *, two rules */
+    P_ANY,      /* execute only, every language, no rules */
+    P_RUNTIMES, /* runtimes only */
+    P_NOCEIL,   /* a zero ceiling: incomplete */
+    P_NOCOMP,   /* a rule that never compiled */
+    P_COUNT
+};
+
+static struct tenant_policy policies[P_COUNT];
+
+static const struct policy_limits ceilings = {
+    .run_timeout_ms = RUN_T,
+    .compile_timeout_ms = COMP_T,
+    .run_memory_bytes = RUN_M,
+    .compile_memory_bytes = COMP_M,
+    .max_files = FILES,
+    .max_file_name_len = NAMELEN,
+    .max_args = ARGS,
+    .max_arg_len = ARGLEN,
+    .max_code_bytes = CODE,
+    .max_stdin_bytes = STDIN,
+};
+
+static char *xstrdup(const char *s)
+{
+    char *d = strdup(s);
+    assert_non_null(d);
+    return d;
+}
+
+static void make_policy(struct tenant_policy *p, const char *tenant, unsigned endpoints, const char *const *langs, size_t nlangs,
+                        const char *const *rules, size_t nrules)
+{
+    char err[256];
+
+    memset(p, 0, sizeof(*p));
+    p->tenant = xstrdup(tenant);
+    p->endpoints = endpoints;
+    p->ceilings = ceilings;
+    p->rate_per_second = 10.0;
+    p->burst = 20;
+    p->max_in_flight = 4;
+    p->cpu_ms_per_minute = 60000;
+    if (nlangs > 0) {
+        p->langs = calloc(nlangs, sizeof(*p->langs));
+        assert_non_null(p->langs);
+        p->nlangs = nlangs;
+        for (size_t i = 0; i < nlangs; i++) {
+            p->langs[i].language = xstrdup(langs[2 * i]);
+            p->langs[i].version = xstrdup(langs[2 * i + 1]);
+        }
+    }
+    if (nrules > 0) {
+        p->rules = calloc(nrules, sizeof(*p->rules));
+        assert_non_null(p->rules);
+        p->nrules = nrules;
+        for (size_t i = 0; i < nrules; i++)
+            assert_int_equal(policy_rule_compile(&p->rules[i], rules[2 * i], rules[2 * i + 1], err, sizeof(err)), 0);
+    }
+}
+
+static const char *const base_langs[] = {"python", "3", "node", "18.x", "gcc", "10.2.0", "bash", "*"};
+static const char *const any_langs[] = {"*", "*"};
+static const char *const base_rules[] = {
+    "no-fork-bomb",
+    ":\\(\\)[[:space:]]*\\{[[:space:]]*:[[:space:]]*\\|[[:space:]]*:",
+    "no-ptrace",
+    "ptrace[[:space:]]*\\(",
+};
+
+static int setup(void **state)
+{
+    (void)state;
+    make_policy(&policies[P_BASE], "acme", POLICY_EP_ALL, base_langs, 4, base_rules, 2);
+    make_policy(&policies[P_ANY], "anyco", POLICY_EP_EXECUTE, any_langs, 1, NULL, 0);
+    make_policy(&policies[P_RUNTIMES], "lookers", POLICY_EP_RUNTIMES, NULL, 0, NULL, 0);
+    make_policy(&policies[P_NOCEIL], "half", POLICY_EP_ALL, any_langs, 1, NULL, 0);
+    policies[P_NOCEIL].ceilings.max_stdin_bytes = 0;
+    make_policy(&policies[P_NOCOMP], "broken", POLICY_EP_ALL, any_langs, 1, base_rules, 2);
+    policies[P_NOCOMP].rules[1].compiled = 0; /* as if regcomp had failed and the loader went on */
+    regfree(&policies[P_NOCOMP].rules[1].re);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < P_COUNT; i++)
+        tenant_policy_free(&policies[i]);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Request pieces
+ * ------------------------------------------------------------------------ */
+
+static const uint8_t hello[] = "print('hi')";
+static const uint8_t bomb[] = ":(){ :|:& };:";
+static const uint8_t nul_ptrace[] = {'a', 0, 'b', 0, 0, 'p', 't', 'r', 'a', 'c', 'e', ' ', '(', '0', ')'};
+static const uint8_t nul_clean[] = {'p', 't', 'r', 0, 'a', 'c', 'e', '(', 0};
+static const uint8_t bytes64[64] = {'x'};
+
+static const struct policy_file f_one[] = {{"main.py", hello, sizeof(hello) - 1}};
+static const struct policy_file f_three[] = {{"a", hello, 1}, {"b", hello, 1}, {"c", hello, 1}};
+static const struct policy_file f_four[] = {{"a", hello, 1}, {"b", hello, 1}, {"c", hello, 1}, {"d", hello, 1}};
+static const struct policy_file f_name16[] = {{"main.py", hello, 1}, {"abcdefghijklmnop", hello, 1}};
+static const struct policy_file f_name17[] = {{"main.py", hello, 1}, {"abcdefghijklmnopq", hello, 1}};
+static const struct policy_file f_noname[] = {{NULL, hello, 1}};
+static const struct policy_file f_code64[] = {{"a", bytes64, 60}, {"b", bytes64, 4}};
+static const struct policy_file f_code65[] = {{"a", bytes64, 60}, {"b", bytes64, 5}};
+static const struct policy_file f_huge[] = {{"a", bytes64, 1}, {"b", bytes64, SIZE_MAX}};
+static const struct policy_file f_nocontent[] = {{"a", NULL, 5}};
+static const struct policy_file f_empty[] = {{"a", NULL, 0}};
+static const struct policy_file f_bomb2[] = {{"main.sh", hello, sizeof(hello) - 1}, {"lib.sh", bomb, sizeof(bomb) - 1}};
+static const struct policy_file f_nulptrace[] = {{"main.c", nul_ptrace, sizeof(nul_ptrace)}};
+static const struct policy_file f_nulclean[] = {{"main.c", nul_clean, sizeof(nul_clean)}};
+static const size_t args_ok[] = {8, 0};
+static const size_t args_long[] = {1, 9};
+static const size_t args_three[] = {1, 1, 1};
+
+static const char long_lang[] =
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+/*
+ * A request row starts from a valid python 3.11 execute request with every
+ * limit at -1 and overrides what it tests.  Overriding a designated
+ * initializer is exactly what REQ() is for, so -Woverride-init is off here.
+ */
+#pragma GCC diagnostic ignored "-Woverride-init"
+#define REQ(...)                                                                                                                   \
+    {                                                                                                                              \
+        .endpoint = POLICY_EP_EXECUTE, .language = "python", .version = "3.11", .files = f_one, .nfiles = 1, .run_timeout_ms = -1, \
+        .compile_timeout_ms = -1, .run_memory_bytes = -1, .compile_memory_bytes = -1, __VA_ARGS__                                  \
+    }
+#define FILES_OF(a) .files = (a), .nfiles = sizeof(a) / sizeof((a)[0])
+
+struct row {
+    const char *what;
+    enum fixture policy;
+    struct policy_request req;
+    enum policy_reason reason; /* POLICY_OK: allowed */
+    int status;
+    const char *msg; /* fragment the message must hold ("" for allowed rows) */
+    const char *rule;
+};
+
+#define ALLOW "", NULL
+
+static const struct row rows[] = {
+    /* policy */
+    {"no policy", P_NULL, REQ(), POLICY_DENY_NO_POLICY, 403, "no policy for this tenant", NULL},
+    {"zero ceiling fails closed", P_NOCEIL, REQ(), POLICY_DENY_NO_POLICY, 403, "no policy for this tenant", NULL},
+    {"uncompiled rule fails closed", P_NOCOMP, REQ(), POLICY_DENY_NO_POLICY, 403, "no policy for this tenant", NULL},
+    {"no policy beats bad endpoint", P_NULL, REQ(.endpoint = 0), POLICY_DENY_NO_POLICY, 403, "no policy", NULL},
+
+    /* endpoint */
+    {"plain execute", P_BASE, REQ(), POLICY_OK, 200, ALLOW},
+    {"runtimes allowed", P_BASE, {.endpoint = POLICY_EP_RUNTIMES}, POLICY_OK, 200, ALLOW},
+    {"runtimes not allowed",
+     P_ANY,
+     {.endpoint = POLICY_EP_RUNTIMES},
+     POLICY_DENY_ENDPOINT,
+     403,
+     "endpoint \"runtimes\" is not allowed for this tenant",
+     NULL},
+    {"execute not allowed", P_RUNTIMES, REQ(), POLICY_DENY_ENDPOINT, 403, "endpoint \"execute\" is not allowed", NULL},
+    {"endpoint 0", P_BASE, REQ(.endpoint = 0), POLICY_DENY_ENDPOINT, 403, "unknown endpoint", NULL},
+    {"endpoint with two bits", P_BASE, REQ(.endpoint = POLICY_EP_ALL), POLICY_DENY_ENDPOINT, 403, "unknown endpoint", NULL},
+    {"endpoint unknown bit", P_BASE, REQ(.endpoint = 1u << 5), POLICY_DENY_ENDPOINT, 403, "unknown endpoint", NULL},
+    {"endpoint beats language", P_RUNTIMES, REQ(.language = "cobol"), POLICY_DENY_ENDPOINT, 403, "execute", NULL},
+
+    /* language and version */
+    {"language not listed", P_BASE, REQ(.language = "cobol"), POLICY_DENY_LANGUAGE, 403,
+     "language \"cobol\" is not allowed for this tenant", NULL},
+    {"language case matters", P_BASE, REQ(.language = "Python"), POLICY_DENY_LANGUAGE, 403, "language \"Python\"", NULL},
+    {"language missing", P_BASE, REQ(.language = NULL), POLICY_DENY_INPUT, 400, "language is required", NULL},
+    {"language empty", P_BASE, REQ(.language = ""), POLICY_DENY_INPUT, 400, "language is required", NULL},
+    {"python 2.7 vs policy 3", P_BASE, REQ(.version = "2.7"), POLICY_DENY_LANGUAGE, 403,
+     "version \"2.7\" of language \"python\" is not allowed", NULL},
+    {"python 3", P_BASE, REQ(.version = "3"), POLICY_OK, 200, ALLOW},
+    {"python 3.11.2", P_BASE, REQ(.version = "3.11.2"), POLICY_OK, 200, ALLOW},
+    {"python 3.x", P_BASE, REQ(.version = "3.x"), POLICY_OK, 200, ALLOW},
+    {"python 31 is not 3", P_BASE, REQ(.version = "31"), POLICY_DENY_LANGUAGE, 403, "version \"31\"", NULL},
+    {"python * vs policy 3", P_BASE, REQ(.version = "*"), POLICY_DENY_LANGUAGE, 403, "version \"*\"", NULL},
+    {"python x vs policy 3", P_BASE, REQ(.version = "x"), POLICY_DENY_LANGUAGE, 403, "version \"x\"", NULL},
+    {"python no version means *", P_BASE, REQ(.version = NULL), POLICY_DENY_LANGUAGE, 403, "version \"*\"", NULL},
+    {"python range smuggling", P_BASE, REQ(.version = "3.11 || 4"), POLICY_DENY_LANGUAGE, 403, "version \"3.11 || 4\"", NULL},
+    {"node 18.17.0 vs 18.x", P_BASE, REQ(.language = "node", .version = "18.17.0"), POLICY_OK, 200, ALLOW},
+    {"node 19 vs 18.x", P_BASE, REQ(.language = "node", .version = "19"), POLICY_DENY_LANGUAGE, 403, "version \"19\"", NULL},
+    {"gcc 10.2 wider than 10.2.0", P_BASE, REQ(.language = "gcc", .version = "10.2"), POLICY_DENY_LANGUAGE, 403,
+     "of language \"gcc\"", NULL},
+    {"gcc exact", P_BASE, REQ(.language = "gcc", .version = "10.2.0"), POLICY_OK, 200, ALLOW},
+    {"bash any version", P_BASE, REQ(.language = "bash", .version = "*"), POLICY_OK, 200, ALLOW},
+    {"bash no version", P_BASE, REQ(.language = "bash", .version = NULL), POLICY_OK, 200, ALLOW},
+    {"wildcard language", P_ANY, REQ(.language = "cobol", .version = ">=1 <2"), POLICY_OK, 200, ALLOW},
+    {"client string is quoted safely", P_BASE, REQ(.language = "co\"b\\o\nl\x7f"), POLICY_DENY_LANGUAGE, 403,
+     "language \"co?b?o?l?\" is not allowed", NULL},
+    {"long client string is cut", P_BASE, REQ(.language = long_lang), POLICY_DENY_LANGUAGE, 403, "aaaa...\" is not allowed", NULL},
+    {"language beats input", P_BASE, REQ(.language = "cobol", .nfiles = 0), POLICY_DENY_LANGUAGE, 403, "cobol", NULL},
+
+    /* input structure */
+    {"no files", P_BASE, REQ(.files = NULL, .nfiles = 0), POLICY_DENY_INPUT, 400, "files must hold at least one file", NULL},
+    {"files at ceiling", P_BASE, REQ(FILES_OF(f_three)), POLICY_OK, 200, ALLOW},
+    {"files over ceiling", P_BASE, REQ(FILES_OF(f_four)), POLICY_DENY_INPUT, 400,
+     "files has 4 entries, more than the tenant's limit of 3", NULL},
+    {"files pointer missing", P_BASE, REQ(.files = NULL, .nfiles = 1), POLICY_DENY_INPUT, 400, "files is missing", NULL},
+    {"name at ceiling", P_BASE, REQ(FILES_OF(f_name16)), POLICY_OK, 200, ALLOW},
+    {"name over ceiling", P_BASE, REQ(FILES_OF(f_name17)), POLICY_DENY_INPUT, 400,
+     "files[1].name is longer than the tenant's limit of 16 bytes", NULL},
+    {"file without name", P_BASE, REQ(FILES_OF(f_noname)), POLICY_OK, 200, ALLOW},
+    {"empty file", P_BASE, REQ(FILES_OF(f_empty)), POLICY_OK, 200, ALLOW},
+    {"content pointer missing", P_BASE, REQ(FILES_OF(f_nocontent)), POLICY_DENY_INPUT, 400, "files[0].content is missing", NULL},
+    {"code at ceiling", P_BASE, REQ(FILES_OF(f_code64)), POLICY_OK, 200, ALLOW},
+    {"code over ceiling", P_BASE, REQ(FILES_OF(f_code65)), POLICY_DENY_INPUT, 400,
+     "files' contents total more than the tenant's limit of 64 bytes", NULL},
+    {"code length overflow", P_BASE, REQ(FILES_OF(f_huge)), POLICY_DENY_INPUT, 400, "limit of 64 bytes", NULL},
+    {"args at ceiling", P_BASE, REQ(.nargs = 2, .arg_lens = args_ok), POLICY_OK, 200, ALLOW},
+    {"args over ceiling", P_BASE, REQ(.nargs = 3, .arg_lens = args_three), POLICY_DENY_INPUT, 400,
+     "args has 3 entries, more than the tenant's limit of 2", NULL},
+    {"arg over length", P_BASE, REQ(.nargs = 2, .arg_lens = args_long), POLICY_DENY_INPUT, 400,
+     "args[1] is longer than the tenant's limit of 8 bytes", NULL},
+    {"args pointer missing", P_BASE, REQ(.nargs = 1, .arg_lens = NULL), POLICY_DENY_INPUT, 400, "args is missing", NULL},
+    {"stdin at ceiling", P_BASE, REQ(.stdin_len = STDIN), POLICY_OK, 200, ALLOW},
+    {"stdin over ceiling", P_BASE, REQ(.stdin_len = STDIN + 1), POLICY_DENY_INPUT, 400,
+     "stdin is longer than the tenant's limit of 32 bytes", NULL},
+    {"input beats limits", P_BASE, REQ(FILES_OF(f_four), .run_timeout_ms = 0), POLICY_DENY_INPUT, 400, "files has 4", NULL},
+
+    /* limits */
+    {"run_timeout at ceiling", P_BASE, REQ(.run_timeout_ms = RUN_T), POLICY_OK, 200, ALLOW},
+    {"run_timeout lowered", P_BASE, REQ(.run_timeout_ms = 1), POLICY_OK, 200, ALLOW},
+    {"run_timeout over ceiling", P_BASE, REQ(.run_timeout_ms = RUN_T + 1), POLICY_DENY_LIMIT, 400,
+     "run_timeout cannot exceed the tenant's limit of 3000 ms", NULL},
+    {"run_timeout 0", P_BASE, REQ(.run_timeout_ms = 0), POLICY_DENY_LIMIT, 400,
+     "run_timeout must be between 1 and 3000 ms, or -1 for the tenant's limit", NULL},
+    {"run_timeout -2", P_BASE, REQ(.run_timeout_ms = -2), POLICY_DENY_LIMIT, 400, "run_timeout must be between", NULL},
+    {"run_timeout INT64_MIN", P_BASE, REQ(.run_timeout_ms = INT64_MIN), POLICY_DENY_LIMIT, 400, "run_timeout must be", NULL},
+    {"run_timeout INT64_MAX", P_BASE, REQ(.run_timeout_ms = INT64_MAX), POLICY_DENY_LIMIT, 400, "run_timeout cannot exceed", NULL},
+    {"compile_timeout at ceiling", P_BASE, REQ(.compile_timeout_ms = COMP_T), POLICY_OK, 200, ALLOW},
+    {"compile_timeout over ceiling", P_BASE, REQ(.compile_timeout_ms = COMP_T + 1), POLICY_DENY_LIMIT, 400,
+     "compile_timeout cannot exceed the tenant's limit of 10000 ms", NULL},
+    {"run_memory at ceiling", P_BASE, REQ(.run_memory_bytes = RUN_M), POLICY_OK, 200, ALLOW},
+    {"run_memory over ceiling", P_BASE, REQ(.run_memory_bytes = RUN_M + 1), POLICY_DENY_LIMIT, 400,
+     "run_memory_limit cannot exceed the tenant's limit of 134217728 bytes", NULL},
+    {"compile_memory 0", P_BASE, REQ(.compile_memory_bytes = 0), POLICY_DENY_LIMIT, 400, "compile_memory_limit must be between 1",
+     NULL},
+    {"compile_memory over ceiling", P_BASE, REQ(.compile_memory_bytes = COMP_M + 1), POLICY_DENY_LIMIT, 400,
+     "compile_memory_limit cannot exceed the tenant's limit of 268435456 bytes", NULL},
+    {"limits beat content", P_BASE, REQ(FILES_OF(f_bomb2), .run_timeout_ms = RUN_T + 1), POLICY_DENY_LIMIT, 400, "run_timeout",
+     NULL},
+
+    /* content rules */
+    {"fork bomb in second file", P_BASE, REQ(.language = "bash", FILES_OF(f_bomb2)), POLICY_DENY_CONTENT, 422,
+     "files[1].content matches content rule \"no-fork-bomb\"", "no-fork-bomb"},
+    {"match after NUL bytes", P_BASE, REQ(.language = "gcc", .version = "10.2.0", FILES_OF(f_nulptrace)), POLICY_DENY_CONTENT, 422,
+     "files[0].content matches content rule \"no-ptrace\"", "no-ptrace"},
+    {"NUL splits a would-be match", P_BASE, REQ(.language = "gcc", .version = "10.2.0", FILES_OF(f_nulclean)), POLICY_OK, 200,
+     ALLOW},
+    {"no rules, bomb allowed", P_ANY, REQ(.language = "bash", FILES_OF(f_bomb2)), POLICY_OK, 200, ALLOW},
+};
+
+#define NROWS (sizeof(rows) / sizeof(rows[0]))
+
+/* ------------------------------------------------------------------------
+ * Checks
+ * ------------------------------------------------------------------------ */
+
+static const struct tenant_policy *fixture(enum fixture f)
+{
+    return f == P_NULL ? NULL : &policies[f];
+}
+
+static int64_t effective(int64_t want, int64_t ceiling)
+{
+    return want == -1 ? ceiling : want;
+}
+
+/* What holds for every verdict, whatever the row. */
+static void check_invariants(const struct policy_request *r, const struct policy_verdict *v, int rc)
+{
+    size_t n = strnlen(v->message, sizeof(v->message));
+
+    assert_true(n < sizeof(v->message));
+    for (size_t i = 0; i < n; i++)
+        assert_true(v->message[i] >= 0x20 && v->message[i] < 0x7f);
+    assert_int_equal(rc, v->allow ? 0 : -1);
+    assert_string_not_equal(policy_reason_name(v->reason), "unknown");
+    if (v->allow) {
+        assert_int_equal(v->reason, POLICY_OK);
+        assert_int_equal(v->http_status, 200);
+        assert_string_equal(v->message, "");
+        assert_null(v->rule);
+        if (r->endpoint == POLICY_EP_EXECUTE) {
+            assert_int_equal(v->run_timeout_ms, effective(r->run_timeout_ms, RUN_T));
+            assert_int_equal(v->compile_timeout_ms, effective(r->compile_timeout_ms, COMP_T));
+            assert_int_equal(v->run_memory_bytes, effective(r->run_memory_bytes, RUN_M));
+            assert_int_equal(v->compile_memory_bytes, effective(r->compile_memory_bytes, COMP_M));
+        }
+    } else {
+        assert_int_not_equal(v->reason, POLICY_OK);
+        assert_true(n > 0);
+        assert_int_equal(v->run_timeout_ms, 0);
+        assert_int_equal(v->run_memory_bytes, 0);
+        if (v->reason != POLICY_DENY_CONTENT)
+            assert_null(v->rule);
+    }
+}
+
+static void test_table(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < NROWS; i++) {
+        const struct row *t = &rows[i];
+        struct policy_verdict v;
+        int rc;
+
+        memset(&v, 0xa5, sizeof(v)); /* every field must be written */
+        print_message("[ row %2zu ] %s\n", i, t->what);
+        rc = policy_evaluate(fixture(t->policy), &t->req, &v);
+        if (v.reason != t->reason || v.http_status != t->status || strstr(v.message, t->msg) == NULL)
+            fail_msg("row %zu (%s): reason %s status %d message \"%s\"; want %s %d \"%s\"", i, t->what,
+                     policy_reason_name(v.reason), v.http_status, v.message, policy_reason_name(t->reason), t->status, t->msg);
+        assert_int_equal(v.allow, t->reason == POLICY_OK);
+        if (t->rule != NULL)
+            assert_string_equal(v.rule, t->rule);
+        else
+            assert_null(v.rule);
+        check_invariants(&t->req, &v, rc);
+    }
+}
+
+static void test_version_matches(void **state)
+{
+    static const struct {
+        const char *version, *selector;
+        int want;
+    } cases[] = {
+        {"3", "3", 1},         {"3.11", "3", 1},      {"3.11.2", "3", 1}, {"3.x", "3", 1},         {"3.*", "3", 1},
+        {"31", "3", 0},        {"*", "3", 0},         {"x", "3", 0},      {NULL, "3", 0},          {"", "3", 0},
+        {"4", "3", 0},         {"3", "3.11", 0},      {"3.1", "3.11", 0}, {"3.11", "3.11", 1},     {"3.111", "3.11", 0},
+        {"3.11.x", "3.11", 1}, {"3.11", "3.x", 1},    {"4.0", "3.x", 0},  {"anything", "*", 1},    {NULL, "*", 1},
+        {"3", "x", 1},         {">=3 <4", "*", 1},    {"3 || 4", "3", 0}, {"3.11 || 4", "3", 0},   {"^3.11", "3", 0},
+        {"~3", "3", 0},        {"3.0.0-rc1", "3", 1}, {"3", NULL, 0},     {"3.11.2", "3.11.2", 1}, {"3.11", "3.11.2", 0},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        if (policy_version_matches(cases[i].version, cases[i].selector) != cases[i].want)
+            fail_msg("version \"%s\" vs selector \"%s\": want %d", cases[i].version ? cases[i].version : "(null)",
+                     cases[i].selector ? cases[i].selector : "(null)", cases[i].want);
+}
+
+static void test_reason_names(void **state)
+{
+    (void)state;
+    assert_string_equal(policy_reason_name(POLICY_OK), "ok");
+    assert_string_equal(policy_reason_name(POLICY_DENY_ENDPOINT), "endpoint");
+    assert_string_equal(policy_reason_name(POLICY_DENY_LANGUAGE), "language");
+    assert_string_equal(policy_reason_name(POLICY_DENY_LIMIT), "limit");
+    assert_string_equal(policy_reason_name(POLICY_DENY_INPUT), "filter");
+    assert_string_equal(policy_reason_name(POLICY_DENY_CONTENT), "content");
+    assert_string_equal(policy_reason_name(POLICY_DENY_NO_POLICY), "no-policy");
+    assert_string_equal(policy_reason_name((enum policy_reason)99), "unknown");
+}
+
+static void test_null_arguments(void **state)
+{
+    struct policy_verdict v;
+    struct policy_request r = REQ();
+
+    (void)state;
+    assert_int_equal(policy_evaluate(&policies[P_BASE], &r, NULL), -1);
+    memset(&v, 0, sizeof(v));
+    assert_int_equal(policy_evaluate(&policies[P_BASE], NULL, &v), -1);
+    assert_int_equal(v.reason, POLICY_DENY_INPUT);
+    assert_int_equal(v.http_status, 400);
+    /* a verdict reused after an allow is fully overwritten by a deny */
+    assert_int_equal(policy_evaluate(&policies[P_BASE], &r, &v), 0);
+    r.run_timeout_ms = 0;
+    assert_int_equal(policy_evaluate(&policies[P_BASE], &r, &v), -1);
+    assert_false(v.allow);
+    assert_int_equal(v.run_timeout_ms, 0);
+}
+
+static void test_rule_compile(void **state)
+{
+    struct policy_rule rule;
+    char err[128];
+    regmatch_t m = {.rm_so = 0, .rm_eo = 5};
+
+    (void)state;
+    memset(err, 0, sizeof(err));
+    assert_int_equal(policy_rule_compile(&rule, "bad", "(unclosed", err, sizeof(err)), -1);
+    assert_true(err[0] != '\0');
+    assert_null(rule.name);
+    assert_null(rule.pattern);
+    assert_false(rule.compiled);
+    assert_int_equal(policy_rule_compile(&rule, NULL, "x", err, sizeof(err)), -1);
+    assert_int_equal(policy_rule_compile(&rule, "eval", "eval[[:space:]]*\\(", err, sizeof(err)), 0);
+    assert_string_equal(rule.name, "eval");
+    assert_true(rule.compiled);
+    assert_int_equal(regexec(&rule.re, "eval(", 1, &m, REG_STARTEND), 0);
+    policy_rule_free(&rule);
+    assert_null(rule.name);
+    assert_false(rule.compiled);
+    policy_rule_free(&rule); /* twice is harmless */
+}
+
+static void test_validate(void **state)
+{
+    struct tenant_policy p;
+    char err[128];
+
+    (void)state;
+    assert_int_equal(policy_validate(&policies[P_BASE], err, sizeof(err)), 0);
+    assert_int_equal(policy_validate(&policies[P_RUNTIMES], err, sizeof(err)), 0);
+    assert_int_equal(policy_validate(NULL, err, sizeof(err)), -1);
+    assert_string_equal(err, "no policy");
+    assert_int_equal(policy_validate(&policies[P_NOCEIL], err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "size ceiling"));
+    assert_int_equal(policy_validate(&policies[P_NOCOMP], err, sizeof(err)), -1);
+    assert_string_equal(err, "rules[1]: rule is not compiled");
+
+    p = policies[P_BASE]; /* shallow copies: never freed */
+    p.endpoints = 0;
+    assert_int_equal(policy_validate(&p, err, sizeof(err)), -1);
+    p.endpoints = 1u << 7;
+    assert_int_equal(policy_validate(&p, err, sizeof(err)), -1);
+    p = policies[P_BASE];
+    p.ceilings.run_timeout_ms = -1;
+    assert_int_equal(policy_validate(&p, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "timeout"));
+    p = policies[P_BASE];
+    p.tenant = NULL;
+    assert_int_equal(policy_validate(&p, NULL, 0), -1);
+    p = policies[P_BASE];
+    p.langs = NULL;
+    assert_int_equal(policy_validate(&p, err, sizeof(err)), -1);
+}
+
+static void test_tenant_policy_free(void **state)
+{
+    struct tenant_policy p;
+
+    (void)state;
+    make_policy(&p, "tmp", POLICY_EP_ALL, base_langs, 4, base_rules, 2);
+    tenant_policy_free(&p);
+    assert_null(p.tenant);
+    assert_null(p.langs);
+    assert_int_equal(p.nrules, 0);
+    tenant_policy_free(&p);
+    tenant_policy_free(NULL);
+}
+
+/* ------------------------------------------------------------------------
+ * Allocation count (ASan builds): the policy code never allocates; glibc's
+ * regexec() only grows the compiled regex's DFA cache
+ * ------------------------------------------------------------------------ */
+
+#ifdef HAVE_ASAN
+static volatile int counting;
+static volatile size_t nmalloc, nfree;
+
+static void on_malloc(const volatile void *ptr, size_t size)
+{
+    (void)ptr;
+    (void)size;
+    if (counting)
+        nmalloc++;
+}
+
+static void on_free(const volatile void *ptr)
+{
+    (void)ptr;
+    if (counting)
+        nfree++;
+}
+
+/* Evaluate the rows that do (content) or do not (!content) reach the content rules, against p (NULL: the row's own policy). */
+static void count_rows(const struct tenant_policy *p, int content, size_t *mallocs, size_t *frees)
+{
+    struct policy_verdict v;
+
+    nmalloc = nfree = 0;
+    for (size_t i = 0; i < NROWS; i++) {
+        const struct policy_request *r = &rows[i].req;
+        int reaches = rows[i].policy == P_BASE && r->endpoint == POLICY_EP_EXECUTE &&
+                      (rows[i].reason == POLICY_OK || rows[i].reason == POLICY_DENY_CONTENT);
+        if (reaches != content)
+            continue;
+        counting = 1;
+        (void)policy_evaluate(p != NULL ? p : fixture(rows[i].policy), r, &v);
+        counting = 0;
+    }
+    *mallocs = nmalloc;
+    *frees = nfree;
+}
+
+static void test_no_allocation(void **state)
+{
+    static int installed;
+    struct tenant_policy cold;
+    size_t m, f;
+
+    (void)state;
+    if (!installed) {
+        assert_int_equal(__sanitizer_install_malloc_and_free_hooks(on_malloc, on_free), 1);
+        installed = 1;
+    }
+    /* The hooks see allocations at all. */
+    nmalloc = nfree = 0;
+    counting = 1;
+    free(malloc(1));
+    counting = 0;
+    assert_int_equal(nmalloc, 1);
+    assert_int_equal(nfree, 1);
+
+    /* Every row that stops before the content rules: not one allocation. */
+    count_rows(NULL, 0, &m, &f);
+    print_message("rows stopping before content rules: %zu mallocs, %zu frees\n", m, f);
+    assert_int_equal(m, 0);
+    assert_int_equal(f, 0);
+
+    /*
+     * Rows that reach regexec(), on freshly compiled rules: glibc builds its
+     * DFA states lazily and caches them in the regex_t (freed by regfree), so
+     * the first pass may allocate.  The same inputs again allocate nothing.
+     */
+    make_policy(&cold, "cold", POLICY_EP_ALL, base_langs, 4, base_rules, 2);
+    count_rows(&cold, 1, &m, &f);
+    print_message("rows reaching content rules, cold regex: %zu mallocs, %zu frees (DFA cache)\n", m, f);
+    count_rows(&cold, 1, &m, &f);
+    print_message("rows reaching content rules, warm regex: %zu mallocs, %zu frees\n", m, f);
+    assert_int_equal(m, 0);
+    assert_int_equal(f, 0);
+    tenant_policy_free(&cold);
+}
+#else
+static void test_no_allocation(void **state)
+{
+    (void)state;
+    skip(); /* needs the ASan build's allocator hooks: configure with -DMOAT_SANITIZE=ON */
+}
+#endif
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_version_matches),
+        cmocka_unit_test(test_reason_names),
+        cmocka_unit_test(test_null_arguments),
+        cmocka_unit_test(test_rule_compile),
+        cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_tenant_policy_free),
+        cmocka_unit_test(test_no_allocation),
+    };
+
+    return cmocka_run_group_tests_name("policy", tests, setup, teardown);
+}
