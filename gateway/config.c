@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,6 +203,258 @@ static int backend_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, 
 
 /* ---------------------------------------------------------------- tenants */
 
+/* "2027-01-31T00:00:00Z" (UTC) or seconds since the epoch. */
+static int parse_time(struct parse_ctx *pc, const yaml_node_t *n, const char *name, time_t *out)
+{
+    struct tm tm;
+    const char *s, *end;
+    uint64_t secs;
+
+    if (want_scalar(pc, n, name) != 0)
+        return -1;
+    s = scalar(n);
+    if (strchr(s, '-') == NULL) {
+        if (parse_uint(pc, n, name, 1, (uint64_t)INT32_MAX * 4, &secs) != 0)
+            return -1;
+        *out = (time_t)secs;
+        return 0;
+    }
+    memset(&tm, 0, sizeof(tm));
+    end = strptime(s, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    if (end == NULL || *end != '\0')
+        return fail(pc, n, "%s must look like 2027-01-31T00:00:00Z (UTC) or be seconds since 1970", name);
+    *out = timegm(&tm);
+    return 0;
+}
+
+/* A sequence of endpoint names: execute, runtimes. */
+static int parse_endpoints(struct parse_ctx *pc, const yaml_node_t *n, const char *name, unsigned *out)
+{
+    yaml_node_item_t *it;
+    unsigned bits = 0;
+
+    if (n->type != YAML_SEQUENCE_NODE)
+        return fail(pc, n, "%s must be a sequence of endpoint names (execute, runtimes)", name);
+    for (it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+        yaml_node_t *e = yaml_document_get_node(pc->doc, *it);
+        if (want_scalar(pc, e, name) != 0)
+            return -1;
+        if (strcmp(scalar(e), "execute") == 0)
+            bits |= POLICY_EP_EXECUTE;
+        else if (strcmp(scalar(e), "runtimes") == 0)
+            bits |= POLICY_EP_RUNTIMES;
+        else
+            return fail(pc, e, "%s: unknown endpoint '%s' (execute, runtimes)", name, scalar(e));
+    }
+    *out = bits;
+    return 0;
+}
+
+/* A non-negative decimal number such as 10 or 0.5. */
+static int parse_rate(struct parse_ctx *pc, const yaml_node_t *n, const char *name, double *out)
+{
+    char *end;
+    double v;
+
+    if (want_scalar(pc, n, name) != 0)
+        return -1;
+    errno = 0;
+    v = strtod(scalar(n), &end);
+    if (errno != 0 || *end != '\0' || end == scalar(n) || !(v >= 0.0) || v > GW_MAX_RATE_PER_SECOND)
+        return fail(pc, n, "%s must be a number between 0 and %.0f", name, GW_MAX_RATE_PER_SECOND);
+    *out = v;
+    return 0;
+}
+
+static int limits_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    struct policy_limits *l = arg;
+    uint64_t n;
+    static const struct {
+        const char *name;
+        size_t off;
+        int width; /* 8: int64_t, 4: uint32_t, 9: uint64_t */
+    } fields[] = {
+        {"run_timeout_ms", offsetof(struct policy_limits, run_timeout_ms), 8},
+        {"compile_timeout_ms", offsetof(struct policy_limits, compile_timeout_ms), 8},
+        {"run_memory_bytes", offsetof(struct policy_limits, run_memory_bytes), 8},
+        {"compile_memory_bytes", offsetof(struct policy_limits, compile_memory_bytes), 8},
+        {"max_files", offsetof(struct policy_limits, max_files), 4},
+        {"max_file_name_len", offsetof(struct policy_limits, max_file_name_len), 4},
+        {"max_args", offsetof(struct policy_limits, max_args), 4},
+        {"max_arg_len", offsetof(struct policy_limits, max_arg_len), 4},
+        {"max_code_bytes", offsetof(struct policy_limits, max_code_bytes), 9},
+        {"max_stdin_bytes", offsetof(struct policy_limits, max_stdin_bytes), 9},
+    };
+    char label[64];
+
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        if (strcmp(key, fields[i].name) != 0)
+            continue;
+        snprintf(label, sizeof(label), "limits.%s", key);
+        if (parse_uint(pc, v, label, 1, fields[i].width == 4 ? UINT32_MAX : (uint64_t)INT64_MAX, &n) != 0)
+            return -1;
+        char *base = (char *)l + fields[i].off;
+        if (fields[i].width == 8) {
+            int64_t x = (int64_t)n;
+            memcpy(base, &x, sizeof(x));
+        } else if (fields[i].width == 4) {
+            uint32_t x = (uint32_t)n;
+            memcpy(base, &x, sizeof(x));
+        } else {
+            memcpy(base, &n, sizeof(n));
+        }
+        return 0;
+    }
+    return 1;
+}
+
+struct lang_seen {
+    yaml_node_t *language, *version;
+};
+
+static int lang_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    struct lang_seen *ls = arg;
+    if (strcmp(key, "language") == 0) {
+        ls->language = v;
+        return 0;
+    }
+    if (strcmp(key, "version") == 0) {
+        ls->version = v;
+        return 0;
+    }
+    return 1;
+}
+
+/* languages: ["python", {language: c, version: "12"}, "*"] */
+static int parse_languages(struct parse_ctx *pc, const yaml_node_t *n, struct tenant_policy *p)
+{
+    yaml_node_item_t *it;
+    size_t count;
+
+    if (n->type != YAML_SEQUENCE_NODE)
+        return fail(pc, n, "languages must be a sequence");
+    count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (count > GW_MAX_LANG_RULES)
+        return fail(pc, n, "more than %d languages", GW_MAX_LANG_RULES);
+    free(p->langs);
+    p->langs = calloc(count ? count : 1, sizeof(*p->langs));
+    p->nlangs = 0;
+    if (p->langs == NULL)
+        return fail(pc, n, "out of memory");
+    for (it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+        yaml_node_t *e = yaml_document_get_node(pc->doc, *it);
+        struct policy_lang *pl = &p->langs[p->nlangs++];
+        if (e != NULL && e->type == YAML_SCALAR_NODE) {
+            if (parse_string(pc, e, "language", 64, &pl->language) != 0)
+                return -1;
+        } else {
+            struct lang_seen ls = {NULL, NULL};
+            if (walk_mapping(pc, e, "language", lang_field, &ls) != 0)
+                return -1;
+            if (ls.language == NULL)
+                return fail(pc, e, "a language entry needs a language");
+            if (parse_string(pc, ls.language, "language", 64, &pl->language) != 0 ||
+                (ls.version != NULL && parse_string(pc, ls.version, "version", 64, &pl->version) != 0))
+                return -1;
+        }
+        if (pl->version == NULL && (pl->version = strdup("*")) == NULL)
+            return fail(pc, e, "out of memory");
+    }
+    return 0;
+}
+
+struct rule_seen {
+    yaml_node_t *name, *pattern;
+};
+
+static int rule_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    struct rule_seen *rs = arg;
+    if (strcmp(key, "name") == 0) {
+        rs->name = v;
+        return 0;
+    }
+    if (strcmp(key, "pattern") == 0) {
+        rs->pattern = v;
+        return 0;
+    }
+    return 1;
+}
+
+static int parse_rules(struct parse_ctx *pc, const yaml_node_t *n, struct tenant_policy *p)
+{
+    yaml_node_item_t *it;
+    size_t count;
+
+    if (n->type != YAML_SEQUENCE_NODE)
+        return fail(pc, n, "content_rules must be a sequence");
+    count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (count > GW_MAX_CONTENT_RULES)
+        return fail(pc, n, "more than %d content rules", GW_MAX_CONTENT_RULES);
+    p->rules = calloc(count ? count : 1, sizeof(*p->rules));
+    if (p->rules == NULL)
+        return fail(pc, n, "out of memory");
+    for (it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+        yaml_node_t *e = yaml_document_get_node(pc->doc, *it);
+        struct rule_seen rs = {NULL, NULL};
+        char *name = NULL, *pattern = NULL, err[256];
+        if (walk_mapping(pc, e, "content rule", rule_field, &rs) != 0)
+            return -1;
+        if (rs.name == NULL || rs.pattern == NULL)
+            return fail(pc, e, "a content rule needs a name and a pattern");
+        if (parse_string(pc, rs.name, "content rule name", 64, &name) != 0 ||
+            parse_string(pc, rs.pattern, "content rule pattern", 4096, &pattern) != 0) {
+            free(name);
+            free(pattern);
+            return -1;
+        }
+        int rc = policy_rule_compile(&p->rules[p->nrules], name, pattern, err, sizeof(err));
+        free(name);
+        free(pattern);
+        if (rc != 0)
+            return fail(pc, rs.pattern, "content rule: %s", err);
+        p->nrules++;
+    }
+    return 0;
+}
+
+static int rate_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    struct tenant_policy *p = arg;
+    uint64_t n;
+    if (strcmp(key, "per_second") == 0)
+        return parse_rate(pc, v, "rate.per_second", &p->rate_per_second);
+    if (strcmp(key, "burst") == 0) {
+        if (parse_uint(pc, v, "rate.burst", 0, 1000000, &n) != 0)
+            return -1;
+        p->burst = (uint32_t)n;
+        return 0;
+    }
+    return 1;
+}
+
+static void default_policy(struct tenant_policy *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->endpoints = POLICY_EP_ALL;
+    p->ceilings.run_timeout_ms = GW_DEFAULT_RUN_TIMEOUT_MS;
+    p->ceilings.compile_timeout_ms = GW_DEFAULT_COMPILE_TIMEOUT_MS;
+    p->ceilings.run_memory_bytes = GW_DEFAULT_RUN_MEMORY;
+    p->ceilings.compile_memory_bytes = GW_DEFAULT_COMPILE_MEMORY;
+    p->ceilings.max_files = GW_DEFAULT_MAX_FILES;
+    p->ceilings.max_file_name_len = GW_DEFAULT_MAX_FILE_NAME;
+    p->ceilings.max_args = GW_DEFAULT_MAX_ARGS;
+    p->ceilings.max_arg_len = GW_DEFAULT_MAX_ARG_LEN;
+    p->ceilings.max_code_bytes = GW_DEFAULT_MAX_CODE_BYTES;
+    p->ceilings.max_stdin_bytes = GW_DEFAULT_MAX_STDIN_BYTES;
+    p->rate_per_second = GW_DEFAULT_RATE_PER_SECOND;
+    p->burst = GW_DEFAULT_BURST;
+    p->max_in_flight = GW_DEFAULT_MAX_IN_FLIGHT;
+    p->cpu_ms_per_minute = GW_DEFAULT_CPU_MS_PER_MINUTE;
+}
+
 struct key_seen {
     int id, sha256;
     struct gw_key key;
@@ -228,6 +481,10 @@ static int key_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void
         ks->sha256 = 1;
         return 0;
     }
+    if (strcmp(key, "expires") == 0)
+        return parse_time(pc, v, "key expires", &ks->key.expires);
+    if (strcmp(key, "scopes") == 0)
+        return parse_endpoints(pc, v, "key scopes", &ks->key.scopes);
     return 1;
 }
 
@@ -247,6 +504,7 @@ static int add_key(struct parse_ctx *pc, yaml_node_t *node, size_t tenant)
     struct gw_key *grown;
 
     memset(&ks, 0, sizeof(ks));
+    ks.key.scopes = POLICY_EP_ALL;
     if (walk_mapping(pc, node, "key", key_field, &ks) != 0)
         return -1;
     if (!ks.id || !ks.sha256)
@@ -264,33 +522,87 @@ static int add_key(struct parse_ctx *pc, yaml_node_t *node, size_t tenant)
 }
 
 struct tenant_seen {
-    yaml_node_t *name, *keys;
+    yaml_node_t *name, *keys, *endpoints, *languages, *limits, *rate, *max_in_flight, *cpu, *rules;
 };
 
 static int tenant_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
 {
     struct tenant_seen *ts = arg;
-
-    if (strcmp(key, "name") == 0) {
-        ts->name = v;
-        return 0;
-    }
-    if (strcmp(key, "keys") == 0) {
-        ts->keys = v;
-        return 0;
+    static const struct {
+        const char *name;
+        size_t off;
+    } fields[] = {
+        {"name", offsetof(struct tenant_seen, name)},
+        {"keys", offsetof(struct tenant_seen, keys)},
+        {"endpoints", offsetof(struct tenant_seen, endpoints)},
+        {"languages", offsetof(struct tenant_seen, languages)},
+        {"limits", offsetof(struct tenant_seen, limits)},
+        {"rate", offsetof(struct tenant_seen, rate)},
+        {"max_in_flight", offsetof(struct tenant_seen, max_in_flight)},
+        {"cpu_seconds_per_minute", offsetof(struct tenant_seen, cpu)},
+        {"content_rules", offsetof(struct tenant_seen, rules)},
+    };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        if (strcmp(key, fields[i].name) == 0) {
+            memcpy((char *)ts + fields[i].off, &v, sizeof(v));
+            return 0;
+        }
     }
     return 1;
+}
+
+/* Everything of a tenant but its name and keys. */
+static int parse_policy(struct parse_ctx *pc, const struct tenant_seen *ts, struct gw_tenant *t, yaml_node_t *node)
+{
+    struct tenant_policy *p = &t->policy;
+    uint64_t n;
+    char err[256];
+
+    default_policy(p);
+    p->tenant = t->name;
+    if (ts->endpoints != NULL && parse_endpoints(pc, ts->endpoints, "endpoints", &p->endpoints) != 0)
+        return -1;
+    if (ts->languages != NULL) {
+        if (parse_languages(pc, ts->languages, p) != 0)
+            return -1;
+    } else {
+        /* default: every language the backend offers */
+        if ((p->langs = calloc(1, sizeof(*p->langs))) == NULL || (p->langs[0].language = strdup("*")) == NULL ||
+            (p->langs[0].version = strdup("*")) == NULL)
+            return fail(pc, node, "out of memory");
+        p->nlangs = 1;
+    }
+    if (ts->limits != NULL && walk_mapping(pc, ts->limits, "limits", limits_field, &p->ceilings) != 0)
+        return -1;
+    if (ts->rate != NULL && walk_mapping(pc, ts->rate, "rate", rate_field, p) != 0)
+        return -1;
+    if (ts->max_in_flight != NULL) {
+        if (parse_uint(pc, ts->max_in_flight, "max_in_flight", 0, 100000, &n) != 0)
+            return -1;
+        p->max_in_flight = (uint32_t)n;
+    }
+    if (ts->cpu != NULL) {
+        if (parse_uint(pc, ts->cpu, "cpu_seconds_per_minute", 0, 1000000, &n) != 0)
+            return -1;
+        p->cpu_ms_per_minute = n * 1000;
+    }
+    if (ts->rules != NULL && parse_rules(pc, ts->rules, p) != 0)
+        return -1;
+    if (policy_validate(p, err, sizeof(err)) != 0)
+        return fail(pc, node, "tenant %s: %s", t->name, err);
+    return 0;
 }
 
 static int add_tenant(struct parse_ctx *pc, yaml_node_t *node)
 {
     struct gw_config *cfg = pc->cfg;
-    struct tenant_seen ts = {NULL, NULL};
+    struct tenant_seen ts;
     struct gw_tenant *grown;
     char *name = NULL;
     yaml_node_item_t *it;
     size_t i, idx;
 
+    memset(&ts, 0, sizeof(ts));
     if (walk_mapping(pc, node, "tenant", tenant_field, &ts) != 0)
         return -1;
     if (ts.name == NULL)
@@ -313,7 +625,10 @@ static int add_tenant(struct parse_ctx *pc, yaml_node_t *node)
     }
     cfg->tenants = grown;
     idx = cfg->ntenants++;
+    memset(&cfg->tenants[idx], 0, sizeof(cfg->tenants[idx]));
     cfg->tenants[idx].name = name;
+    if (parse_policy(pc, &ts, &cfg->tenants[idx], node) != 0)
+        return -1;
 
     if (ts.keys == NULL)
         return 0;
@@ -481,8 +796,11 @@ void gw_config_free(struct gw_config *cfg)
     free(cfg->tls_key);
     free(cfg->backend_socket);
     free(cfg->user);
-    for (i = 0; i < cfg->ntenants; i++)
+    for (i = 0; i < cfg->ntenants; i++) {
+        cfg->tenants[i].policy.tenant = NULL; /* borrowed from name */
+        tenant_policy_free(&cfg->tenants[i].policy);
         free(cfg->tenants[i].name);
+    }
     free(cfg->tenants);
     free(cfg->keys);
     memset(cfg, 0, sizeof(*cfg));

@@ -9,16 +9,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <time.h>
+
 #include "apikey.h"
+#include "policy.h"
 
 struct gw_tenant {
     char *name;
+    struct tenant_policy policy; /* policy.tenant points at name */
 };
 
 struct gw_key {
     char id[APIKEY_ID_LEN + 1];
     uint8_t sha256[APIKEY_DIGEST_LEN];
-    size_t tenant; /* index into gw_config.tenants */
+    size_t tenant;   /* index into gw_config.tenants */
+    time_t expires;  /* 0 = never */
+    unsigned scopes; /* POLICY_EP_* this key may call (within the tenant's endpoints) */
 };
 
 struct gw_config {

@@ -1,0 +1,121 @@
+/*
+ * ratelimit.h - per-tenant admission control for moat-gateway.
+ *
+ * Three controls per tenant, decided together by one call:
+ *
+ *   rate         GCRA (generic cell rate algorithm): rate r per second, burst b.
+ *                Emission interval T = 1/r, tolerance tau = (b-1)*T.  A request
+ *                at time now is allowed when TAT - now <= tau, where TAT is
+ *                max(stored TAT, now); on allow, stored TAT = TAT + T.
+ *   concurrency  executions in flight; rl_admit takes a slot, rl_release frees it.
+ *   cpu quota    ms of box CPU per rolling minute, charged by rl_release with
+ *                the run's cpu time.  An admit is refused while the tenant has
+ *                already used >= its budget in the last 60 s (a run may
+ *                overshoot: it is charged after it ran).
+ *
+ * Decisions are asynchronous: the result arrives through a callback, so a
+ * Redis backend (hiredis async on the worker's own loop, one Lua script per
+ * decision) can replace the in-memory one without changing callers.  The
+ * in-memory backend calls the callback before rl_admit returns; a Redis one
+ * calls it later, on the same thread, from the loop.  Callers must handle
+ * both.  The tenant string and params need only live for the call.
+ *
+ * Nothing here blocks beyond a short critical section, and nothing reads a
+ * clock: callers pass a monotonic time in milliseconds (rl_monotonic_ms()),
+ * so tests run on synthetic time.
+ *
+ * Parameter semantics (fail closed: a zero never means "unlimited"):
+ *   rate_per_second <= 0 or NaN  every request refused, RL_RATE, retry never
+ *   burst == 0                   every request refused, RL_RATE, retry never
+ *   max_in_flight == 0           every admit refused, RL_CONCURRENCY, retry never
+ *   cpu_ms_per_minute == 0       every admit refused, RL_QUOTA, retry never
+ * "Effectively unlimited" is spelled RL_UNLIMITED_* (or rate = INFINITY).
+ * "Retry never" is retry_after_ms == RL_RETRY_NEVER: send no Retry-After.
+ */
+#ifndef MOAT_RATELIMIT_H
+#define MOAT_RATELIMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RL_MAX_TENANT_NAME      64 /* bytes, without the NUL (= GW_MAX_TENANT_NAME) */
+#define RL_DEFAULT_MAX_TENANTS  4096
+#define RL_RETRY_NEVER          UINT64_MAX /* the refusal cannot clear by waiting */
+#define RL_CONCURRENCY_RETRY_MS 1000       /* hint: a slot frees when a run ends */
+#define RL_QUOTA_WINDOW_S       60
+#define RL_UNLIMITED_IN_FLIGHT  UINT32_MAX
+#define RL_UNLIMITED_CPU_MS     UINT64_MAX
+
+struct rl_params {
+    double rate_per_second;
+    uint32_t burst;
+    uint32_t max_in_flight;
+    uint64_t cpu_ms_per_minute;
+};
+
+struct rl_decision {
+    int allowed;
+    /*
+     * Why not (RL_OK when allowed).  When several controls refuse, the reason
+     * is the first of RL_QUOTA, RL_RATE, RL_CONCURRENCY that does, and
+     * retry_after_ms is the longest of their waits.
+     * RL_BACKEND_ERROR: the store could not decide (Redis unreachable or timed
+     * out; in memory: tenant table full, out of memory, bad arguments).  The
+     * caller applies its fail-open/closed setting; nothing was taken.
+     */
+    enum rl_reason { RL_OK, RL_RATE, RL_CONCURRENCY, RL_QUOTA, RL_BACKEND_ERROR } reason;
+    uint64_t retry_after_ms; /* 0 when allowed; Retry-After = ceil(ms / 1000) s, none if RL_RETRY_NEVER */
+    uint32_t limit;          /* RateLimit-Limit: the burst */
+    uint32_t remaining;      /* RateLimit-Remaining: requests the rate would pass now, after this decision */
+    uint64_t reset_ms;       /* RateLimit-Reset: ms until the rate bucket is full again (ceil) */
+};
+
+typedef void (*rl_cb)(void *arg, const struct rl_decision *d);
+
+struct rl_limiter; /* opaque */
+
+/* The vtable a backend implements.  Its state is reached with rl_impl(l). */
+struct rl_ops {
+    /* rate + concurrency + quota; on allow, takes one in-flight slot and one rate token */
+    void (*admit)(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg);
+    /* rate only (non-execute endpoints): no slot taken, quota not consulted */
+    void (*admit_rate)(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg);
+    /* ends an execution: frees the in-flight slot and charges cpu_ms */
+    void (*release)(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms);
+    /* frees the backend's state (not the rl_limiter itself) */
+    void (*destroy)(struct rl_limiter *l);
+};
+
+/*
+ * The in-memory backend: one process, thread-safe and exact across worker
+ * threads (each tenant's state is updated under a lock, so N threads see the
+ * same sequence of decisions one thread would).  rl_memory_new() caps the
+ * table at RL_DEFAULT_MAX_TENANTS tenants; rl_memory_new_capped() at
+ * max_tenants (>= 1).  Returns NULL on failure.
+ */
+struct rl_limiter *rl_memory_new(void);
+struct rl_limiter *rl_memory_new_capped(size_t max_tenants);
+
+/*
+ * Callers.  Call rl_release exactly once per admit that was allowed (never
+ * after a refusal or a fail-open RL_BACKEND_ERROR: a release the limiter did
+ * not see admitted would free another run's slot; with none in flight it is
+ * ignored and the count never goes below zero).  A release for a tenant the
+ * limiter has never seen is ignored.
+ */
+void rl_admit(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg);
+void rl_admit_rate_only(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg);
+void rl_release(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms);
+void rl_destroy(struct rl_limiter *l);
+
+/* Backends.  rl_new wraps ops + impl in a limiter (NULL on failure). */
+struct rl_limiter *rl_new(const struct rl_ops *ops, void *impl);
+void *rl_impl(struct rl_limiter *l);
+
+/* CLOCK_MONOTONIC in milliseconds: the clock callers should pass. */
+uint64_t rl_monotonic_ms(void);
+
+/* Static text for logs and error bodies. */
+const char *rl_reason_str(enum rl_reason r);
+
+#endif /* MOAT_RATELIMIT_H */
