@@ -26,23 +26,23 @@
 
 /* Tenant policy defaults (each is also the tenant's ceiling unless the
  * configuration says otherwise). */
-#define GW_DEFAULT_RUN_TIMEOUT_MS      3000
-#define GW_DEFAULT_COMPILE_TIMEOUT_MS  10000
-#define GW_DEFAULT_RUN_MEMORY          (256LL * 1024 * 1024)
-#define GW_DEFAULT_COMPILE_MEMORY      (1024LL * 1024 * 1024)
-#define GW_DEFAULT_MAX_FILES           32
-#define GW_DEFAULT_MAX_FILE_NAME       255
-#define GW_DEFAULT_MAX_ARGS            64
-#define GW_DEFAULT_MAX_ARG_LEN         4096
-#define GW_DEFAULT_MAX_CODE_BYTES      (1024 * 1024)
-#define GW_DEFAULT_MAX_STDIN_BYTES     (1024 * 1024)
-#define GW_DEFAULT_RATE_PER_SECOND     10.0
-#define GW_DEFAULT_BURST               20
-#define GW_DEFAULT_MAX_IN_FLIGHT       4
-#define GW_DEFAULT_CPU_MS_PER_MINUTE   60000
-#define GW_MAX_RATE_PER_SECOND         100000.0
-#define GW_MAX_LANG_RULES              256
-#define GW_MAX_CONTENT_RULES           64
+#define GW_DEFAULT_RUN_TIMEOUT_MS     3000
+#define GW_DEFAULT_COMPILE_TIMEOUT_MS 10000
+#define GW_DEFAULT_RUN_MEMORY         (256LL * 1024 * 1024)
+#define GW_DEFAULT_COMPILE_MEMORY     (1024LL * 1024 * 1024)
+#define GW_DEFAULT_MAX_FILES          32
+#define GW_DEFAULT_MAX_FILE_NAME      255
+#define GW_DEFAULT_MAX_ARGS           64
+#define GW_DEFAULT_MAX_ARG_LEN        4096
+#define GW_DEFAULT_MAX_CODE_BYTES     (1024 * 1024)
+#define GW_DEFAULT_MAX_STDIN_BYTES    (1024 * 1024)
+#define GW_DEFAULT_RATE_PER_SECOND    10.0
+#define GW_DEFAULT_BURST              20
+#define GW_DEFAULT_MAX_IN_FLIGHT      4
+#define GW_DEFAULT_CPU_MS_PER_MINUTE  60000
+#define GW_MAX_RATE_PER_SECOND        100000.0
+#define GW_MAX_LANG_RULES             256
+#define GW_MAX_CONTENT_RULES          64
 
 #define GW_LOG_LINE_MAX 2048
 #define GW_LOG_PATH_MAX 256 /* request path bytes written to the log */

@@ -32,6 +32,12 @@ static void on_result(void *data, enum backend_status status, const struct backe
     struct gw_request *r = data;
     char *body;
 
+    if (status == BACKEND_OK && reply->hdr.type == MOAT_MSG_EXEC_RESULT) {
+        const struct moat_exec_result *res = &reply->u.result;
+        gw_request_release(r, (res->compile.present ? res->compile.cpu_ms : 0) + (res->run.present ? res->run.cpu_ms : 0));
+    } else {
+        gw_request_release(r, 0);
+    }
     if (handle_backend_failure(r, status, reply))
         return;
     if (reply->hdr.type != MOAT_MSG_EXEC_RESULT) {
@@ -45,6 +51,48 @@ static void on_result(void *data, enum backend_status status, const struct backe
     }
     gw_respond(r, 200, body);
     free(body);
+}
+
+/*
+ * The tenant's policy on the parsed request: language, input structure,
+ * limits (-1 becomes the tenant's default), content rules.  Returns 1 when
+ * allowed, with the effective limits written into ereq; otherwise responds.
+ */
+static int apply_policy(struct gw_request *r, struct moat_exec_request *ereq)
+{
+    struct policy_file files[MOAT_MAX_FILES];
+    size_t arg_lens[MOAT_MAX_ARGS];
+    struct policy_request pr;
+    struct policy_verdict v;
+
+    memset(&pr, 0, sizeof(pr));
+    pr.endpoint = POLICY_EP_EXECUTE;
+    pr.language = ereq->language;
+    pr.version = ereq->version;
+    for (size_t i = 0; i < ereq->nfiles && i < MOAT_MAX_FILES; i++)
+        files[i] = (struct policy_file){ereq->files[i].name, ereq->files[i].content, ereq->files[i].content_len};
+    for (size_t i = 0; i < ereq->nargs && i < MOAT_MAX_ARGS; i++)
+        arg_lens[i] = strlen(ereq->args[i]);
+    pr.files = files;
+    pr.nfiles = ereq->nfiles;
+    pr.stdin_len = ereq->stdin_len;
+    pr.nargs = ereq->nargs;
+    pr.arg_lens = arg_lens;
+    pr.run_timeout_ms = ereq->run_timeout_ms;
+    pr.compile_timeout_ms = ereq->compile_timeout_ms;
+    pr.run_memory_bytes = ereq->run_memory_bytes;
+    pr.compile_memory_bytes = ereq->compile_memory_bytes;
+    if (policy_evaluate(&r->tenant_cfg->policy, &pr, &v) != 0 || !v.allow) {
+        log_info("%s: id=%s tenant=%s: denied (%s%s%s): %s", __func__, r->request_id, r->tenant, policy_reason_name(v.reason),
+                 v.rule ? " " : "", v.rule ? v.rule : "", v.message);
+        gw_respond_error(r, v.http_status ? v.http_status : 403, v.message[0] ? v.message : "denied by policy");
+        return 0;
+    }
+    ereq->run_timeout_ms = v.run_timeout_ms;
+    ereq->compile_timeout_ms = v.compile_timeout_ms;
+    ereq->run_memory_bytes = v.run_memory_bytes;
+    ereq->compile_memory_bytes = v.compile_memory_bytes;
+    return 1;
 }
 
 void handle_execute(struct gw_request *r)
@@ -66,6 +114,10 @@ void handle_execute(struct gw_request *r)
     }
     if (piston_parse_exec_request(req->entity.base, req->entity.len, &ereq, err, sizeof(err)) != 0) {
         gw_respond_error(r, 400, err);
+        return;
+    }
+    if (!apply_policy(r, &ereq)) {
+        piston_exec_request_free(&ereq);
         return;
     }
     job = backend_next_job_id();

@@ -7,6 +7,20 @@
 #include "piston_json.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+static int runtime_allowed(const struct tenant_policy *p, const struct moat_runtime *rt)
+{
+    for (size_t i = 0; i < p->nlangs; i++) {
+        const struct policy_lang *l = &p->langs[i];
+        int named = strcmp(l->language, "*") == 0 || strcmp(l->language, rt->language) == 0;
+        for (size_t j = 0; !named && j < rt->naliases; j++)
+            named = strcmp(l->language, rt->aliases[j]) == 0;
+        if (named && policy_version_matches(rt->version, l->version))
+            return 1;
+    }
+    return 0;
+}
 
 static void on_runtimes(void *data, enum backend_status status, const struct backend_reply *reply)
 {
@@ -20,7 +34,14 @@ static void on_runtimes(void *data, enum backend_status status, const struct bac
         gw_respond_error(r, 502, "bad reply from backend");
         return;
     }
-    if ((body = piston_runtimes_json(&reply->u.runtimes)) == NULL) {
+    /* only the languages this tenant may use */
+    const struct moat_runtimes *all = &reply->u.runtimes;
+    struct moat_runtime kept[MOAT_MAX_RUNTIMES];
+    struct moat_runtimes mine = {kept, 0};
+    for (size_t i = 0; i < all->count && i < MOAT_MAX_RUNTIMES; i++)
+        if (runtime_allowed(&r->tenant_cfg->policy, &all->items[i]))
+            kept[mine.count++] = all->items[i];
+    if ((body = piston_runtimes_json(&mine)) == NULL) {
         gw_respond_error(r, 500, "out of memory");
         return;
     }

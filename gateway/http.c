@@ -5,6 +5,7 @@
 #include "log.h"
 #include "piston_json.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,10 @@ static const char *reason_phrase(int status)
         return "Payload Too Large";
     case 415:
         return "Unsupported Media Type";
+    case 422:
+        return "Unprocessable Content";
+    case 429:
+        return "Too Many Requests";
     case 500:
         return "Internal Server Error";
     case 502:
@@ -42,10 +47,36 @@ static const char *reason_phrase(int status)
     }
 }
 
+void gw_request_release(struct gw_request *r, uint64_t cpu_ms)
+{
+    if (!r->admitted)
+        return;
+    r->admitted = 0;
+    rl_release(r->worker->server->limiter, r->tenant, cpu_ms, rl_monotonic_ms());
+}
+
+void gw_add_ratelimit_headers(struct gw_request *r, const struct rl_decision *d)
+{
+    char v[32];
+
+    snprintf(v, sizeof(v), "%u", d->limit);
+    gw_add_header(r, "ratelimit-limit", v);
+    snprintf(v, sizeof(v), "%u", d->remaining);
+    gw_add_header(r, "ratelimit-remaining", v);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)((d->reset_ms + 999) / 1000));
+    gw_add_header(r, "ratelimit-reset", v);
+    if (!d->allowed && d->retry_after_ms != RL_RETRY_NEVER) {
+        snprintf(v, sizeof(v), "%llu", (unsigned long long)((d->retry_after_ms + 999) / 1000));
+        gw_add_header(r, "retry-after", v);
+    }
+}
+
 static void on_request_dispose(void *p)
 {
     struct gw_request *r = p;
 
+    /* a client that went away mid-run, or any path that did not release */
+    gw_request_release(r, 0);
     if (r->worker->inflight > 0)
         r->worker->inflight--;
 }
@@ -73,8 +104,10 @@ struct gw_request *gw_request_new(h2o_req_t *req)
 void gw_add_header(struct gw_request *r, const char *name, const char *value)
 {
     h2o_req_t *req = r->req;
+    /* h2o keeps the pointers it is given: copy both into the request's pool */
+    h2o_iovec_t n = h2o_strdup(&req->pool, name, SIZE_MAX), v = h2o_strdup(&req->pool, value, SIZE_MAX);
 
-    h2o_add_header_by_str(&req->pool, &req->res.headers, name, strlen(name), 1, NULL, value, strlen(value));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, n.base, n.len, 1, NULL, v.base, v.len);
 }
 
 static void log_request(const struct gw_request *r, int status)

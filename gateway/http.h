@@ -14,7 +14,10 @@ struct gw_request {
     struct gw_worker *worker;
     const struct gw_config *cfg;
     const char *tenant; /* NULL until authenticated */
+    const struct gw_tenant *tenant_cfg;
+    unsigned scopes; /* POLICY_EP_* the credential may call */
     char key_id[APIKEY_ID_LEN + 1];
+    int admitted; /* holds an in-flight slot of the tenant's limiter */
     char request_id[GW_REQUEST_ID_LEN + 1];
 };
 
@@ -24,6 +27,14 @@ struct gw_request {
  * the pool allocator fails (h2o aborts instead, in practice).
  */
 struct gw_request *gw_request_new(h2o_req_t *req);
+
+/* Ends an admitted execution: frees its in-flight slot and charges the
+ * CPU time it used to the tenant's budget.  Idempotent; the request's
+ * disposal calls it with 0 if nothing did. */
+void gw_request_release(struct gw_request *r, uint64_t cpu_ms);
+
+/* Adds RateLimit-Limit/Remaining/Reset (and Retry-After when refused). */
+void gw_add_ratelimit_headers(struct gw_request *r, const struct rl_decision *d);
 
 /* Send status with a JSON body (NUL-terminated).  Nothing may touch r afterwards. */
 void gw_respond(struct gw_request *r, int status, const char *body);

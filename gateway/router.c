@@ -10,18 +10,19 @@
 #include "log.h"
 
 #include <string.h>
+#include <time.h>
 
 struct route {
     const char *path;
     const char *method;
-    int auth;
+    unsigned endpoint; /* POLICY_EP_* bit; 0: no authentication (healthz) */
     void (*handle)(struct gw_request *r);
 };
 
 static const struct route routes[] = {
     {"/healthz", "GET", 0, handle_healthz},
-    {"/api/v2/runtimes", "GET", 1, handle_runtimes},
-    {"/api/v2/execute", "POST", 1, handle_execute},
+    {"/api/v2/runtimes", "GET", POLICY_EP_RUNTIMES, handle_runtimes},
+    {"/api/v2/execute", "POST", POLICY_EP_EXECUTE, handle_execute},
 };
 
 static const struct route *find_route(h2o_iovec_t path)
@@ -57,8 +58,79 @@ static int authenticate(struct gw_request *r)
         return 0;
     }
     memcpy(r->key_id, key->id, sizeof(r->key_id));
-    r->tenant = r->cfg->tenants[key->tenant].name;
+    if (key->expires != 0 && time(NULL) >= key->expires) {
+        log_info("%s: id=%s: key %s expired", __func__, r->request_id, key->id);
+        gw_add_header(r, "www-authenticate", "Bearer error=\"invalid_token\"");
+        gw_respond_error(r, 401, "API key expired");
+        return 0;
+    }
+    r->tenant_cfg = &r->cfg->tenants[key->tenant];
+    r->tenant = r->tenant_cfg->name;
+    r->scopes = key->scopes;
     return 1;
+}
+
+/* The tenant's endpoint allow-list and the credential's scopes. */
+static int endpoint_allowed(struct gw_request *r, unsigned endpoint)
+{
+    if ((r->tenant_cfg->policy.endpoints & endpoint) == 0) {
+        gw_respond_error(r, 403, "this endpoint is not allowed for this tenant");
+        return 0;
+    }
+    if ((r->scopes & endpoint) == 0) {
+        gw_respond_error(r, 403, "this endpoint is outside the credential's scopes");
+        return 0;
+    }
+    return 1;
+}
+
+struct admission {
+    struct gw_request *r;
+    const struct route *rt;
+};
+
+/* The limiter's answer (now, or later from a shared store). */
+static void on_admission(void *arg, const struct rl_decision *d)
+{
+    struct admission *a = arg;
+    struct gw_request *r = a->r;
+
+    gw_add_ratelimit_headers(r, d);
+    if (d->allowed) {
+        r->admitted = a->rt->endpoint == POLICY_EP_EXECUTE;
+        a->rt->handle(r);
+        return;
+    }
+    log_info("%s: id=%s tenant=%s: refused: %s", __func__, r->request_id, r->tenant, rl_reason_str(d->reason));
+    switch (d->reason) {
+    case RL_RATE:
+        gw_respond_error(r, 429, "rate limit exceeded for this tenant");
+        break;
+    case RL_CONCURRENCY:
+        gw_respond_error(r, 429, "too many executions in flight for this tenant");
+        break;
+    case RL_QUOTA:
+        gw_respond_error(r, 429, "CPU-time budget for this tenant used up; try again later");
+        break;
+    default:
+        /* the limiter could not decide: fail closed */
+        gw_respond_error(r, 503, "rate limiter unavailable");
+        break;
+    }
+}
+
+static void admit(struct gw_request *r, const struct route *rt)
+{
+    const struct tenant_policy *p = &r->tenant_cfg->policy;
+    struct rl_params params = {p->rate_per_second, p->burst, p->max_in_flight, p->cpu_ms_per_minute};
+    struct admission *a = h2o_mem_alloc_pool(&r->req->pool, sizeof(*a));
+
+    a->r = r;
+    a->rt = rt;
+    if (rt->endpoint == POLICY_EP_EXECUTE)
+        rl_admit(r->worker->server->limiter, r->tenant, &params, rl_monotonic_ms(), on_admission, a);
+    else
+        rl_admit_rate_only(r->worker->server->limiter, r->tenant, &params, rl_monotonic_ms(), on_admission, a);
 }
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
@@ -77,9 +149,13 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         gw_respond_error(r, 405, "method not allowed");
         return 0;
     }
-    if (rt->auth && !authenticate(r))
+    if (rt->endpoint == 0) {
+        rt->handle(r);
         return 0;
-    rt->handle(r);
+    }
+    if (!authenticate(r) || !endpoint_allowed(r, rt->endpoint))
+        return 0;
+    admit(r, rt);
     return 0;
 }
 

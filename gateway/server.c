@@ -45,6 +45,8 @@ int gw_server_init(struct gw_server *srv, const struct gw_config *cfg, SSL_CTX *
     gw_router_register(h2o_config_register_path(hostconf, "/", 0));
     if ((srv->workers = calloc(srv->nworkers, sizeof(*srv->workers))) == NULL)
         return -1;
+    if ((srv->limiter = rl_memory_new()) == NULL)
+        return -1;
     return 0;
 }
 

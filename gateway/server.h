@@ -15,6 +15,7 @@
 #include <h2o.h>
 
 #include "config.h"
+#include "ratelimit.h"
 
 struct gw_server;
 
@@ -39,6 +40,7 @@ struct gw_server {
     const struct gw_config *cfg;
     h2o_globalconf_t h2o;
     SSL_CTX *ssl_ctx;
+    struct rl_limiter *limiter; /* per-tenant rate, concurrency and CPU budget; shared by every worker */
     struct gw_worker *workers;
     unsigned nworkers;
     pthread_barrier_t drained; /* workers + main thread, after draining */

@@ -1,0 +1,149 @@
+/*
+ * fuzz_jwt_auth.c - libFuzzer target for jwt_verify() (F2, "JWT wrapper").
+ *
+ * Arbitrary bytes are offered as a token to a fixed set of three issuers
+ * (HS256 with a fixed secret, RS256 and ES256 with keys generated once per
+ * process) at a fixed time.  The harness aborts if:
+ *   - libjwt's jwt_decode() is ever called with a NULL or empty key (G3;
+ *     linked with -Wl,--wrap=jwt_decode);
+ *   - a token is accepted whose identity is not well formed;
+ *   - a failure comes without a reason.
+ * fuzz_jwt_replay.c includes this file to replay generated inputs in ctest.
+ */
+#include "jwt_auth.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jwt.h>
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+
+#define FUZZ_NOW ((time_t)1700000000)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int __real_jwt_decode(jwt_t **jwt, const char *token, const unsigned char *key, int key_len);
+int __wrap_jwt_decode(jwt_t **jwt, const char *token, const unsigned char *key, int key_len);
+
+static unsigned long fuzz_decode_calls;
+
+int __wrap_jwt_decode(jwt_t **jwt, const char *token, const unsigned char *key, int key_len)
+{
+    if (key == NULL || key_len <= 0) {
+        fprintf(stderr, "G3 violated: jwt_decode called without a key\n");
+        abort();
+    }
+    fuzz_decode_calls++;
+    return __real_jwt_decode(jwt, token, key, key_len);
+}
+
+static unsigned char fuzz_hs_secret1[] = "fuzz-hs256-secret-one-0123456789abcdef";
+static unsigned char fuzz_hs_secret2[] = "fuzz-hs256-secret-two-0123456789abcdef";
+static char fuzz_kid_hs1[] = "hs-1", fuzz_kid_hs2[] = "hs-2", fuzz_kid_rs[] = "rs-1", fuzz_kid_es[] = "es-1";
+static char fuzz_name_hs[] = "fuzz-hs", fuzz_name_rs[] = "fuzz-rs", fuzz_name_es[] = "fuzz-es";
+static char fuzz_iss_hs[] = "https://hs.fuzz.moat", fuzz_iss_rs[] = "https://rs.fuzz.moat", fuzz_iss_es[] = "https://es.fuzz.moat";
+static char fuzz_aud[] = "moat", fuzz_tenant_claim[] = "tenant";
+
+static struct jwt_key fuzz_hs_keys[2], fuzz_rs_keys[1], fuzz_es_keys[1];
+static struct jwt_issuer fuzz_issuers[3];
+/* Private halves, for fuzz_jwt_replay.c to sign valid seeds. */
+static char *fuzz_rs_priv, *fuzz_es_priv;
+static size_t fuzz_rs_priv_len, fuzz_es_priv_len;
+
+static char *fuzz_pem(EVP_PKEY *pk, int priv, size_t *len)
+{
+    BIO *b = BIO_new(BIO_s_mem());
+    if (b == NULL)
+        abort();
+    int ok = priv ? PEM_write_bio_PrivateKey(b, pk, NULL, NULL, 0, NULL, NULL) : PEM_write_bio_PUBKEY(b, pk);
+    if (ok != 1)
+        abort();
+    char *p = NULL;
+    long n = BIO_get_mem_data(b, &p);
+    if (n <= 0)
+        abort();
+    char *out = malloc((size_t)n + 1);
+    if (out == NULL)
+        abort();
+    memcpy(out, p, (size_t)n);
+    out[n] = '\0';
+    BIO_free(b);
+    *len = (size_t)n;
+    return out;
+}
+
+static void fuzz_init(void)
+{
+    static int done;
+    if (done)
+        return;
+    done = 1;
+
+    EVP_PKEY *rsa = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)2048);
+    EVP_PKEY *ec = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+    if (rsa == NULL || ec == NULL)
+        abort();
+    size_t n = 0;
+    fuzz_rs_keys[0] = (struct jwt_key){fuzz_kid_rs, (unsigned char *)fuzz_pem(rsa, 0, &n), 0};
+    fuzz_rs_keys[0].len = n;
+    fuzz_es_keys[0] = (struct jwt_key){fuzz_kid_es, (unsigned char *)fuzz_pem(ec, 0, &n), 0};
+    fuzz_es_keys[0].len = n;
+    fuzz_rs_priv = fuzz_pem(rsa, 1, &fuzz_rs_priv_len);
+    fuzz_es_priv = fuzz_pem(ec, 1, &fuzz_es_priv_len);
+    EVP_PKEY_free(rsa);
+    EVP_PKEY_free(ec);
+
+    fuzz_hs_keys[0] = (struct jwt_key){fuzz_kid_hs1, fuzz_hs_secret1, sizeof(fuzz_hs_secret1) - 1};
+    fuzz_hs_keys[1] = (struct jwt_key){fuzz_kid_hs2, fuzz_hs_secret2, sizeof(fuzz_hs_secret2) - 1};
+    fuzz_issuers[0] =
+        (struct jwt_issuer){fuzz_name_hs, fuzz_iss_hs, fuzz_aud, JWT_PIN_HS256, fuzz_hs_keys, 2, fuzz_tenant_claim, 60};
+    fuzz_issuers[1] =
+        (struct jwt_issuer){fuzz_name_rs, fuzz_iss_rs, fuzz_aud, JWT_PIN_RS256, fuzz_rs_keys, 1, fuzz_tenant_claim, 60};
+    fuzz_issuers[2] =
+        (struct jwt_issuer){fuzz_name_es, fuzz_iss_es, fuzz_aud, JWT_PIN_ES256, fuzz_es_keys, 1, fuzz_tenant_claim, 0};
+
+    char err[256];
+    if (jwt_issuers_check(fuzz_issuers, 3, err, sizeof(err)) != 0) {
+        fprintf(stderr, "fuzz issuer set invalid: %s\n", err);
+        abort();
+    }
+}
+
+static int fuzz_bounded_name(const char *s, size_t cap)
+{
+    size_t n = strnlen(s, cap + 1);
+    if (n == 0 || n > cap)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fuzz_init();
+    struct jwt_identity id;
+    const char *why = NULL;
+    int rc = jwt_verify(fuzz_issuers, 3, (const char *)data, size, FUZZ_NOW, &id, &why);
+    if (why == NULL)
+        abort();
+    if (rc == 0) {
+        if (id.issuer != &fuzz_issuers[0] && id.issuer != &fuzz_issuers[1] && id.issuer != &fuzz_issuers[2])
+            abort();
+        if (!fuzz_bounded_name(id.tenant, JWT_MAX_TENANT_LEN) || !fuzz_bounded_name(id.kid, JWT_MAX_KID_LEN))
+            abort();
+        if (strnlen(id.subject, sizeof(id.subject)) >= sizeof(id.subject))
+            abort();
+        if (id.exp < (long)FUZZ_NOW - (long)id.issuer->leeway_s)
+            abort();
+    } else if (rc != -1) {
+        abort();
+    }
+    return 0;
+}

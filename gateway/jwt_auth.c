@@ -1,0 +1,699 @@
+/*
+ * jwt_auth.c - JWT verification with pinned algorithms and configured keys.
+ * See jwt_auth.h for the order of checks and why libjwt is not trusted alone.
+ */
+#include "jwt_auth.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <jwt.h>
+#include <openssl/bio.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/pem.h>
+
+#define HS256_MAC_LEN   32
+#define ES256_SIG_LEN   64
+#define MAX_SIG_LEN     1024 /* RSA-8192 signatures are 1024 bytes */
+#define MAX_ISS_AUD_LEN 1024
+
+const char *jwt_pin_name(enum jwt_alg_pin pin)
+{
+    switch (pin) {
+    case JWT_PIN_HS256:
+        return "HS256";
+    case JWT_PIN_RS256:
+        return "RS256";
+    case JWT_PIN_ES256:
+        return "ES256";
+    }
+    return NULL;
+}
+
+static int pin_valid(enum jwt_alg_pin pin)
+{
+    return jwt_pin_name(pin) != NULL;
+}
+
+static jwt_alg_t pin_to_libjwt(enum jwt_alg_pin pin)
+{
+    switch (pin) {
+    case JWT_PIN_HS256:
+        return JWT_ALG_HS256;
+    case JWT_PIN_RS256:
+        return JWT_ALG_RS256;
+    case JWT_PIN_ES256:
+        return JWT_ALG_ES256;
+    }
+    return JWT_ALG_INVAL;
+}
+
+/* ---- character classes ------------------------------------------------ */
+
+static int is_b64url_char(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+}
+
+static int is_name_char(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+}
+
+/* kid: 1..64 of [A-Za-z0-9._-], and no ".." anywhere ("/" is not in the class). */
+static int kid_valid(const char *s, size_t len)
+{
+    if (s == NULL || len == 0 || len > JWT_MAX_KID_LEN)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!is_name_char((unsigned char)s[i]))
+            return 0;
+        if (s[i] == '.' && i + 1 < len && s[i + 1] == '.')
+            return 0;
+    }
+    return 1;
+}
+
+/* tenant: 1..64 of [A-Za-z0-9._-], and not "." or "..". */
+static int tenant_valid(const char *s, size_t len)
+{
+    if (len == 0 || len > JWT_MAX_TENANT_LEN)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!is_name_char((unsigned char)s[i]))
+            return 0;
+    if ((len == 1 && s[0] == '.') || (len == 2 && s[0] == '.' && s[1] == '.'))
+        return 0;
+    return 1;
+}
+
+/* sub: at most 128 bytes, no ASCII control characters (UTF-8 is allowed). */
+static int subject_valid(const char *s, size_t len)
+{
+    if (len > JWT_MAX_SUBJECT_LEN)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f)
+            return 0;
+    }
+    return 1;
+}
+
+/* ---- strict base64url --------------------------------------------------- */
+
+static int b64url_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '-')
+        return 62;
+    if (c == '_')
+        return 63;
+    return -1;
+}
+
+/*
+ * Unpadded, canonical base64url: only the 64 characters, len % 4 != 1, and the
+ * unused low bits of the last character zero (so each byte string has exactly
+ * one encoding).  Returns a malloc'd buffer (one spare byte, NUL-terminated)
+ * and its length, or NULL.
+ */
+static unsigned char *b64url_decode(const char *in, size_t len, size_t *outlen)
+{
+    if (len == 0 || len % 4 == 1)
+        return NULL;
+    unsigned char *out = malloc(len / 4 * 3 + 3);
+    if (out == NULL)
+        return NULL;
+    size_t o = 0;
+    uint32_t acc = 0;
+    unsigned bits = 0;
+    for (size_t i = 0; i < len; i++) {
+        int v = b64url_value((unsigned char)in[i]);
+        if (v < 0) {
+            free(out);
+            return NULL;
+        }
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (unsigned char)(acc >> bits);
+            acc &= (1u << bits) - 1;
+        }
+    }
+    if (acc != 0) { /* non-canonical: leftover bits must be zero */
+        free(out);
+        return NULL;
+    }
+    out[o] = '\0';
+    *outlen = o;
+    return out;
+}
+
+static json_t *b64url_json_object(const char *seg, size_t len)
+{
+    size_t n = 0;
+    unsigned char *raw = b64url_decode(seg, len, &n);
+    if (raw == NULL)
+        return NULL;
+    json_error_t jerr;
+    /* No JSON_ALLOW_NUL, no JSON_DECODE_ANY, no JSON_DISABLE_EOF_CHECK: strict. */
+    json_t *j = json_loadb((const char *)raw, n, JSON_REJECT_DUPLICATES, &jerr);
+    free(raw);
+    if (j != NULL && !json_is_object(j)) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* ---- the libjwt step ---------------------------------------------------- */
+
+int jwt_decode_pinned(const char *token, const unsigned char *key, size_t keylen, enum jwt_alg_pin pin, const char **why)
+{
+    static const char *dummy;
+    if (why == NULL)
+        why = &dummy;
+    /* G3: libjwt 1.10 skips verification when the key is NULL or empty. */
+    if (key == NULL || keylen == 0) {
+        *why = "refusing to decode without a key";
+        return -1;
+    }
+    if (keylen > JWT_MAX_KEY_LEN) {
+        *why = "key too long";
+        return -1;
+    }
+    if (token == NULL || !pin_valid(pin)) {
+        *why = "bad decode arguments";
+        return -1;
+    }
+    jwt_t *jwt = NULL;
+    if (jwt_decode(&jwt, token, key, (int)keylen) != 0 || jwt == NULL) {
+        *why = "signature verification failed";
+        return -1;
+    }
+    jwt_alg_t got = jwt_get_alg(jwt);
+    jwt_free(jwt);
+    if (got != pin_to_libjwt(pin)) {
+        *why = "algorithm after decode differs from pinned algorithm";
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- verification ------------------------------------------------------- */
+
+static int hs256_check(const unsigned char *key, size_t keylen, const char *signing_input, size_t silen, const char *sig_b64,
+                       size_t siglen)
+{
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned int maclen = 0;
+    size_t n = 0;
+    int ok = 0;
+    unsigned char *sig = b64url_decode(sig_b64, siglen, &n);
+    if (sig == NULL)
+        return 0;
+    if (n == HS256_MAC_LEN &&
+        HMAC(EVP_sha256(), key, (int)keylen, (const unsigned char *)signing_input, silen, mac, &maclen) != NULL &&
+        maclen == HS256_MAC_LEN)
+        ok = CRYPTO_memcmp(mac, sig, HS256_MAC_LEN) == 0;
+    OPENSSL_cleanse(mac, sizeof(mac));
+    free(sig);
+    return ok;
+}
+
+static int json_str_eq(const json_t *s, const char *want)
+{
+    size_t wl = strlen(want);
+    return json_is_string(s) && json_string_length(s) == wl && memcmp(json_string_value(s), want, wl) == 0;
+}
+
+static int aud_matches(const json_t *aud, const char *want)
+{
+    if (json_is_string(aud))
+        return json_str_eq(aud, want);
+    if (!json_is_array(aud))
+        return 0;
+    size_t n = json_array_size(aud);
+    if (n == 0 || n > JWT_MAX_AUD_ENTRIES)
+        return 0;
+    int found = 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(aud, i);
+        if (!json_is_string(e))
+            return 0; /* malformed array: reject outright */
+        if (json_str_eq(e, want))
+            found = 1;
+    }
+    return found;
+}
+
+/* Optional integer claim: 1 absent, 0 present and integer (*v set), -1 present and not an integer. */
+static int int_claim(const json_t *payload, const char *name, json_int_t *v)
+{
+    const json_t *c = json_object_get(payload, name);
+    if (c == NULL)
+        return 1;
+    if (!json_is_integer(c))
+        return -1;
+    *v = json_integer_value(c);
+    return 0;
+}
+
+static const char *check_header(const json_t *hdr, enum jwt_alg_pin *alg, const char **kid, size_t *kidlen)
+{
+    static const char *const forbidden[] = {"jku", "x5u", "jwk", "x5c", "crit"};
+    for (size_t i = 0; i < sizeof(forbidden) / sizeof(forbidden[0]); i++)
+        if (json_object_get(hdr, forbidden[i]) != NULL)
+            return "forbidden header parameter (jku/x5u/jwk/x5c/crit)";
+
+    const json_t *a = json_object_get(hdr, "alg");
+    if (!json_is_string(a))
+        return "alg missing or not a string";
+    const char *as = json_string_value(a);
+    size_t al = json_string_length(a);
+    if (al == 4 && strncasecmp(as, "none", 4) == 0)
+        return "alg none rejected";
+    if (json_str_eq(a, "HS256"))
+        *alg = JWT_PIN_HS256;
+    else if (json_str_eq(a, "RS256"))
+        *alg = JWT_PIN_RS256;
+    else if (json_str_eq(a, "ES256"))
+        *alg = JWT_PIN_ES256;
+    else
+        return "unsupported alg";
+
+    const json_t *t = json_object_get(hdr, "typ");
+    if (t != NULL && !json_str_eq(t, "JWT"))
+        return "typ must be absent or JWT";
+
+    const json_t *k = json_object_get(hdr, "kid");
+    if (k == NULL)
+        return "kid missing";
+    if (!json_is_string(k))
+        return "kid not a string";
+    if (!kid_valid(json_string_value(k), json_string_length(k)))
+        return "kid malformed";
+    *kid = json_string_value(k);
+    *kidlen = json_string_length(k);
+    return NULL;
+}
+
+static const char *check_claims(const json_t *payload, const struct jwt_issuer *is, time_t now, struct jwt_identity *out)
+{
+    long long t = (long long)now;
+    long long lw = (long long)is->leeway_s;
+    json_int_t exp = 0, nbf = 0, iat = 0;
+
+    int r = int_claim(payload, "exp", &exp);
+    if (r == 1)
+        return "exp missing";
+    if (r < 0)
+        return "exp not an integer";
+    if (t - lw > exp) /* now > exp + leeway, without overflowing exp + leeway */
+        return "token expired";
+    if (exp > LONG_MAX || exp < LONG_MIN)
+        return "exp out of range";
+
+    r = int_claim(payload, "nbf", &nbf);
+    if (r < 0)
+        return "nbf not an integer";
+    if (r == 0 && t + lw < nbf)
+        return "token not yet valid (nbf)";
+
+    r = int_claim(payload, "iat", &iat);
+    if (r < 0)
+        return "iat not an integer";
+    if (r == 0 && iat > t + lw)
+        return "token issued in the future (iat)";
+
+    const json_t *aud = json_object_get(payload, "aud");
+    if (aud == NULL)
+        return "aud missing";
+    if (!aud_matches(aud, is->aud))
+        return "aud mismatch";
+
+    const json_t *ten = json_object_get(payload, is->tenant_claim);
+    if (ten == NULL)
+        return "tenant claim missing";
+    if (!json_is_string(ten) || !tenant_valid(json_string_value(ten), json_string_length(ten)))
+        return "tenant claim malformed";
+
+    const json_t *sub = json_object_get(payload, "sub");
+    if (sub != NULL && (!json_is_string(sub) || !subject_valid(json_string_value(sub), json_string_length(sub))))
+        return "sub malformed";
+
+    memcpy(out->tenant, json_string_value(ten), json_string_length(ten));
+    out->tenant[json_string_length(ten)] = '\0';
+    if (sub != NULL) {
+        memcpy(out->subject, json_string_value(sub), json_string_length(sub));
+        out->subject[json_string_length(sub)] = '\0';
+    }
+    out->exp = (long)exp;
+    return NULL;
+}
+
+static const char *verify_inner(const struct jwt_issuer *issuers, size_t nissuers, const char *token, size_t len, time_t now,
+                                struct jwt_identity *out)
+{
+    if (issuers == NULL || nissuers == 0)
+        return "no issuers configured";
+    if (token == NULL || len == 0)
+        return "empty token";
+    if (len > JWT_MAX_TOKEN_LEN)
+        return "token too long";
+    if (now < 0)
+        return "invalid clock";
+
+    /* Exactly three segments, base64url characters only (this also rules out NUL, spaces, '=' padding). */
+    size_t dots[2], ndots = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)token[i];
+        if (c == '.') {
+            if (ndots == 2)
+                return "token must have exactly three segments";
+            dots[ndots++] = i;
+        } else if (!is_b64url_char(c)) {
+            return "token has characters outside base64url";
+        }
+    }
+    if (ndots != 2)
+        return "token must have exactly three segments";
+    const char *h = token, *p = token + dots[0] + 1, *s = token + dots[1] + 1;
+    size_t hl = dots[0], pl = dots[1] - dots[0] - 1, sl = len - dots[1] - 1;
+    if (hl == 0 || pl == 0)
+        return "empty header or payload segment";
+    if (sl == 0)
+        return "empty signature (unsigned token)";
+
+    const char *why = NULL;
+    json_t *hdr = b64url_json_object(h, hl);
+    json_t *payload = NULL;
+    char *copy = NULL;
+    if (hdr == NULL) {
+        why = "header is not a base64url JSON object (or has duplicate keys)";
+        goto done;
+    }
+    enum jwt_alg_pin alg = 0;
+    const char *kid = NULL;
+    size_t kidlen = 0;
+    why = check_header(hdr, &alg, &kid, &kidlen);
+    if (why != NULL)
+        goto done;
+
+    payload = b64url_json_object(p, pl);
+    if (payload == NULL) {
+        why = "payload is not a base64url JSON object (or has duplicate keys)";
+        goto done;
+    }
+
+    /* Issuer by the payload's iss; ambiguity is a configuration error, refuse. */
+    const json_t *iss = json_object_get(payload, "iss");
+    if (!json_is_string(iss)) {
+        why = "iss missing or not a string";
+        goto done;
+    }
+    const struct jwt_issuer *is = NULL;
+    for (size_t i = 0; i < nissuers; i++) {
+        if (issuers[i].iss != NULL && json_str_eq(iss, issuers[i].iss)) {
+            if (is != NULL) {
+                why = "iss matches more than one configured issuer";
+                goto done;
+            }
+            is = &issuers[i];
+        }
+    }
+    if (is == NULL) {
+        why = "unknown iss";
+        goto done;
+    }
+    if (!pin_valid(is->alg) || is->aud == NULL || is->tenant_claim == NULL || is->leeway_s > JWT_MAX_LEEWAY_S) {
+        why = "issuer configuration invalid";
+        goto done;
+    }
+    if (alg != is->alg) {
+        why = "alg not allowed for this issuer";
+        goto done;
+    }
+
+    /* Key by kid within this issuer only. */
+    const struct jwt_key *key = NULL;
+    for (size_t i = 0; is->keys != NULL && i < is->nkeys; i++) {
+        const char *k = is->keys[i].kid;
+        if (k != NULL && strlen(k) == kidlen && memcmp(k, kid, kidlen) == 0) {
+            key = &is->keys[i];
+            break;
+        }
+    }
+    if (key == NULL) {
+        why = "unknown kid for this issuer";
+        goto done;
+    }
+    /* G3 guard: never let libjwt see a NULL or empty key (it would skip verification). */
+    if (key->material == NULL || key->len == 0) {
+        why = "configured key is empty; refusing to verify";
+        goto done;
+    }
+    if (key->len > JWT_MAX_KEY_LEN || (alg == JWT_PIN_HS256 && key->len < JWT_MIN_HMAC_KEY_LEN)) {
+        why = "configured key has invalid length";
+        goto done;
+    }
+
+    /* Cheap signature-shape checks before any crypto. */
+    size_t siglen = 0;
+    unsigned char *sig = b64url_decode(s, sl, &siglen);
+    if (sig == NULL) {
+        why = "signature is not canonical base64url";
+        goto done;
+    }
+    free(sig);
+    if ((alg == JWT_PIN_HS256 && siglen != HS256_MAC_LEN) || (alg == JWT_PIN_ES256 && siglen != ES256_SIG_LEN) ||
+        siglen > MAX_SIG_LEN) {
+        why = "signature has wrong length";
+        goto done;
+    }
+    if (alg == JWT_PIN_HS256 && !hs256_check(key->material, key->len, token, dots[1], s, sl)) {
+        why = "signature verification failed";
+        goto done;
+    }
+
+    /* libjwt needs a NUL-terminated copy; the character scan above ruled out embedded NULs. */
+    copy = malloc(len + 1);
+    if (copy == NULL) {
+        why = "out of memory";
+        goto done;
+    }
+    memcpy(copy, token, len);
+    copy[len] = '\0';
+    if (jwt_decode_pinned(copy, key->material, key->len, is->alg, &why) != 0)
+        goto done;
+
+    /* Claims come from our own strict parse of the payload the signature covers. */
+    why = check_claims(payload, is, now, out);
+    if (why != NULL)
+        goto done;
+    memcpy(out->kid, kid, kidlen);
+    out->kid[kidlen] = '\0';
+    out->issuer = is;
+
+done:
+    free(copy);
+    json_decref(payload);
+    json_decref(hdr);
+    return why;
+}
+
+int jwt_verify(const struct jwt_issuer *issuers, size_t nissuers, const char *token, size_t len, time_t now,
+               struct jwt_identity *out, const char **why)
+{
+    static const char *dummy;
+    if (why == NULL)
+        why = &dummy;
+    if (out == NULL) {
+        *why = "no output";
+        return -1;
+    }
+    memset(out, 0, sizeof(*out));
+    const char *r = verify_inner(issuers, nissuers, token, len, now, out);
+    ERR_clear_error(); /* don't leave libjwt/OpenSSL failures queued for unrelated callers */
+    if (r != NULL) {
+        memset(out, 0, sizeof(*out));
+        *why = r;
+        return -1;
+    }
+    *why = "ok";
+    return 0;
+}
+
+/* ---- configuration checks ---------------------------------------------- */
+
+static int pem_check(const struct jwt_key *k, enum jwt_alg_pin alg, const char **what)
+{
+    BIO *b = BIO_new_mem_buf(k->material, (int)k->len);
+    if (b == NULL) {
+        *what = "out of memory";
+        return -1;
+    }
+    EVP_PKEY *pk = PEM_read_bio_PUBKEY(b, NULL, NULL, NULL);
+    BIO_free(b);
+    int rc = -1;
+    if (pk == NULL) {
+        *what = "is not a PEM public key";
+        goto out;
+    }
+    if (alg == JWT_PIN_RS256) {
+        if (EVP_PKEY_get_base_id(pk) != EVP_PKEY_RSA) {
+            *what = "is not an RSA public key (RS256)";
+            goto out;
+        }
+        if (EVP_PKEY_get_bits(pk) < JWT_MIN_RSA_BITS) {
+            *what = "RSA key shorter than 2048 bits";
+            goto out;
+        }
+    } else {
+        char group[64];
+        size_t glen = 0;
+        if (EVP_PKEY_get_base_id(pk) != EVP_PKEY_EC) {
+            *what = "is not an EC public key (ES256)";
+            goto out;
+        }
+        if (EVP_PKEY_get_utf8_string_param(pk, OSSL_PKEY_PARAM_GROUP_NAME, group, sizeof(group), &glen) != 1 ||
+            strcmp(group, "prime256v1") != 0) {
+            *what = "EC key is not on P-256 (ES256)";
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    EVP_PKEY_free(pk);
+    ERR_clear_error();
+    return rc;
+}
+
+static int str_ok(const char *s, size_t max)
+{
+    return s != NULL && s[0] != '\0' && strlen(s) <= max;
+}
+
+int jwt_issuer_check(const struct jwt_issuer *is, char *err, size_t errlen)
+{
+    char dummy[1];
+    if (err == NULL || errlen == 0) {
+        err = dummy;
+        errlen = sizeof(dummy);
+    }
+    err[0] = '\0';
+    if (is == NULL) {
+        snprintf(err, errlen, "issuer is NULL");
+        return -1;
+    }
+    const char *name = str_ok(is->name, 128) ? is->name : "(unnamed)";
+    if (!str_ok(is->name, 128)) {
+        snprintf(err, errlen, "issuer name missing or longer than 128");
+        return -1;
+    }
+    if (!str_ok(is->iss, MAX_ISS_AUD_LEN)) {
+        snprintf(err, errlen, "issuer %s: iss missing or too long", name);
+        return -1;
+    }
+    if (!str_ok(is->aud, MAX_ISS_AUD_LEN)) {
+        snprintf(err, errlen, "issuer %s: aud missing or too long", name);
+        return -1;
+    }
+    if (!str_ok(is->tenant_claim, 64)) {
+        snprintf(err, errlen, "issuer %s: tenant_claim missing or too long", name);
+        return -1;
+    }
+    if (!pin_valid(is->alg)) {
+        snprintf(err, errlen, "issuer %s: alg must be HS256, RS256 or ES256", name);
+        return -1;
+    }
+    if (is->leeway_s > JWT_MAX_LEEWAY_S) {
+        snprintf(err, errlen, "issuer %s: leeway %u s exceeds %d s", name, is->leeway_s, JWT_MAX_LEEWAY_S);
+        return -1;
+    }
+    if (is->keys == NULL || is->nkeys == 0 || is->nkeys > JWT_MAX_KEYS) {
+        snprintf(err, errlen, "issuer %s: needs 1..%d keys", name, JWT_MAX_KEYS);
+        return -1;
+    }
+    for (size_t i = 0; i < is->nkeys; i++) {
+        const struct jwt_key *k = &is->keys[i];
+        if (k->kid == NULL || !kid_valid(k->kid, strlen(k->kid))) {
+            snprintf(err, errlen, "issuer %s: key %zu: kid must be 1..%d of [A-Za-z0-9._-] without '..'", name, i, JWT_MAX_KID_LEN);
+            return -1;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(is->keys[j].kid, k->kid) == 0) {
+                snprintf(err, errlen, "issuer %s: duplicate kid %s", name, k->kid);
+                return -1;
+            }
+        }
+        if (k->material == NULL || k->len == 0) { /* G3 */
+            snprintf(err, errlen, "issuer %s: kid %s: empty key", name, k->kid);
+            return -1;
+        }
+        if (k->len > JWT_MAX_KEY_LEN) {
+            snprintf(err, errlen, "issuer %s: kid %s: key longer than %d bytes", name, k->kid, JWT_MAX_KEY_LEN);
+            return -1;
+        }
+        if (is->alg == JWT_PIN_HS256) {
+            if (k->len < JWT_MIN_HMAC_KEY_LEN) {
+                snprintf(err, errlen, "issuer %s: kid %s: HS256 secret shorter than %d bytes", name, k->kid, JWT_MIN_HMAC_KEY_LEN);
+                return -1;
+            }
+            static const char pem[] = "-----BEGIN";
+            for (size_t o = 0; o + sizeof(pem) - 1 <= k->len; o++) {
+                if (memcmp(k->material + o, pem, sizeof(pem) - 1) == 0) {
+                    snprintf(err, errlen, "issuer %s: kid %s: HS256 secret looks like a PEM key (algorithm confusion?)", name,
+                             k->kid);
+                    return -1;
+                }
+            }
+        } else {
+            const char *what = NULL;
+            if (pem_check(k, is->alg, &what) != 0) {
+                snprintf(err, errlen, "issuer %s: kid %s: key %s", name, k->kid, what);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+int jwt_issuers_check(const struct jwt_issuer *issuers, size_t nissuers, char *err, size_t errlen)
+{
+    char dummy[1];
+    if (err == NULL || errlen == 0) {
+        err = dummy;
+        errlen = sizeof(dummy);
+    }
+    if (issuers == NULL || nissuers == 0) {
+        snprintf(err, errlen, "no issuers configured");
+        return -1;
+    }
+    for (size_t i = 0; i < nissuers; i++) {
+        if (jwt_issuer_check(&issuers[i], err, errlen) != 0)
+            return -1;
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(issuers[i].iss, issuers[j].iss) == 0) {
+                snprintf(err, errlen, "issuers %s and %s share iss", issuers[j].name, issuers[i].name);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
