@@ -44,7 +44,13 @@ def backend_run(code, language="python", extra=(), timeout=60, tag=None):
 class Stack:
     """A backend and a gateway on a free port, torn down by stop()."""
 
-    def __init__(self, tenant="demo", backend_args=()):
+    # Generous defaults so functional tests are not rate limited; the rate
+    # limit tests configure their own.
+    DEFAULT_TENANT_EXTRA = "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\n"
+
+    def __init__(self, tenant="demo", backend_args=(), tenants=None, extra_config=""):
+        if tenants is None:
+            tenants = [(tenant, self.DEFAULT_TENANT_EXTRA, "")]
         self.backend_args = list(backend_args)
         self.tmp = tempfile.mkdtemp(prefix="moat-e2e-")
         os.chmod(self.tmp, 0o755)
@@ -56,11 +62,20 @@ class Stack:
         subprocess.run([os.path.join(SOURCE, "certs", "gen-dev-certs.sh"), self.certs], check=True,
                        capture_output=True)
         self.ca = os.path.join(self.certs, "ca.pem")
-        out = subprocess.run([MOATCTL, "key", "new"], check=True, capture_output=True, text=True).stdout
-        fields = dict(line.split(": ", 1) for line in out.strip().splitlines())
-        self.token = fields["token"]
-        kid, _, sha = fields["id"].partition(" sha256: ")
-        self.key_id = kid
+        # tenants: a list of (name, extra YAML lines for that tenant, key YAML lines)
+        self.tenants = tenants or [(tenant, "", "")]
+        self.tokens, self.key_ids = {}, {}
+        tenant_yaml = ""
+        for name, extra, key_extra in self.tenants:
+            out = subprocess.run([MOATCTL, "key", "new"], check=True, capture_output=True, text=True).stdout
+            fields = dict(line.split(": ", 1) for line in out.strip().splitlines())
+            kid, _, sha = fields["id"].partition(" sha256: ")
+            self.tokens[name], self.key_ids[name] = fields["token"], kid
+            tenant_yaml += "  - name: %s\n    keys:\n      - id: %s\n        sha256: %s\n" % (name, kid, sha)
+            tenant_yaml += "".join("        %s\n" % l for l in key_extra.splitlines() if l.strip())
+            tenant_yaml += "".join("    %s\n" % l for l in extra.splitlines() if l.strip())
+        first = self.tenants[0][0]
+        self.token, self.key_id = self.tokens[first], self.key_ids[first]
         self.config = os.path.join(self.tmp, "gateway.conf")
         with open(self.config, "w") as f:
             f.write(f"""listen:
@@ -74,12 +89,8 @@ backend:
   timeout_ms: 30000
 user: moat
 workers: 2
-tenants:
-  - name: {tenant}
-    keys:
-      - id: {kid}
-        sha256: {sha}
-""")
+{extra_config}tenants:
+""" + tenant_yaml)
         os.chmod(self.config, 0o600)
         self.backend = None
         self.gateway = None
