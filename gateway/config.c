@@ -20,6 +20,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
 #include <yaml.h>
 
 struct parse_ctx {
@@ -652,6 +653,187 @@ static int parse_tenants(struct parse_ctx *pc, yaml_node_t *seq)
     return 0;
 }
 
+/* ---------------------------------------------------------------- JWT issuers */
+
+/* Reads a key file (PEM public key or HS256 secret) that others cannot write. */
+static int read_key_file(struct parse_ctx *pc, const yaml_node_t *n, const char *path, unsigned char **out, size_t *len)
+{
+    char err[512];
+    unsigned char *buf = NULL;
+    size_t cap = 0, used = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+
+    if (fd == -1)
+        return fail(pc, n, "key file %s: %s", path, strerror(errno));
+    if (gw_check_file_secrecy(fd, path, err, sizeof(err)) != 0) {
+        close(fd);
+        return fail(pc, n, "%s", err);
+    }
+    for (;;) {
+        if (used == cap) {
+            unsigned char *grown;
+            if (cap >= JWT_MAX_KEY_LEN + 1 || (grown = realloc(buf, cap ? cap * 2 : 4096)) == NULL) {
+                free(buf);
+                close(fd);
+                return fail(pc, n, "key file %s is too large", path);
+            }
+            buf = grown;
+            cap = cap ? cap * 2 : 4096;
+        }
+        ssize_t r = read(fd, buf + used, cap - used);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            free(buf);
+            close(fd);
+            return fail(pc, n, "key file %s: %s", path, strerror(errno));
+        }
+        if (r == 0)
+            break;
+        used += (size_t)r;
+    }
+    close(fd);
+    *out = buf;
+    *len = used;
+    return 0;
+}
+
+struct jwt_key_seen {
+    yaml_node_t *kid, *file;
+};
+
+static int jwt_key_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    struct jwt_key_seen *ks = arg;
+    if (strcmp(key, "kid") == 0) {
+        ks->kid = v;
+        return 0;
+    }
+    if (strcmp(key, "file") == 0) {
+        ks->file = v;
+        return 0;
+    }
+    return 1;
+}
+
+struct issuer_seen {
+    yaml_node_t *name, *iss, *aud, *algorithm, *tenant_claim, *leeway, *keys;
+};
+
+static int issuer_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    struct issuer_seen *is = arg;
+    static const struct {
+        const char *name;
+        size_t off;
+    } fields[] = {
+        {"name", offsetof(struct issuer_seen, name)},
+        {"iss", offsetof(struct issuer_seen, iss)},
+        {"aud", offsetof(struct issuer_seen, aud)},
+        {"algorithm", offsetof(struct issuer_seen, algorithm)},
+        {"tenant_claim", offsetof(struct issuer_seen, tenant_claim)},
+        {"leeway_s", offsetof(struct issuer_seen, leeway)},
+        {"keys", offsetof(struct issuer_seen, keys)},
+    };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        if (strcmp(key, fields[i].name) == 0) {
+            memcpy((char *)is + fields[i].off, &v, sizeof(v));
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int add_issuer(struct parse_ctx *pc, yaml_node_t *node)
+{
+    struct gw_config *cfg = pc->cfg;
+    struct issuer_seen is;
+    struct jwt_issuer *ji, *grown;
+    yaml_node_item_t *it;
+    uint64_t n;
+    char err[256];
+
+    memset(&is, 0, sizeof(is));
+    if (walk_mapping(pc, node, "jwt issuer", issuer_field, &is) != 0)
+        return -1;
+    if (is.name == NULL || is.iss == NULL || is.aud == NULL || is.algorithm == NULL || is.keys == NULL)
+        return fail(pc, node, "a JWT issuer needs name, iss, aud, algorithm and keys");
+    if ((grown = realloc(cfg->issuers, (cfg->nissuers + 1) * sizeof(*grown))) == NULL)
+        return fail(pc, node, "out of memory");
+    cfg->issuers = grown;
+    ji = &cfg->issuers[cfg->nissuers++];
+    memset(ji, 0, sizeof(*ji));
+    if (parse_string(pc, is.name, "issuer name", 64, &ji->name) != 0 || parse_string(pc, is.iss, "iss", 512, &ji->iss) != 0 ||
+        parse_string(pc, is.aud, "aud", 512, &ji->aud) != 0)
+        return -1;
+    if (want_scalar(pc, is.algorithm, "algorithm") != 0)
+        return -1;
+    if (strcmp(scalar(is.algorithm), "HS256") == 0)
+        ji->alg = JWT_PIN_HS256;
+    else if (strcmp(scalar(is.algorithm), "RS256") == 0)
+        ji->alg = JWT_PIN_RS256;
+    else if (strcmp(scalar(is.algorithm), "ES256") == 0)
+        ji->alg = JWT_PIN_ES256;
+    else
+        return fail(pc, is.algorithm, "algorithm must be HS256, RS256 or ES256");
+    if (is.tenant_claim != NULL) {
+        if (parse_string(pc, is.tenant_claim, "tenant_claim", 64, &ji->tenant_claim) != 0)
+            return -1;
+    } else if ((ji->tenant_claim = strdup("tenant")) == NULL) {
+        return fail(pc, node, "out of memory");
+    }
+    ji->leeway_s = 30;
+    if (is.leeway != NULL) {
+        if (parse_uint(pc, is.leeway, "leeway_s", 0, JWT_MAX_LEEWAY_S, &n) != 0)
+            return -1;
+        ji->leeway_s = (unsigned)n;
+    }
+    if (is.keys->type != YAML_SEQUENCE_NODE)
+        return fail(pc, is.keys, "keys must be a sequence");
+    size_t count = (size_t)(is.keys->data.sequence.items.top - is.keys->data.sequence.items.start);
+    if (count == 0 || count > JWT_MAX_KEYS)
+        return fail(pc, is.keys, "an issuer needs 1 to %d keys", JWT_MAX_KEYS);
+    if ((ji->keys = calloc(count, sizeof(*ji->keys))) == NULL)
+        return fail(pc, node, "out of memory");
+    for (it = is.keys->data.sequence.items.start; it < is.keys->data.sequence.items.top; it++) {
+        yaml_node_t *kn = yaml_document_get_node(pc->doc, *it);
+        struct jwt_key_seen ks = {NULL, NULL};
+        char *path = NULL;
+        struct jwt_key *k = &ji->keys[ji->nkeys];
+        if (walk_mapping(pc, kn, "JWT key", jwt_key_field, &ks) != 0)
+            return -1;
+        if (ks.kid == NULL || ks.file == NULL)
+            return fail(pc, kn, "a JWT key needs kid and file");
+        if (parse_string(pc, ks.kid, "kid", JWT_MAX_KID_LEN, &k->kid) != 0)
+            return -1;
+        ji->nkeys++;
+        if (parse_string(pc, ks.file, "key file", GW_MAX_PATH_LEN, &path) != 0)
+            return -1;
+        int rc = read_key_file(pc, ks.file, path, &k->material, &k->len);
+        free(path);
+        if (rc != 0)
+            return -1;
+    }
+    if (jwt_issuer_check(ji, err, sizeof(err)) != 0)
+        return fail(pc, node, "JWT issuer %s: %s", ji->name, err);
+    return 0;
+}
+
+static int parse_issuers(struct parse_ctx *pc, yaml_node_t *seq)
+{
+    yaml_node_item_t *it;
+    char err[256];
+
+    if (seq->type != YAML_SEQUENCE_NODE)
+        return fail(pc, seq, "jwt_issuers must be a sequence");
+    for (it = seq->data.sequence.items.start; it < seq->data.sequence.items.top; it++)
+        if (add_issuer(pc, yaml_document_get_node(pc->doc, *it)) != 0)
+            return -1;
+    if (pc->cfg->nissuers > 0 && jwt_issuers_check(pc->cfg->issuers, pc->cfg->nissuers, err, sizeof(err)) != 0)
+        return fail(pc, seq, "jwt_issuers: %s", err);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- top level */
 
 static int top_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
@@ -680,6 +862,8 @@ static int top_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void
     }
     if (strcmp(key, "tenants") == 0)
         return parse_tenants(pc, v);
+    if (strcmp(key, "jwt_issuers") == 0)
+        return parse_issuers(pc, v);
     return 1;
 }
 
@@ -803,7 +987,30 @@ void gw_config_free(struct gw_config *cfg)
     }
     free(cfg->tenants);
     free(cfg->keys);
+    for (i = 0; i < cfg->nissuers; i++) {
+        struct jwt_issuer *ji = &cfg->issuers[i];
+        for (size_t k = 0; k < ji->nkeys; k++) {
+            free(ji->keys[k].kid);
+            if (ji->keys[k].material != NULL)
+                OPENSSL_cleanse(ji->keys[k].material, ji->keys[k].len);
+            free(ji->keys[k].material);
+        }
+        free(ji->keys);
+        free(ji->name);
+        free(ji->iss);
+        free(ji->aud);
+        free(ji->tenant_claim);
+    }
+    free(cfg->issuers);
     memset(cfg, 0, sizeof(*cfg));
+}
+
+const struct gw_tenant *gw_config_find_tenant(const struct gw_config *cfg, const char *name)
+{
+    for (size_t i = 0; i < cfg->ntenants; i++)
+        if (strcmp(cfg->tenants[i].name, name) == 0)
+            return &cfg->tenants[i];
+    return NULL;
 }
 
 const struct gw_key *gw_config_find_key(const struct gw_config *cfg, const char *id)

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "apikey.h"
+#include "jwt_auth.h"
 #include "policy.h"
 
 struct gw_tenant {
@@ -41,7 +42,12 @@ struct gw_config {
     size_t ntenants;
     struct gw_key *keys;
     size_t nkeys;
+    struct jwt_issuer *issuers; /* JWT issuers; tenants come from their tenant claim */
+    size_t nissuers;
 };
+
+/* The tenant called name, or NULL. */
+const struct gw_tenant *gw_config_find_tenant(const struct gw_config *cfg, const char *name);
 
 /*
  * Read and check path.  Returns 0, or -1 with err holding "PATH:LINE: reason"

@@ -16,8 +16,8 @@ struct gw_request {
     const char *tenant; /* NULL until authenticated */
     const struct gw_tenant *tenant_cfg;
     unsigned scopes; /* POLICY_EP_* the credential may call */
-    char key_id[APIKEY_ID_LEN + 1];
-    int admitted; /* holds an in-flight slot of the tenant's limiter */
+    char key_id[80]; /* API key id, or "jwt:<issuer>/<kid>" */
+    int admitted;    /* holds an in-flight slot of the tenant's limiter */
     char request_id[GW_REQUEST_ID_LEN + 1];
 };
 

@@ -10,6 +10,7 @@
 #include "log.h"
 
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 struct route {
@@ -35,6 +36,35 @@ static const struct route *find_route(h2o_iovec_t path)
     return NULL;
 }
 
+static void unauthorized(struct gw_request *r, const char *why, const char *message)
+{
+    log_info("authenticate: id=%s: %s", r->request_id, why);
+    gw_add_header(r, "www-authenticate", "Bearer");
+    gw_respond_error(r, 401, message);
+}
+
+/* A JWT from a configured issuer: the tenant comes from its tenant claim. */
+static int authenticate_jwt(struct gw_request *r, const char *token, size_t len)
+{
+    struct jwt_identity id;
+    const char *why = NULL;
+    const struct gw_tenant *t;
+
+    if (r->cfg->nissuers == 0 || jwt_verify(r->cfg->issuers, r->cfg->nissuers, token, len, time(NULL), &id, &why) != 0) {
+        unauthorized(r, why != NULL ? why : "no JWT issuers configured", "invalid or missing bearer token");
+        return 0;
+    }
+    if ((t = gw_config_find_tenant(r->cfg, id.tenant)) == NULL) {
+        unauthorized(r, "JWT names an unknown tenant", "invalid or missing bearer token");
+        return 0;
+    }
+    snprintf(r->key_id, sizeof(r->key_id), "jwt:%.32s/%.32s", id.issuer->name, id.kid);
+    r->tenant_cfg = t;
+    r->tenant = t->name;
+    r->scopes = POLICY_EP_ALL;
+    return 1;
+}
+
 /* 1 if authenticated (r->tenant set); otherwise responds 401 and returns 0. */
 static int authenticate(struct gw_request *r)
 {
@@ -49,7 +79,12 @@ static int authenticate(struct gw_request *r)
     } else if (i == -1) {
         key = auth_bearer(r->cfg, NULL, 0, &why);
     } else {
-        key = auth_bearer(r->cfg, req->headers.entries[i].value.base, req->headers.entries[i].value.len, &why);
+        h2o_iovec_t v = req->headers.entries[i].value;
+        /* "Bearer <JWT>": three base64url segments, never an API key */
+        if (v.len > 7 && strncasecmp(v.base, "Bearer ", 7) == 0 && !h2o_memis(v.base + 7, v.len < 12 ? v.len - 7 : 5, "moat_", 5) &&
+            memchr(v.base + 7, '.', v.len - 7) != NULL)
+            return authenticate_jwt(r, v.base + 7, v.len - 7);
+        key = auth_bearer(r->cfg, v.base, v.len, &why);
     }
     if (key == NULL) {
         log_info("%s: id=%s: %s", __func__, r->request_id, why);
@@ -57,7 +92,7 @@ static int authenticate(struct gw_request *r)
         gw_respond_error(r, 401, "invalid or missing API key");
         return 0;
     }
-    memcpy(r->key_id, key->id, sizeof(r->key_id));
+    snprintf(r->key_id, sizeof(r->key_id), "%s", key->id);
     if (key->expires != 0 && time(NULL) >= key->expires) {
         log_info("%s: id=%s: key %s expired", __func__, r->request_id, key->id);
         gw_add_header(r, "www-authenticate", "Bearer error=\"invalid_token\"");

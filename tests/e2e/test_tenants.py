@@ -188,3 +188,110 @@ class ConfigCheckTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def b64url(data):
+    import base64
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def mint(header, claims, sign):
+    import json as _json
+    signing_input = (b64url(_json.dumps(header).encode()) + "." + b64url(_json.dumps(claims).encode())).encode()
+    return signing_input.decode() + "." + b64url(sign(signing_input))
+
+
+class JwtTest(unittest.TestCase):
+    """JWTs from configured issuers through the real gateway (the verifier
+    itself is unit-tested in gateway/test_jwt_auth.c)."""
+
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        cls.keys = tempfile.mkdtemp(prefix="moat-jwt-")
+        cls.secret = os.urandom(48)
+        with open(os.path.join(cls.keys, "hs.key"), "wb") as f:
+            f.write(cls.secret)
+        subprocess.run(["openssl", "genrsa", "-out", os.path.join(cls.keys, "rsa.pem"), "2048"], check=True,
+                       capture_output=True)
+        subprocess.run(["openssl", "rsa", "-in", os.path.join(cls.keys, "rsa.pem"), "-pubout", "-out",
+                        os.path.join(cls.keys, "rsa.pub")], check=True, capture_output=True)
+        for name in ("hs.key", "rsa.pem", "rsa.pub"):
+            os.chmod(os.path.join(cls.keys, name), 0o600)
+        issuers = f"""jwt_issuers:
+  - name: hs
+    iss: https://hs.example
+    aud: moat
+    algorithm: HS256
+    tenant_claim: tenant
+    leeway_s: 5
+    keys:
+      - {{kid: hs1, file: {cls.keys}/hs.key}}
+  - name: rs
+    iss: https://rs.example
+    aud: moat
+    algorithm: RS256
+    keys:
+      - {{kid: rs1, file: {cls.keys}/rsa.pub}}
+"""
+        cls.stack = Stack(tenants=[("team-a", BIG, ""), ("team-b", BIG + "languages: [bash]\n", "")],
+                          extra_config=issuers).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+        cls.stack.stop()
+        shutil.rmtree(cls.keys, ignore_errors=True)
+
+    def hs(self, claims, header=None, key=None):
+        import hashlib
+        import hmac
+        h = header or {"alg": "HS256", "typ": "JWT", "kid": "hs1"}
+        return mint(h, claims, lambda m: hmac.new(key or self.secret, m, hashlib.sha256).digest())
+
+    def rs(self, claims):
+        def sign(m):
+            return subprocess.run(["openssl", "dgst", "-sha256", "-sign", os.path.join(self.keys, "rsa.pem")], input=m,
+                                  capture_output=True, check=True).stdout
+        return mint({"alg": "RS256", "kid": "rs1"}, claims, sign)
+
+    def claims(self, iss="https://hs.example", tenant="team-a", **extra):
+        now = int(time.time())
+        c = {"iss": iss, "aud": "moat", "tenant": tenant, "sub": "agent-7", "exp": now + 300, "iat": now}
+        c.update(extra)
+        return c
+
+    def call(self, token, language="python", code="print(7)"):
+        return self.stack.request("POST", "/api/v2/execute",
+                                  {"language": language, "version": "*", "files": [{"content": code}]}, token=token)
+
+    def test_valid_tokens_pick_the_tenant_from_the_claim(self):
+        st, _, data = self.call(self.hs(self.claims()))
+        self.assertEqual((st, data["run"]["stdout"]), (200, "7\n"))
+        st, _, data = self.call(self.rs(self.claims(iss="https://rs.example")))
+        self.assertEqual((st, data["run"]["stdout"]), (200, "7\n"))
+        # team-b's policy applies to team-b's token
+        self.assertEqual(self.call(self.hs(self.claims(tenant="team-b")))[0], 403)
+
+    def test_rejected_tokens(self):
+        with open(os.path.join(self.keys, "rsa.pub"), "rb") as f:
+            rsa_pub = f.read()
+        cases = {
+            "unknown tenant": self.hs(self.claims(tenant="nobody")),
+            "expired": self.hs(self.claims(exp=int(time.time()) - 60)),
+            "no exp": self.hs({k: v for k, v in self.claims().items() if k != "exp"}),
+            "future nbf": self.hs(self.claims(nbf=int(time.time()) + 600)),
+            "wrong aud": self.hs(self.claims(aud="other")),
+            "wrong iss": self.hs(self.claims(iss="https://evil.example")),
+            "alg none": mint({"alg": "none", "kid": "hs1"}, self.claims(), lambda m: b""),
+            "wrong key": self.hs(self.claims(), key=os.urandom(48)),
+            "path kid": self.hs(self.claims(), header={"alg": "HS256", "kid": "../../etc/passwd"}),
+            # G5: HS256 MAC'd with the RS256 issuer's public key
+            "alg confusion": self.hs(self.claims(iss="https://rs.example"), header={"alg": "HS256", "kid": "rs1"},
+                                     key=rsa_pub),
+        }
+        for why, token in cases.items():
+            with self.subTest(why=why):
+                st, headers, data = self.call(token)
+                self.assertEqual(st, 401, data)
+                self.assertEqual(data["request_id"], headers["x-request-id"])
