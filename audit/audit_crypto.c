@@ -1,0 +1,100 @@
+/*
+ * audit_crypto.c - see audit_crypto.h.
+ */
+#include "audit_crypto.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/params.h>
+
+void audit_hex(const uint8_t *in, size_t len, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = digits[in[i] >> 4];
+        out[2 * i + 1] = digits[in[i] & 15];
+    }
+    out[2 * len] = '\0';
+}
+
+static int nibble(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+int audit_unhex(const char *in, size_t hexlen, uint8_t *out, size_t outlen)
+{
+    if (hexlen != 2 * outlen)
+        return -1;
+    for (size_t i = 0; i < outlen; i++) {
+        int hi = nibble(in[2 * i]), lo = nibble(in[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}
+
+void audit_sha256(const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN])
+{
+    unsigned int n = AUDIT_HASH_LEN;
+    EVP_Digest(data, len, out, &n, EVP_sha256(), NULL);
+}
+
+int audit_hmac(const uint8_t key[AUDIT_KEY_LEN], const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN])
+{
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
+    size_t outl = 0;
+    int ok = ctx && EVP_MAC_init(ctx, key, AUDIT_KEY_LEN, params) == 1 && EVP_MAC_update(ctx, data, len) == 1 &&
+             EVP_MAC_final(ctx, out, &outl, AUDIT_HASH_LEN) == 1 && outl == AUDIT_HASH_LEN;
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(mac);
+    return ok ? 0 : -1;
+}
+
+void audit_ratchet(uint8_t key[AUDIT_KEY_LEN])
+{
+    static const char label[] = "moat-audit ratchet v1";
+    uint8_t buf[sizeof(label) - 1 + AUDIT_KEY_LEN];
+    memcpy(buf, label, sizeof(label) - 1);
+    memcpy(buf + sizeof(label) - 1, key, AUDIT_KEY_LEN);
+    audit_sha256(buf, sizeof(buf), key);
+    OPENSSL_cleanse(buf, sizeof(buf));
+}
+
+int audit_checkpoint_text(char *buf, size_t size, uint64_t head_seq, const char *head_hex)
+{
+    int n = snprintf(buf, size, "moat-audit checkpoint v1 %llu %s", (unsigned long long)head_seq, head_hex);
+    return n > 0 && (size_t)n < size ? 0 : -1;
+}
+
+int audit_sign(EVP_PKEY *key, const char *text, uint8_t sig[AUDIT_SIG_LEN])
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    size_t len = AUDIT_SIG_LEN;
+    int ok = ctx && EVP_DigestSignInit(ctx, NULL, NULL, NULL, key) == 1 &&
+             EVP_DigestSign(ctx, sig, &len, (const unsigned char *)text, strlen(text)) == 1 && len == AUDIT_SIG_LEN;
+    EVP_MD_CTX_free(ctx);
+    return ok ? 0 : -1;
+}
+
+int audit_verify_sig(const uint8_t pub[AUDIT_PUB_LEN], const char *text, const uint8_t sig[AUDIT_SIG_LEN])
+{
+    EVP_PKEY *key = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, NULL, pub, AUDIT_PUB_LEN);
+    EVP_MD_CTX *ctx = key ? EVP_MD_CTX_new() : NULL;
+    int ok = ctx && EVP_DigestVerifyInit(ctx, NULL, NULL, NULL, key) == 1 &&
+             EVP_DigestVerify(ctx, sig, AUDIT_SIG_LEN, (const unsigned char *)text, strlen(text)) == 1;
+    EVP_MD_CTX_free(ctx);
+    EVP_PKEY_free(key);
+    return ok ? 0 : -1;
+}

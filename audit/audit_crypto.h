@@ -1,0 +1,30 @@
+/*
+ * audit_crypto.h - hashing, MACs, the key ratchet and checkpoint signatures
+ * of the audit trail (OpenSSL 3), shared by the writer and the verifier.
+ */
+#ifndef MOAT_AUDIT_CRYPTO_H
+#define MOAT_AUDIT_CRYPTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <openssl/evp.h>
+
+#define AUDIT_KEY_LEN  32
+#define AUDIT_HASH_LEN 32
+#define AUDIT_HEX_LEN  64
+#define AUDIT_SIG_LEN  64
+#define AUDIT_PUB_LEN  32
+
+void audit_hex(const uint8_t *in, size_t len, char *out);                    /* out: 2*len+1 */
+int audit_unhex(const char *in, size_t hexlen, uint8_t *out, size_t outlen); /* 0 or -1 */
+void audit_sha256(const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN]);
+int audit_hmac(const uint8_t key[AUDIT_KEY_LEN], const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN]);
+/* K(i+1) = SHA-256("moat-audit ratchet v1" || K(i)), in place. */
+void audit_ratchet(uint8_t key[AUDIT_KEY_LEN]);
+/* The text a checkpoint signs: "moat-audit checkpoint v1 <seq> <head hex>". */
+int audit_checkpoint_text(char *buf, size_t size, uint64_t head_seq, const char *head_hex);
+int audit_sign(EVP_PKEY *key, const char *text, uint8_t sig[AUDIT_SIG_LEN]);
+int audit_verify_sig(const uint8_t pub[AUDIT_PUB_LEN], const char *text, const uint8_t sig[AUDIT_SIG_LEN]);
+
+#endif

@@ -1,0 +1,91 @@
+/*
+ * audit_log.h - the writer's side of the audit trail: sealing records into
+ * the hash chain with the epoch's MAC key, group commit, key ratchet,
+ * signed checkpoints, rotation, torn-tail repair, packets.  See FORMAT.md.
+ *
+ * Single-threaded: only the audit writer process uses it.
+ */
+#ifndef MOAT_AUDIT_LOG_H
+#define MOAT_AUDIT_LOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <jansson.h>
+#include <openssl/evp.h>
+
+#include "audit_crypto.h"
+
+#define AUDIT_MAX_LINE (64 * 1024)
+
+struct audit_config {
+    uint64_t epoch_records;      /* ratchet after this many records (default 1000) */
+    uint64_t epoch_seconds;      /* ... or this many seconds (default 300) */
+    uint64_t checkpoint_records; /* signed checkpoint every N records (default 100) */
+    uint64_t checkpoint_seconds; /* ... or seconds (default 60) */
+    uint64_t rotate_bytes;       /* new log file past this size (default 64 MiB) */
+    uint64_t rotate_seconds;     /* ... or age (default 86400) */
+    int packets;                 /* store full request/result packets (default on) */
+    uint64_t packet_max_bytes;   /* packets larger than this are not stored (default 8 MiB) */
+    uint64_t packet_retention_s; /* packets older than this are removed (default 30 days; 0 = keep) */
+    int append_only;             /* try chattr +a on log files (default on; "where permitted") */
+};
+
+struct audit_log {
+    struct audit_config cfg;
+    int dirfd;
+    int fd;      /* current log file, O_APPEND */
+    int ckpt_fd; /* checkpoints.log, O_APPEND */
+    uint64_t seq;
+    uint8_t prev[AUDIT_HASH_LEN];
+    uint64_t epoch;
+    uint8_t key[AUDIT_KEY_LEN];
+    uint64_t epoch_records;
+    time_t epoch_started;
+    uint64_t file_bytes;
+    time_t file_started;
+    uint64_t since_checkpoint;
+    time_t last_checkpoint;
+    EVP_PKEY *signing;
+    int dirty;           /* appended since the last sync */
+    int appended_ok;     /* chattr +a worked on the current file */
+    size_t torn_pending; /* a write failed part-way: bytes of the fragment on disk */
+    int torn_newline;    /* ... and its line still lacks the '\n' */
+    uint8_t torn_hash[AUDIT_HASH_LEN];
+};
+
+void audit_config_defaults(struct audit_config *c);
+
+/*
+ * Creates a new audit directory: K0, the state file, the Ed25519 signing key
+ * and verifier.key (owned by uid/gid, mode 0600, directory 0700).
+ */
+int audit_init_dir(const char *dir, uid_t uid, gid_t gid, char *err, size_t errlen);
+
+/*
+ * Opens the directory's newest log, recovers seq and prev from it, repairs
+ * a torn last line (appends "\n" and a repair record), and loads the epoch
+ * key and signing key.  Appends a "start" record.
+ */
+int audit_log_open(struct audit_log *l, const char *dir, const struct audit_config *cfg, char *err, size_t errlen);
+
+/*
+ * Seals body (a JSON object; reserved names refused) as the next record and
+ * writes it (not yet durable).  If packet is non-NULL it is stored first and
+ * its hash added as "packet".  Returns the record's seq, or 0 with err set.
+ */
+uint64_t audit_log_append(struct audit_log *l, json_t *body, const void *packet, size_t packet_len, char *err, size_t errlen);
+
+/* Makes everything appended so far durable (fdatasync) and records the
+ * state.  0 or -1: nothing appended since the last successful sync may be
+ * acknowledged then. */
+int audit_log_sync(struct audit_log *l, char *err, size_t errlen);
+
+/* Time-based duties: ratchet, checkpoint, rotation, packet retention. */
+int audit_log_tick(struct audit_log *l, time_t now, char *err, size_t errlen);
+
+/* Writes a final checkpoint, syncs and closes. */
+void audit_log_close(struct audit_log *l);
+
+#endif

@@ -1,0 +1,201 @@
+/*
+ * audit_writer.c - the audit writer process's loop (the httpd logger
+ * pattern): it alone holds the log, under its own uid; request handlers
+ * reach it only through their socketpairs.
+ *
+ * Group commit: each pass reads every complete request waiting on every
+ * socket, appends them all, makes them durable with one fdatasync, and only
+ * then acknowledges them.  A record that could not be appended or made
+ * durable is acknowledged as failed (seq 0), so the gateway refuses the
+ * request rather than run it unaudited; the next pass tries again, so the
+ * writer recovers by itself when the disk has room again.
+ */
+#include "audit_writer.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "audit_wire.h"
+
+#define TICK_MS     1000
+#define MAX_CLIENTS 512
+#define MAX_BATCH   4096
+
+struct client {
+    int fd;
+    uint8_t *buf;
+    size_t len, cap;
+};
+
+struct pending {
+    int client;
+    uint64_t tag;
+    uint64_t seq;
+    uint32_t err;
+};
+
+static int send_all(int fd, const void *p, size_t len)
+{
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = write(fd, (const char *)p + off, len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN) {
+            struct pollfd pfd = {fd, POLLOUT, 0};
+            if (poll(&pfd, 1, 1000) <= 0)
+                return -1;
+            continue;
+        }
+        if (n <= 0)
+            return -1;
+        off += (size_t)n;
+    }
+    return 0;
+}
+
+/* Reads what a client sent; 0 on EOF or a protocol error. */
+static int fill(struct client *c)
+{
+    if (c->cap - c->len < 65536) {
+        size_t cap = c->cap ? c->cap * 2 : 131072;
+        if (cap > sizeof(struct audit_wire_req) + AUDIT_WIRE_MAX_BODY + AUDIT_WIRE_MAX_PACKET + 65536)
+            cap = sizeof(struct audit_wire_req) + AUDIT_WIRE_MAX_BODY + AUDIT_WIRE_MAX_PACKET + 65536;
+        if (cap > c->cap) {
+            uint8_t *g = realloc(c->buf, cap);
+            if (g == NULL)
+                return 0;
+            c->buf = g;
+            c->cap = cap;
+        }
+    }
+    if (c->len == c->cap)
+        return 1;
+    ssize_t n = read(c->fd, c->buf + c->len, c->cap - c->len);
+    if (n < 0)
+        return errno == EINTR || errno == EAGAIN ? 1 : 0;
+    if (n == 0)
+        return 0;
+    c->len += (size_t)n;
+    return 1;
+}
+
+/* Takes complete requests off a client's buffer and appends them. */
+static int drain(struct audit_log *l, struct client *c, int ci, struct pending *p, size_t *np, int *failing)
+{
+    size_t off = 0;
+    while (c->len - off >= sizeof(struct audit_wire_req) && *np < MAX_BATCH) {
+        struct audit_wire_req rq;
+        memcpy(&rq, c->buf + off, sizeof(rq));
+        if (rq.magic != AUDIT_WIRE_MAGIC || rq.body_len > AUDIT_WIRE_MAX_BODY || rq.packet_len > AUDIT_WIRE_MAX_PACKET ||
+            rq.flags != 0) {
+            fprintf(stderr, "moat-audit-writer: client %d: protocol error, closing it\n", ci);
+            return -1;
+        }
+        size_t need = sizeof(rq) + rq.body_len + rq.packet_len;
+        if (c->len - off < need)
+            break;
+        const char *body = (const char *)c->buf + off + sizeof(rq);
+        const uint8_t *packet = rq.packet_len ? c->buf + off + sizeof(rq) + rq.body_len : NULL;
+        struct pending *pe = &p[(*np)++];
+        char err[256];
+        json_error_t jerr;
+        json_t *j = json_loadb(body, rq.body_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+        pe->client = ci;
+        pe->tag = rq.tag;
+        pe->seq = 0;
+        pe->err = 0;
+        if (j == NULL) {
+            pe->err = EINVAL;
+            fprintf(stderr, "moat-audit-writer: client %d: body is not JSON: %s\n", ci, jerr.text);
+        } else if ((pe->seq = audit_log_append(l, j, packet, rq.packet_len, err, sizeof(err))) == 0) {
+            pe->err = errno ? (uint32_t)errno : EIO;
+            if (!*failing)
+                fprintf(stderr, "moat-audit-writer: %s\n", err);
+            *failing = 1;
+        }
+        json_decref(j);
+        off += need;
+    }
+    memmove(c->buf, c->buf + off, c->len - off);
+    c->len -= off;
+    return 0;
+}
+
+int audit_writer_run(struct audit_log *l, const int *fds, int nfds)
+{
+    struct client clients[MAX_CLIENTS];
+    static struct pending batch[MAX_BATCH];
+    int open_clients = 0, failing = 0;
+
+    if (nfds > MAX_CLIENTS)
+        nfds = MAX_CLIENTS;
+    memset(clients, 0, sizeof(clients));
+    for (int i = 0; i < nfds; i++) {
+        clients[i].fd = fds[i];
+        open_clients++;
+    }
+    while (open_clients > 0) {
+        struct pollfd pfd[MAX_CLIENTS];
+        for (int i = 0; i < nfds; i++)
+            pfd[i] = (struct pollfd){clients[i].fd, clients[i].fd >= 0 ? POLLIN : 0, 0};
+        int n = poll(pfd, (nfds_t)nfds, TICK_MS);
+        if (n < 0 && errno != EINTR)
+            return -1;
+        size_t np = 0;
+        for (int i = 0; i < nfds && n > 0; i++) {
+            struct client *c = &clients[i];
+            if (c->fd < 0 || !pfd[i].revents)
+                continue;
+            if (!fill(c) || drain(l, c, i, batch, &np, &failing) != 0) {
+                close(c->fd);
+                c->fd = -1;
+                open_clients--;
+                continue;
+            }
+        }
+        char err[256];
+        if (audit_log_tick(l, time(NULL), err, sizeof(err)) != 0 && !failing) {
+            fprintf(stderr, "moat-audit-writer: %s\n", err);
+            failing = 1;
+        }
+        if (np == 0)
+            continue;
+        /* one fdatasync for the whole batch, then the acknowledgements */
+        if (audit_log_sync(l, err, sizeof(err)) != 0) {
+            if (!failing)
+                fprintf(stderr, "moat-audit-writer: %s\n", err);
+            failing = 1;
+            for (size_t i = 0; i < np; i++)
+                if (batch[i].seq) {
+                    batch[i].seq = 0;
+                    batch[i].err = EIO;
+                }
+        } else if (failing) {
+            int all_ok = 1;
+            for (size_t i = 0; i < np; i++)
+                all_ok &= batch[i].seq != 0;
+            if (all_ok) {
+                fprintf(stderr, "moat-audit-writer: writing again\n");
+                failing = 0;
+            }
+        }
+        for (size_t i = 0; i < np; i++) {
+            struct audit_wire_ack ack = {batch[i].tag, batch[i].seq, batch[i].err, 0};
+            struct client *c = &clients[batch[i].client];
+            if (c->fd >= 0 && send_all(c->fd, &ack, sizeof(ack)) != 0) {
+                close(c->fd);
+                c->fd = -1;
+                open_clients--;
+            }
+        }
+    }
+    for (int i = 0; i < nfds; i++)
+        free(clients[i].buf);
+    return 0;
+}

@@ -1,0 +1,130 @@
+/*
+ * moat-audit-writer - the audit writer process.
+ *
+ * Theory of operation
+ * -------------------
+ * moat-gateway's privileged parent starts this program with one end of a
+ * socketpair per gateway worker on descriptors 3, 4, ... (--clients N).  If
+ * started as root it drops to the audit user (--user, default moat-audit),
+ * keeping only CAP_LINUX_IMMUTABLE so it can mark new log files append-only
+ * (chattr +a) where the filesystem permits.  It then opens the audit
+ * directory (its own, mode 0700), repairs a torn tail left by a crash,
+ * and serves the sockets with group commit until they all close, then
+ * writes a final signed checkpoint.  The request handlers never hold the
+ * log's descriptor or its keys.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "audit_writer.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: moat-audit-writer --dir DIR --clients N [--user USER] [--no-packets]\n"
+               "  the client sockets are descriptors 3 .. 3+N-1 (started by moat-gateway)\n");
+}
+
+/* Drops to user, keeping CAP_LINUX_IMMUTABLE only. */
+static int drop_privileges(const char *user)
+{
+    struct passwd *pw = getpwnam(user);
+    if (pw == NULL) {
+        fprintf(stderr, "moat-audit-writer: unknown user %s\n", user);
+        return -1;
+    }
+    if (pw->pw_uid == 0) {
+        fprintf(stderr, "moat-audit-writer: refusing to run as uid 0\n");
+        return -1;
+    }
+    if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0 || setgroups(0, NULL) != 0 || setresgid(pw->pw_gid, pw->pw_gid, pw->pw_gid) != 0 ||
+        setresuid(pw->pw_uid, pw->pw_uid, pw->pw_uid) != 0) {
+        fprintf(stderr, "moat-audit-writer: cannot drop to %s: %s\n", user, strerror(errno));
+        return -1;
+    }
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    memset(data, 0, sizeof(data));
+    data[CAP_LINUX_IMMUTABLE / 32].permitted = data[CAP_LINUX_IMMUTABLE / 32].effective = 1u << (CAP_LINUX_IMMUTABLE % 32);
+    if (syscall(SYS_capset, &hdr, data) != 0) /* not fatal: append-only is "where permitted" */
+        fprintf(stderr, "moat-audit-writer: keeping CAP_LINUX_IMMUTABLE failed: %s\n", strerror(errno));
+    prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0);
+    if (setresuid(0, 0, 0) == 0) {
+        fprintf(stderr, "moat-audit-writer: could regain root, refusing to run\n");
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"dir", required_argument, NULL, 'd'},  {"clients", required_argument, NULL, 'c'},
+                                         {"user", required_argument, NULL, 'u'}, {"no-packets", no_argument, NULL, 'P'},
+                                         {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0}};
+    const char *dir = NULL, *user = "moat-audit";
+    int nclients = 0, ch, packets = 1;
+    struct audit_config cfg;
+    struct audit_log log;
+    char err[512];
+
+    while ((ch = getopt_long(argc, argv, "d:c:u:Ph", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'd':
+            dir = optarg;
+            break;
+        case 'c':
+            nclients = atoi(optarg);
+            break;
+        case 'u':
+            user = optarg;
+            break;
+        case 'P':
+            packets = 0;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (dir == NULL || nclients < 1 || nclients > 512) {
+        usage(stderr);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, SIG_IGN); /* ends when the gateway closes the sockets */
+    if (geteuid() == 0 && drop_privileges(user) != 0)
+        return 1;
+    audit_config_defaults(&cfg);
+    cfg.packets = packets;
+    const char *env;
+    if ((env = getenv("MOAT_AUDIT_CHECKPOINT_RECORDS")) != NULL)
+        cfg.checkpoint_records = strtoull(env, NULL, 10);
+    if ((env = getenv("MOAT_AUDIT_EPOCH_RECORDS")) != NULL)
+        cfg.epoch_records = strtoull(env, NULL, 10);
+    if ((env = getenv("MOAT_AUDIT_ROTATE_BYTES")) != NULL)
+        cfg.rotate_bytes = strtoull(env, NULL, 10);
+    if (audit_log_open(&log, dir, &cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "moat-audit-writer: %s\n", err);
+        return 1;
+    }
+    if (!log.appended_ok && cfg.append_only)
+        fprintf(stderr, "moat-audit-writer: note: chattr +a not permitted here; the log relies on its owner and mode\n");
+    int fds[512];
+    for (int i = 0; i < nclients; i++)
+        fds[i] = 3 + i;
+    int rc = audit_writer_run(&log, fds, nclients);
+    audit_log_close(&log);
+    return rc == 0 ? 0 : 1;
+}
