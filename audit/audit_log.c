@@ -234,6 +234,8 @@ static uint64_t newest_log(int dirfd, uint64_t below)
             close(fd);
         return 0;
     }
+    /* the dup shares dirfd's position, which an earlier call left at the end */
+    rewinddir(d);
     while ((de = readdir(d)) != NULL) {
         unsigned long long s;
         char tail[8];
@@ -283,7 +285,7 @@ static int open_log_file(struct audit_log *l, uint64_t first_seq, int create, ch
  * complete line was found, 0 when none, -1 on error.
  */
 static int read_tail(int dirfd, uint64_t first_seq, char *line, size_t size, size_t *line_len, size_t *torn,
-                     uint8_t torn_hash[AUDIT_HASH_LEN])
+                     uint8_t torn_hash[AUDIT_HASH_LEN], char *frag, size_t fragsize)
 {
     char name[64];
     log_name(name, sizeof(name), first_seq);
@@ -306,16 +308,25 @@ static int read_tail(int dirfd, uint64_t first_seq, char *line, size_t size, siz
     size_t end = want;
     *torn = 0;
     char *nl = memrchr(buf, '\n', end);
+    frag[0] = '\0';
     if (nl == NULL) {
         *torn = end;
         if (end)
             audit_sha256(buf, end, torn_hash);
+        if (end < fragsize) {
+            memcpy(frag, buf, end);
+            frag[end] = '\0';
+        }
         free(buf);
         return 0;
     }
     if ((size_t)(nl - buf) + 1 < end) {
         *torn = end - (size_t)(nl - buf) - 1;
         audit_sha256(nl + 1, *torn, torn_hash);
+        if (*torn < fragsize) {
+            memcpy(frag, nl + 1, *torn);
+            frag[*torn] = '\0';
+        }
     }
     char *start = memrchr(buf, '\n', (size_t)(nl - buf));
     start = start ? start + 1 : buf;
@@ -340,6 +351,37 @@ static int line_seq(const char *line, uint64_t *seq)
     return 0;
 }
 
+/* The epoch of a sealed line, or -1. */
+static int line_epoch(const char *line, uint64_t *epoch)
+{
+    const char *p = strstr(line, ",\"epoch\":");
+    unsigned long long e;
+    if (p == NULL || sscanf(p, ",\"epoch\":%llu,", &e) != 1)
+        return -1;
+    *epoch = e;
+    return 0;
+}
+
+/* Is a fragment with no newline after it a whole record that follows the
+ * last complete line (a crash or a full disk took only its newline)?  Its
+ * MAC is left to the verifier: adopting it changes nothing it checks. */
+static int fragment_is_next_record(const char *frag, size_t len, uint64_t seq, const uint8_t prev[AUDIT_HASH_LEN])
+{
+    char want[AUDIT_HEX_LEN + 16], hex[AUDIT_HEX_LEN + 1];
+    uint64_t s;
+    json_error_t jerr;
+    if (len < 2 || frag[0] != '{' || frag[len - 1] != '}' || strlen(frag) != len || line_seq(frag, &s) != 0 || s != seq + 1)
+        return 0;
+    audit_hex(prev, AUDIT_HASH_LEN, hex);
+    snprintf(want, sizeof(want), ",\"prev\":\"%s\"", hex);
+    if (strstr(frag, want) == NULL || strstr(frag, ",\"mac\":\"") == NULL)
+        return 0;
+    json_t *j = json_loadb(frag, len, JSON_REJECT_DUPLICATES, &jerr);
+    int ok = json_is_object(j);
+    json_decref(j);
+    return ok;
+}
+
 /* ---- sealing ----------------------------------------------------------------------- */
 
 static const char *const reserved[] = {"seq", "time", "epoch", "prev", "mac", "packet"};
@@ -356,12 +398,27 @@ static void now_iso(char *buf, size_t size)
 
 static int ratchet(struct audit_log *l, char *err, size_t errlen)
 {
+    uint8_t old[AUDIT_KEY_LEN];
+    uint64_t old_records = l->epoch_records;
+    time_t old_started = l->epoch_started;
+    memcpy(old, l->key, sizeof(old));
     audit_ratchet(l->key);
     l->epoch++;
     l->epoch_records = 0;
     l->epoch_started = time(NULL);
-    /* the state file holds only the new key from here on */
-    return save_state(l, err, errlen);
+    /* the state file holds only the new key from here on.  If it cannot be
+     * written (disk full), the new key is not used: the state file still
+     * holds the old one, and a restart must find the epoch the log is in. */
+    if (save_state(l, err, errlen) != 0) {
+        memcpy(l->key, old, sizeof(old));
+        l->epoch--;
+        l->epoch_records = old_records;
+        l->epoch_started = old_started;
+        OPENSSL_cleanse(old, sizeof(old));
+        return -1;
+    }
+    OPENSSL_cleanse(old, sizeof(old));
+    return 0;
 }
 
 static int store_packet(struct audit_log *l, const void *packet, size_t len, char hex[AUDIT_HEX_LEN + 1], char *err, size_t errlen)
@@ -421,8 +478,19 @@ static int checkpoint(struct audit_log *l, char *err, size_t errlen)
     if (seq == 0)
         return -1;
     int n = snprintf(line, sizeof(line), "%llu %s %s\n", (unsigned long long)head_seq, head, sighex);
-    if (write_all(l->ckpt_fd, line, (size_t)n, NULL) != 0)
-        return fail(err, errlen, "write checkpoints.log: %s", strerror(errno));
+    struct stat st;
+    size_t done = 0;
+    if (fstat(l->ckpt_fd, &st) != 0)
+        return fail(err, errlen, "stat checkpoints.log: %s", strerror(errno));
+    if (write_all(l->ckpt_fd, line, (size_t)n, &done) != 0) {
+        int saved = errno;
+        /* no partial line may stay in checkpoints.log (the verifier would
+         * take it for a forged checkpoint); the checkpoint record itself is
+         * in the log, and the next checkpoint covers more */
+        if (done > 0 && ftruncate(l->ckpt_fd, st.st_size) != 0)
+            fprintf(stderr, "moat-audit: cannot remove a partial line from checkpoints.log: %s\n", strerror(errno));
+        return fail(err, errlen, "write checkpoints.log: %s", strerror(saved));
+    }
     l->since_checkpoint = 0;
     l->last_checkpoint = time(NULL);
     return 0;
@@ -461,8 +529,19 @@ static uint64_t seal(struct audit_log *l, json_t *body, const char *packet_hex, 
     char when[40], prevhex[AUDIT_HEX_LEN + 1], machex[AUDIT_HEX_LEN + 1];
     uint8_t mac[AUDIT_HASH_LEN];
 
-    if (l->torn_pending && finish_torn(l, err, errlen) != 0)
-        return 0;
+    if (l->torn_pending) {
+        if (finish_torn(l, err, errlen) != 0)
+            return 0;
+    } else if (l->torn_newline) {
+        /* the last record is whole but still lacks its newline */
+        char nl = '\n';
+        if (write_all(l->fd, &nl, 1, NULL) != 0) {
+            fail(err, errlen, "end the last audit line: %s", strerror(errno));
+            return 0;
+        }
+        l->torn_newline = 0;
+        l->file_bytes++;
+    }
 
     if (l->cfg.epoch_records && l->epoch_records >= l->cfg.epoch_records && ratchet(l, err, errlen) != 0)
         return 0;
@@ -476,6 +555,29 @@ static uint64_t seal(struct audit_log *l, json_t *body, const char *packet_hex, 
         return 0;
     }
     size_t ilen = strlen(inner);
+    if (memchr(inner, 0x7f, ilen) != NULL) {
+        /* jansson leaves DEL raw; a record holds no control character.  A
+         * DEL can only be inside a string, where \u007f means the same. */
+        char *esc = malloc(ilen * 6 + 1);
+        size_t o = 0;
+        if (esc == NULL) {
+            free(inner);
+            fail(err, errlen, "out of memory");
+            return 0;
+        }
+        for (size_t i = 0; i < ilen; i++) {
+            if (inner[i] == 0x7f) {
+                memcpy(esc + o, "\\u007f", 6);
+                o += 6;
+            } else {
+                esc[o++] = inner[i];
+            }
+        }
+        esc[o] = '\0';
+        free(inner);
+        inner = esc;
+        ilen = o;
+    }
     now_iso(when, sizeof(when));
     audit_hex(l->prev, sizeof(l->prev), prevhex);
     size_t cap = ilen + 256;
@@ -504,11 +606,20 @@ static uint64_t seal(struct audit_log *l, json_t *body, const char *packet_hex, 
     size_t done = 0;
     if (write_all(l->fd, line, (size_t)n + 1, &done) != 0) {
         int saved = errno;
-        if (done > 0) {
+        if (done == (size_t)n) {
+            /* the whole record but its newline made it: it is a record (a
+             * restart adopts it too), ended before the next one; it is not
+             * acknowledged, as it was not made durable */
+            l->torn_newline = 1;
+            l->seq++;
+            memcpy(l->prev, h, sizeof(h));
+            l->file_bytes += done;
+            l->epoch_records++;
+            l->since_checkpoint++;
+            l->dirty = 1;
+        } else if (done > 0) {
             /* a fragment is on disk: it is ended and marked by a repair
              * record before the next record (finish_torn) */
-            if (done > (size_t)n)
-                done = (size_t)n; /* all but the newline made it */
             audit_sha256(line, done, l->torn_hash);
             l->torn_pending = done;
             l->torn_newline = 1;
@@ -541,6 +652,11 @@ uint64_t audit_log_append(struct audit_log *l, json_t *body, const void *packet,
             fail(err, errlen, "a record body may not set \"%s\"", reserved[i]);
             return 0;
         }
+    const char *type = json_string_value(json_object_get(body, "type"));
+    if (type != NULL && (strcmp(type, "checkpoint") == 0 || strcmp(type, "repair") == 0 || strcmp(type, "start") == 0)) {
+        fail(err, errlen, "record type \"%s\" is the writer's own", type);
+        return 0;
+    }
     if ((l->file_bytes >= l->cfg.rotate_bytes ||
          (l->cfg.rotate_seconds && (uint64_t)(time(NULL) - l->file_started) >= l->cfg.rotate_seconds)) &&
         l->file_bytes > 0) {
@@ -551,8 +667,12 @@ uint64_t audit_log_append(struct audit_log *l, json_t *body, const void *packet,
     if (with_packet && store_packet(l, packet, packet_len, packet_hex, err, errlen) != 0)
         return 0;
     uint64_t seq = seal(l, body, with_packet ? packet_hex : NULL, err, errlen);
-    if (seq && l->cfg.checkpoint_records && l->since_checkpoint >= l->cfg.checkpoint_records && checkpoint(l, err, errlen) != 0)
-        return 0;
+    /* a checkpoint that fails is tried again after the next record; the
+     * record itself is written either way */
+    if (seq && l->cfg.checkpoint_records && l->since_checkpoint >= l->cfg.checkpoint_records) {
+        char cerr[256];
+        (void)checkpoint(l, cerr, sizeof(cerr));
+    }
     return seq;
 }
 
@@ -629,9 +749,10 @@ int audit_log_tick(struct audit_log *l, time_t now, char *err, size_t errlen)
 
 int audit_log_open(struct audit_log *l, const char *dir, const struct audit_config *cfg, char *err, size_t errlen)
 {
-    char *line = NULL;
+    char *line = NULL, *frag = NULL;
     size_t line_len = 0, torn = 0;
     uint8_t torn_hash[AUDIT_HASH_LEN];
+    int adopt = 0;
 
     memset(l, 0, sizeof(*l));
     l->cfg = *cfg;
@@ -659,7 +780,7 @@ int audit_log_open(struct audit_log *l, const char *dir, const struct audit_conf
         fail(err, errlen, "open %s: %s", CHECKPOINTS_FILE, strerror(errno));
         goto fail;
     }
-    if ((line = malloc(AUDIT_MAX_LINE + 1)) == NULL) {
+    if ((line = malloc(AUDIT_MAX_LINE + 1)) == NULL || (frag = malloc(AUDIT_MAX_LINE + 1)) == NULL) {
         fail(err, errlen, "out of memory");
         goto fail;
     }
@@ -672,7 +793,8 @@ int audit_log_open(struct audit_log *l, const char *dir, const struct audit_conf
     while (first > 0 && !found) {
         size_t t = 0;
         uint8_t th[AUDIT_HASH_LEN];
-        int rc = read_tail(l->dirfd, first, line, AUDIT_MAX_LINE + 1, &line_len, &t, th);
+        int rc = read_tail(l->dirfd, first, line, AUDIT_MAX_LINE + 1, &line_len, &t, th, first == newest ? frag : line,
+                           first == newest ? AUDIT_MAX_LINE + 1 : 0);
         if (rc < 0) {
             fail(err, errlen, "cannot read the tail of audit-%016llu.log", (unsigned long long)first);
             goto fail;
@@ -692,6 +814,32 @@ int audit_log_open(struct audit_log *l, const char *dir, const struct audit_conf
         }
         audit_sha256(line, line_len, l->prev);
     }
+    if (torn > 0 && fragment_is_next_record(frag, torn, l->seq, l->prev)) {
+        /* whole but for its newline: it is the last record */
+        adopt = 1;
+        memcpy(line, frag, torn + 1);
+        line_len = torn;
+        l->seq++;
+        audit_sha256(line, line_len, l->prev);
+        found = 1;
+        torn = 0;
+    }
+    /* the epoch the log is in: normally the state file's, which is saved
+     * before a new key is used; never go back to an earlier one */
+    uint64_t log_epoch = 0;
+    if (found && line_epoch(line, &log_epoch) == 0 && log_epoch > l->epoch) {
+        if (log_epoch - l->epoch > 1000000) {
+            fail(err, errlen, "the log is at epoch %llu, the state file at %llu", (unsigned long long)log_epoch,
+                 (unsigned long long)l->epoch);
+            goto fail;
+        }
+        while (l->epoch < log_epoch) {
+            audit_ratchet(l->key);
+            l->epoch++;
+        }
+        if (save_state(l, err, errlen) != 0)
+            goto fail;
+    }
     if (newest == 0) {
         if (open_log_file(l, 1, 1, err, errlen) != 0)
             goto fail;
@@ -699,6 +847,10 @@ int audit_log_open(struct audit_log *l, const char *dir, const struct audit_conf
         goto fail;
     }
     l->last_checkpoint = time(NULL);
+    if (adopt) {
+        l->torn_newline = 1; /* seal() ends it first */
+        l->dirty = 1;
+    }
     if (torn > 0) {
         /* a crash left a torn line: end it and say so in the chain */
         l->torn_pending = torn;
@@ -713,9 +865,11 @@ int audit_log_open(struct audit_log *l, const char *dir, const struct audit_conf
     if (s == 0 || audit_log_sync(l, err, errlen) != 0)
         goto fail;
     free(line);
+    free(frag);
     return 0;
 fail:
     free(line);
+    free(frag);
     if (l->signing)
         EVP_PKEY_free(l->signing);
     if (l->fd >= 0)

@@ -97,6 +97,10 @@ struct chain {
     uint8_t key[AUDIT_KEY_LEN]; /* K(epoch) */
     int pending_torn;           /* a torn line awaits its repair record */
     size_t torn_len;
+    size_t torn_line;
+    uint64_t *ckpt_seqs; /* checkpoints.log: head seqs, ascending, and their heads */
+    uint8_t (*ckpt_heads)[AUDIT_HASH_LEN];
+    size_t nckpt, next_ckpt;
     uint8_t torn_hash[AUDIT_HASH_LEN];
 };
 
@@ -148,12 +152,19 @@ static int check_line(struct chain *c, const char *line, size_t len, const uint8
         goto out;
     }
     r->bad_seq = (uint64_t)seq;
+    if (c->pending_torn && (type == NULL || strcmp(type, "repair") != 0)) {
+        bad(r, "%s: not a valid record, and seq %lld after it is not a repair record naming it (edited, not torn): %s",
+            r->torn_where, (long long)seq, r->pending_problem);
+        r->bad_seq = c->seq + 1;
+        r->bad_line = c->torn_line;
+        goto out;
+    }
     if ((uint64_t)seq != c->seq + 1) {
         if ((uint64_t)seq <= c->seq)
             bad(r, "%s: seq %lld follows seq %llu: a record was inserted, repeated or reordered", where, (long long)seq,
                 (unsigned long long)c->seq);
         else
-            bad(r, "%s: seq %lld follows seq %llu: %llu record(s) missing (deleted)", where, (long long)seq,
+            bad(r, "%s: seq %lld follows seq %llu: %llu record(s) missing here (deleted or moved)", where, (long long)seq,
                 (unsigned long long)c->seq, (unsigned long long)((uint64_t)seq - c->seq - 1));
         goto out;
     }
@@ -195,8 +206,10 @@ static int check_line(struct chain *c, const char *line, size_t len, const uint8
         if (type == NULL || strcmp(type, "repair") != 0 || th == NULL || audit_unhex(th, strlen(th), thb, sizeof(thb)) != 0 ||
             CRYPTO_memcmp(thb, c->torn_hash, sizeof(thb)) != 0 ||
             json_integer_value(json_object_get(j, "torn_bytes")) != (json_int_t)c->torn_len) {
-            bad(r, "%s: a line that is not a valid record precedes seq %lld and no repair record names it: %s", where,
-                (long long)seq, r->pending_problem);
+            bad(r, "%s: not a valid record, and seq %lld after it is not a repair record naming it (edited, not torn): %s",
+                r->torn_where, (long long)seq, r->pending_problem);
+            r->bad_seq = c->seq + 1;
+            r->bad_line = c->torn_line;
             goto out;
         }
         c->pending_torn = 0;
@@ -219,6 +232,18 @@ static int check_line(struct chain *c, const char *line, size_t len, const uint8
         r->last_checkpoint_seq = (uint64_t)head_seq;
     }
     audit_sha256(line, len, h);
+    /* a signed checkpoint (checkpoints.log or its copy) names this head */
+    while (c->next_ckpt < c->nckpt && c->ckpt_seqs[c->next_ckpt] < (uint64_t)seq)
+        c->next_ckpt++;
+    while (c->next_ckpt < c->nckpt && c->ckpt_seqs[c->next_ckpt] == (uint64_t)seq) {
+        if (CRYPTO_memcmp(c->ckpt_heads[c->next_ckpt], h, sizeof(h)) != 0) {
+            OPENSSL_cleanse(&next, sizeof(next));
+            bad(r, "%s: seq %lld is not the record the signed checkpoint of seq %lld names (rewritten)", where, (long long)seq,
+                (long long)seq);
+            goto out;
+        }
+        c->next_ckpt++;
+    }
     memcpy(c->key, next.key, sizeof(c->key));
     c->epoch = next.epoch;
     OPENSSL_cleanse(&next, sizeof(next));
@@ -226,6 +251,7 @@ static int check_line(struct chain *c, const char *line, size_t len, const uint8
     c->seq = (uint64_t)seq;
     r->records++;
     r->last_seq = c->seq;
+    r->bad_seq = 0;
     if (cb)
         cb(arg, j, line, len);
     rc = 0;
@@ -234,48 +260,100 @@ out:
     return rc;
 }
 
-/* Reads checkpoints.log: the highest checkpointed head_seq whose signature
- * verifies (lines that do not verify are reported). */
-static int read_checkpoints(const char *path, const uint8_t pub[AUDIT_PUB_LEN], uint64_t *max_seq, char head[AUDIT_HEX_LEN + 1],
+static int cmp_ckpt(const void *a, const void *b)
+{
+    const uint8_t *x = a, *y = b;
+    uint64_t u, v;
+    memcpy(&u, x, sizeof(u));
+    memcpy(&v, y, sizeof(v));
+    return u < v ? -1 : u > v;
+}
+
+/* Reads checkpoints.log: every signed (head_seq, head), sorted, into c; the
+ * highest head_seq into *max_seq.  A line whose signature does not verify
+ * is reported. */
+static int read_checkpoints(const char *path, const uint8_t pub[AUDIT_PUB_LEN], uint64_t *max_seq, struct chain *c,
                             struct audit_verify_result *r)
 {
+    enum { ENTRY = sizeof(uint64_t) + AUDIT_HASH_LEN };
     FILE *f = fopen(path, "re");
     char line[512];
+    uint8_t *entries = NULL;
+    size_t n = 0, cap = 0, lineno = 0;
     *max_seq = 0;
-    if (f == NULL)
-        return errno == ENOENT ? 0 : -1;
+    if (f == NULL) {
+        if (errno == ENOENT)
+            return 0;
+        return bad(r, "%s: %s", path, strerror(errno));
+    }
     while (fgets(line, sizeof(line), f) != NULL) {
         unsigned long long s;
         char h[80], sig[160], text[160];
-        uint8_t sigb[AUDIT_SIG_LEN];
-        if (sscanf(line, "%llu %79s %159s", &s, h, sig) != 3 || audit_unhex(sig, strlen(sig), sigb, sizeof(sigb)) != 0 ||
-            audit_checkpoint_text(text, sizeof(text), s, h) != 0 || audit_verify_sig(pub, text, sigb) != 0) {
-            bad(r, "%s: a checkpoint line has a bad signature", path);
-            fclose(f);
-            return -1;
+        uint8_t sigb[AUDIT_SIG_LEN], hb[AUDIT_HASH_LEN];
+        lineno++;
+        if (sscanf(line, "%llu %79s %159s", &s, h, sig) != 3 || audit_unhex(h, strlen(h), hb, sizeof(hb)) != 0 ||
+            audit_unhex(sig, strlen(sig), sigb, sizeof(sigb)) != 0 || audit_checkpoint_text(text, sizeof(text), s, h) != 0 ||
+            audit_verify_sig(pub, text, sigb) != 0) {
+            bad(r, "%s:%zu: a checkpoint line is malformed or has a bad signature", path, lineno);
+            goto fail;
         }
-        if (s >= *max_seq) {
-            *max_seq = s;
-            snprintf(head, AUDIT_HEX_LEN + 1, "%.64s", h);
+        if (n == cap) {
+            uint8_t *g = realloc(entries, (cap = cap ? cap * 2 : 64) * ENTRY);
+            if (g == NULL) {
+                bad(r, "out of memory");
+                goto fail;
+            }
+            entries = g;
         }
+        uint64_t s64 = s;
+        memcpy(entries + n * ENTRY, &s64, sizeof(s64));
+        memcpy(entries + n * ENTRY + sizeof(s64), hb, sizeof(hb));
+        n++;
+        if (s64 > *max_seq)
+            *max_seq = s64;
     }
     fclose(f);
+    if (n)
+        qsort(entries, n, ENTRY, cmp_ckpt);
+    c->ckpt_seqs = n ? malloc(n * sizeof(uint64_t)) : NULL;
+    c->ckpt_heads = n ? malloc(n * AUDIT_HASH_LEN) : NULL;
+    if (n && (c->ckpt_seqs == NULL || c->ckpt_heads == NULL)) {
+        free(entries);
+        return bad(r, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        memcpy(&c->ckpt_seqs[i], entries + i * ENTRY, sizeof(uint64_t));
+        memcpy(c->ckpt_heads[i], entries + i * ENTRY + sizeof(uint64_t), AUDIT_HASH_LEN);
+    }
+    c->nckpt = n;
+    free(entries);
     return 0;
+fail:
+    fclose(f);
+    free(entries);
+    return -1;
 }
 
 int audit_verify_dir(const char *dir, const uint8_t k0[AUDIT_KEY_LEN], const uint8_t pub[AUDIT_PUB_LEN], const char *checkpoints,
                      struct audit_verify_result *r, audit_record_cb cb, void *arg)
 {
     struct chain c;
-    uint64_t *files = NULL;
+    uint64_t *files = NULL, max_ckpt = 0;
     size_t nfiles = 0;
-    char path[4096], where[4200];
+    char path[4096], where[4200], cpath[4096];
     char *buf = NULL;
+    size_t cap = 0; /* buf's size, kept across files for getline */
 
     memset(r, 0, sizeof(*r));
     memset(&c, 0, sizeof(c));
     r->ok = 1;
     memcpy(c.key, k0, AUDIT_KEY_LEN);
+    if (checkpoints != NULL)
+        snprintf(cpath, sizeof(cpath), "%s", checkpoints);
+    else
+        snprintf(cpath, sizeof(cpath), "%s/checkpoints.log", dir);
+    if (read_checkpoints(cpath, pub, &max_ckpt, &c, r) != 0)
+        goto out;
     if (list_logs(dir, &files, &nfiles) != 0) {
         bad(r, "%s: cannot list the audit directory: %s", dir, strerror(errno));
         goto out;
@@ -292,12 +370,16 @@ int audit_verify_dir(const char *dir, const uint8_t k0[AUDIT_KEY_LEN], const uin
             break;
         }
         if (files[fi] != c.seq + 1 && !(c.seq == 0 && files[fi] == 1)) {
-            bad(r, "%s: starts at seq %llu but the log before ends at %llu (a file is missing)", path,
-                (unsigned long long)files[fi], (unsigned long long)c.seq);
+            snprintf(r->bad_file, sizeof(r->bad_file), "%s", path);
+            r->bad_line = 0;
+            r->bad_seq = c.seq + 1;
+            bad(r, "%s: starts at seq %llu but the log before ends at %llu (a file is missing: records %llu-%llu)", path,
+                (unsigned long long)files[fi], (unsigned long long)c.seq, (unsigned long long)c.seq + 1,
+                (unsigned long long)files[fi] - 1);
             fclose(f);
             break;
         }
-        size_t cap = 0, lineno = 0;
+        size_t lineno = 0;
         ssize_t n;
         while (r->ok && (n = getline(&buf, &cap, f)) >= 0) {
             lineno++;
@@ -313,47 +395,48 @@ int audit_verify_dir(const char *dir, const uint8_t k0[AUDIT_KEY_LEN], const uin
                     break;
                 continue;
             }
-            struct audit_verify_result probe = *r;
-            if (ended && check_line(&c, buf, (size_t)n, pub, where, &probe, cb, arg) == 0) {
-                *r = probe;
+            if (ended && check_line(&c, buf, (size_t)n, pub, where, r, cb, arg) == 0)
                 continue;
-            }
-            if (probe.problem[0] != '\0' && strstr(probe.problem, "malformed") == NULL &&
-                strstr(probe.problem, "not valid JSON") == NULL) {
-                *r = probe; /* a well-formed record that is wrong: report it */
-                break;
-            }
+            if (!r->ok && strstr(r->problem, "malformed") == NULL && strstr(r->problem, "not valid JSON") == NULL)
+                break; /* a well-formed record that is wrong: report it */
             /* not a record: a fragment torn by a crash or a full disk.  It
              * is acceptable only if the next line is a repair record that
              * names it; at the end of the log it is a torn tail. */
+            snprintf(r->pending_problem, sizeof(r->pending_problem), "%s", r->problem[0] ? r->problem : "torn line");
+            r->problem[0] = '\0';
+            r->ok = 1;
+            r->bad_seq = 0;
             c.pending_torn = 1;
             c.torn_len = (size_t)n;
+            c.torn_line = lineno;
             audit_sha256(buf, (size_t)n, c.torn_hash);
             snprintf(r->torn_where, sizeof(r->torn_where), "%s", where);
             r->torn = 1;
-            snprintf(r->pending_problem, sizeof(r->pending_problem), "%s", probe.problem[0] ? probe.problem : "torn line");
         }
         fclose(f);
     }
     if (r->ok && c.pending_torn) {
+        r->bad_seq = c.seq + 1;
         bad(r, "%s: the last line is torn (%zu bytes, not a complete record; the writer repairs it on restart)", r->torn_where,
             c.torn_len);
         r->torn_tail = 1;
     }
-    if (r->ok) {
-        uint64_t max_seq = 0;
-        char head[AUDIT_HEX_LEN + 1] = "";
-        char cpath[4096];
-        snprintf(cpath, sizeof(cpath), "%s", checkpoints ? checkpoints : "");
-        if (checkpoints == NULL)
-            snprintf(cpath, sizeof(cpath), "%s/checkpoints.log", dir);
-        if (read_checkpoints(cpath, pub, &max_seq, head, r) == 0 && max_seq > c.seq)
-            bad(r, "log ends at seq %llu but a signed checkpoint covers seq %llu: the tail was truncated",
-                (unsigned long long)c.seq, (unsigned long long)max_seq);
+    if (r->ok && max_ckpt > c.seq) {
+        r->bad_seq = c.seq + 1;
+        bad(r, "log ends at seq %llu but the signed checkpoint in %s covers seq %llu: the tail was truncated",
+            (unsigned long long)c.seq, cpath, (unsigned long long)max_ckpt);
+    } else if (r->ok && max_ckpt > r->last_checkpoint_seq) {
+        r->bad_seq = c.seq + 1;
+        bad(r,
+            "log ends at seq %llu without the checkpoint record of seq %llu that %s lists: the tail was truncated "
+            "(the last signed checkpoint in the log covers seq %llu)",
+            (unsigned long long)c.seq, (unsigned long long)max_ckpt, cpath, (unsigned long long)r->last_checkpoint_seq);
     }
 out:
     free(buf);
     free(files);
+    free(c.ckpt_seqs);
+    free(c.ckpt_heads);
     OPENSSL_cleanse(&c, sizeof(c));
     return r->ok ? 0 : -1;
 }

@@ -28,6 +28,7 @@
 
 struct client {
     int fd;
+    int eof; /* the client closed its end: answer what it sent, then close */
     uint8_t *buf;
     size_t len, cap;
 };
@@ -85,6 +86,25 @@ static int fill(struct client *c)
     return 1;
 }
 
+/* Does a client's buffer hold a whole request (or a bad header)? */
+static int has_request(const struct client *c)
+{
+    struct audit_wire_req rq;
+    if (c->len < sizeof(rq))
+        return 0;
+    memcpy(&rq, c->buf, sizeof(rq));
+    if (rq.magic != AUDIT_WIRE_MAGIC || rq.body_len > AUDIT_WIRE_MAX_BODY || rq.packet_len > AUDIT_WIRE_MAX_PACKET)
+        return 1;
+    return c->len - sizeof(rq) >= (size_t)rq.body_len + rq.packet_len;
+}
+
+static void close_client(struct client *c, int *open_clients)
+{
+    close(c->fd);
+    c->fd = -1;
+    (*open_clients)--;
+}
+
 /* Takes complete requests off a client's buffer and appends them. */
 static int drain(struct audit_log *l, struct client *c, int ci, struct pending *p, size_t *np, int *failing)
 {
@@ -131,7 +151,7 @@ int audit_writer_run(struct audit_log *l, const int *fds, int nfds)
 {
     struct client clients[MAX_CLIENTS];
     static struct pending batch[MAX_BATCH];
-    int open_clients = 0, failing = 0;
+    int open_clients = 0, failing = 0, backlog = 0;
 
     if (nfds > MAX_CLIENTS)
         nfds = MAX_CLIENTS;
@@ -143,19 +163,20 @@ int audit_writer_run(struct audit_log *l, const int *fds, int nfds)
     while (open_clients > 0) {
         struct pollfd pfd[MAX_CLIENTS];
         for (int i = 0; i < nfds; i++)
-            pfd[i] = (struct pollfd){clients[i].fd, clients[i].fd >= 0 ? POLLIN : 0, 0};
-        int n = poll(pfd, (nfds_t)nfds, TICK_MS);
+            pfd[i] = (struct pollfd){clients[i].fd >= 0 && !clients[i].eof ? clients[i].fd : -1, POLLIN, 0};
+        /* requests left in a buffer by a full batch need no new data */
+        int n = poll(pfd, (nfds_t)nfds, backlog ? 0 : TICK_MS);
         if (n < 0 && errno != EINTR)
             return -1;
         size_t np = 0;
-        for (int i = 0; i < nfds && n > 0; i++) {
+        for (int i = 0; i < nfds; i++) {
             struct client *c = &clients[i];
-            if (c->fd < 0 || !pfd[i].revents)
+            if (c->fd < 0)
                 continue;
-            if (!fill(c) || drain(l, c, i, batch, &np, &failing) != 0) {
-                close(c->fd);
-                c->fd = -1;
-                open_clients--;
+            if (n > 0 && pfd[i].revents && !c->eof && !fill(c))
+                c->eof = 1;
+            if (drain(l, c, i, batch, &np, &failing) != 0) {
+                close_client(c, &open_clients);
                 continue;
             }
         }
@@ -164,35 +185,42 @@ int audit_writer_run(struct audit_log *l, const int *fds, int nfds)
             fprintf(stderr, "moat-audit-writer: %s\n", err);
             failing = 1;
         }
-        if (np == 0)
-            continue;
-        /* one fdatasync for the whole batch, then the acknowledgements */
-        if (audit_log_sync(l, err, sizeof(err)) != 0) {
-            if (!failing)
-                fprintf(stderr, "moat-audit-writer: %s\n", err);
-            failing = 1;
-            for (size_t i = 0; i < np; i++)
-                if (batch[i].seq) {
-                    batch[i].seq = 0;
-                    batch[i].err = EIO;
+        if (np > 0) {
+            /* one fdatasync for the whole batch, then the acknowledgements */
+            if (audit_log_sync(l, err, sizeof(err)) != 0) {
+                if (!failing)
+                    fprintf(stderr, "moat-audit-writer: %s\n", err);
+                failing = 1;
+                for (size_t i = 0; i < np; i++)
+                    if (batch[i].seq) {
+                        batch[i].seq = 0;
+                        batch[i].err = EIO;
+                    }
+            } else if (failing) {
+                int all_ok = 1;
+                for (size_t i = 0; i < np; i++)
+                    all_ok &= batch[i].seq != 0;
+                if (all_ok) {
+                    fprintf(stderr, "moat-audit-writer: writing again\n");
+                    failing = 0;
                 }
-        } else if (failing) {
-            int all_ok = 1;
-            for (size_t i = 0; i < np; i++)
-                all_ok &= batch[i].seq != 0;
-            if (all_ok) {
-                fprintf(stderr, "moat-audit-writer: writing again\n");
-                failing = 0;
+            }
+            for (size_t i = 0; i < np; i++) {
+                struct audit_wire_ack ack = {batch[i].tag, batch[i].seq, batch[i].err, 0};
+                struct client *c = &clients[batch[i].client];
+                if (c->fd >= 0 && send_all(c->fd, &ack, sizeof(ack)) != 0)
+                    close_client(c, &open_clients);
             }
         }
-        for (size_t i = 0; i < np; i++) {
-            struct audit_wire_ack ack = {batch[i].tag, batch[i].seq, batch[i].err, 0};
-            struct client *c = &clients[batch[i].client];
-            if (c->fd >= 0 && send_all(c->fd, &ack, sizeof(ack)) != 0) {
-                close(c->fd);
-                c->fd = -1;
-                open_clients--;
-            }
+        backlog = 0;
+        for (int i = 0; i < nfds; i++) {
+            struct client *c = &clients[i];
+            if (c->fd < 0)
+                continue;
+            if (has_request(c))
+                backlog = 1;
+            else if (c->eof)
+                close_client(c, &open_clients);
         }
     }
     for (int i = 0; i < nfds; i++)

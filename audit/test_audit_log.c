@@ -1,0 +1,980 @@
+/*
+ * test_audit_log.c - the audit writer's core (audit_log.c) driven directly,
+ * and the verifier (audit_verify.c) against the attacks of
+ * SECURITY-CHECKS.md A1-A7, each checked by the exact record it reports
+ * and the reason text.
+ *
+ * Every test makes its own directory under $TMPDIR (or /tmp) with small
+ * epoch, checkpoint and rotation settings.  The log files get chattr +a
+ * (we run as root, so it works where the filesystem supports it); the
+ * tests clear the flag with FS_IOC_SETFLAGS before they tamper or delete.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
+#include <linux/fs.h>
+#include <pwd.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "audit_crypto.h"
+#include "audit_log.h"
+#include "audit_verify.h"
+
+struct fixture {
+    char root[256]; /* mkdtemp, mode 0755 */
+    char dir[300];  /* root/audit */
+    uint8_t k0[AUDIT_KEY_LEN], pub[AUDIT_PUB_LEN];
+    struct audit_config cfg;
+    struct audit_log log;
+    int open;
+    struct audit_verify_result r;
+};
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static int clear_flags_cb(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    if (type == FTW_F) {
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        int flags = 0;
+        if (fd >= 0) {
+            if (ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0 && (flags & (FS_APPEND_FL | FS_IMMUTABLE_FL))) {
+                flags &= ~(FS_APPEND_FL | FS_IMMUTABLE_FL);
+                (void)ioctl(fd, FS_IOC_SETFLAGS, &flags);
+            }
+            close(fd);
+        }
+    }
+    return 0;
+}
+
+static int rm_cb(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return type == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+static void clear_append(const char *path)
+{
+    clear_flags_cb(path, NULL, FTW_F, NULL);
+}
+
+static int file_flags(const char *path, int *flags)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = ioctl(fd, FS_IOC_GETFLAGS, flags);
+    close(fd);
+    return rc;
+}
+
+static void test_config(struct audit_config *c)
+{
+    audit_config_defaults(c);
+    c->epoch_records = 5;
+    c->epoch_seconds = 100000;
+    c->checkpoint_records = 10;
+    c->checkpoint_seconds = 100000;
+    c->rotate_bytes = 1ull << 30;
+    c->rotate_seconds = 0;
+    c->packet_retention_s = 0;
+}
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    const char *tmp = getenv("TMPDIR");
+    char err[512];
+    snprintf(f->root, sizeof(f->root), "%s/moat-audit-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    assert_non_null(mkdtemp(f->root));
+    chmod(f->root, 0755);
+    snprintf(f->dir, sizeof(f->dir), "%s/audit", f->root);
+    struct passwd *pw = getpwnam("moat-audit");
+    assert_int_equal(audit_init_dir(f->dir, pw ? pw->pw_uid : 0, pw ? pw->pw_gid : 0, err, sizeof(err)), 0);
+    char key[400];
+    snprintf(key, sizeof(key), "%s/verifier.key", f->dir);
+    assert_int_equal(audit_read_verifier_key(key, f->k0, f->pub, err, sizeof(err)), 0);
+    test_config(&f->cfg);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    if (f->open)
+        audit_log_close(&f->log);
+    if (getenv("MOAT_AUDIT_KEEP") != NULL) { /* for debugging a failure */
+        print_message("    kept %s\n", f->root);
+    } else {
+        nftw(f->root, clear_flags_cb, 16, FTW_PHYS);
+        nftw(f->root, rm_cb, 16, FTW_PHYS | FTW_DEPTH);
+    }
+    free(f);
+    return 0;
+}
+
+static void log_open(struct fixture *f)
+{
+    char err[512] = "";
+    int rc = audit_log_open(&f->log, f->dir, &f->cfg, err, sizeof(err));
+    if (rc != 0)
+        fail_msg("audit_log_open: %s", err);
+    f->open = 1;
+}
+
+static void log_close(struct fixture *f)
+{
+    audit_log_close(&f->log);
+    f->open = 0;
+}
+
+/* What a kill -9 leaves: no final checkpoint, nothing more written. */
+static void log_crash(struct fixture *f)
+{
+    EVP_PKEY_free(f->log.signing);
+    close(f->log.fd);
+    close(f->log.ckpt_fd);
+    close(f->log.dirfd);
+    f->open = 0;
+}
+
+static uint64_t append_req(struct fixture *f, int i, const char *tenant)
+{
+    char rid[32], err[512] = "";
+    snprintf(rid, sizeof(rid), "req-%d", i);
+    json_t *b = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "type", "request", "request_id", rid, "tenant", tenant, "decision",
+                          i % 3 ? "allowed" : "denied", "endpoint", "execute", "status", i % 3 ? 200 : 429);
+    uint64_t seq = audit_log_append(&f->log, b, NULL, 0, err, sizeof(err));
+    json_decref(b);
+    if (seq == 0)
+        fail_msg("audit_log_append: %s", err);
+    return seq;
+}
+
+static void append_many(struct fixture *f, int n)
+{
+    char err[512];
+    for (int i = 0; i < n; i++)
+        append_req(f, i, "acme");
+    assert_int_equal(audit_log_sync(&f->log, err, sizeof(err)), 0);
+}
+
+static int verify(struct fixture *f, const char *checkpoints)
+{
+    return audit_verify_dir(f->dir, f->k0, f->pub, checkpoints, &f->r, NULL, NULL);
+}
+
+static void expect_ok(struct fixture *f)
+{
+    if (verify(f, NULL) != 0)
+        fail_msg("verify failed: %s", f->r.problem);
+}
+
+static void expect_bad(struct fixture *f, const char *checkpoints, uint64_t bad_seq, size_t bad_line, const char *needle)
+{
+    assert_int_not_equal(verify(f, checkpoints), 0);
+    print_message("    verify: %s (bad_seq %llu, line %zu)\n", f->r.problem, (unsigned long long)f->r.bad_seq, f->r.bad_line);
+    if (strstr(f->r.problem, needle) == NULL)
+        fail_msg("problem \"%s\" lacks \"%s\"", f->r.problem, needle);
+    if (bad_seq != (uint64_t)-1)
+        assert_int_equal(f->r.bad_seq, bad_seq);
+    if (bad_line != (size_t)-1)
+        assert_int_equal(f->r.bad_line, bad_line);
+}
+
+static void first_log(struct fixture *f, char *path, size_t size)
+{
+    snprintf(path, size, "%s/audit-%016llu.log", f->dir, 1ull);
+}
+
+/* The lines of a file (without newlines); *n of them.  A last line without
+ * a newline is kept. */
+static char **read_lines(const char *path, size_t *n)
+{
+    FILE *fp = fopen(path, "re");
+    char **lines = NULL, *buf = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    *n = 0;
+    assert_non_null(fp);
+    while ((len = getline(&buf, &cap, fp)) >= 0) {
+        if (len > 0 && buf[len - 1] == '\n')
+            buf[len - 1] = '\0';
+        char **g = realloc(lines, (*n + 1) * sizeof(char *));
+        assert_non_null(g);
+        lines = g;
+        lines[(*n)++] = strdup(buf);
+    }
+    free(buf);
+    fclose(fp);
+    return lines;
+}
+
+static void write_lines(const char *path, char **lines, size_t n)
+{
+    clear_append(path);
+    FILE *fp = fopen(path, "we");
+    assert_non_null(fp);
+    for (size_t i = 0; i < n; i++)
+        fprintf(fp, "%s\n", lines[i]);
+    assert_int_equal(fclose(fp), 0);
+}
+
+static void free_lines(char **lines, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(lines[i]);
+    free(lines);
+}
+
+/* K(epoch) from K0, as the verifier (or an attacker holding K0) derives it. */
+static void key_of(const uint8_t k0[AUDIT_KEY_LEN], uint64_t epoch, uint8_t out[AUDIT_KEY_LEN])
+{
+    memcpy(out, k0, AUDIT_KEY_LEN);
+    for (uint64_t e = 0; e < epoch; e++)
+        audit_ratchet(out);
+}
+
+/* Re-seals a line: new prev (if prev != NULL) and a MAC under key, as an
+ * attacker holding key would. */
+static char *reseal(const char *line, const uint8_t *prev, const uint8_t key[AUDIT_KEY_LEN])
+{
+    char *s = strdup(line), hex[AUDIT_HEX_LEN + 1], *p;
+    uint8_t mac[AUDIT_HASH_LEN];
+    if (prev != NULL) {
+        p = strstr(s, ",\"prev\":\"");
+        assert_non_null(p);
+        audit_hex(prev, AUDIT_HASH_LEN, hex);
+        memcpy(p + 9, hex, AUDIT_HEX_LEN);
+    }
+    p = strstr(s, ",\"mac\":\"");
+    assert_non_null(p);
+    assert_int_equal(audit_hmac(key, s, (size_t)(p - s), mac), 0);
+    audit_hex(mac, sizeof(mac), hex);
+    memcpy(p + 8, hex, AUDIT_HEX_LEN);
+    return s;
+}
+
+static uint64_t read_state(struct fixture *f, uint8_t key[AUDIT_KEY_LEN])
+{
+    char path[400], text[512], hex[80];
+    unsigned long long epoch;
+    long long started;
+    snprintf(path, sizeof(path), "%s/state", f->dir);
+    FILE *fp = fopen(path, "re");
+    assert_non_null(fp);
+    size_t n = fread(text, 1, sizeof(text) - 1, fp);
+    fclose(fp);
+    text[n] = '\0';
+    assert_int_equal(sscanf(text, "moat-audit-state v1\nepoch %llu\nkey %79s\nepoch_started %lld\n", &epoch, hex, &started), 3);
+    assert_int_equal(audit_unhex(hex, strlen(hex), key, AUDIT_KEY_LEN), 0);
+    return epoch;
+}
+
+/* A trail of 30 records in one file: seq 1 is "start", checkpoints every 10. */
+static void build_trail(struct fixture *f, int n)
+{
+    log_open(f);
+    append_many(f, n);
+    log_close(f);
+    expect_ok(f);
+}
+
+/* ---- A1: edits, deletions, insertions, reordering --------------------------------- */
+
+static void test_a1_flip_byte(void **state)
+{
+    struct fixture *f = *state;
+    char path[400];
+    size_t n;
+    build_trail(f, 30);
+    first_log(f, path, sizeof(path));
+    char **orig = read_lines(path, &n);
+
+    /* in a value: the MAC fails at exactly that record */
+    char **l = read_lines(path, &n);
+    char *p = strstr(l[11], "\"acme\"");
+    assert_non_null(p);
+    p[1] ^= 0x01;
+    write_lines(path, l, n);
+    expect_bad(f, NULL, 12, 12, "fails its MAC");
+    free_lines(l, n);
+
+    /* in the JSON structure: not a record, and not a torn line either */
+    write_lines(path, orig, n);
+    expect_ok(f);
+    l = read_lines(path, &n);
+    l[11][0] = '[';
+    write_lines(path, l, n);
+    expect_bad(f, NULL, 12, 12, "not a valid record");
+    free_lines(l, n);
+
+    /* in the MAC itself */
+    write_lines(path, orig, n);
+    l = read_lines(path, &n);
+    p = strstr(l[11], ",\"mac\":\"") + 8;
+    *p = *p == '0' ? '1' : '0';
+    write_lines(path, l, n);
+    expect_bad(f, NULL, 12, 12, "fails its MAC");
+    free_lines(l, n);
+
+    /* in the seq number: it no longer follows */
+    write_lines(path, orig, n);
+    l = read_lines(path, &n);
+    assert_int_equal(strncmp(l[11], "{\"seq\":12,", 10), 0);
+    l[11][8] = '3';
+    write_lines(path, l, n);
+    expect_bad(f, NULL, 13, 12, "missing");
+    free_lines(l, n);
+    free_lines(orig, n);
+}
+
+static void test_a1_delete_insert_reorder(void **state)
+{
+    struct fixture *f = *state;
+    char path[400];
+    size_t n;
+    build_trail(f, 30);
+    first_log(f, path, sizeof(path));
+    char **orig = read_lines(path, &n);
+    char **l = malloc((n + 1) * sizeof(char *));
+
+    /* delete line 12 (seq 12): seq 13 arrives where 12 belongs */
+    memcpy(l, orig, 11 * sizeof(char *));
+    memcpy(l + 11, orig + 12, (n - 12) * sizeof(char *));
+    write_lines(path, l, n - 1);
+    expect_bad(f, NULL, 13, 12, "1 record(s) missing");
+
+    /* insert a copy of seq 5 after seq 12 */
+    memcpy(l, orig, 12 * sizeof(char *));
+    l[12] = orig[4];
+    memcpy(l + 13, orig + 12, (n - 12) * sizeof(char *));
+    write_lines(path, l, n + 1);
+    expect_bad(f, NULL, 5, 13, "inserted, repeated or reordered");
+
+    /* insert a copy of the record right before: the same seq again */
+    l[12] = orig[11];
+    write_lines(path, l, n + 1);
+    expect_bad(f, NULL, 12, 13, "inserted, repeated or reordered");
+
+    /* reorder seq 12 and 13 */
+    memcpy(l, orig, n * sizeof(char *));
+    l[11] = orig[12];
+    l[12] = orig[11];
+    write_lines(path, l, n);
+    expect_bad(f, NULL, 13, 12, "deleted or moved");
+
+    /* put the original back: it verifies again */
+    write_lines(path, orig, n);
+    expect_ok(f);
+    free(l);
+    free_lines(orig, n);
+}
+
+/* ---- A2: truncation against signed checkpoints ------------------------------------- */
+
+static void test_a2_truncate_tail(void **state)
+{
+    struct fixture *f = *state;
+    char path[400], ckpt[400], copy[400];
+    size_t n, cn;
+    build_trail(f, 30);
+    first_log(f, path, sizeof(path));
+    snprintf(ckpt, sizeof(ckpt), "%s/checkpoints.log", f->dir);
+    snprintf(copy, sizeof(copy), "%s/checkpoints-offhost.log", f->root);
+    char **orig = read_lines(path, &n);
+    char **corig = read_lines(ckpt, &cn);
+    write_lines(copy, corig, cn);
+    assert_true(cn >= 3);
+    print_message("    %zu lines, %zu signed checkpoints\n", n, cn);
+
+    /* the last 5 records gone */
+    write_lines(path, orig, n - 5);
+    expect_bad(f, NULL, n - 5 + 1, (size_t)-1, "the tail was truncated");
+    assert_non_null(strstr(f->r.problem, "signed checkpoint"));
+
+    /* only the final checkpoint record gone */
+    write_lines(path, orig, n - 1);
+    expect_bad(f, NULL, n, (size_t)-1, "without the checkpoint record");
+
+    /* the attacker also cuts checkpoints.log to match: the local copy is
+     * fooled, the copy kept elsewhere is not */
+    write_lines(path, orig, 15);
+    size_t keep = 0;
+    for (size_t i = 0; i < cn; i++)
+        if (strtoull(corig[i], NULL, 10) < 15)
+            keep = i + 1;
+    write_lines(ckpt, corig, keep);
+    expect_ok(f);
+    expect_bad(f, copy, 16, (size_t)-1, "the tail was truncated");
+    assert_non_null(strstr(f->r.problem, copy));
+
+    /* an attacker holding the writer's current key cuts the log at seq 15
+     * and appends a forged tail up to the old length (MACs valid: epochs
+     * may jump to the current one; no checkpoint records, as those need the
+     * signing key): only the signed heads of the copy kept elsewhere show it */
+    uint8_t cur[AUDIT_KEY_LEN], prev[AUDIT_HASH_LEN];
+    uint64_t j = read_state(f, cur);
+    char **forged = calloc(n, sizeof(char *));
+    for (size_t i = 0; i < n; i++) {
+        if (i < 15) {
+            forged[i] = strdup(orig[i]);
+        } else {
+            char line[600];
+            snprintf(line, sizeof(line),
+                     "{\"seq\":%zu,\"time\":\"2026-11-29T16:40:45.123Z\",\"epoch\":%llu,\"prev\":\"%064d\",\"type\":\"request\","
+                     "\"tenant\":\"forged\",\"decision\":\"allowed\",\"mac\":\"%064d\"}",
+                     i + 1, (unsigned long long)j, 0, 0);
+            forged[i] = reseal(line, prev, cur);
+        }
+        audit_sha256(forged[i], strlen(forged[i]), prev);
+    }
+    write_lines(path, forged, n);
+    expect_ok(f); /* the local checkpoints.log was cut too */
+    uint64_t first_ckpt_after = 0;
+    for (size_t i = 0; i < cn && !first_ckpt_after; i++)
+        if (strtoull(corig[i], NULL, 10) >= 16)
+            first_ckpt_after = strtoull(corig[i], NULL, 10);
+    expect_bad(f, copy, first_ckpt_after, first_ckpt_after, "not the record the signed checkpoint");
+    free_lines(forged, n);
+
+    write_lines(path, orig, n);
+    write_lines(ckpt, corig, cn);
+    expect_ok(f);
+    free_lines(orig, n);
+    free_lines(corig, cn);
+}
+
+static void test_a2_forged_checkpoint_line(void **state)
+{
+    /* a line added to checkpoints.log without the signing key is refused */
+    struct fixture *f = *state;
+    char ckpt[400];
+    build_trail(f, 25);
+    snprintf(ckpt, sizeof(ckpt), "%s/checkpoints.log", f->dir);
+    size_t cn;
+    char **c = read_lines(ckpt, &cn);
+    /* a forged line with a bad signature */
+    char forged[400];
+    snprintf(forged, sizeof(forged), "%s", c[0]);
+    char *sp = strrchr(forged, ' ');
+    sp[1] = sp[1] == 'a' ? 'b' : 'a';
+    char **l = malloc((cn + 1) * sizeof(char *));
+    memcpy(l, c, cn * sizeof(char *));
+    l[cn] = forged;
+    write_lines(ckpt, l, cn + 1);
+    expect_bad(f, NULL, (uint64_t)-1, (size_t)-1, "bad signature");
+    write_lines(ckpt, c, cn);
+    expect_ok(f);
+    free(l);
+    free_lines(c, cn);
+}
+
+/* ---- A3: re-MAC with the current epoch key --------------------------------------------- */
+
+static void test_a3_remac_with_current_key(void **state)
+{
+    struct fixture *f = *state;
+    char path[400];
+    size_t n;
+    uint8_t cur[AUDIT_KEY_LEN], derived[AUDIT_KEY_LEN], prev[AUDIT_HASH_LEN];
+    build_trail(f, 40); /* epoch_records 5: about 9 epochs */
+    first_log(f, path, sizeof(path));
+    uint64_t j = read_state(f, cur);
+    key_of(f->k0, j, derived);
+    assert_memory_equal(cur, derived, AUDIT_KEY_LEN); /* the attacker's key is K(j) */
+    assert_true(j >= 5);
+    char **orig = read_lines(path, &n);
+
+    /* rewrite everything: edit seq 3, re-chain, re-MAC every line with K(j) */
+    char **l = calloc(n, sizeof(char *));
+    memset(prev, 0, sizeof(prev));
+    for (size_t i = 0; i < n; i++) {
+        char *line = strdup(orig[i]);
+        if (i == 2) {
+            char *p = strstr(line, "\"acme\"");
+            assert_non_null(p);
+            memcpy(p + 1, "evil", 4);
+        }
+        l[i] = reseal(line, prev, cur);
+        free(line);
+        audit_sha256(l[i], strlen(l[i]), prev);
+    }
+    write_lines(path, l, n);
+    char want[64];
+    snprintf(want, sizeof(want), "later epoch %llu's key", (unsigned long long)j);
+    expect_bad(f, NULL, 1, 1, want);
+    free_lines(l, n);
+
+    /* rewrite only from the edited record on: the first rewritten record of
+     * an earlier epoch is caught */
+    l = calloc(n, sizeof(char *));
+    for (size_t i = 0; i < n; i++) {
+        if (i < 2) {
+            l[i] = strdup(orig[i]);
+        } else {
+            char *line = strdup(orig[i]);
+            if (i == 2)
+                memcpy(strstr(line, "\"acme\"") + 1, "evil", 4);
+            l[i] = reseal(line, prev, cur);
+            free(line);
+        }
+        audit_sha256(l[i], strlen(l[i]), prev);
+    }
+    write_lines(path, l, n);
+    expect_bad(f, NULL, 3, 3, want);
+    free_lines(l, n);
+    free_lines(orig, n);
+}
+
+/* ---- A4: torn last line ------------------------------------------------------------------ */
+
+static void append_raw(const char *path, const char *data)
+{
+    int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC); /* +a permits appending */
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, data, strlen(data)), (ssize_t)strlen(data));
+    close(fd);
+}
+
+static void test_a4_torn_tail_repaired(void **state)
+{
+    struct fixture *f = *state;
+    char path[400];
+    size_t n;
+    log_open(f);
+    append_many(f, 12);
+    log_crash(f);
+    expect_ok(f);
+    uint64_t last = f->r.last_seq;
+    first_log(f, path, sizeof(path));
+
+    /* the crash tore the next line */
+    append_raw(path, "{\"seq\":14,\"time\":\"2026-11-29T16:4");
+    assert_int_not_equal(verify(f, NULL), 0);
+    print_message("    verify: %s\n", f->r.problem);
+    assert_true(f->r.torn_tail);
+    assert_non_null(strstr(f->r.problem, "torn"));
+    assert_int_equal(f->r.records, last); /* every earlier record verified */
+    assert_int_equal(f->r.bad_seq, last + 1);
+
+    /* restart: "\n" and a repair record naming it, then the chain goes on */
+    log_open(f);
+    append_many(f, 5);
+    log_close(f);
+    expect_ok(f);
+    assert_int_equal(f->r.repairs, 1);
+    assert_true(f->r.torn);
+    assert_false(f->r.torn_tail);
+    char **l = read_lines(path, &n);
+    size_t k = 0;
+    while (k < n && strncmp(l[k], "{\"seq\":14,\"time\":\"2026-11-29T16:4", 33) != 0)
+        k++;
+    assert_true(k + 1 < n);
+    assert_int_equal(strlen(l[k]), 33);
+    assert_non_null(strstr(l[k + 1], "\"type\":\"repair\",\"torn_bytes\":33,"));
+    char expect_seq[32];
+    snprintf(expect_seq, sizeof(expect_seq), "{\"seq\":%llu,", (unsigned long long)last + 1);
+    assert_int_equal(strncmp(l[k + 1], expect_seq, strlen(expect_seq)), 0);
+    free_lines(l, n);
+
+    /* the torn fragment edited after the repair: the repair no longer names it */
+    l = read_lines(path, &n);
+    l[k][20] = 'X';
+    write_lines(path, l, n);
+    expect_bad(f, NULL, last + 1, k + 1, "not a repair record naming it");
+    free_lines(l, n);
+}
+
+/* The newest log file's path. */
+static void newest_log(struct fixture *f, char *path, size_t size)
+{
+    DIR *d = opendir(f->dir);
+    struct dirent *de;
+    unsigned long long best = 0;
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL) {
+        unsigned long long s;
+        if (sscanf(de->d_name, "audit-%16llu.log", &s) == 1 && s > best)
+            best = s;
+    }
+    closedir(d);
+    snprintf(path, size, "%s/audit-%016llu.log", f->dir, best);
+}
+
+static void test_a4_torn_tail_twice_and_new_file(void **state)
+{
+    /* a tear right after a rotation (the new file holds only a fragment),
+     * repaired; then another tear in the newest file, repaired too */
+    struct fixture *f = *state;
+    char path[400];
+    f->cfg.rotate_bytes = 1500;
+    log_open(f);
+    append_many(f, 20);
+    log_crash(f);
+    expect_ok(f);
+    snprintf(path, sizeof(path), "%s/audit-%016llu.log", f->dir, (unsigned long long)f->r.last_seq + 1);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "{\"se", 4), 4);
+    close(fd);
+    assert_int_not_equal(verify(f, NULL), 0);
+    assert_true(f->r.torn_tail);
+    log_open(f);
+    append_many(f, 3);
+    log_crash(f);
+    expect_ok(f);
+    assert_int_equal(f->r.repairs, 1);
+    newest_log(f, path, sizeof(path));
+    append_raw(path, "{\"seq\":1");
+    assert_int_not_equal(verify(f, NULL), 0);
+    assert_true(f->r.torn_tail);
+    log_open(f);
+    append_many(f, 30);
+    log_close(f);
+    expect_ok(f);
+    assert_int_equal(f->r.repairs, 2);
+}
+
+static void test_a4_whole_record_without_newline_adopted(void **state)
+{
+    /* the crash took only the newline: the record is whole; it is adopted
+     * (no repair), and the chain goes on after it */
+    struct fixture *f = *state;
+    char path[400];
+    log_open(f);
+    append_many(f, 7);
+    log_crash(f);
+    first_log(f, path, sizeof(path));
+    clear_append(path);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(truncate(path, st.st_size - 1), 0);
+    assert_int_not_equal(verify(f, NULL), 0);
+    assert_true(f->r.torn_tail);
+    log_open(f);
+    append_many(f, 3);
+    log_close(f);
+    expect_ok(f);
+    assert_int_equal(f->r.repairs, 0);
+    assert_int_equal(f->r.last_seq, 1 + 7 + 1 + 3 + 1); /* start, 7, start, 3, checkpoint */
+}
+
+/* ---- A5: strings cannot split or forge records --------------------------------------------- */
+
+static void test_a5_hostile_strings(void **state)
+{
+    struct fixture *f = *state;
+    static const char nasty[] = "a\r\nb\"c\\d\xe2\x80\xa8"
+                                "e}\n{\"seq\":99,\"mac\":\"00\"}\x1b[2J\x7f\xc2\x85";
+    char path[400], err[256];
+    size_t n;
+    log_open(f);
+    json_t *b = json_pack("{s:s, s:s%}", "type", "request", "tenant", nasty, sizeof(nasty) - 1);
+    json_object_set_new(b, "with_nul", json_stringn("x\0y", 3));
+    assert_int_not_equal(audit_log_append(&f->log, b, NULL, 0, err, sizeof(err)), 0);
+    json_decref(b);
+    /* names the writer owns are refused */
+    b = json_pack("{s:s, s:i}", "type", "request", "seq", 5);
+    assert_int_equal(audit_log_append(&f->log, b, NULL, 0, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "\"seq\""));
+    json_decref(b);
+    b = json_pack("{s:s, s:I, s:s, s:s}", "type", "checkpoint", "head_seq", (json_int_t)1, "head", "00", "sig", "00");
+    assert_int_equal(audit_log_append(&f->log, b, NULL, 0, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "writer's own"));
+    json_decref(b);
+    log_close(f);
+    expect_ok(f);
+    first_log(f, path, sizeof(path));
+    char **l = read_lines(path, &n);
+    assert_int_equal(n, 3); /* start, the record, the final checkpoint */
+    for (size_t i = 0; i < n; i++)
+        for (const unsigned char *p = (const unsigned char *)l[i]; *p; p++)
+            assert_true(*p >= 0x20 && *p < 0x7f);
+    json_error_t jerr;
+    json_t *rec = json_loads(l[1], JSON_ALLOW_NUL, &jerr);
+    assert_non_null(rec);
+    json_t *t = json_object_get(rec, "tenant");
+    assert_int_equal(json_string_length(t), sizeof(nasty) - 1);
+    assert_memory_equal(json_string_value(t), nasty, sizeof(nasty) - 1);
+    assert_int_equal(json_string_length(json_object_get(rec, "with_nul")), 3);
+    json_decref(rec);
+    free_lines(l, n);
+}
+
+/* ---- A6: the request-handling user cannot rewrite the log ------------------------------------ */
+
+static void test_a6_moat_cannot_rewrite(void **state)
+{
+    struct fixture *f = *state;
+    char path[400], ckpt[400], st[400];
+    struct passwd *pw = getpwnam("moat");
+    if (pw == NULL) {
+        print_message("    SKIP: no user moat\n");
+        skip();
+    }
+    log_open(f);
+    append_many(f, 5);
+    assert_int_equal(audit_log_sync(&f->log, st, sizeof(st)), 0);
+    first_log(f, path, sizeof(path));
+    snprintf(ckpt, sizeof(ckpt), "%s/checkpoints.log", f->dir);
+    snprintf(st, sizeof(st), "%s/state", f->dir);
+
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int got = 0;
+        if (setgroups(0, NULL) != 0 || setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0)
+            _exit(100);
+        int fd;
+        if ((fd = open(path, O_WRONLY)) >= 0 || errno != EACCES)
+            got |= 1;
+        if ((fd = open(path, O_WRONLY | O_APPEND)) >= 0)
+            got |= 2;
+        if (truncate(path, 0) == 0)
+            got |= 4;
+        if (unlink(path) == 0)
+            got |= 8;
+        if (open(ckpt, O_WRONLY | O_APPEND) >= 0 || open(st, O_RDONLY) >= 0)
+            got |= 16;
+        if (rename(path, ckpt) == 0)
+            got |= 32;
+        if (open(path, O_RDONLY) >= 0) /* no reading the records either */
+            got |= 64;
+        (void)fd;
+        _exit(got);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) != 0)
+        fail_msg("user moat could rewrite the log (mask %d)", WEXITSTATUS(status));
+
+    /* the owner's mode and the append-only flag */
+    struct stat sb;
+    assert_int_equal(stat(f->dir, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0700);
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0600);
+    int flags = 0;
+    if (file_flags(path, &flags) != 0) {
+        print_message("    note: FS_IOC_GETFLAGS unsupported here (%s): append-only flag not checked\n", strerror(errno));
+    } else if (!f->log.appended_ok) {
+        print_message("    note: chattr +a not permitted on this filesystem: flag not checked\n");
+    } else {
+        assert_true(flags & FS_APPEND_FL);
+        /* even root cannot rewrite it while the flag is set */
+        assert_int_equal(open(path, O_WRONLY), -1);
+        assert_int_equal(errno, EPERM);
+        assert_int_equal(truncate(path, 0), -1);
+        assert_int_equal(unlink(path), -1);
+    }
+    log_close(f);
+    expect_ok(f);
+}
+
+/* ---- A7: key ratchet across epochs and files ---------------------------------------------------- */
+
+static void test_a7_ratchet_and_rotation(void **state)
+{
+    struct fixture *f = *state;
+    uint8_t key[AUDIT_KEY_LEN], k[AUDIT_KEY_LEN];
+    char err[256];
+    f->cfg.epoch_records = 3;
+    f->cfg.checkpoint_records = 7;
+    f->cfg.rotate_bytes = 2000;
+    log_open(f);
+    uint64_t seen_epoch = 0;
+    for (int i = 0; i < 200; i++) {
+        append_req(f, i, i % 2 ? "acme" : "globex");
+        if (f->log.epoch != seen_epoch) {
+            /* a ratchet: the state file holds the new key and no old one */
+            seen_epoch = f->log.epoch;
+            assert_int_equal(read_state(f, key), seen_epoch);
+            memcpy(k, f->k0, sizeof(k));
+            for (uint64_t e = 0; e < seen_epoch; e++) {
+                assert_memory_not_equal(key, k, AUDIT_KEY_LEN);
+                audit_ratchet(k);
+            }
+            assert_memory_equal(key, k, AUDIT_KEY_LEN);
+            assert_memory_equal(f->log.key, k, AUDIT_KEY_LEN);
+        }
+    }
+    assert_int_equal(audit_log_sync(&f->log, err, sizeof(err)), 0);
+    /* idle: time alone moves the epoch */
+    f->log.cfg.epoch_seconds = 60;
+    uint64_t before = f->log.epoch;
+    assert_int_equal(audit_log_tick(&f->log, time(NULL) + 120, err, sizeof(err)), 0);
+    assert_int_equal(f->log.epoch, before + 1);
+    assert_int_equal(read_state(f, key), before + 1);
+    append_req(f, 1000, "acme");
+    log_close(f);
+    char st2[400];
+    snprintf(st2, sizeof(st2), "%s/state.tmp", f->dir);
+    assert_int_not_equal(access(st2, F_OK), 0);
+
+    expect_ok(f);
+    print_message("    %llu records, epoch %llu, %llu checkpoints\n", (unsigned long long)f->r.records,
+                  (unsigned long long)before + 1, (unsigned long long)f->r.checkpoints);
+    assert_true(before >= 60);
+
+    /* files: many; delete one in the middle */
+    DIR *d = opendir(f->dir);
+    struct dirent *de;
+    uint64_t firsts[256] = {0};
+    size_t nf = 0;
+    while ((de = readdir(d)) != NULL) {
+        unsigned long long s;
+        if (sscanf(de->d_name, "audit-%16llu.log", &s) == 1 && nf < 256)
+            firsts[nf++] = s;
+    }
+    closedir(d);
+    print_message("    %zu log files\n", nf);
+    assert_true(nf >= 6);
+    uint64_t mid = 0, next = UINT64_MAX;
+    for (size_t i = 0; i < nf; i++)
+        if (firsts[i] > mid && firsts[i] != 1 && firsts[i] < 150)
+            mid = firsts[i];
+    for (size_t i = 0; i < nf; i++)
+        if (firsts[i] > mid && firsts[i] < next)
+            next = firsts[i];
+    char path[400];
+    snprintf(path, sizeof(path), "%s/audit-%016llu.log", f->dir, (unsigned long long)mid);
+    clear_append(path);
+    assert_int_equal(unlink(path), 0);
+    char want[128];
+    snprintf(want, sizeof(want), "a file is missing: records %llu-%llu", (unsigned long long)mid, (unsigned long long)next - 1);
+    expect_bad(f, NULL, mid, (size_t)-1, want);
+}
+
+static void test_a7_state_behind_log(void **state)
+{
+    /* the state file lags the log (a ratchet whose state could not be
+     * written): the writer goes forward to the log's epoch, never back */
+    struct fixture *f = *state;
+    char st[400], saved[400];
+    f->cfg.epoch_records = 4;
+    snprintf(st, sizeof(st), "%s/state", f->dir);
+    snprintf(saved, sizeof(saved), "%s/state.old", f->root);
+    log_open(f);
+    append_many(f, 2);
+    assert_int_equal(f->log.epoch, 0);
+    char cmd[1000];
+    snprintf(cmd, sizeof(cmd), "cp -p %s %s", st, saved);
+    assert_int_equal(system(cmd), 0);
+    append_many(f, 10);
+    assert_true(f->log.epoch >= 2);
+    log_crash(f);
+    assert_int_equal(rename(saved, st), 0);
+    log_open(f);
+    append_many(f, 3);
+    log_close(f);
+    expect_ok(f);
+}
+
+/* ---- packets ---------------------------------------------------------------------------------- */
+
+static void test_packets_stored_exactly(void **state)
+{
+    struct fixture *f = *state;
+    uint8_t bin[4096], h[AUDIT_HASH_LEN];
+    char hex[AUDIT_HEX_LEN + 1], path[600], err[256];
+    for (size_t i = 0; i < sizeof(bin); i++)
+        bin[i] = (uint8_t)(i * 7 + (i >> 8));
+    log_open(f);
+    json_t *b = json_pack("{s:s, s:s}", "type", "result", "request_id", "rq-bin");
+    uint64_t seq = audit_log_append(&f->log, b, bin, sizeof(bin), err, sizeof(err));
+    assert_int_not_equal(seq, 0);
+    json_decref(b);
+    /* the same content again: stored once */
+    b = json_pack("{s:s, s:s}", "type", "result", "request_id", "rq-bin2");
+    assert_int_not_equal(audit_log_append(&f->log, b, bin, sizeof(bin), err, sizeof(err)), 0);
+    json_decref(b);
+    log_close(f);
+    expect_ok(f);
+    audit_sha256(bin, sizeof(bin), h);
+    audit_hex(h, sizeof(h), hex);
+    snprintf(path, sizeof(path), "%s/packets/%.2s/%s.json", f->dir, hex, hex);
+    FILE *fp = fopen(path, "rbe");
+    assert_non_null(fp);
+    uint8_t back[5000];
+    size_t n = fread(back, 1, sizeof(back), fp);
+    fclose(fp);
+    assert_int_equal(n, sizeof(bin));
+    assert_memory_equal(back, bin, sizeof(bin));
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+}
+
+/* ---- the verifier's callback sees verified records only --------------------------------------- */
+
+static void count_cb(void *arg, json_t *rec, const char *line, size_t len)
+{
+    uint64_t *n = arg;
+    (void)line;
+    (void)len;
+    assert_int_equal(json_integer_value(json_object_get(rec, "seq")), (json_int_t)(*n + 1));
+    (*n)++;
+}
+
+static void test_verify_callback_stops_at_failure(void **state)
+{
+    struct fixture *f = *state;
+    char path[400];
+    size_t n;
+    uint64_t seen = 0;
+    build_trail(f, 20);
+    first_log(f, path, sizeof(path));
+    char **l = read_lines(path, &n);
+    char *p = strstr(l[9], "\"acme\"");
+    p[1] = 'X';
+    write_lines(path, l, n);
+    assert_int_not_equal(audit_verify_dir(f->dir, f->k0, f->pub, NULL, &f->r, count_cb, &seen), 0);
+    assert_int_equal(seen, 9);
+    assert_int_equal(f->r.bad_seq, 10);
+    free_lines(l, n);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_a1_flip_byte, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a1_delete_insert_reorder, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a2_truncate_tail, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a2_forged_checkpoint_line, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a3_remac_with_current_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a4_torn_tail_repaired, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a4_torn_tail_twice_and_new_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a4_whole_record_without_newline_adopted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a5_hostile_strings, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a6_moat_cannot_rewrite, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a7_ratchet_and_rotation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a7_state_behind_log, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_packets_stored_exactly, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_verify_callback_stops_at_failure, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
