@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""bench_gateway - requests/s and latency of moat-gateway against a bare h2o server.
+
+    python3 tests/bench/bench_gateway.py [--build-dir build] [--duration 10] [--rounds 3]
+        [--connections 64] [--streams 8] [--exec-connections 8] [--threads 2]
+
+Run as root (the backend runs boxes; the gateway drops to the `moat` user).
+It starts, on 127.0.0.1 with throwaway certificates:
+
+  raw_h2o       the baseline: h2o 2.2.5 evloop, TLS, answering every request
+                with 200 and a fixed JSON body (tests/bench/raw_h2o.c), with
+                as many worker threads as the gateway;
+  the stack     moat-backend + moat-gateway, set up as the e2e tests do
+                (tests/e2e/moat_harness.py), with two tenants: "bench"
+                (generous limits) and "limited" (rate 0.001/s, burst 1: every
+                request after the first gets 429).
+
+and drives each case with HTTP/1.1 keep-alive (wrk) and HTTP/2 (h2load),
+all of them POSTing the same small execute body to /api/v2/execute:
+
+  raw     raw_h2o, fixed response                      (the baseline)
+  401     gateway, no Authorization header             (deny path)
+  429     gateway, tenant "limited", valid API key     (deny path)
+  exec    gateway, tenant "bench": print(1) in python, fewer connections
+
+For each it prints requests/s, p50/p99 latency, the server's CPU time per
+request, and the ratio of each deny path to raw (goal: >= 0.7x).  The
+ratio compares two servers on the same machine in the same run; the load
+generator shares the CPUs with the server, which is why CPU time per
+request is printed as well.  The cases run in interleaved rounds (raw, 401,
+429, exec, raw, ...) and the medians over the rounds are reported.
+
+Exit status: 0 when every case ran and every response had the expected
+status; 1 on any error (missing tool, server not starting, wrong status,
+socket errors).  Missing the 0.7x goal is reported, not an error.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import http.client
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+GOAL = 0.7
+EXEC_BODY = {"language": "python", "version": "*", "files": [{"name": "main.py", "content": "print(1)"}]}
+
+
+class BenchError(Exception):
+    pass
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+# ---- servers ---------------------------------------------------------------
+
+def https_request(port, ca, method, path, body=None, headers=None, timeout=60):
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.set_alpn_protocols(["http/1.1"])
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        raw = resp.read()
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = raw
+        return resp.status, data
+    finally:
+        conn.close()
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process (all threads), in seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class RawH2o:
+    def __init__(self, binary, certs, threads, port):
+        self.port = port
+        self.log = open(os.path.join(certs, "..", "raw_h2o.log"), "ab")
+        self.proc = subprocess.Popen(
+            [binary, "-c", os.path.join(certs, "server.pem"), "-k", os.path.join(certs, "server.key"),
+             "-p", str(port), "-t", str(threads)], stdout=self.log, stderr=subprocess.STDOUT)
+        ca = os.path.join(certs, "ca.pem")
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise BenchError("raw_h2o exited with status %d" % self.proc.returncode)
+            try:
+                https_request(port, ca, "GET", "/", timeout=2)
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise BenchError("raw_h2o did not start")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+# ---- load generators -------------------------------------------------------
+
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.body = %(body)s
+wrk.headers["Content-Type"] = "application/json"
+%(auth)s
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("WRK requests=%%d duration_us=%%d p50_us=%%d p99_us=%%d status=%%d connect=%%d read=%%d write=%%d timeout=%%d\\n",
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+    e.status, e.connect, e.read, e.write, e.timeout))
+end
+"""
+
+
+def lua_string(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def run_wrk(tmp, port, token, body, connections, threads, duration):
+    script = os.path.join(tmp, "wrk-%d.lua" % os.getpid())
+    auth = 'wrk.headers["Authorization"] = %s' % lua_string("Bearer " + token) if token else ""
+    with open(script, "w") as f:
+        f.write(WRK_SCRIPT % {"body": lua_string(body), "auth": auth})
+    cmd = ["wrk", "-t", str(min(threads, connections)), "-c", str(connections), "-d", "%ds" % duration,
+           "--timeout", "30s", "-s", script, "https://127.0.0.1:%d/api/v2/execute" % port]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
+    line = next((l for l in p.stdout.splitlines() if l.startswith("WRK ")), None)
+    if p.returncode != 0 or line is None:
+        raise BenchError("wrk failed (%d): %s %s" % (p.returncode, p.stdout[-2000:], p.stderr[-2000:]))
+    v = {k: int(x) for k, x in (kv.split("=") for kv in line.split()[1:])}
+    if v["requests"] == 0:
+        raise BenchError("wrk made no requests:\n" + p.stdout)
+    socket_errors = v["connect"] + v["read"] + v["write"] + v["timeout"]
+    return {"requests": v["requests"], "seconds": v["duration_us"] / 1e6, "p50_ms": v["p50_us"] / 1e3,
+            "p99_ms": v["p99_us"] / 1e3, "non2xx": v["status"], "socket_errors": socket_errors}
+
+
+def median(values):
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def percentile(sorted_values, q):
+    if not sorted_values:
+        return 0.0
+    k = min(len(sorted_values) - 1, max(0, int(round(q / 100.0 * len(sorted_values) + 0.5)) - 1))
+    return sorted_values[k]
+
+
+def run_h2load(tmp, port, token, body, connections, streams, threads, duration):
+    body_file = os.path.join(tmp, "body.json")
+    with open(body_file, "w") as f:
+        f.write(body)
+    log_file = os.path.join(tmp, "h2load-%d.tsv" % os.getpid())
+    cmd = ["h2load", "-D", str(duration), "-c", str(connections), "-m", str(streams), "-t",
+           str(min(threads, connections)), "-d", body_file, "-H", "content-type: application/json",
+           "--log-file", log_file]
+    if token:
+        cmd += ["-H", "authorization: Bearer " + token]
+    cmd.append("https://127.0.0.1:%d/api/v2/execute" % port)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
+    out = p.stdout
+    if p.returncode != 0:
+        raise BenchError("h2load failed (%d): %s %s" % (p.returncode, out[-2000:], p.stderr[-2000:]))
+    if "Application protocol: h2" not in out:
+        raise BenchError("h2load did not negotiate h2:\n" + out)
+    finished = next((l for l in out.splitlines() if l.startswith("finished in")), "")
+    reqs = next((l for l in out.splitlines() if l.startswith("requests:")), "")
+    codes = next((l for l in out.splitlines() if l.startswith("status codes:")), "")
+    try:
+        seconds = float(finished.split()[2].rstrip("s,"))
+        r = reqs.split()
+        done, errored, timeout = int(r[5]), int(r[11]), int(r[13])
+        c = codes.split()
+        n2xx = int(c[2])
+        non2xx = int(c[4]) + int(c[6]) + int(c[8])
+    except (IndexError, ValueError):
+        raise BenchError("cannot parse h2load output:\n" + out)
+    lat = []
+    with open(log_file) as f:
+        for row in f:
+            cols = row.split("\t")
+            if len(cols) >= 3:
+                lat.append(int(cols[2]))
+    os.unlink(log_file)
+    lat.sort()
+    if done == 0:
+        raise BenchError("h2load made no requests:\n" + out)
+    # h2load counts non-2xx responses as "failed" as well; socket-level trouble is "errored"/"timeout"
+    return {"requests": n2xx + non2xx, "seconds": seconds, "p50_ms": percentile(lat, 50) / 1e3,
+            "p99_ms": percentile(lat, 99) / 1e3, "non2xx": non2xx, "socket_errors": errored + timeout + (done - n2xx - non2xx)}
+
+
+# ---- the benchmark ---------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build-dir", default=os.environ.get("MOAT_BUILD_DIR", os.path.join(SOURCE, "build")))
+    ap.add_argument("--duration", type=int, default=10, help="seconds per measurement (default 10)")
+    ap.add_argument("--connections", type=int, default=64, help="connections for raw/401/429 (default 64)")
+    ap.add_argument("--streams", type=int, default=8, help="HTTP/2 streams per connection (default 8)")
+    ap.add_argument("--exec-connections", type=int, default=8, help="connections for exec (default 8)")
+    ap.add_argument("--threads", type=int, default=2, help="load generator threads (default 2)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every case (default 3)")
+    ap.add_argument("--cases", default="raw,401,429,exec", help="comma-separated subset")
+    ap.add_argument("--protocols", default="h1,h2", help="h1 (wrk), h2 (h2load) or both")
+    ap.add_argument("--smoke", action="store_true", help="short run: check that everything works")
+    ap.add_argument("--hold", action="store_true", help="keep the servers running after the run (for perf)")
+    args = ap.parse_args()
+
+    # SIGINT/SIGTERM (also when started in the background, where SIGINT is
+    # ignored) unwind through the finally below, which stops every server.
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, interrupted)
+    signal.signal(signal.SIGTERM, interrupted)
+
+    build = os.path.abspath(args.build_dir)
+    os.environ["MOAT_BUILD_DIR"] = build
+    sys.path.insert(0, os.path.join(SOURCE, "tests", "e2e"))
+    import moat_harness  # noqa: E402  (reads MOAT_BUILD_DIR at import)
+
+    raw_bin = os.path.join(build, "tests", "bench", "raw_h2o")
+    for tool in ("wrk", "h2load"):
+        if shutil.which(tool) is None:
+            raise BenchError("%s not found (install nghttp2-client and wrk: .ci/install-deps)" % tool)
+    for b in (raw_bin, moat_harness.BACKEND, moat_harness.GATEWAY, moat_harness.MOATCTL):
+        if not os.access(b, os.X_OK):
+            raise BenchError("%s not built" % b)
+    if os.geteuid() != 0:
+        raise BenchError("run as root (the backend runs boxes)")
+
+    cases = args.cases.split(",")
+    protocols = args.protocols.split(",")
+    body = json.dumps(EXEC_BODY)
+    bench_extra = "rate: {per_second: 100000, burst: 100000}\nmax_in_flight: 1000\ncpu_seconds_per_minute: 1000000\n"
+    limited_extra = "rate: {per_second: 0.001, burst: 1}\n"
+    stack = moat_harness.Stack(tenants=[("bench", bench_extra, ""), ("limited", limited_extra, "")])
+    workers = 2  # moat_harness.Stack writes "workers: 2"
+    raw = None
+    results = {}
+    try:
+        stack.start()
+        raw = RawH2o(raw_bin, stack.certs, workers, moat_harness.free_port())
+        tmp = stack.tmp
+        servers = {"raw": (raw.port, raw.proc.pid, None), "401": (stack.port, stack.gateway.pid, None),
+                   "429": (stack.port, stack.gateway.pid, stack.tokens["limited"]),
+                   "exec": (stack.port, stack.gateway.pid, stack.tokens["bench"])}
+
+        # Each case answers as expected before it is measured.
+        hdr = {"Content-Type": "application/json"}
+        st, _ = https_request(raw.port, stack.ca, "POST", "/api/v2/execute", body, hdr)
+        if st != 200:
+            raise BenchError("raw_h2o answered %d" % st)
+        st, _ = https_request(stack.port, stack.ca, "POST", "/api/v2/execute", body, hdr)
+        if st != 401:
+            raise BenchError("no token: gateway answered %d, want 401" % st)
+        lim = dict(hdr, Authorization="Bearer " + stack.tokens["limited"])
+        st, data = https_request(stack.port, stack.ca, "POST", "/api/v2/execute", body, lim)
+        if st != 200:
+            raise BenchError("limited tenant, first request: %d %r, want 200" % (st, data))
+        st, _ = https_request(stack.port, stack.ca, "POST", "/api/v2/execute", body, lim)
+        if st != 429:
+            raise BenchError("limited tenant, second request: %d, want 429" % st)
+        ok = dict(hdr, Authorization="Bearer " + stack.tokens["bench"])
+        st, data = https_request(stack.port, stack.ca, "POST", "/api/v2/execute", body, ok)
+        if st != 200 or not isinstance(data, dict) or data.get("run", {}).get("stdout") != "1\n":
+            raise BenchError("execute print(1): %d %r" % (st, data))
+
+        log("load average at the start: %s" % open("/proc/loadavg").read().strip())
+        log("bench_gateway: %d s per case, %d connections (exec: %d), h2 %d streams/connection, "
+            "%d server threads, %d load generator threads" % (args.duration, args.connections, args.exec_connections,
+                                                              args.streams, workers, args.threads))
+        # Rounds interleave the series (raw, 401, 429, exec, raw, ...) so that
+        # drift in machine load hits all of them alike; ratios are taken within
+        # a round, and the medians over rounds are reported.
+        for rnd in range(args.rounds):
+            for case in cases:
+                port, pid, token = servers[case]
+                conns = args.exec_connections if case == "exec" else args.connections
+                streams = 1 if case == "exec" else args.streams
+                for proto in protocols:
+                    cpu0 = cpu_seconds(pid)
+                    if proto == "h1":
+                        r = run_wrk(tmp, port, token, body, conns, args.threads, args.duration)
+                    else:
+                        r = run_h2load(tmp, port, token, body, conns, streams, args.threads, args.duration)
+                    r["cpu_us"] = (cpu_seconds(pid) - cpu0) * 1e6 / r["requests"]
+                    r["rps"] = r["requests"] / r["seconds"]
+                    want_non2xx = r["requests"] if case in ("401", "429") else 0
+                    if r["socket_errors"] or r["non2xx"] != want_non2xx:
+                        raise BenchError("%s %s: %d of %d responses with an unexpected status, %d socket errors"
+                                         % (case, proto, abs(r["non2xx"] - want_non2xx), r["requests"],
+                                            r["socket_errors"]))
+                    results.setdefault((case, proto), []).append(r)
+                    log("  round %d  %-5s %-2s %9.0f req/s  p50 %7.2f ms  p99 %7.2f ms  server CPU %6.1f us/req  (%d requests)"
+                        % (rnd + 1, case, proto, r["rps"], r["p50_ms"], r["p99_ms"], r["cpu_us"], r["requests"]))
+        # The limiter must still be refusing, and the gateway must still be up.
+        st, _ = https_request(stack.port, stack.ca, "POST", "/api/v2/execute", body, lim)
+        if st != 429:
+            raise BenchError("limited tenant after the run: %d, want 429" % st)
+        if args.hold:
+            log("holding: raw_h2o pid %d port %d, gateway pid %d port %d, tokens %s; Ctrl-C to stop"
+                % (raw.proc.pid, raw.port, stack.gateway.pid, stack.port, json.dumps(stack.tokens)))
+            try:
+                signal.pause()
+            except KeyboardInterrupt:
+                pass
+    finally:
+        if raw is not None:
+            raw.stop()
+        stack.stop()
+
+    log("")
+    log("load average at the end: %s" % open("/proc/loadavg").read().strip())
+    log("")
+    log("| case | proto | req/s | p50 ms | p99 ms | server CPU us/req | ratio req/s vs raw | ratio CPU/req raw/case |")
+    log("|---|---|---|---|---|---|---|---|")
+    below = []
+    for case in cases:
+        for proto in protocols:
+            rs = results[(case, proto)]
+            med = {k: median([r[k] for r in rs]) for k in ("rps", "p50_ms", "p99_ms", "cpu_us")}
+            base = results.get(("raw", proto))
+            ratios = "- | -"  # exec runs a box per request: no like-for-like baseline
+            if base and case != "exec":
+                ratio = median([r["rps"] / b["rps"] for r, b in zip(rs, base)])
+                cpu_ratio = median([b["cpu_us"] / r["cpu_us"] for r, b in zip(rs, base)])
+                ratios = "%.2fx | %.2fx" % (ratio, cpu_ratio)
+                if case in ("401", "429") and ratio < GOAL:
+                    below.append("%s/%s %.2fx" % (case, proto, ratio))
+            log("| %s | %s | %.0f | %.2f | %.2f | %.1f | %s |"
+                % (case, proto, med["rps"], med["p50_ms"], med["p99_ms"], med["cpu_us"], ratios))
+    if args.rounds > 1:
+        log("(medians over %d interleaved rounds; ratios are taken within each round)" % args.rounds)
+    if args.smoke:
+        log("bench_gateway: smoke run OK (figures of a %d s run mean nothing)" % args.duration)
+    elif below:
+        log("bench_gateway: deny path below the %.1fx goal: %s" % (GOAL, ", ".join(below)))
+    elif "raw" in cases:
+        log("bench_gateway: deny path meets the %.1fx goal" % GOAL)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchError as e:
+        print("bench_gateway: error: %s" % e, file=sys.stderr)
+        sys.exit(1)
