@@ -349,6 +349,16 @@ static int cleanup_stale(struct cg_system *cg, struct errbuf *e)
     return rc;
 }
 
+void cg_teardown_instance(struct cg_system *cg)
+{
+    struct errbuf e;
+    int n = cg->version == CG_V2 ? 1 : CG_NCTRL;
+    if (cleanup_stale(cg, &e) != 0)
+        return;
+    for (int i = 0; i < n; i++)
+        (void)rmdir(cg->base[i]);
+}
+
 int cg_setup_instance(struct cg_system *cg, struct errbuf *e)
 {
     if (cg->version == CG_V1) {

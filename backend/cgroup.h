@@ -50,6 +50,10 @@ int cg_detect(struct cg_system *cg, const char *fsroot, const char *self_cgroup,
  * enables v2 controllers, and removes groups left by a crashed run. */
 int cg_setup_instance(struct cg_system *cg, struct errbuf *e);
 
+/* Called at shutdown, after every box is gone: removes the instance's
+ * groups, so nothing of this backend is left in the hierarchy. */
+void cg_teardown_instance(struct cg_system *cg);
+
 /* Called before each run. */
 int cg_box_create(const struct cg_system *cg, struct cg_box *box, const char *box_name, struct errbuf *e);
 int cg_box_set_limits(struct cg_box *box, uint64_t memory_bytes, uint32_t pids, struct errbuf *e);

@@ -315,6 +315,8 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     setup_slots(b, o);
     if (job_run(b, req, &res, &je) != 0) {
         fprintf(stderr, "moat-backend: run: %s\n", je.message);
+        pool_shutdown(&b->pool);
+        cg_teardown_instance(&b->cg);
         return 2;
     }
     json_t *out = json_object();
@@ -329,6 +331,7 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     json_decref(out);
     moat_exec_result_free(&res);
     pool_shutdown(&b->pool);
+    cg_teardown_instance(&b->cg);
     return 0;
 }
 
@@ -490,6 +493,7 @@ int main(int argc, char **argv)
         nanosleep(&ts, NULL);
     }
     pool_shutdown(&b.pool);
+    cg_teardown_instance(&b.cg);
     log_info("stopped");
     return 0;
 }

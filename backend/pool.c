@@ -6,7 +6,9 @@
  */
 #include "pool.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include <time.h>
 
@@ -115,6 +117,22 @@ void pool_shutdown(struct slot_pool *p)
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->nmaintainers; i++)
         pthread_join(p->maintainers[i], NULL);
-    for (int i = 0; i < p->nslots; i++)
+    for (int i = 0; i < p->nslots; i++) {
         box_discard(&p->slots[i]);
+        (void)rmdir(p->slots[i].root);
+        (void)rmdir(p->slots[i].dir);
+    }
+    if (p->nslots > 0) {
+        char slots[sizeof(p->slots[0].dir)];
+        snprintf(slots, sizeof(slots), "%s", p->slots[0].dir);
+        char *slash = strrchr(slots, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            (void)rmdir(slots); /* <run>/slots */
+            if ((slash = strrchr(slots, '/')) != NULL) {
+                *slash = '\0';
+                (void)rmdir(slots); /* the run dir, if nothing else is in it */
+            }
+        }
+    }
 }

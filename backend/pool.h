@@ -41,7 +41,8 @@ int pool_init(struct slot_pool *p, int nslots, int queue_max, const char *run_di
 struct slot *pool_acquire(struct slot_pool *p);
 /* Hands a used slot to the maintenance thread. */
 void pool_release(struct slot_pool *p, struct slot *s);
-/* Stops the maintenance thread and discards every box. */
+/* Stops the maintenance thread, discards every box and removes the slots'
+ * directories. */
 void pool_shutdown(struct slot_pool *p);
 
 #endif
