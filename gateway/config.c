@@ -120,6 +120,26 @@ static int parse_uint(struct parse_ctx *pc, const yaml_node_t *n, const char *na
     return 0;
 }
 
+/* true/false (also yes/no, on/off). */
+static int parse_bool(struct parse_ctx *pc, const yaml_node_t *n, const char *name, int *out)
+{
+    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+
+    if (want_scalar(pc, n, name) != 0)
+        return -1;
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        if (strcmp(scalar(n), yes[i]) == 0) {
+            *out = 1;
+            return 0;
+        }
+        if (strcmp(scalar(n), no[i]) == 0) {
+            *out = 0;
+            return 0;
+        }
+    }
+    return fail(pc, n, "%s must be true or false", name);
+}
+
 /* ---------------------------------------------------------------- mappings */
 
 typedef int (*field_fn)(struct parse_ctx *pc, const char *key, yaml_node_t *value, void *arg);
@@ -184,6 +204,40 @@ static int tls_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void
         return parse_string(pc, v, "tls.certificate", GW_MAX_PATH_LEN, &pc->cfg->tls_certificate);
     if (strcmp(key, "key") == 0)
         return parse_string(pc, v, "tls.key", GW_MAX_PATH_LEN, &pc->cfg->tls_key);
+    if (strcmp(key, "client_ca") == 0)
+        return parse_string(pc, v, "tls.client_ca", GW_MAX_PATH_LEN, &pc->cfg->tls_client_ca);
+    if (strcmp(key, "require_client_certificate") == 0)
+        return parse_bool(pc, v, "tls.require_client_certificate", &pc->cfg->tls_require_client_cert);
+    return 1;
+}
+
+static int timeouts_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    if (strcmp(key, "header_ms") == 0)
+        return parse_uint(pc, v, "timeouts.header_ms", 1, GW_MAX_TIMEOUT_MS, &pc->cfg->header_timeout_ms);
+    if (strcmp(key, "body_ms") == 0)
+        return parse_uint(pc, v, "timeouts.body_ms", 1, GW_MAX_TIMEOUT_MS, &pc->cfg->body_timeout_ms);
+    if (strcmp(key, "idle_ms") == 0)
+        return parse_uint(pc, v, "timeouts.idle_ms", 1, GW_MAX_TIMEOUT_MS, &pc->cfg->idle_timeout_ms);
+    return 1;
+}
+
+static int http2_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    uint64_t n;
+
+    if (strcmp(key, "max_concurrent_streams") == 0) {
+        if (parse_uint(pc, v, "http2.max_concurrent_streams", 1, GW_MAX_H2_MAX_STREAMS, &n) != 0)
+            return -1;
+        pc->cfg->http2_max_streams = (unsigned)n;
+        return 0;
+    }
+    if (strcmp(key, "reset_budget") == 0) {
+        if (parse_uint(pc, v, "http2.reset_budget", 0, GW_MAX_H2_RESET_BUDGET, &n) != 0)
+            return -1;
+        pc->cfg->http2_reset_budget = (unsigned)n;
+        return 0;
+    }
     return 1;
 }
 
@@ -860,6 +914,22 @@ static int top_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void
         pc->cfg->max_request_entity_size = (size_t)n;
         return 0;
     }
+    if (strcmp(key, "timeouts") == 0)
+        return walk_mapping(pc, v, "timeouts", timeouts_field, NULL);
+    if (strcmp(key, "http2") == 0)
+        return walk_mapping(pc, v, "http2", http2_field, NULL);
+    if (strcmp(key, "max_connections") == 0) {
+        if (parse_uint(pc, v, "max_connections", 1, GW_MAX_CONNECTIONS, &n) != 0)
+            return -1;
+        pc->cfg->max_connections = (unsigned)n;
+        return 0;
+    }
+    if (strcmp(key, "max_connections_per_address") == 0) {
+        if (parse_uint(pc, v, "max_connections_per_address", 1, GW_MAX_CONNECTIONS, &n) != 0)
+            return -1;
+        pc->cfg->max_connections_per_address = (unsigned)n;
+        return 0;
+    }
     if (strcmp(key, "tenants") == 0)
         return parse_tenants(pc, v);
     if (strcmp(key, "jwt_issuers") == 0)
@@ -873,6 +943,13 @@ static int set_defaults(struct gw_config *cfg)
     cfg->listen_port = GW_DEFAULT_PORT;
     cfg->backend_timeout_ms = GW_DEFAULT_BACKEND_TIMEOUT_MS;
     cfg->max_request_entity_size = GW_DEFAULT_MAX_ENTITY;
+    cfg->header_timeout_ms = GW_DEFAULT_HEADER_TIMEOUT_MS;
+    cfg->body_timeout_ms = GW_DEFAULT_BODY_TIMEOUT_MS;
+    cfg->idle_timeout_ms = GW_DEFAULT_IDLE_TIMEOUT_MS;
+    cfg->http2_max_streams = GW_DEFAULT_H2_MAX_STREAMS;
+    cfg->http2_reset_budget = GW_DEFAULT_H2_RESET_BUDGET;
+    cfg->max_connections = GW_DEFAULT_MAX_CONNECTIONS;
+    cfg->max_connections_per_address = GW_DEFAULT_MAX_CONN_PER_ADDR;
     cfg->listen_address = strdup(GW_DEFAULT_ADDRESS);
     cfg->backend_socket = strdup(GW_DEFAULT_BACKEND_SOCKET);
     cfg->user = strdup(GW_DEFAULT_USER);
@@ -961,6 +1038,8 @@ int gw_config_load(const char *path, struct gw_config *cfg, char *err, size_t er
         ;
     else if (cfg->tls_certificate == NULL || cfg->tls_key == NULL)
         fail(&pc, root, "tls.certificate and tls.key are required");
+    else if (cfg->tls_require_client_cert && cfg->tls_client_ca == NULL)
+        fail(&pc, root, "tls.require_client_certificate needs tls.client_ca");
     else if (apply_env(&pc) == 0 && resolve_workers(cfg) == 0)
         rc = 0;
     yaml_document_delete(&doc);
@@ -978,6 +1057,7 @@ void gw_config_free(struct gw_config *cfg)
     free(cfg->listen_address);
     free(cfg->tls_certificate);
     free(cfg->tls_key);
+    free(cfg->tls_client_ca);
     free(cfg->backend_socket);
     free(cfg->user);
     for (i = 0; i < cfg->ntenants; i++) {

@@ -44,6 +44,20 @@ struct gw_config {
     size_t nkeys;
     struct jwt_issuer *issuers; /* JWT issuers; tenants come from their tenant claim */
     size_t nissuers;
+
+    /* TLS client certificates (tls.client_ca, tls.require_client_certificate) */
+    char *tls_client_ca; /* NULL: none asked for */
+    int tls_require_client_cert;
+    /* timeouts: (ms) */
+    uint64_t header_timeout_ms; /* TLS handshake; first byte of a request to the end of its headers */
+    uint64_t body_timeout_ms;   /* end of the headers to the end of the body */
+    uint64_t idle_timeout_ms;   /* no request in progress */
+    /* http2: */
+    unsigned http2_max_streams;  /* requests handled at once per connection */
+    unsigned http2_reset_budget; /* streams a connection may abandon beyond those it completed; 0 = unchecked */
+    /* connection limits, counted at accept */
+    unsigned max_connections;
+    unsigned max_connections_per_address; /* IPv6: per /64 */
 };
 
 /* The tenant called name, or NULL. */

@@ -14,7 +14,9 @@
  * Each worker thread owns one h2o event loop, its listener, and its timers;
  * nothing on a loop ever blocks.  A request flows through router.c:
  *
- *   exact-path allow-list (else 404) -> method (else 405)
+ *   guard.c: pick up a reloaded configuration, connection limits and
+ *   HTTP/2 reset budget (conn.c), message framing checks (else 400)
+ *   -> router.c: exact-path allow-list (else 404) -> method (else 405)
  *   -> API key authentication for /api/v2/ routes (else 401)
  *   -> handler: /healthz answers at once; runtimes and execute validate the
  *      input, build a typed moat_proto frame (never forwarding client bytes
@@ -28,6 +30,10 @@
  * a client that disappears mid-call frees the call too: its dispose
  * callback closes the backend socket and stops the timer before anything
  * could call back into a freed request.
+ *
+ * Each worker's watchdog (conn.c) closes connections that are idle or send
+ * their request too slowly, and HTTP/2 connections that cancel too many
+ * streams (rapid reset).
  *
  * On SIGTERM/SIGINT the workers close their listeners, wait (bounded) for
  * requests in flight, and the process exits 0.
@@ -46,7 +52,6 @@
 #include <unistd.h>
 
 /* Static so everything the workers use stays reachable until exit. */
-static struct gw_config config;
 static struct gw_server server;
 
 static void usage(FILE *fp)
@@ -56,7 +61,8 @@ static void usage(FILE *fp)
                 "  -n, --check          check the configuration and exit\n"
                 "  -d, --debug          verbose logging\n"
                 "  -h, --help           this text\n"
-                "environment: MOAT_PORT overrides listen.port\n");
+                "environment: MOAT_PORT overrides listen.port\n"
+                "signals: SIGHUP reloads CONFIG, SIGTERM/SIGINT stop gracefully\n");
 }
 
 int main(int argc, char **argv)
@@ -69,6 +75,7 @@ int main(int argc, char **argv)
     const char *path = NULL;
     int ch, check_only = 0, debug = 0;
     char err[1024];
+    struct gw_config config;
     SSL_CTX *ssl_ctx;
 
     while ((ch = getopt_long(argc, argv, "c:ndh", longopts, NULL)) != -1) {
@@ -118,11 +125,12 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    if (gw_server_init(&server, &config, ssl_ctx) != 0)
+    /* the server takes over config and ssl_ctx; path is kept for SIGHUP */
+    if (gw_server_init(&server, &config, ssl_ctx, path) != 0)
         fatalx("%s: out of memory", __func__);
     if (gw_server_listen(&server, err, sizeof(err)) != 0)
         fatalx("%s: %s", __func__, err);
-    if (gw_drop_privileges(config.user, err, sizeof(err)) != 0)
+    if (gw_drop_privileges(server.user, err, sizeof(err)) != 0)
         fatalx("%s: privilege drop: %s", __func__, err);
     if (geteuid() != 0)
         log_debug("%s: running as uid %u", __func__, (unsigned)geteuid());

@@ -1,17 +1,36 @@
 /*
- * server.c - one listener and one h2o evloop per worker thread.
+ * server.c - one listener and one h2o evloop per worker thread, and the
+ * configuration generations that SIGHUP swaps under them.
  *
  * Every worker binds its own socket to the same address with SO_REUSEPORT,
  * so the kernel spreads connections and the workers share nothing but the
- * read-only configuration.  The main thread binds all sockets (before the
+ * current configuration generation, the rate limiter and the per-address
+ * connection table.  The main thread binds all sockets (before the
  * privilege drop), starts the workers and then only waits for signals.
- * On shutdown the workers drain, meet the main thread at a barrier and
- * park; the main thread returns from main() and exit() ends them.
+ *
+ * Reload (SIGHUP, main thread): parse the whole file and build a new TLS
+ * context first; on any error keep the running generation.  Otherwise the
+ * new generation becomes current under gen_lock.  Each worker notices on its
+ * own thread (next request, accept or watchdog tick), takes a reference on
+ * the new generation, applies its timeouts and limits to its h2o context and
+ * drops its reference on the old one.  Requests hold a reference on the
+ * generation they started with, so the old configuration and TLS context
+ * are freed only when the last of them ends.  Connections already
+ * established keep their TLS session (an SSL holds its own reference on its
+ * SSL_CTX); new handshakes use the new certificate.
+ *
+ * On shutdown the workers stop accepting, ask h2o to wind down (GOAWAY on
+ * HTTP/2, no more keep-alive on HTTP/1), drain, meet the main thread at a
+ * barrier and park; the main thread returns from main() and exit() ends
+ * them.
  */
 #include "server.h"
+#include "conn.h"
+#include "guard.h"
 #include "gw_limits.h"
 #include "log.h"
 #include "router.h"
+#include "tls.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -24,29 +43,143 @@
 
 static int gw_stopping; /* set once by the main thread, read by workers */
 
-int gw_server_init(struct gw_server *srv, const struct gw_config *cfg, SSL_CTX *ssl_ctx)
+/* ---------------------------------------------------------------- generations */
+
+void gw_generation_hold(struct gw_generation *gen)
+{
+    __atomic_add_fetch(&gen->refs, 1, __ATOMIC_RELAXED);
+}
+
+void gw_generation_release(struct gw_generation *gen)
+{
+    if (__atomic_sub_fetch(&gen->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    log_debug("%s: configuration generation %u freed", __func__, gen->serial);
+    gw_config_free(&gen->cfg);
+    SSL_CTX_free(gen->ssl_ctx);
+    free(gen);
+}
+
+/* Takes over *cfg (left zeroed) and ssl_ctx.  NULL if out of memory (nothing taken). */
+static struct gw_generation *generation_new(struct gw_config *cfg, SSL_CTX *ssl_ctx, unsigned serial)
+{
+    struct gw_generation *gen = calloc(1, sizeof(*gen));
+
+    if (gen == NULL)
+        return NULL;
+    gen->cfg = *cfg;
+    memset(cfg, 0, sizeof(*cfg));
+    gen->ssl_ctx = ssl_ctx;
+    gen->refs = 1; /* the server's, while current */
+    gen->serial = serial;
+    return gen;
+}
+
+/* The current generation, with a reference for the caller. */
+static struct gw_generation *generation_current(struct gw_server *srv)
+{
+    struct gw_generation *gen;
+
+    pthread_mutex_lock(&srv->gen_lock);
+    gen = srv->gen;
+    gw_generation_hold(gen);
+    pthread_mutex_unlock(&srv->gen_lock);
+    return gen;
+}
+
+/* Make gen current (taking over its initial reference) and drop the server's reference on the old one. */
+static void generation_publish(struct gw_server *srv, struct gw_generation *gen)
+{
+    struct gw_generation *old;
+
+    pthread_mutex_lock(&srv->gen_lock);
+    old = srv->gen;
+    __atomic_store_n(&srv->gen, gen, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&srv->gen_lock);
+    if (old != NULL)
+        gw_generation_release(old);
+}
+
+/* ---------------------------------------------------------------- workers */
+
+/*
+ * A generation's settings on the worker's own h2o context: h2o reads its
+ * limits from globalconf on every use and its timeouts from the context's
+ * h2o_timeout_t, which may change in place (entries expire in the order
+ * they were linked either way).
+ */
+static void apply_generation(struct gw_worker *w)
+{
+    const struct gw_config *cfg = &w->gen->cfg;
+
+    w->cfg = cfg;
+    w->accept_ctx.ssl_ctx = w->gen->ssl_ctx;
+    /*
+     * h2o enforces a hard cap with a bare 413 (HTTP/1, before reading the
+     * body when Content-Length says so) or REFUSED_STREAM (HTTP/2).  Set it
+     * above the configured limit so that moderately oversized bodies reach
+     * handle_execute and get a JSON 413 with a request id; the hard cap
+     * still bounds memory.
+     */
+    w->h2o.max_request_entity_size = cfg->max_request_entity_size * GW_ENTITY_HARD_CAP_FACTOR;
+    w->h2o.http2.max_concurrent_requests_per_connection = cfg->http2_max_streams;
+    w->h2o.handshake_timeout = cfg->header_timeout_ms;
+    /* h2o's single HTTP/1 request timer is only a backstop: conn.c times each phase */
+    w->h2o.http1.req_timeout = cfg->idle_timeout_ms + cfg->header_timeout_ms + cfg->body_timeout_ms;
+    w->h2o.http2.idle_timeout = cfg->idle_timeout_ms;
+    w->ctx.handshake_timeout.timeout = w->h2o.handshake_timeout;
+    w->ctx.http1.req_timeout.timeout = w->h2o.http1.req_timeout;
+    w->ctx.http2.idle_timeout.timeout = w->h2o.http2.idle_timeout;
+    w->backend_timeout.timeout = cfg->backend_timeout_ms;
+}
+
+void gw_worker_refresh(struct gw_worker *w)
+{
+    struct gw_generation *old = w->gen;
+
+    if (__atomic_load_n(&w->server->gen, __ATOMIC_ACQUIRE) == old)
+        return;
+    w->gen = generation_current(w->server);
+    apply_generation(w);
+    log_debug("%s: worker %u now on configuration generation %u", __func__, w->index, w->gen->serial);
+    gw_generation_release(old);
+}
+
+/* This worker's h2o configuration: one host, the guard, then the router. */
+static void worker_h2o_config(struct gw_worker *w)
 {
     h2o_hostconf_t *hostconf;
+    h2o_pathconf_t *pathconf;
+
+    h2o_config_init(&w->h2o);
+    w->h2o.server_name = h2o_iovec_init(H2O_STRLIT("moat"));
+    hostconf = h2o_config_register_host(&w->h2o, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    pathconf = h2o_config_register_path(hostconf, "/", 0);
+    gw_guard_register(pathconf);
+    gw_router_register(pathconf);
+}
+
+int gw_server_init(struct gw_server *srv, struct gw_config *cfg, SSL_CTX *ssl_ctx, const char *config_path)
+{
+    struct gw_generation *gen;
 
     memset(srv, 0, sizeof(*srv));
-    srv->cfg = cfg;
-    srv->ssl_ctx = ssl_ctx;
+    srv->config_path = config_path;
     srv->nworkers = cfg->workers;
-    h2o_config_init(&srv->h2o);
-    /*
-     * h2o enforces a hard cap with a bare 413 (HTTP/1) or REFUSED_STREAM
-     * (HTTP/2, which clients retry).  Set it above the configured limit so
-     * that moderately oversized bodies reach handle_execute and get a JSON
-     * 413 with a request id; the hard cap still bounds memory.
-     */
-    srv->h2o.max_request_entity_size = cfg->max_request_entity_size * GW_ENTITY_HARD_CAP_FACTOR;
-    srv->h2o.server_name = h2o_iovec_init(H2O_STRLIT("moat"));
-    hostconf = h2o_config_register_host(&srv->h2o, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    gw_router_register(h2o_config_register_path(hostconf, "/", 0));
+    srv->listen_port = cfg->listen_port;
+    if ((srv->listen_address = strdup(cfg->listen_address)) == NULL || (srv->user = strdup(cfg->user)) == NULL)
+        return -1;
+    if (pthread_mutex_init(&srv->gen_lock, NULL) != 0)
+        return -1;
     if ((srv->workers = calloc(srv->nworkers, sizeof(*srv->workers))) == NULL)
         return -1;
-    if ((srv->limiter = rl_memory_new()) == NULL)
+    for (unsigned i = 0; i < srv->nworkers; i++)
+        worker_h2o_config(&srv->workers[i]);
+    if ((srv->limiter = rl_memory_new()) == NULL || (srv->conns = gw_conn_table_new()) == NULL)
         return -1;
+    if ((gen = generation_new(cfg, ssl_ctx, 1)) == NULL)
+        return -1;
+    generation_publish(srv, gen);
     return 0;
 }
 
@@ -83,15 +216,15 @@ int gw_server_listen(struct gw_server *srv, char *err, size_t errlen)
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE;
-    snprintf(port, sizeof(port), "%u", (unsigned)srv->cfg->listen_port);
-    if ((rc = getaddrinfo(srv->cfg->listen_address, port, &hints, &ai)) != 0) {
-        snprintf(err, errlen, "%s: %s", srv->cfg->listen_address, gai_strerror(rc));
+    snprintf(port, sizeof(port), "%u", (unsigned)srv->listen_port);
+    if ((rc = getaddrinfo(srv->listen_address, port, &hints, &ai)) != 0) {
+        snprintf(err, errlen, "%s: %s", srv->listen_address, gai_strerror(rc));
         return -1;
     }
     for (i = 0; i < srv->nworkers; i++) {
         char why[128];
         if ((srv->workers[i].listen_fd = bind_one(ai, why, sizeof(why))) == -1) {
-            snprintf(err, errlen, "listen on %s port %s: %s", srv->cfg->listen_address, port, why);
+            snprintf(err, errlen, "listen on %s port %s: %s", srv->listen_address, port, why);
             while (i-- > 0)
                 close(srv->workers[i].listen_fd);
             freeaddrinfo(ai);
@@ -111,6 +244,9 @@ static void on_accept(h2o_socket_t *listener, const char *err)
         return;
     if ((sock = h2o_evloop_socket_accept(listener)) == NULL)
         return;
+    gw_worker_refresh(w); /* the current certificate and limits */
+    if (gw_conn_accept(w, sock) != 0)
+        return;
     h2o_accept(&w->accept_ctx, sock);
 }
 
@@ -125,11 +261,14 @@ static void *worker_main(void *arg)
     h2o_evloop_t *loop = h2o_evloop_create();
     uint64_t deadline;
 
-    h2o_context_init(&w->ctx, loop, &w->server->h2o);
-    h2o_timeout_init(loop, &w->backend_timeout, w->cfg->backend_timeout_ms);
+    w->gen = generation_current(w->server);
+    h2o_context_init(&w->ctx, loop, &w->h2o);
+    h2o_timeout_init(loop, &w->backend_timeout, w->gen->cfg.backend_timeout_ms);
+    h2o_linklist_init_anchor(&w->conns);
+    apply_generation(w);
+    gw_conn_watchdog_start(w);
     w->accept_ctx.ctx = &w->ctx;
-    w->accept_ctx.hosts = w->server->h2o.hosts;
-    w->accept_ctx.ssl_ctx = w->server->ssl_ctx;
+    w->accept_ctx.hosts = w->h2o.hosts;
     w->listener = h2o_evloop_socket_create(loop, w->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
     w->listener->data = w;
     h2o_socket_read_start(w->listener, on_accept);
@@ -138,10 +277,11 @@ static void *worker_main(void *arg)
     while (!stopping())
         h2o_evloop_run(loop, GW_LOOP_WAKE_MS);
 
-    /* Stop accepting; give requests in flight a bounded time to finish. */
+    /* Stop accepting; ask h2o to wind down; give requests in flight a bounded time to finish. */
     h2o_socket_read_stop(w->listener);
     h2o_socket_close(w->listener);
     w->listener = NULL;
+    h2o_context_request_shutdown(&w->ctx);
     deadline = h2o_now(loop) + GW_DRAIN_MS;
     while (w->inflight > 0 && h2o_now(loop) < deadline)
         h2o_evloop_run(loop, 100);
@@ -159,16 +299,109 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* ---------------------------------------------------------------- reload */
+
+static int same_string(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* Settings that only a restart can change: warn, and keep what runs. */
+static int keep_fixed_settings(struct gw_server *srv, struct gw_config *cfg)
+{
+    const char *path = srv->config_path;
+    char *s;
+
+    if (!same_string(cfg->listen_address, srv->listen_address) || cfg->listen_port != srv->listen_port) {
+        log_warnx("%s: %s: listen changed; still listening on %s port %u until a restart", __func__, path, srv->listen_address,
+                  (unsigned)srv->listen_port);
+        if ((s = strdup(srv->listen_address)) == NULL)
+            return -1;
+        free(cfg->listen_address);
+        cfg->listen_address = s;
+        cfg->listen_port = srv->listen_port;
+    }
+    if (!same_string(cfg->user, srv->user)) {
+        log_warnx("%s: %s: user changed; still running as %s until a restart", __func__, path, srv->user);
+        if ((s = strdup(srv->user)) == NULL)
+            return -1;
+        free(cfg->user);
+        cfg->user = s;
+    }
+    if (cfg->workers != srv->nworkers) {
+        log_warnx("%s: %s: workers changed; still %u workers until a restart", __func__, path, srv->nworkers);
+        cfg->workers = srv->nworkers;
+    }
+    return 0;
+}
+
+static int same_tls(const struct gw_config *a, const struct gw_config *b)
+{
+    return same_string(a->tls_certificate, b->tls_certificate) && same_string(a->tls_key, b->tls_key) &&
+           same_string(a->tls_client_ca, b->tls_client_ca) && a->tls_require_client_cert == b->tls_require_client_cert;
+}
+
+int gw_server_reload(struct gw_server *srv)
+{
+    struct gw_config cfg;
+    struct gw_generation *cur, *gen;
+    SSL_CTX *ssl_ctx;
+    char err[1024];
+
+    if (gw_config_load(srv->config_path, &cfg, err, sizeof(err)) != 0) {
+        /* after the privilege drop the file is read as the gateway's user */
+        log_warnx("reload failed: %s; keeping the running configuration%s", err,
+                  strstr(err, strerror(EACCES)) != NULL ? " (the file must be readable by the gateway's user)" : "");
+        return -1;
+    }
+    if (keep_fixed_settings(srv, &cfg) != 0) {
+        log_warnx("reload failed: %s: out of memory; keeping the running configuration", srv->config_path);
+        gw_config_free(&cfg);
+        return -1;
+    }
+    cur = generation_current(srv);
+    if ((ssl_ctx = gw_tls_create(&cfg, err, sizeof(err))) == NULL) {
+        if (!same_tls(&cfg, &cur->cfg)) {
+            log_warnx("reload failed: %s; keeping the running configuration", err);
+            gw_config_free(&cfg);
+            gw_generation_release(cur);
+            return -1;
+        }
+        /* Same files, unreadable now (the key usually is, after the privilege drop): keep serving the loaded ones. */
+        log_warnx("%s: certificate and key not reloaded (%s); the key file must be readable by user %s for that", __func__, err,
+                  srv->user);
+        SSL_CTX_up_ref(cur->ssl_ctx);
+        ssl_ctx = cur->ssl_ctx;
+    }
+    if ((gen = generation_new(&cfg, ssl_ctx, cur->serial + 1)) == NULL) {
+        log_warnx("reload failed: %s: out of memory; keeping the running configuration", srv->config_path);
+        SSL_CTX_free(ssl_ctx);
+        gw_config_free(&cfg);
+        gw_generation_release(cur);
+        return -1;
+    }
+    gw_generation_release(cur);
+    if (gen->cfg.ntenants == 0 || gen->cfg.nkeys == 0)
+        log_warnx("%s: %s: no API keys configured: every /api/v2/ request will get 401", __func__, srv->config_path);
+    generation_publish(srv, gen);
+    log_info("%s: %s: configuration reloaded (generation %u: %zu tenants, %zu keys)", __func__, srv->config_path, gen->serial,
+             gen->cfg.ntenants, gen->cfg.nkeys);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- main thread */
+
 int gw_server_run(struct gw_server *srv)
 {
     sigset_t set;
     unsigned i;
     int sig = 0, rc;
 
-    /* Workers inherit this mask: only the main thread ever sees SIGTERM/SIGINT. */
+    /* Workers inherit this mask: only the main thread ever sees SIGTERM/SIGINT/SIGHUP. */
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
     if ((rc = pthread_sigmask(SIG_BLOCK, &set, NULL)) != 0) {
         errno = rc;
         fatal("%s: pthread_sigmask", __func__);
@@ -180,21 +413,26 @@ int gw_server_run(struct gw_server *srv)
     for (i = 0; i < srv->nworkers; i++) {
         struct gw_worker *w = &srv->workers[i];
         w->server = srv;
-        w->cfg = srv->cfg;
         w->index = i;
         if ((rc = pthread_create(&w->tid, NULL, worker_main, w)) != 0) {
             errno = rc;
             fatal("%s: pthread_create", __func__);
         }
     }
-    log_info("%s: listening on %s port %u with %u workers", __func__, srv->cfg->listen_address, (unsigned)srv->cfg->listen_port,
+    log_info("%s: listening on %s port %u with %u workers", __func__, srv->listen_address, (unsigned)srv->listen_port,
              srv->nworkers);
-    do {
-        rc = sigwait(&set, &sig);
-    } while (rc == EINTR);
-    if (rc != 0) {
-        errno = rc;
-        fatal("%s: sigwait", __func__);
+    for (;;) {
+        do {
+            rc = sigwait(&set, &sig);
+        } while (rc == EINTR);
+        if (rc != 0) {
+            errno = rc;
+            fatal("%s: sigwait", __func__);
+        }
+        if (sig != SIGHUP)
+            break;
+        log_info("%s: SIGHUP received, reloading %s", __func__, srv->config_path);
+        gw_server_reload(srv);
     }
     log_info("%s: %s received, shutting down", __func__, sig == SIGTERM ? "SIGTERM" : "SIGINT");
     __atomic_store_n(&gw_stopping, 1, __ATOMIC_RELEASE);

@@ -1,11 +1,13 @@
 /*
- * server.h - listeners, worker threads and their h2o event loops.
+ * server.h - listeners, worker threads, their h2o event loops, and the
+ * configuration generations that SIGHUP replaces.
  */
 #ifndef GW_SERVER_H
 #define GW_SERVER_H
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <openssl/ssl.h>
 
@@ -18,17 +20,45 @@
 #include "ratelimit.h"
 
 struct gw_server;
+struct gw_conn_table;
 
 /*
- * One worker thread: its own evloop, listener (SO_REUSEPORT) and timers.
- * ctx comes first so a handler gets from req->conn->ctx to its worker.
+ * One loaded configuration and the TLS context built from it.  Reference
+ * counted: the server holds one reference while it is the current
+ * generation, each worker one for the generation it serves new requests
+ * from, and each request one for the generation it started with.  The last
+ * release frees it, on whichever thread that happens.
+ */
+struct gw_generation {
+    struct gw_config cfg;
+    SSL_CTX *ssl_ctx;
+    unsigned long refs; /* __atomic */
+    unsigned serial;    /* 1 at start, +1 per successful reload */
+};
+
+/* Takes one more reference on a generation the caller already holds. */
+void gw_generation_hold(struct gw_generation *gen);
+
+/* Drops a reference; the last one frees the generation. */
+void gw_generation_release(struct gw_generation *gen);
+
+/*
+ * One worker thread: its own evloop, listener (SO_REUSEPORT), timers and h2o
+ * configuration (so that a reload changes h2o's settings on the worker's own
+ * thread).  ctx comes first so a handler gets from req->conn->ctx to its
+ * worker.
  */
 struct gw_worker {
     h2o_context_t ctx;
+    h2o_globalconf_t h2o;
     h2o_accept_ctx_t accept_ctx;
     h2o_timeout_t backend_timeout; /* backend.timeout_ms, on this loop */
+    h2o_timeout_t watchdog_timeout;
+    h2o_timeout_entry_t watchdog; /* conn.c: connection clocks and limits */
     struct gw_server *server;
-    const struct gw_config *cfg;
+    const struct gw_config *cfg; /* &gen->cfg: what new requests use */
+    struct gw_generation *gen;   /* held by this worker */
+    h2o_linklist_t conns;        /* struct gw_conn, conn.c */
     h2o_socket_t *listener;
     int listen_fd;
     size_t inflight; /* requests not yet disposed; touched by this thread only */
@@ -37,10 +67,15 @@ struct gw_worker {
 };
 
 struct gw_server {
-    const struct gw_config *cfg;
-    h2o_globalconf_t h2o;
-    SSL_CTX *ssl_ctx;
-    struct rl_limiter *limiter; /* per-tenant rate, concurrency and CPU budget; shared by every worker */
+    const char *config_path;
+    pthread_mutex_t gen_lock;
+    struct gw_generation *gen; /* current; written under gen_lock, read with __atomic */
+    /* fixed at start: a reload warns when the file changes them */
+    char *listen_address;
+    uint16_t listen_port;
+    char *user;
+    struct rl_limiter *limiter;  /* per-tenant rate, concurrency and CPU budget; shared, survives reloads */
+    struct gw_conn_table *conns; /* connections per client address; shared by every worker */
     struct gw_worker *workers;
     unsigned nworkers;
     pthread_barrier_t drained; /* workers + main thread, after draining */
@@ -52,17 +87,36 @@ static inline struct gw_worker *gw_worker_of(h2o_context_t *ctx)
     return (struct gw_worker *)ctx;
 }
 
-/* Build the h2o configuration (routes, limits).  0 or -1. */
-int gw_server_init(struct gw_server *srv, const struct gw_config *cfg, SSL_CTX *ssl_ctx);
+/*
+ * Set up the server around the first configuration: takes over *cfg (left
+ * zeroed) and ssl_ctx.  config_path is kept for SIGHUP.  0 or -1.
+ */
+int gw_server_init(struct gw_server *srv, struct gw_config *cfg, SSL_CTX *ssl_ctx, const char *config_path);
 
 /* Bind one listening socket per worker (call before dropping privileges).  0 or -1, err set. */
 int gw_server_listen(struct gw_server *srv, char *err, size_t errlen);
 
 /*
- * Start the workers and wait for SIGTERM or SIGINT; then stop accepting,
- * let requests in flight finish (bounded by GW_DRAIN_MS) and return 0.  The
- * workers stay parked: the caller must exit the process.
+ * Start the workers and wait for signals: SIGHUP reloads the configuration
+ * (gw_server_reload); SIGTERM or SIGINT stops accepting, lets requests in
+ * flight finish (bounded by GW_DRAIN_MS) and returns 0.  The workers stay
+ * parked: the caller must exit the process.
  */
 int gw_server_run(struct gw_server *srv);
+
+/*
+ * Read the configuration file again, build a new TLS context and publish
+ * both as the next generation.  On any error the running generation stays
+ * and "reload failed: FILE:LINE: reason" is logged.  0 or -1.
+ */
+int gw_server_reload(struct gw_server *srv);
+
+/*
+ * Called on a worker's own thread (before each request and accept, and by
+ * the watchdog): switch the worker to the current generation if a reload
+ * published a new one, applying its timeouts and limits to the worker's
+ * h2o context.
+ */
+void gw_worker_refresh(struct gw_worker *w);
 
 #endif /* GW_SERVER_H */

@@ -68,6 +68,34 @@ static int load_key(SSL_CTX *ctx, const char *path, char *err, size_t errlen)
     return 0;
 }
 
+/*
+ * Client certificates: ask for one signed by tls.client_ca, and with
+ * tls.require_client_certificate refuse a handshake without one.
+ */
+static int load_client_ca(SSL_CTX *ctx, const struct gw_config *cfg, char *err, size_t errlen)
+{
+    static const unsigned char sid_ctx[] = "moat-gateway";
+    STACK_OF(X509_NAME) * names;
+
+    if (SSL_CTX_load_verify_locations(ctx, cfg->tls_client_ca, NULL) != 1) {
+        ssl_error(err, errlen, "cannot load client CA certificates", cfg->tls_client_ca);
+        return -1;
+    }
+    if ((names = SSL_load_client_CA_file(cfg->tls_client_ca)) == NULL) {
+        ssl_error(err, errlen, "no CA certificates in file", cfg->tls_client_ca);
+        return -1;
+    }
+    SSL_CTX_set_client_CA_list(ctx, names); /* takes ownership */
+    /* resumed sessions must not skip the check: give them a context to match */
+    if (SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof(sid_ctx) - 1) != 1) {
+        ssl_error(err, errlen, "cannot set the session id context", NULL);
+        return -1;
+    }
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | (cfg->tls_require_client_cert ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), NULL);
+    SSL_CTX_set_verify_depth(ctx, 4);
+    return 0;
+}
+
 SSL_CTX *gw_tls_create(const struct gw_config *cfg, char *err, size_t errlen)
 {
     SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
@@ -99,6 +127,8 @@ SSL_CTX *gw_tls_create(const struct gw_config *cfg, char *err, size_t errlen)
         ssl_error(err, errlen, "private key does not match the certificate", cfg->tls_key);
         goto fail;
     }
+    if (cfg->tls_client_ca != NULL && load_client_ca(ctx, cfg, err, errlen) != 0)
+        goto fail;
     h2o_ssl_register_alpn_protocols(ctx, h2o_http2_alpn_protocols);
     return ctx;
 

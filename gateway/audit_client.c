@@ -1,0 +1,231 @@
+/*
+ * audit_client.c - a worker's connection to the audit writer, on the
+ * worker's own h2o loop (never blocking it).
+ *
+ * Records go out in order on one stream socket (audit/audit_wire.h); the
+ * writer acknowledges them in the same order once they are durable, so a
+ * FIFO of waiting entries pairs each acknowledgement with its request.  An
+ * entry whose request went away is cancelled (its callback is dropped but
+ * it stays in the FIFO to absorb its acknowledgement).  No acknowledgement
+ * within GW_AUDIT_ACK_TIMEOUT_MS, a refused record, or a lost writer all
+ * report failure: the caller refuses the request (fail closed).
+ */
+#include "audit_client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "audit_wire.h"
+#include "log.h"
+
+struct gw_audit_entry {
+    struct gw_audit_entry *next;
+    uint64_t tag;
+    uint64_t deadline_ms;
+    gw_audit_cb cb; /* NULL once called or cancelled */
+    void *arg;
+};
+
+static int out_append(struct gw_audit_buf *b, const void *p, size_t n)
+{
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n)
+            cap *= 2;
+        uint8_t *g = realloc(b->data, cap);
+        if (g == NULL)
+            return -1;
+        b->data = g;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+static void out_free(struct gw_audit_buf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof(*b));
+}
+
+static uint64_t loop_now(struct gw_audit *a)
+{
+    return h2o_now(a->loop);
+}
+
+static void fail_all(struct gw_audit *a, const char *why)
+{
+    struct gw_audit_entry *e = a->head;
+    if (e != NULL)
+        log_warnx("%s: %s: the waiting record(s) fail", __func__, why);
+    a->head = a->tail = NULL;
+    while (e != NULL) {
+        struct gw_audit_entry *next = e->next;
+        if (e->cb != NULL)
+            e->cb(e->arg, 0, 0);
+        free(e);
+        e = next;
+    }
+    if (h2o_timeout_is_linked(&a->timer))
+        h2o_timeout_unlink(&a->timer);
+}
+
+static void disconnect(struct gw_audit *a, const char *why)
+{
+    if (a->sock != NULL) {
+        a->sock->data = NULL;
+        h2o_socket_close(a->sock);
+        a->sock = NULL;
+    }
+    a->out.len = 0;
+    a->writing = 0;
+    fail_all(a, why);
+}
+
+static void flush(struct gw_audit *a);
+
+static void on_write(h2o_socket_t *sock, const char *err)
+{
+    struct gw_audit *a = sock->data;
+    if (a == NULL)
+        return;
+    a->writing = 0;
+    out_free(&a->flight);
+    if (err != NULL) {
+        disconnect(a, "write to the audit writer failed");
+        return;
+    }
+    flush(a);
+}
+
+/* Starts writing what has accumulated, unless a write is in flight. */
+static void flush(struct gw_audit *a)
+{
+    if (a->writing || a->out.len == 0 || a->sock == NULL)
+        return;
+    a->flight = a->out;
+    memset(&a->out, 0, sizeof(a->out));
+    h2o_iovec_t buf = h2o_iovec_init(a->flight.data, a->flight.len);
+    a->writing = 1;
+    h2o_socket_write(a->sock, &buf, 1, on_write);
+}
+
+static void on_read(h2o_socket_t *sock, const char *err)
+{
+    struct gw_audit *a = sock->data;
+    if (a == NULL)
+        return;
+    while (sock->input->size >= sizeof(struct audit_wire_ack)) {
+        struct audit_wire_ack ack;
+        memcpy(&ack, sock->input->bytes, sizeof(ack));
+        h2o_buffer_consume(&sock->input, sizeof(ack));
+        struct gw_audit_entry *e = a->head;
+        if (e == NULL || e->tag != ack.tag) {
+            disconnect(a, "the audit writer acknowledged out of order");
+            return;
+        }
+        a->head = e->next;
+        if (a->head == NULL)
+            a->tail = NULL;
+        if (e->cb != NULL)
+            e->cb(e->arg, ack.seq != 0 && ack.err == 0, ack.seq);
+        free(e);
+    }
+    if (err != NULL)
+        disconnect(a, "the audit writer closed the connection");
+}
+
+static void on_timer(h2o_timeout_entry_t *entry)
+{
+    struct gw_audit *a = (struct gw_audit *)((char *)entry - offsetof(struct gw_audit, timer));
+    uint64_t now = loop_now(a);
+    int expired = 0;
+    for (struct gw_audit_entry *e = a->head; e != NULL; e = e->next) {
+        if (e->deadline_ms > now)
+            break;
+        if (e->cb != NULL) {
+            gw_audit_cb cb = e->cb;
+            e->cb = NULL; /* stays queued to absorb a late acknowledgement */
+            cb(e->arg, 0, 0);
+            expired++;
+        }
+    }
+    if (expired)
+        log_warnx("%s: %d record(s) not acknowledged within %d ms: requests refused", __func__, expired,
+                  GW_AUDIT_ACK_TIMEOUT_MS);
+    if (a->head != NULL)
+        h2o_timeout_link(a->loop, &a->timeout, &a->timer);
+}
+
+void gw_audit_init(struct gw_audit *a, h2o_loop_t *loop)
+{
+    memset(a, 0, sizeof(*a));
+    a->loop = loop;
+    a->fd = -1;
+    h2o_timeout_init(loop, &a->timeout, GW_AUDIT_ACK_TIMEOUT_MS);
+    a->timer.cb = on_timer;
+}
+
+int gw_audit_attach(struct gw_audit *a, int fd)
+{
+    disconnect(a, "the audit writer was replaced");
+    if (fd < 0)
+        return -1;
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
+        return -1;
+    a->sock = h2o_evloop_socket_create(a->loop, fd, 0);
+    if (a->sock == NULL)
+        return -1;
+    a->sock->data = a;
+    a->fd = fd;
+    a->enabled = 1;
+    h2o_socket_read_start(a->sock, on_read);
+    return 0;
+}
+
+struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, size_t body_len, const void *packet,
+                                       size_t packet_len, gw_audit_cb cb, void *arg)
+{
+    struct audit_wire_req rq = {AUDIT_WIRE_MAGIC, (uint32_t)body_len, (uint32_t)packet_len, 0, 0};
+    struct gw_audit_entry *e;
+
+    if (a->sock == NULL || body_len > AUDIT_WIRE_MAX_BODY || packet_len > AUDIT_WIRE_MAX_PACKET ||
+        (e = calloc(1, sizeof(*e))) == NULL) {
+        if (cb != NULL)
+            cb(arg, 0, 0);
+        return NULL;
+    }
+    rq.tag = ++a->next_tag;
+    if (out_append(&a->out, &rq, sizeof(rq)) != 0 || out_append(&a->out, body, body_len) != 0 ||
+        (packet_len && out_append(&a->out, packet, packet_len) != 0)) {
+        free(e);
+        disconnect(a, "out of memory");
+        if (cb != NULL)
+            cb(arg, 0, 0);
+        return NULL;
+    }
+    e->tag = rq.tag;
+    e->cb = cb;
+    e->arg = arg;
+    e->deadline_ms = loop_now(a) + GW_AUDIT_ACK_TIMEOUT_MS;
+    if (a->tail)
+        a->tail->next = e;
+    else
+        a->head = e;
+    a->tail = e;
+    if (!h2o_timeout_is_linked(&a->timer))
+        h2o_timeout_link(a->loop, &a->timeout, &a->timer);
+    flush(a);
+    return e;
+}
+
+void gw_audit_cancel(struct gw_audit_entry *e)
+{
+    if (e != NULL)
+        e->cb = NULL;
+}

@@ -1,0 +1,56 @@
+/*
+ * audit_client.h - a worker's non-blocking connection to the audit writer.
+ */
+#ifndef GW_AUDIT_CLIENT_H
+#define GW_AUDIT_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef H2O_USE_LIBUV
+#define H2O_USE_LIBUV 0
+#endif
+#include <h2o.h>
+
+#define GW_AUDIT_ACK_TIMEOUT_MS 5000
+
+/*
+ * Called once per submitted record: ok when the writer made it durable
+ * (seq is its place in the log), 0 when it failed, timed out, or the writer
+ * is gone.  May be called before gw_audit_submit returns.  Whoever keeps
+ * the entry handle must forget it in this callback.
+ */
+typedef void (*gw_audit_cb)(void *arg, int ok, uint64_t seq);
+
+struct gw_audit_entry;
+
+struct gw_audit_buf {
+    uint8_t *data;
+    size_t len, cap;
+};
+
+struct gw_audit {
+    h2o_loop_t *loop;
+    h2o_socket_t *sock; /* NULL: no writer (every submit fails) */
+    int fd;
+    int enabled;
+    int writing;
+    struct gw_audit_buf out, flight;
+    struct gw_audit_entry *head, *tail;
+    uint64_t next_tag;
+    h2o_timeout_t timeout;
+    h2o_timeout_entry_t timer;
+};
+
+void gw_audit_init(struct gw_audit *a, h2o_loop_t *loop);
+/* Uses fd (one end of the writer's socketpair), replacing a previous one
+ * (whose waiting records fail). */
+int gw_audit_attach(struct gw_audit *a, int fd);
+/* Queues one record; cb NULL = nobody waits for it.  Returns a handle for
+ * gw_audit_cancel, or NULL when cb was already called with failure. */
+struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, size_t body_len, const void *packet,
+                                       size_t packet_len, gw_audit_cb cb, void *arg);
+/* The request went away: its callback will not be called. */
+void gw_audit_cancel(struct gw_audit_entry *e);
+
+#endif

@@ -1,0 +1,192 @@
+/*
+ * audit_records.c - the bodies of the gateway's audit records and the
+ * packets beside them (audit/FORMAT.md).  Pure: builds JSON, sends nothing.
+ *
+ * Strings that come from clients are put into JSON through jansson with
+ * JSON_ENSURE_ASCII; the writer re-encodes them again, so no client byte can
+ * end a line.  Secrets never appear: the key id, not the key.
+ */
+#include "audit_records.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "piston_json.h"
+
+static void sha256_hex(const void *data, size_t len, char out[65])
+{
+    static const char digits[] = "0123456789abcdef";
+    unsigned char h[32];
+    unsigned int n = sizeof(h);
+    EVP_Digest(data, len, h, &n, EVP_sha256(), NULL);
+    for (size_t i = 0; i < 32; i++) {
+        out[2 * i] = digits[h[i] >> 4];
+        out[2 * i + 1] = digits[h[i] & 15];
+    }
+    out[64] = '\0';
+}
+
+/* A JSON string from bytes that may not be valid UTF-8: invalid bytes
+ * become U+FFFD so jansson accepts it. */
+static json_t *safe_string(const char *s, size_t len)
+{
+    json_t *j = json_stringn(s, len);
+    if (j != NULL)
+        return j;
+    char *copy = malloc(len * 3 + 1);
+    size_t o = 0;
+    if (copy == NULL)
+        return json_string("");
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80 && c != 0) {
+            copy[o++] = (char)c;
+        } else {
+            copy[o++] = (char)0xEF;
+            copy[o++] = (char)0xBF;
+            copy[o++] = (char)0xBD;
+        }
+    }
+    j = json_stringn(copy, o);
+    free(copy);
+    return j ? j : json_string("");
+}
+
+json_t *gw_audit_base(const struct gw_audit_who *who, const char *type)
+{
+    json_t *b = json_object();
+    if (b == NULL)
+        return NULL;
+    json_object_set_new(b, "type", json_string(type));
+    json_object_set_new(b, "request_id", json_string(who->request_id));
+    json_object_set_new(b, "tenant", who->tenant ? json_string(who->tenant) : json_null());
+    json_object_set_new(b, "key_id", who->key_id && who->key_id[0] ? safe_string(who->key_id, strlen(who->key_id)) : json_null());
+    json_object_set_new(b, "client", json_string(who->client));
+    json_object_set_new(b, "method", safe_string(who->method, who->method_len));
+    json_object_set_new(b, "endpoint", safe_string(who->path, who->path_len > 256 ? 256 : who->path_len));
+    return b;
+}
+
+void gw_audit_add_decision(json_t *b, const char *decision, const char *reason, const char *rule, int status,
+                           const char *message)
+{
+    json_object_set_new(b, "decision", json_string(decision));
+    json_object_set_new(b, "reason", reason ? json_string(reason) : json_null());
+    if (rule)
+        json_object_set_new(b, "rule", safe_string(rule, strlen(rule)));
+    json_object_set_new(b, "status", json_integer(status));
+    if (message)
+        json_object_set_new(b, "message", safe_string(message, strlen(message)));
+}
+
+void gw_audit_add_request(json_t *b, const struct moat_exec_request *q, const void *canonical, size_t canonical_len)
+{
+    char hex[65];
+    json_t *files = json_array(), *limits = json_object();
+
+    json_object_set_new(b, "language", safe_string(q->language, strlen(q->language)));
+    json_object_set_new(b, "version", safe_string(q->version, strlen(q->version)));
+    sha256_hex(canonical, canonical_len, hex);
+    json_object_set_new(b, "request_sha256", json_string(hex));
+    for (size_t i = 0; i < q->nfiles; i++) {
+        json_t *f = json_object();
+        sha256_hex(q->files[i].content, q->files[i].content_len, hex);
+        json_object_set_new(f, "name", safe_string(q->files[i].name, strlen(q->files[i].name)));
+        json_object_set_new(f, "bytes", json_integer((json_int_t)q->files[i].content_len));
+        json_object_set_new(f, "sha256", json_string(hex));
+        json_array_append_new(files, f);
+    }
+    json_object_set_new(b, "files", files);
+    json_object_set_new(b, "stdin_bytes", json_integer((json_int_t)q->stdin_len));
+    json_object_set_new(b, "args", json_integer((json_int_t)q->nargs));
+    json_object_set_new(limits, "run_timeout_ms", json_integer(q->run_timeout_ms));
+    json_object_set_new(limits, "compile_timeout_ms", json_integer(q->compile_timeout_ms));
+    json_object_set_new(limits, "run_memory_bytes", json_integer(q->run_memory_bytes));
+    json_object_set_new(limits, "compile_memory_bytes", json_integer(q->compile_memory_bytes));
+    json_object_set_new(b, "limits", limits);
+}
+
+static json_t *stage(const struct moat_stage_result *st)
+{
+    char hex[65];
+    json_t *s = json_object();
+    json_object_set_new(s, "status", json_string(moat_status_name(st->status)));
+    json_object_set_new(s, "code", st->has_code ? json_integer(st->code) : json_null());
+    json_object_set_new(s, "signal", st->has_signal ? json_integer(st->signal) : json_null());
+    json_object_set_new(s, "cpu_ms", json_integer((json_int_t)st->cpu_ms));
+    json_object_set_new(s, "wall_ms", json_integer((json_int_t)st->wall_ms));
+    json_object_set_new(s, "memory_bytes", json_integer((json_int_t)st->memory_bytes));
+    sha256_hex(st->stdout_data ? (const void *)st->stdout_data : "", st->stdout_len, hex);
+    json_object_set_new(s, "stdout_bytes", json_integer((json_int_t)st->stdout_len));
+    json_object_set_new(s, "stdout_sha256", json_string(hex));
+    sha256_hex(st->stderr_data ? (const void *)st->stderr_data : "", st->stderr_len, hex);
+    json_object_set_new(s, "stderr_bytes", json_integer((json_int_t)st->stderr_len));
+    json_object_set_new(s, "stderr_sha256", json_string(hex));
+    return s;
+}
+
+void gw_audit_add_result(json_t *b, const struct moat_exec_result *res)
+{
+    if (res->compile.present)
+        json_object_set_new(b, "compile", stage(&res->compile));
+    if (res->run.present)
+        json_object_set_new(b, "run", stage(&res->run));
+}
+
+static json_t *b64(const uint8_t *data, size_t len)
+{
+    size_t cap = 4 * ((len + 2) / 3) + 1;
+    char *out = malloc(cap);
+    if (out == NULL)
+        return json_null();
+    int n = EVP_EncodeBlock((unsigned char *)out, data ? data : (const uint8_t *)"", (int)len);
+    json_t *j = json_stringn(out, n > 0 ? (size_t)n : 0);
+    free(out);
+    return j ? j : json_null();
+}
+
+char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const char *result_json,
+                      size_t *len)
+{
+    json_t *p = json_object(), *req = json_object(), *files = json_array(), *args = json_array(), *res = NULL;
+    json_error_t jerr;
+
+    json_object_set_new(p, "request_id", json_string(who->request_id));
+    json_object_set_new(p, "tenant", who->tenant ? json_string(who->tenant) : json_null());
+    json_object_set_new(req, "language", safe_string(q->language, strlen(q->language)));
+    json_object_set_new(req, "version", safe_string(q->version, strlen(q->version)));
+    for (size_t i = 0; i < q->nfiles; i++) {
+        json_t *f = json_object();
+        json_object_set_new(f, "name", safe_string(q->files[i].name, strlen(q->files[i].name)));
+        json_object_set_new(f, "content_base64", b64(q->files[i].content, q->files[i].content_len));
+        json_array_append_new(files, f);
+    }
+    json_object_set_new(req, "files", files);
+    json_object_set_new(req, "stdin_base64", b64(q->stdin_data, q->stdin_len));
+    for (size_t i = 0; i < q->nargs; i++)
+        json_array_append_new(args, safe_string(q->args[i], strlen(q->args[i])));
+    json_object_set_new(req, "args", args);
+    json_object_set_new(req, "run_timeout_ms", json_integer(q->run_timeout_ms));
+    json_object_set_new(req, "compile_timeout_ms", json_integer(q->compile_timeout_ms));
+    json_object_set_new(req, "run_memory_bytes", json_integer(q->run_memory_bytes));
+    json_object_set_new(req, "compile_memory_bytes", json_integer(q->compile_memory_bytes));
+    json_object_set_new(p, "request", req);
+    if (result_json != NULL)
+        res = json_loads(result_json, 0, &jerr);
+    json_object_set_new(p, "result", res ? res : json_null());
+    char *out = json_dumps(p, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(p);
+    if (out != NULL)
+        *len = strlen(out);
+    return out;
+}
+
+char *gw_audit_dump(json_t *body, size_t *len)
+{
+    char *s = json_dumps(body, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);
+    if (s != NULL)
+        *len = strlen(s);
+    return s;
+}

@@ -1,0 +1,482 @@
+/*
+ * conn.c - what the gateway knows about each client connection.
+ *
+ * Theory of operation
+ * -------------------
+ * libh2o 2.2.5 has one timer per HTTP/1 request (from "ready for a request"
+ * until the body has arrived), an HTTP/2 idle timer that any frame re-arms,
+ * no connection limits and no defence against HTTP/2 rapid reset.  So the
+ * gateway keeps a small struct gw_conn beside every socket h2o owns:
+ *
+ *   accept   -> count the client address (shared table, one mutex) and the
+ *               total; over max_connections_per_address or max_connections
+ *               the socket is closed before the TLS handshake.  The state is
+ *               hung on h2o's sock->on_close hook, which h2o calls when it
+ *               frees the socket: that uncounts the address.
+ *   requests -> guard.c reports each request's start and end: requests in
+ *               flight, requests whose whole response was sent, activity.
+ *   watchdog -> every GW_WATCHDOG_MS each worker walks its connections:
+ *               HTTP/1 between requests: idle (idle_ms), request headers
+ *               (header_ms from the first byte), body (body_ms from the end
+ *               of the headers), judged from the socket's input buffer;
+ *               HTTP/2: a stream still being received while no request
+ *               completes (body_ms), no stream open (idle_ms), and the reset
+ *               budget below.
+ *
+ * Rapid reset: a client opens streams and cancels them at once, so h2o's
+ * cap on requests in flight never bites.  Every stream a client opens
+ * raises h2o's pull_stream_ids.max_open; streams that ended without a
+ * complete response are (opened - completed - still open).  When that
+ * exceeds http2.reset_budget plus the number of completed requests, the
+ * connection gets GOAWAY(ENHANCE_YOUR_CALM) and h2o stops parsing new
+ * streams on it (state HALF_CLOSED, as after its own GOAWAY), so h2o closes
+ * it.  The check runs at each request start and in the
+ * watchdog; never while h2o frees a request, because that may happen inside
+ * h2o's own connection teardown.
+ *
+ * Closing is GOAWAY (HTTP/2) or shutdown(2) on the descriptor (HTTP/1, and
+ * HTTP/2 connections still open GW_CONDEMNED_GRACE_MS after their GOAWAY):
+ * h2o then closes the connection by its normal path, so nothing here frees
+ * anything h2o still uses.
+ *
+ * All of it runs on the owning worker's thread except the address table.
+ */
+#include "conn.h"
+#include "gw_limits.h"
+#include "log.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <openssl/rand.h>
+
+/* The HTTP/2 connection struct (needs klib's khash.h: from libhts-dev, see CMakeLists.txt). */
+#include <h2o/http2.h>
+#include <h2o/http2_internal.h>
+
+#if H2O_VERSION_MAJOR != 2 || H2O_VERSION_MINOR != 2
+#error "conn.c reads libh2o 2.2's HTTP/2 connection state: check it against this version"
+#endif
+
+struct addr_entry {
+    struct addr_entry *next;
+    uint8_t key[16];
+    unsigned count;
+};
+
+struct gw_conn_table {
+    pthread_mutex_t lock;
+    uint64_t seed[2];
+    unsigned total;
+    uint64_t last_refusal_log_ms;
+    unsigned refused_since_log;
+    struct addr_entry *buckets[GW_ADDR_BUCKETS];
+};
+
+struct gw_conn {
+    h2o_linklist_t link; /* gw_worker.conns */
+    struct gw_worker *worker;
+    h2o_socket_t *sock; /* NULL once h2o closed it */
+    int fd;
+    uint8_t key[16];
+    char peer[INET6_ADDRSTRLEN];
+    int condemned;         /* being closed; further requests are refused */
+    uint64_t condemned_ms; /* since; the descriptor is shut if h2o has not closed it in time */
+    int shut;
+    int is_h2;
+    unsigned inflight;      /* requests started and not yet freed */
+    uint64_t completed;     /* requests whose whole response was sent */
+    uint64_t last_activity; /* ms: accept, or a request's start or end */
+    /* HTTP/1: the request being read (between two requests) */
+    uint64_t boundary_ms; /* ready for the next request since */
+    size_t bytes_at_boundary;
+    uint64_t first_byte_ms, head_done_ms;
+    size_t head_scanned;
+    /* HTTP/2 */
+    uint64_t recv_since_ms;    /* some stream is being received since */
+    uint64_t last_progress_ms; /* a request reached the handlers */
+};
+
+/* ---------------------------------------------------------------- addresses */
+
+struct gw_conn_table *gw_conn_table_new(void)
+{
+    struct gw_conn_table *t = calloc(1, sizeof(*t));
+
+    if (t == NULL)
+        return NULL;
+    if (pthread_mutex_init(&t->lock, NULL) != 0 || RAND_bytes((unsigned char *)t->seed, sizeof(t->seed)) != 1) {
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* IPv4 as ::ffff:a.b.c.d; IPv6 by its /64 (one subscriber's usual allocation). */
+static void addr_key(const struct sockaddr_storage *ss, socklen_t len, uint8_t key[16], char *text, size_t textlen)
+{
+    memset(key, 0, 16);
+    snprintf(text, textlen, "?");
+    if (ss->ss_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+        const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &sin->sin_addr, 4);
+        inet_ntop(AF_INET, &sin->sin_addr, text, textlen);
+    } else if (ss->ss_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+        const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)ss;
+        memcpy(key, &sin6->sin6_addr, 16);
+        if (!IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr))
+            memset(key + 8, 0, 8);
+        inet_ntop(AF_INET6, &sin6->sin6_addr, text, textlen);
+    }
+}
+
+/* Keyed with a random seed so clients cannot aim at one bucket. */
+static size_t addr_bucket(const struct gw_conn_table *t, const uint8_t key[16])
+{
+    uint64_t a, b, h;
+
+    memcpy(&a, key, 8);
+    memcpy(&b, key + 8, 8);
+    h = (a ^ t->seed[0]) * 0x9e3779b97f4a7c15ULL;
+    h ^= h >> 31;
+    h = (h ^ b ^ t->seed[1]) * 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 29;
+    h *= 0x94d049bb133111ebULL;
+    h ^= h >> 32;
+    return (size_t)(h % GW_ADDR_BUCKETS);
+}
+
+/* Count one more connection from key.  NULL, or why not (nothing counted). */
+static const char *table_acquire(struct gw_conn_table *t, const uint8_t key[16], unsigned max_total, unsigned max_per_addr)
+{
+    struct addr_entry *e;
+    const char *why = NULL;
+    size_t b = addr_bucket(t, key);
+
+    pthread_mutex_lock(&t->lock);
+    for (e = t->buckets[b]; e != NULL && memcmp(e->key, key, 16) != 0; e = e->next)
+        ;
+    if (t->total >= max_total) {
+        why = "max_connections";
+    } else if (e != NULL && e->count >= max_per_addr) {
+        why = "max_connections_per_address";
+    } else if (e == NULL && (e = calloc(1, sizeof(*e))) == NULL) {
+        why = "out of memory";
+    } else {
+        if (e->count == 0) {
+            memcpy(e->key, key, 16);
+            e->next = t->buckets[b];
+            t->buckets[b] = e;
+        }
+        e->count++;
+        t->total++;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return why;
+}
+
+static void table_release(struct gw_conn_table *t, const uint8_t key[16])
+{
+    struct addr_entry **pp, *e;
+
+    pthread_mutex_lock(&t->lock);
+    for (pp = &t->buckets[addr_bucket(t, key)]; (e = *pp) != NULL; pp = &e->next) {
+        if (memcmp(e->key, key, 16) != 0)
+            continue;
+        t->total--;
+        if (--e->count == 0) {
+            *pp = e->next;
+            free(e);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* At most one line a second about refused connections, however many there are. */
+static void log_refusal(struct gw_conn_table *t, uint64_t now, const char *peer, const char *why)
+{
+    unsigned n = 0;
+
+    pthread_mutex_lock(&t->lock);
+    t->refused_since_log++;
+    if (now >= t->last_refusal_log_ms + 1000) {
+        n = t->refused_since_log;
+        t->refused_since_log = 0;
+        t->last_refusal_log_ms = now;
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (n != 0)
+        log_warnx("accept: refused a connection from %s: %s reached (%u refused in the last second or more)", peer, why, n);
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+static void free_if_done(struct gw_conn *gc)
+{
+    if (gc->sock == NULL && gc->inflight == 0)
+        free(gc);
+}
+
+/* h2o's sock->on_close hook: the socket is gone (requests on it were freed first). */
+static void on_sock_close(void *data)
+{
+    struct gw_conn *gc = data;
+
+    table_release(gc->worker->server->conns, gc->key);
+    h2o_linklist_unlink(&gc->link);
+    gc->sock = NULL;
+    free_if_done(gc);
+}
+
+static struct gw_conn *conn_of_sock(h2o_socket_t *sock)
+{
+    return sock != NULL && sock->on_close.cb == on_sock_close ? sock->on_close.data : NULL;
+}
+
+int gw_conn_accept(struct gw_worker *w, h2o_socket_t *sock)
+{
+    const struct gw_config *cfg = w->cfg;
+    uint64_t now = h2o_now(w->ctx.loop);
+    struct sockaddr_storage ss;
+    socklen_t len;
+    struct gw_conn *gc;
+    uint8_t key[16];
+    char peer[INET6_ADDRSTRLEN];
+    const char *why;
+
+    memset(&ss, 0, sizeof(ss));
+    len = h2o_socket_getpeername(sock, (struct sockaddr *)&ss);
+    addr_key(&ss, len, key, peer, sizeof(peer));
+    if ((why = table_acquire(w->server->conns, key, cfg->max_connections, cfg->max_connections_per_address)) != NULL) {
+        log_refusal(w->server->conns, now, peer, why);
+        h2o_socket_close(sock);
+        return -1;
+    }
+    if ((gc = calloc(1, sizeof(*gc))) == NULL) {
+        table_release(w->server->conns, key);
+        log_warnx("%s: out of memory", __func__);
+        h2o_socket_close(sock);
+        return -1;
+    }
+    gc->worker = w;
+    gc->sock = sock;
+    gc->fd = h2o_socket_get_fd(sock);
+    memcpy(gc->key, key, sizeof(gc->key));
+    memcpy(gc->peer, peer, sizeof(gc->peer));
+    gc->last_activity = gc->boundary_ms = now;
+    sock->on_close.cb = on_sock_close;
+    sock->on_close.data = gc;
+    h2o_linklist_insert(&w->conns, &gc->link);
+    return 0;
+}
+
+struct gw_conn *gw_conn_of(h2o_req_t *req)
+{
+    if (req->conn->callbacks->get_socket == NULL)
+        return NULL;
+    return conn_of_sock(req->conn->callbacks->get_socket(req->conn));
+}
+
+/* ---------------------------------------------------------------- closing */
+
+static void condemn(struct gw_conn *gc)
+{
+    gc->condemned = 1;
+    gc->condemned_ms = h2o_now(gc->worker->ctx.loop);
+}
+
+/* Both directions: h2o's next read fails and it closes the connection. */
+static void shut(struct gw_conn *gc)
+{
+    if (!gc->shut)
+        shutdown(gc->fd, SHUT_RDWR);
+    gc->shut = 1;
+}
+
+static void close_http1(struct gw_conn *gc, const char *why)
+{
+    condemn(gc);
+    log_info("connection: closing HTTP/1.1 connection from %s: %s", gc->peer, why);
+    shut(gc);
+}
+
+/*
+ * GOAWAY with errnum and stop h2o opening streams (state HALF_CLOSED, as
+ * after h2o's own GOAWAY): h2o ignores new HEADERS without decoding them,
+ * and closes the connection once the GOAWAY is written and the requests in
+ * flight are done (a RST_STREAM for an ignored stream makes it close at
+ * once).  The watchdog shuts the descriptor if that takes too long.
+ */
+static void close_h2(struct gw_conn *gc, h2o_http2_conn_t *h2, int errnum, const char *why)
+{
+    condemn(gc);
+    log_info("connection: closing HTTP/2 connection from %s: %s", gc->peer, why);
+    if (h2->state < H2O_HTTP2_CONN_STATE_HALF_CLOSED) {
+        h2o_http2_encode_goaway_frame(&h2->_write.buf, h2->pull_stream_ids.max_open, errnum, h2o_iovec_init(why, strlen(why)));
+        h2o_http2_conn_request_write(h2);
+        h2->state = H2O_HTTP2_CONN_STATE_HALF_CLOSED;
+    }
+}
+
+/* Streams the client opened that ended without a complete response, beyond what it has earned. */
+static int h2_over_budget(const struct gw_conn *gc, const h2o_http2_conn_t *h2)
+{
+    unsigned budget = gc->worker->cfg->http2_reset_budget;
+    uint64_t opened = ((uint64_t)h2->pull_stream_ids.max_open + 1) / 2;
+    uint64_t settled = gc->completed + h2->num_streams.pull.open;
+
+    if (budget == 0 || opened <= settled)
+        return 0;
+    return opened - settled > budget + gc->completed;
+}
+
+/* ---------------------------------------------------------------- requests */
+
+const char *gw_conn_request_start(struct gw_conn *gc, h2o_req_t *req)
+{
+    uint64_t now = h2o_now(gc->worker->ctx.loop);
+
+    gc->inflight++;
+    gc->last_activity = now;
+    if (req->version >= 0x200) {
+        gc->is_h2 = 1;
+        gc->last_progress_ms = now;
+    }
+    if (gc->condemned)
+        return "this connection is being closed";
+    if (gc->is_h2 && h2_over_budget(gc, (h2o_http2_conn_t *)req->conn)) {
+        close_h2(gc, (h2o_http2_conn_t *)req->conn, H2O_HTTP2_ERROR_ENHANCE_YOUR_CALM, "too many reset streams");
+        return "too many cancelled streams on this connection";
+    }
+    return NULL;
+}
+
+void gw_conn_request_end(struct gw_conn *gc, int completed)
+{
+    uint64_t now = h2o_now(gc->worker->ctx.loop);
+
+    if (gc->inflight > 0)
+        gc->inflight--;
+    if (completed)
+        gc->completed++;
+    gc->last_activity = now;
+    if (!gc->is_h2 && gc->inflight == 0 && gc->sock != NULL) {
+        /* HTTP/1: the connection is ready for the next request from now */
+        gc->boundary_ms = now;
+        gc->bytes_at_boundary = gc->sock->bytes_read;
+        gc->first_byte_ms = gc->head_done_ms = 0;
+        gc->head_scanned = 0;
+    }
+    free_if_done(gc);
+}
+
+/* ---------------------------------------------------------------- watchdog */
+
+/* Has the request head (up to its empty line) arrived?  Scans only what is new. */
+static int head_complete(struct gw_conn *gc, const h2o_buffer_t *in)
+{
+    size_t from = gc->head_scanned > 2 ? gc->head_scanned - 2 : 0;
+
+    for (size_t i = from; i + 1 < in->size; i++) {
+        if (in->bytes[i] != '\n')
+            continue;
+        if (in->bytes[i + 1] == '\n' || (in->bytes[i + 1] == '\r' && i + 2 < in->size && in->bytes[i + 2] == '\n'))
+            return 1;
+    }
+    gc->head_scanned = in->size;
+    return 0;
+}
+
+/* HTTP/1, no request in flight: idle, or how far the next request has come. */
+static void check_http1(struct gw_conn *gc, const struct gw_config *cfg, uint64_t now)
+{
+    h2o_socket_t *sock = gc->sock;
+
+    if (sock->input->size == 0 && sock->bytes_read == gc->bytes_at_boundary) {
+        if (now - gc->boundary_ms > cfg->idle_timeout_ms)
+            close_http1(gc, "idle timeout");
+        return;
+    }
+    if (gc->first_byte_ms == 0)
+        gc->first_byte_ms = now;
+    if (gc->head_done_ms == 0) {
+        if (head_complete(gc, sock->input)) {
+            gc->head_done_ms = now;
+        } else {
+            if (now - gc->first_byte_ms > cfg->header_timeout_ms)
+                close_http1(gc, "request headers not received within timeouts.header_ms");
+            return;
+        }
+    }
+    if (now - gc->head_done_ms > cfg->body_timeout_ms)
+        close_http1(gc, "request body not received within timeouts.body_ms");
+}
+
+static void check_h2(struct gw_conn *gc, h2o_http2_conn_t *h2, const struct gw_config *cfg, uint64_t now)
+{
+    uint32_t open = h2->num_streams.pull.open, busy = h2->num_streams.pull.half_closed;
+
+    if (h2->state >= H2O_HTTP2_CONN_STATE_HALF_CLOSED)
+        return; /* h2o is closing it already */
+    if (h2_over_budget(gc, h2)) {
+        close_h2(gc, h2, H2O_HTTP2_ERROR_ENHANCE_YOUR_CALM, "too many reset streams");
+        return;
+    }
+    /* a stream still receiving its headers or body, while requests are not queued behind the cap */
+    if (open > busy && busy < cfg->http2_max_streams) {
+        uint64_t since;
+        if (gc->recv_since_ms == 0)
+            gc->recv_since_ms = now;
+        since = gc->recv_since_ms > gc->last_progress_ms ? gc->recv_since_ms : gc->last_progress_ms;
+        if (now - since > cfg->body_timeout_ms) {
+            close_h2(gc, h2, H2O_HTTP2_ERROR_NONE, "request not received within timeouts.body_ms");
+            return;
+        }
+    } else {
+        gc->recv_since_ms = 0;
+    }
+    if (open == 0 && gc->inflight == 0 && now - gc->last_activity > cfg->idle_timeout_ms)
+        close_h2(gc, h2, H2O_HTTP2_ERROR_NONE, "idle timeout");
+}
+
+static void on_watchdog(h2o_timeout_entry_t *entry)
+{
+    struct gw_worker *w = H2O_STRUCT_FROM_MEMBER(struct gw_worker, watchdog, entry);
+    uint64_t now = h2o_now(w->ctx.loop);
+    h2o_linklist_t *node;
+
+    gw_worker_refresh(w);
+    /* HTTP/2 first: h2o's own list holds only connections it has not freed */
+    for (node = w->ctx.http2._conns.next; node != &w->ctx.http2._conns; node = node->next) {
+        h2o_http2_conn_t *h2 = H2O_STRUCT_FROM_MEMBER(h2o_http2_conn_t, _conns, node);
+        struct gw_conn *gc = conn_of_sock(h2->sock);
+        if (gc == NULL || gc->condemned)
+            continue;
+        gc->is_h2 = 1;
+        check_h2(gc, h2, w->cfg, now);
+    }
+    /* the rest: HTTP/1.1, or still in the TLS handshake (which h2o times out itself) */
+    for (node = w->conns.next; node != &w->conns; node = node->next) {
+        struct gw_conn *gc = H2O_STRUCT_FROM_MEMBER(struct gw_conn, link, node);
+        if (gc->condemned) {
+            if (now - gc->condemned_ms > GW_CONDEMNED_GRACE_MS)
+                shut(gc);
+        } else if (!gc->is_h2 && gc->inflight == 0) {
+            check_http1(gc, w->cfg, now);
+        }
+    }
+    h2o_timeout_link(w->ctx.loop, &w->watchdog_timeout, &w->watchdog);
+}
+
+void gw_conn_watchdog_start(struct gw_worker *w)
+{
+    h2o_timeout_init(w->ctx.loop, &w->watchdog_timeout, GW_WATCHDOG_MS);
+    w->watchdog.cb = on_watchdog;
+    h2o_timeout_link(w->ctx.loop, &w->watchdog_timeout, &w->watchdog);
+}

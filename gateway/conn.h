@@ -1,0 +1,45 @@
+/*
+ * conn.h - per-connection state: limits counted at accept, the clocks that
+ * close slow or idle clients, and HTTP/2 stream accounting against rapid
+ * reset (CVE-2023-44487), which libh2o 2.2.5 does not defend against.
+ */
+#ifndef GW_CONN_H
+#define GW_CONN_H
+
+#include <stdint.h>
+
+#include "server.h"
+
+struct gw_conn;
+
+/* The table of connections per client address, shared by every worker.  NULL if out of memory. */
+struct gw_conn_table *gw_conn_table_new(void);
+
+/*
+ * A socket the worker just accepted: count it against max_connections and
+ * max_connections_per_address and attach its state (freed when h2o closes
+ * the socket).  Returns 0 to go on with the TLS handshake, or -1 after
+ * closing a socket over a limit.
+ */
+int gw_conn_accept(struct gw_worker *w, h2o_socket_t *sock);
+
+/* The state of req's connection, or NULL (not one of ours). */
+struct gw_conn *gw_conn_of(h2o_req_t *req);
+
+/*
+ * A request on gc has reached the handlers.  Returns NULL to go on, or the
+ * reason to refuse it: the connection is being closed for abuse (for
+ * HTTP/2, a connection over its reset budget is closed here, with GOAWAY).
+ */
+const char *gw_conn_request_start(struct gw_conn *gc, h2o_req_t *req);
+
+/*
+ * The request is being freed; completed says whether its whole response was
+ * sent.  Never closes anything (h2o may be tearing the connection down).
+ */
+void gw_conn_request_end(struct gw_conn *gc, int completed);
+
+/* Start the worker's watchdog timer (on the worker's thread, after h2o_context_init). */
+void gw_conn_watchdog_start(struct gw_worker *w);
+
+#endif /* GW_CONN_H */

@@ -1,0 +1,1214 @@
+"""Robustness of moat-gateway's front end (SECURITY-CHECKS G12, G14-G20), graceful
+shutdown and SIGHUP reload.
+
+Each test class starts its own backend + gateway with the settings it needs.  HTTP/1.1
+is spoken over raw TLS sockets (so requests can be malformed on purpose) and HTTP/2 by
+the small client below: connection preface, SETTINGS, HEADERS with HPACK literals
+("without indexing", no Huffman), DATA, RST_STREAM; enough to read a response's status
+and body.  Only Debian's python3 standard library is used."""
+
+import grp
+import http.client
+import json
+import multiprocessing
+import os
+import select
+import shutil
+import signal
+import socket
+import ssl
+import struct
+import subprocess
+import threading
+import time
+import unittest
+
+from moat_harness import MOATCTL, Stack
+
+# ---------------------------------------------------------------------------
+# HTTP/2 over TLS, by hand
+# ---------------------------------------------------------------------------
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+END_STREAM, ACK, END_HEADERS = 0x1, 0x1, 0x4
+CANCEL, REFUSED_STREAM, PROTOCOL_ERROR, ENHANCE_YOUR_CALM = 0x8, 0x7, 0x1, 0xB
+# HPACK static-table status codes (RFC 7541 appendix A) as h2o sends them
+STATIC_STATUS = {8: 200, 9: 204, 10: 206, 11: 304, 12: 400, 13: 404, 14: 500}
+
+
+def frame(ftype, flags, stream_id, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + struct.pack(">BBI", ftype, flags, stream_id) + payload
+
+
+def hpack_int(value, prefix_bits, first=0):
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes([first | value])
+    out = [first | limit]
+    value -= limit
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def hpack_literal(name, value):
+    """Literal header field without indexing, new name, no Huffman (RFC 7541 6.2.2)."""
+    name = name.encode() if isinstance(name, str) else name
+    value = value.encode() if isinstance(value, str) else value
+    return b"\x00" + hpack_int(len(name), 7) + name + hpack_int(len(value), 7) + value
+
+
+def header_block(method, path, headers=()):
+    block = hpack_literal(":method", method) + hpack_literal(":scheme", "https")
+    block += hpack_literal(":authority", "localhost") + hpack_literal(":path", path)
+    for name, value in headers:
+        block += hpack_literal(name, value)
+    return block
+
+
+def status_of(block):
+    """The :status of a response header block: h2o always puts it first, either indexed
+    from the static table or as a literal with the indexed name :status."""
+    if block[0] & 0x80:
+        return STATIC_STATUS[block[0] & 0x7F]
+    if block[0] in (0x08, 0x48) and block[1] == 3:
+        return int(block[2:5])
+    raise AssertionError("unexpected status encoding %r" % block[:8])
+
+
+class H2:
+    """One HTTP/2 connection.  Not thread safe; one user at a time."""
+
+    def __init__(self, port, ctx, timeout=10):
+        raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock = ctx.wrap_socket(raw, server_hostname="localhost")
+        if self.sock.selected_alpn_protocol() != "h2":
+            raise AssertionError("ALPN did not select h2")
+        self.buf = b""
+        self.next_id = 1
+        self.goaway = None  # (last stream id, error code) once received
+        self.closed = False
+        self.streams = {}
+        self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0) + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1 << 30)))
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def new_stream(self):
+        sid = self.next_id
+        self.next_id += 2
+        self.streams[sid] = {"status": None, "body": b"", "rst": None, "done": False}
+        return sid
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def request(self, method, path, headers=(), body=None, end_stream=None):
+        sid = self.new_stream()
+        if end_stream is None:
+            end_stream = body is None
+        self.send(frame(HEADERS, END_HEADERS | (END_STREAM if end_stream else 0), sid, header_block(method, path, headers)))
+        if body is not None:
+            self.send(frame(DATA, END_STREAM, sid, body))
+        return sid
+
+    def read_frame(self, timeout):
+        """Returns (type, flags, stream id, payload), or None on EOF or timeout."""
+        deadline = time.time() + timeout
+        while len(self.buf) < 9 or len(self.buf) < 9 + int.from_bytes(self.buf[:3], "big"):
+            left = deadline - time.time()
+            if left <= 0:
+                return None
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(65536)
+            except (socket.timeout, TimeoutError):
+                return None
+            except (ssl.SSLError, OSError):
+                chunk = b""
+            if not chunk:
+                self.closed = True
+                return None
+            self.buf += chunk
+        n = int.from_bytes(self.buf[:3], "big")
+        ftype, flags, sid = struct.unpack(">BBI", self.buf[3:9])
+        payload, self.buf = self.buf[9:9 + n], self.buf[9 + n:]
+        self.handle(ftype, flags, sid & 0x7FFFFFFF, payload)
+        return ftype, flags, sid & 0x7FFFFFFF, payload
+
+    def reply(self, data):
+        try:
+            self.sock.sendall(data)
+        except (ssl.SSLError, OSError):
+            pass  # reading on is what tells whether the connection is gone
+
+    def handle(self, ftype, flags, sid, payload):
+        s = self.streams.get(sid)
+        if ftype == SETTINGS and not flags & ACK:
+            self.reply(frame(SETTINGS, ACK, 0))
+        elif ftype == PING and not flags & ACK:
+            self.reply(frame(PING, ACK, 0, payload))
+        elif ftype == GOAWAY and self.goaway is None:  # the first one gives the reason
+            self.goaway = struct.unpack(">II", payload[:8])
+        elif ftype == HEADERS and s is not None:
+            pad = payload[0] if flags & 0x8 else 0
+            block = payload[(1 if flags & 0x8 else 0) + (5 if flags & 0x20 else 0):len(payload) - pad]
+            if s["status"] is None:
+                s["status"] = status_of(block)
+            if flags & END_STREAM:
+                s["done"] = True
+        elif ftype == DATA and s is not None:
+            s["body"] += payload
+            if flags & END_STREAM:
+                s["done"] = True
+        elif ftype == RST_STREAM and s is not None:
+            s["rst"] = struct.unpack(">I", payload)[0]
+            s["done"] = True
+
+    def wait(self, sids, timeout=30):
+        """Reads until every stream in sids is done (or the connection ends); returns their states."""
+        deadline = time.time() + timeout
+        while not all(self.streams[s]["done"] for s in sids) and not self.closed:
+            if self.read_frame(max(0.01, deadline - time.time())) is None and time.time() >= deadline:
+                break
+        return [self.streams[s] for s in sids]
+
+    def get(self, path, headers=(), timeout=30):
+        return self.wait([self.request("GET", path, headers)], timeout)[0]
+
+    def wait_closed(self, timeout):
+        """True if the server ends the connection within timeout."""
+        deadline = time.time() + timeout
+        while not self.closed and time.time() < deadline:
+            self.read_frame(deadline - time.time())
+        return self.closed
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+
+def set_config_lines(stack, replace=None, tls_extra=""):
+    """Rewrites the harness's gateway.conf: replace maps old line -> new line; tls_extra
+    adds lines to the tls: mapping."""
+    with open(stack.config) as f:
+        text = f.read()
+    for old, new in (replace or {}).items():
+        assert old in text, old
+        text = text.replace(old, new)
+    if tls_extra:
+        text = text.replace("  key: %s/server.key\n" % stack.certs, "  key: %s/server.key\n%s" % (stack.certs, tls_extra))
+    write_config(stack, text)
+
+
+def write_config(stack, text):
+    """Replaces the configuration file (as editors do); a file the gateway's user may
+    read (root:moat 0640, which SIGHUP reload needs) stays so."""
+    st = os.stat(stack.config)
+    tmp = stack.config + ".new"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.chown(tmp, st.st_uid, st.st_gid)
+    os.chmod(tmp, st.st_mode & 0o777)
+    os.replace(tmp, stack.config)
+
+
+def readable_by_moat(path):
+    os.chown(path, 0, grp.getgrnam("moat").gr_gid)
+    os.chmod(path, 0o640)
+
+
+def tls_socket(stack, alpn=("http/1.1",), timeout=10, ctx=None):
+    ctx = ctx or stack.ssl_context(alpn=alpn)
+    raw = socket.create_connection(("127.0.0.1", stack.port), timeout=timeout)
+    return ctx.wrap_socket(raw, server_hostname="localhost")
+
+
+def read_http1(sock, timeout=10):
+    """One HTTP/1.1 response from a raw socket: (status, headers, body, closed_after).
+    closed_after says whether the server closed the connection right after it."""
+    sock.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed before a response: %r" % data)
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    n = int(headers.get("content-length", "0"))
+    while len(rest) < n:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    body, extra = rest[:n], rest[n:]
+    closed = False
+    try:
+        sock.settimeout(2)
+        more = extra or sock.recv(65536)
+        closed = not more
+    except (socket.timeout, TimeoutError):
+        closed = False
+    except (ssl.SSLError, OSError):
+        closed = True
+    return status, headers, body, closed
+
+
+def wait_closed(sock, timeout):
+    """Seconds until the server closes sock (reads and discards), or None."""
+    start = time.time()
+    sock.settimeout(0.2)
+    while time.time() - start < timeout:
+        try:
+            if not sock.recv(65536):
+                return time.time() - start
+        except (socket.timeout, TimeoutError):
+            continue
+        except (ssl.SSLError, OSError):
+            return time.time() - start
+    return None
+
+
+def healthz_ms(stack, timeout=10):
+    start = time.time()
+    status, _, _ = stack.request("GET", "/healthz", token=None, timeout=timeout)
+    assert status == 200, status
+    return (time.time() - start) * 1000
+
+
+def start_stack(extra_config="", workers=None, tenants=None, tls_extra="", start=True):
+    stack = Stack(extra_config=extra_config, tenants=tenants)
+    if workers is not None:
+        set_config_lines(stack, {"workers: 2\n": "workers: %d\n" % workers})
+    if tls_extra:
+        set_config_lines(stack, tls_extra=tls_extra)
+    if start:
+        stack.start()
+    return stack
+
+
+def openssl(*args, **kw):
+    return subprocess.run(["openssl", *args], check=True, capture_output=True, **kw)
+
+
+def make_cert(certs, name, subject, ca="ca", rsa=False, usage="serverAuth"):
+    """A key and certificate signed by certs/<ca>.pem; returns (cert path, key path)."""
+    key, csr, pem, ext = (os.path.join(certs, name + s) for s in (".key", ".csr", ".pem", ".ext"))
+    if rsa:
+        openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", key)
+    else:
+        openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key)
+    openssl("req", "-new", "-key", key, "-subj", subject, "-out", csr)
+    with open(ext, "w") as f:
+        f.write("basicConstraints=critical,CA:FALSE\nextendedKeyUsage=%s\n" % usage)
+        if usage == "serverAuth":
+            f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", csr, "-CA", os.path.join(certs, ca + ".pem"), "-CAkey", os.path.join(certs, ca + ".key"),
+            "-set_serial", str(int.from_bytes(os.urandom(8), "big")), "-days", "2", "-sha256", "-extfile", ext, "-out", pem)
+    os.chmod(key, 0o600)
+    return pem, key
+
+
+def make_ca(certs, name, subject):
+    key, pem = os.path.join(certs, name + ".key"), os.path.join(certs, name + ".pem")
+    openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key)
+    openssl("req", "-x509", "-new", "-key", key, "-sha256", "-days", "2", "-subj", subject,
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-out", pem)
+    return pem, key
+
+
+def peer_serial(stack, ctx=None):
+    with tls_socket(stack, ctx=ctx) as s:
+        return s.getpeercert()["serialNumber"], s.getpeercert()["subject"]
+
+
+def percentile(values, p):
+    v = sorted(values)
+    return v[min(len(v) - 1, int(len(v) * p))] if v else float("nan")
+
+
+def h2_ctx(stack):
+    return stack.ssl_context(alpn=("h2",))
+
+
+def refused(stack, ctx=None):
+    """True if the gateway closes a new connection before or during the TLS handshake."""
+    try:
+        with tls_socket(stack, ctx=ctx, timeout=5) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            read_http1(s, timeout=5)
+    except (ssl.SSLError, ConnectionError, OSError):
+        return True
+    return False
+
+
+def get_keepalive(sock):
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    status, _, _, closed = read_http1(sock)
+    return status, closed
+
+
+def trickle(sock, data, interval=0.25, limit=10.0):
+    """Sends data one byte per interval; returns the seconds until the server closed the
+    connection (None if it never did within limit)."""
+    start = time.time()
+    for i in range(int(limit / interval)):
+        try:
+            sock.sendall(data[i % len(data):i % len(data) + 1])
+        except (ssl.SSLError, OSError):
+            return time.time() - start
+        r, _, _ = select.select([sock], [], [], interval)
+        if r or sock.pending():
+            try:
+                if not sock.recv(65536):
+                    return time.time() - start
+            except (ssl.SSLError, OSError):
+                return time.time() - start
+    return None
+
+
+EXEC_SLEEP = json.dumps({"language": "python", "version": "*",
+                         "files": [{"content": "import time\ntime.sleep(1)\nprint('ok')"}]}).encode()
+EXEC_PRINT = json.dumps({"language": "python", "version": "*", "files": [{"content": "print(6*7)"}]}).encode()
+
+
+class TimeoutTest(unittest.TestCase):
+    """G17: slow clients are cut off by the configured timeouts, on a single worker that
+    keeps serving others meanwhile."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = start_stack("timeouts: {header_ms: 1500, body_ms: 1500, idle_ms: 3000}\n", workers=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def served_meanwhile(self, results):
+        time.sleep(0.5)
+        results.append(healthz_ms(self.stack))
+
+    def test_slowloris_headers(self):
+        results = []
+        with tls_socket(self.stack) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
+            other = threading.Thread(target=self.served_meanwhile, args=(results,))
+            other.start()
+            took = trickle(s, b"X-Slow: " + b"a" * 200)
+            other.join()
+        self.assertIsNotNone(took, "slowloris connection never closed")
+        self.assertGreater(took, 1.0)
+        self.assertLess(took, 3.0)  # header_ms 1500 (+ watchdog tick); h2o alone: 8 s
+        self.assertLess(results[0], 1000, "another client was not served meanwhile")
+
+    def test_slow_body(self):
+        results = []
+        with tls_socket(self.stack) as s:
+            s.sendall(b"POST /api/v2/execute HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                      b"Authorization: Bearer " + self.stack.token.encode() + b"\r\nContent-Length: 1000\r\n\r\n")
+            other = threading.Thread(target=self.served_meanwhile, args=(results,))
+            other.start()
+            took = trickle(s, b"{" * 1000)
+            other.join()
+        self.assertIsNotNone(took, "slow-body connection never closed")
+        self.assertGreater(took, 1.0)
+        self.assertLess(took, 3.0)  # body_ms 1500
+        self.assertLess(results[0], 1000)
+
+    def test_idle_keepalive(self):
+        with tls_socket(self.stack) as s:
+            start = time.time()
+            self.assertEqual(get_keepalive(s), (200, False))  # waits 2 s to see that it stays open
+            self.assertIsNotNone(wait_closed(s, 8))
+            took = time.time() - start
+        self.assertGreater(took, 2.5)
+        self.assertLess(took, 4.5)  # idle_ms 3000
+
+    def test_http2_slow_body(self):
+        h2 = H2(self.stack.port, h2_ctx(self.stack))
+        try:
+            sid = h2.request("POST", "/api/v2/execute", [("content-type", "application/json"),
+                                                         ("authorization", "Bearer " + self.stack.token)], end_stream=False)
+            start = time.time()
+            while not h2.closed and time.time() - start < 10:
+                try:
+                    h2.send(frame(DATA, 0, sid, b"{"))
+                except (ssl.SSLError, OSError):
+                    break
+                h2.read_frame(0.25)
+            took = time.time() - start
+        finally:
+            h2.close()
+        self.assertLess(took, 3.5)
+        self.assertIsNotNone(h2.goaway)
+
+    def test_http2_idle(self):
+        h2 = H2(self.stack.port, h2_ctx(self.stack))
+        try:
+            self.assertEqual(h2.get("/healthz")["status"], 200)
+            start = time.time()
+            # PINGs do not count as activity
+            while not h2.closed and time.time() - start < 8:
+                try:
+                    h2.send(frame(PING, 0, 0, b"12345678"))
+                except (ssl.SSLError, OSError):
+                    break
+                h2.read_frame(0.5)
+            took = time.time() - start
+        finally:
+            h2.close()
+        self.assertGreater(took, 2.0)
+        self.assertLess(took, 4.5)
+
+
+class ConnectionLimitTest(unittest.TestCase):
+    """G20: connections per client address, and in total."""
+
+    def test_per_address_cap(self):
+        stack = start_stack("max_connections_per_address: 4\n")
+        try:
+            socks = [tls_socket(stack) for _ in range(4)]
+            self.assertTrue(refused(stack), "a 5th connection from 127.0.0.1 was accepted")
+            for s in socks:
+                self.assertEqual(get_keepalive(s), (200, False))
+            socks.pop().close()
+            time.sleep(0.3)
+            self.assertFalse(refused(stack), "a closed connection was not uncounted")
+            for s in socks:
+                s.close()
+        finally:
+            stack.stop()
+
+    def test_global_cap(self):
+        stack = start_stack("max_connections: 3\n")
+        try:
+            socks = [tls_socket(stack) for _ in range(3)]
+            self.assertTrue(refused(stack))
+            for s in socks:
+                self.assertEqual(get_keepalive(s), (200, False))
+                s.close()
+            time.sleep(0.3)
+            self.assertFalse(refused(stack))
+        finally:
+            stack.stop()
+
+
+class Http2StreamsTest(unittest.TestCase):
+    """G20: requests handled at once per HTTP/2 connection, and h2o's 100-stream cap."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = start_stack("http2: {max_concurrent_streams: 2, reset_budget: 1000}\n")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def exec_headers(self):
+        return [("content-type", "application/json"), ("authorization", "Bearer " + self.stack.token)]
+
+    def test_concurrency_cap(self):
+        h2 = H2(self.stack.port, h2_ctx(self.stack))
+        try:
+            start = time.time()
+            sids = [h2.request("POST", "/api/v2/execute", self.exec_headers(), EXEC_SLEEP) for _ in range(4)]
+            done = {}
+            while len(done) < 4 and time.time() - start < 30 and not h2.closed:
+                h2.read_frame(0.05)
+                for sid in sids:
+                    if h2.streams[sid]["done"] and sid not in done:
+                        done[sid] = time.time() - start
+        finally:
+            h2.close()
+        self.assertEqual([h2.streams[s]["status"] for s in sids], [200] * 4)
+        t = sorted(done.values())
+        # two at a time: the last two start only when the first two are done
+        self.assertGreater(t[2] - t[0], 0.7, t)
+
+    def test_more_than_100_open_streams_refused(self):
+        h2 = H2(self.stack.port, h2_ctx(self.stack))
+        try:
+            sids = [h2.request("POST", "/api/v2/execute", self.exec_headers(), end_stream=False) for _ in range(101)]
+            deadline = time.time() + 2
+            while time.time() < deadline and not h2.streams[sids[-1]]["done"]:
+                h2.read_frame(0.1)
+            self.assertEqual(h2.streams[sids[-1]]["rst"], REFUSED_STREAM)
+            self.assertTrue(all(h2.streams[s]["rst"] is None for s in sids[:-1]))
+            for sid in sids[:-1]:
+                h2.send(frame(RST_STREAM, 0, sid, struct.pack(">I", CANCEL)))
+            # the connection survives
+            self.assertEqual(h2.get("/healthz")["status"], 200)
+            self.assertIsNone(h2.goaway)
+        finally:
+            h2.close()
+
+
+# ---------------------------------------------------------------------------
+# G16: HTTP/2 rapid reset
+# ---------------------------------------------------------------------------
+
+
+def flood(port, ca, seconds, path, queue):
+    """HEADERS+RST_STREAM pairs as fast as possible, reconnecting whenever the gateway
+    closes the connection.  Runs in its own process; puts (streams sent, connections)."""
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.set_alpn_protocols(["h2"])
+    block = header_block("GET", path)
+    rst = struct.pack(">I", CANCEL)
+    end = time.time() + seconds
+    streams = conns = 0
+    while time.time() < end:
+        try:
+            s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=2), server_hostname="localhost")
+            s.sendall(PREFACE + frame(SETTINGS, 0, 0))
+        except OSError:
+            time.sleep(0.01)
+            continue
+        conns += 1
+        sid, alive = 1, True
+        while alive and time.time() < end:
+            batch = []
+            for _ in range(100):
+                batch.append(frame(HEADERS, END_HEADERS | END_STREAM, sid, block))
+                batch.append(frame(RST_STREAM, 0, sid, rst))
+                sid += 2
+            try:
+                s.sendall(b"".join(batch))
+                streams += 100
+            except OSError:
+                break
+            while True:  # drain what the server sent, without waiting
+                r, _, _ = select.select([s], [], [], 0)
+                if not r and not s.pending():
+                    break
+                try:
+                    if not s.recv(1 << 20):
+                        alive = False
+                        break
+                except ssl.SSLWantReadError:
+                    break
+                except OSError:
+                    alive = False
+                    break
+        s.close()
+    queue.put((streams, conns))
+
+
+def victim(stack, seconds):
+    """Latencies (ms) of sequential GET /healthz over one keep-alive HTTP/1.1 connection."""
+    conn = http.client.HTTPSConnection("127.0.0.1", stack.port, context=stack.ssl_context(alpn=("http/1.1",)), timeout=30)
+    lat, fails, end = [], 0, time.time() + seconds
+    while time.time() < end:
+        start = time.time()
+        try:
+            conn.request("GET", "/healthz")
+            r = conn.getresponse()
+            r.read()
+            if r.status != 200:
+                fails += 1
+        except (OSError, http.client.HTTPException):
+            fails += 1
+            conn.close()
+        lat.append((time.time() - start) * 1000)
+    conn.close()
+    return lat, fails
+
+
+def count_requests(stack):
+    with open(os.path.join(stack.tmp, "gateway.log"), errors="replace") as f:
+        return sum(1 for line in f if "request: GET /healthz" in line)
+
+
+class RapidResetTest(unittest.TestCase):
+    """G16: a flood of HEADERS+RST_STREAM must not starve other clients.  One worker, so
+    the attacker and the victim share an event loop.  Prints the measurements."""
+
+    FLOOD_S = 3.0
+
+    def measure(self, extra):
+        stack = start_stack(extra, workers=1)
+        try:
+            before, _ = victim(stack, 1.0)
+            handled0 = count_requests(stack)
+            q = multiprocessing.get_context("fork").Queue()
+            p = multiprocessing.get_context("fork").Process(target=flood, args=(stack.port, stack.ca, self.FLOOD_S,
+                                                                                 "/healthz", q))
+            p.start()
+            time.sleep(0.3)
+            during, fails = victim(stack, self.FLOOD_S - 0.6)
+            streams, conns = q.get(timeout=30)
+            p.join(10)
+            handled = count_requests(stack) - handled0 - len(during)
+            alive = stack.gateway.poll() is None
+        finally:
+            stack.stop()
+        res = {"before_p50": percentile(before, 0.5), "before_p99": percentile(before, 0.99),
+               "during_p50": percentile(during, 0.5), "during_p99": percentile(during, 0.99),
+               "during_max": max(during), "victim_requests": len(during), "victim_failures": fails,
+               "flood_streams": streams, "flood_connections": conns, "flood_requests_handled": handled}
+        print("\nrapid reset (%s): %s" % (extra.strip() or "defaults", json.dumps(res, indent=None)))
+        self.assertTrue(alive, "the gateway died under the flood")
+        return res
+
+    def test_flood_connection_gets_goaway(self):
+        """One connection, 2000 HEADERS+RST_STREAM pairs: GOAWAY(ENHANCE_YOUR_CALM) and close."""
+        stack = start_stack("", workers=1)
+        try:
+            h2 = H2(stack.port, h2_ctx(stack))
+            block = header_block("GET", "/healthz")
+            sid = 1
+            for _ in range(40):  # 50 pairs at a time, reading what comes back in between
+                batch = b""
+                for _ in range(50):
+                    batch += frame(HEADERS, END_HEADERS | END_STREAM, sid, block)
+                    batch += frame(RST_STREAM, 0, sid, struct.pack(">I", CANCEL))
+                    sid += 2
+                try:
+                    h2.send(batch)
+                except OSError:
+                    break
+                while h2.read_frame(0.01) is not None:
+                    pass
+                if h2.closed or h2.goaway:
+                    break
+            self.assertTrue(h2.wait_closed(5), "the flooding connection was not closed")
+            self.assertIsNotNone(h2.goaway)
+            self.assertEqual(h2.goaway[1], ENHANCE_YOUR_CALM)
+            handled = count_requests(stack)
+            self.assertLess(handled, 400, "too many reset streams reached the handlers")
+            # an honest client is unaffected
+            h2b = H2(stack.port, h2_ctx(stack))
+            self.assertEqual([h2b.get("/healthz")["status"] for _ in range(3)], [200] * 3)
+            h2b.close()
+        finally:
+            stack.stop()
+
+    def test_cancelling_within_budget_is_fine(self):
+        """A client that completes requests earns cancels: 50 cancelled + 50 completed, twice."""
+        stack = start_stack("http2: {reset_budget: 60}\n", workers=1)
+        try:
+            h2 = H2(stack.port, h2_ctx(stack))
+            for _ in range(2):
+                for _ in range(50):
+                    sid = h2.request("GET", "/healthz")
+                    h2.send(frame(RST_STREAM, 0, sid, struct.pack(">I", CANCEL)))
+                self.assertEqual([h2.get("/healthz")["status"] for _ in range(50)], [200] * 50)
+            self.assertIsNone(h2.goaway)
+            h2.close()
+        finally:
+            stack.stop()
+
+    def test_victim_latency_with_and_without_mitigation(self):
+        off = self.measure("http2: {reset_budget: 0}\n")
+        on = self.measure("")
+        self.assertEqual(on["victim_failures"], 0)
+        # mitigated: the attacker must reconnect after about reset_budget streams
+        self.assertGreater(on["flood_connections"], 1)
+        self.assertLess(on["flood_requests_handled"], on["flood_connections"] * 400)
+        self.assertLess(on["during_p50"], 100)
+
+
+# ---------------------------------------------------------------------------
+# G14, G15, G18, G19: framing, sizes, paths
+# ---------------------------------------------------------------------------
+
+
+class FramingTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = start_stack("max_request_entity_size: 65536\n")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def raw(self, extra_headers, body, path=b"/api/v2/execute"):
+        head = (b"POST " + path + b" HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                b"Authorization: Bearer " + self.stack.token.encode() + b"\r\n" + extra_headers + b"\r\n")
+        with tls_socket(self.stack) as s:
+            s.sendall(head + body)
+            return read_http1(s)
+
+    def test_valid_framing_accepted(self):
+        status, _, body, _ = self.raw(b"Content-Length: %d\r\n" % len(EXEC_PRINT), EXEC_PRINT)
+        self.assertEqual(status, 200, body)
+        chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(EXEC_PRINT), EXEC_PRINT)
+        status, _, body, _ = self.raw(b"Transfer-Encoding: chunked\r\n", chunked)
+        self.assertEqual(status, 200, body)
+
+    def test_smuggling_attempts_400_and_close(self):
+        smuggled = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        chunked = b"5\r\nhello\r\n0\r\n\r\n"
+        cases = [
+            (b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", chunked + smuggled),
+            (b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", chunked + smuggled),
+            (b"Content-Length: 5\r\nContent-Length: 5\r\n", b"hello"),
+            (b"Content-Length: 5\r\nContent-Length: 48\r\n", b"hello" + smuggled),
+            (b"Content-Length: +5\r\n", b"hello"),
+            (b"Content-Length: 5,5\r\n", b"hello"),
+            (b"Content-Length: 0x5\r\n", b"hello"),
+            (b"Content-Length: 5a\r\n", b"hello"),
+            (b"Content-Length: -5\r\n", b"hello"),
+            (b"Transfer-Encoding: xchunked\r\n", chunked),
+            (b"Transfer-Encoding: chunked, identity\r\n", chunked),
+            (b"Transfer-Encoding: identity\r\n", chunked),
+            (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", chunked),
+            (b"Transfer-Encoding:\r\n chunked\r\n", chunked),
+            (b"X-Padding: a\r\n Transfer-Encoding: chunked\r\n", chunked),
+            (b"Transfer-Encoding : chunked\r\n", chunked),
+            (b"Content-Length : 5\r\n", b"hello"),
+        ]
+        for headers, body in cases:
+            with self.subTest(headers=headers):
+                status, _, resp, closed = self.raw(headers, body)
+                self.assertEqual(status, 400, resp)
+                self.assertTrue(closed, "connection not closed after a framing error")
+
+    def test_oversized_content_length_413_without_reading_body(self):
+        with tls_socket(self.stack) as s:
+            s.sendall(b"POST /api/v2/execute HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                      b"Authorization: Bearer " + self.stack.token.encode() + b"\r\nContent-Length: 104857600\r\n\r\n" +
+                      b"{" * 100)
+            start = time.time()
+            status, _, _, closed = read_http1(s, timeout=5)
+        self.assertEqual(status, 413)
+        self.assertLess(time.time() - start, 2)
+        self.assertTrue(closed)
+
+    def test_json_413_just_over_the_cap(self):
+        body = json.dumps({"language": "python", "version": "*", "files": [{"content": "#" * 100000}]})
+        status, headers, data = self.stack.request("POST", "/api/v2/execute", body,
+                                                   headers={"Content-Type": "application/json"})
+        self.assertEqual(status, 413)
+        self.assertEqual(data.get("request_id"), headers.get("x-request-id"))
+
+    def test_http2_bad_header_values_rejected(self):
+        h2 = H2(self.stack.port, h2_ctx(self.stack))
+        try:
+            for value in (b"a\r\nx-injected: 1", b"a\nb", b"a\rb", b"a\x00b"):
+                with self.subTest(value=value):
+                    st = h2.get("/healthz", [("x-test", value)])
+                    self.assertTrue(st["status"] == 400 or st["rst"] is not None, st)
+            self.assertEqual(h2.get("/healthz")["status"], 200)  # the connection survives
+        finally:
+            h2.close()
+
+    def test_http2_content_length_mismatch_rejected(self):
+        h2 = H2(self.stack.port, h2_ctx(self.stack))
+        auth = [("content-type", "application/json"), ("authorization", "Bearer " + self.stack.token)]
+        try:
+            cases = [(str(len(EXEC_PRINT) + 10), EXEC_PRINT), (str(len(EXEC_PRINT) - 10), EXEC_PRINT), ("10", None)]
+            for cl, body in cases:
+                with self.subTest(cl=cl, body=body is not None):
+                    st = h2.wait([h2.request("POST", "/api/v2/execute", auth + [("content-length", cl)], body)])[0]
+                    self.assertTrue(st["status"] == 400 or st["rst"] is not None, st)
+            st = h2.wait([h2.request("POST", "/api/v2/execute", auth + [("content-length", str(len(EXEC_PRINT)))],
+                                     EXEC_PRINT)])[0]
+            self.assertEqual(st["status"], 200, st)
+        finally:
+            h2.close()
+        # a content-length that is not a number: h2o ends the whole connection (PROTOCOL_ERROR)
+        h2 = H2(self.stack.port, h2_ctx(self.stack))
+        try:
+            st = h2.wait([h2.request("POST", "/api/v2/execute", auth + [("content-length", "1" + "0" * 30)], EXEC_PRINT)])[0]
+            self.assertTrue(st["status"] == 400 or st["rst"] is not None or (h2.goaway or (0, 0))[1] == PROTOCOL_ERROR, st)
+        finally:
+            h2.close()
+
+    def test_admin_paths_404(self):
+        for method, path in [("GET", "/admin"), ("GET", "/admin/keys"), ("GET", "/metrics"), ("GET", "/debug"),
+                             ("GET", "/debug/pprof"), ("GET", "/server-status"), ("GET", "/.well-known/security.txt"),
+                             ("GET", "/.well-known/acme-challenge/x"), ("POST", "/metrics"), ("GET", "/api/v2/admin"),
+                             ("GET", "/status"), ("GET", "/healthz/../metrics")]:
+            with self.subTest(path=path):
+                status, headers, data = self.stack.request(method, path, token=None)
+                self.assertEqual(status, 404)
+                self.assertIsInstance(data, dict)
+                self.assertEqual(data.get("request_id"), headers.get("x-request-id"))
+
+
+# ---------------------------------------------------------------------------
+# G12: TLS
+# ---------------------------------------------------------------------------
+
+
+def tls12_ctx(stack, ciphers, cert=None):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(stack.ca)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_ciphers(ciphers + ":@SECLEVEL=0")
+    if cert:
+        ctx.load_cert_chain(*cert)
+    return ctx
+
+
+def handshake_ok(stack, ctx):
+    try:
+        with tls_socket(stack, ctx=ctx, timeout=5) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            return read_http1(s)[0] == 200
+    except (ssl.SSLError, ConnectionError, OSError):
+        return False
+
+
+class TlsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = start_stack()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def test_no_cbc_suites_ecdsa(self):
+        self.assertTrue(handshake_ok(self.stack, tls12_ctx(self.stack, "ECDHE-ECDSA-AES128-GCM-SHA256")))
+        for c in ("ECDHE-ECDSA-AES128-SHA", "ECDHE-ECDSA-AES256-SHA", "ECDHE-ECDSA-AES128-SHA256",
+                  "ECDHE-ECDSA-AES256-SHA384"):
+            with self.subTest(cipher=c):
+                self.assertFalse(handshake_ok(self.stack, tls12_ctx(self.stack, c)))
+
+    def test_no_static_rsa_or_cbc_with_an_rsa_certificate(self):
+        stack = Stack()
+        try:
+            pem, key = make_cert(stack.certs, "rsa", "/CN=localhost", rsa=True)
+            set_config_lines(stack, {"%s/server.pem" % stack.certs: pem, "%s/server.key" % stack.certs: key})
+            stack.start()
+            self.assertTrue(handshake_ok(stack, tls12_ctx(stack, "ECDHE-RSA-AES128-GCM-SHA256")))
+            for c in ("AES128-SHA", "AES256-SHA", "AES128-GCM-SHA256", "AES256-GCM-SHA384", "ECDHE-RSA-AES128-SHA",
+                      "ECDHE-RSA-AES256-SHA384", "DHE-RSA-AES128-GCM-SHA256"):
+                with self.subTest(cipher=c):
+                    self.assertFalse(handshake_ok(stack, tls12_ctx(stack, c)))
+        finally:
+            stack.stop()
+
+    def test_renegotiation_refused(self):
+        """openssl s_client -tls1_2: "R" asks for a renegotiation; the gateway refuses it
+        (no_renegotiation alert) and the renegotiated handshake never completes."""
+        p = subprocess.Popen(["openssl", "s_client", "-connect", "127.0.0.1:%d" % self.stack.port, "-tls1_2",
+                              "-CAfile", self.stack.ca, "-servername", "localhost", "-legacy_renegotiation"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        time.sleep(1.0)
+        p.stdin.write(b"R\n")
+        p.stdin.flush()
+        time.sleep(1.5)
+        try:
+            p.stdin.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            p.stdin.flush()
+        except BrokenPipeError:
+            pass
+        time.sleep(1.0)
+        p.kill()
+        out = p.communicate()[0].decode(errors="replace")
+        self.assertIn("RENEGOTIATING", out)
+        self.assertRegex(out.split("RENEGOTIATING", 1)[1], r"(?i)error|alert", out[-2000:])
+        # a completed renegotiation prints a second certificate chain / verify line
+        self.assertEqual(out.count("Verify return code: 0 (ok)"), 1, out[-2000:])
+        self.assertNotIn('"status":"ok"', out)
+
+    def test_client_certificates(self):
+        stack = Stack()
+        try:
+            ca_pem, _ = make_ca(stack.certs, "clientca", "/CN=moat client CA")
+            good = make_cert(stack.certs, "client", "/CN=client-1", ca="clientca", usage="clientAuth")
+            make_ca(stack.certs, "otherca", "/CN=other CA")
+            bad = make_cert(stack.certs, "intruder", "/CN=intruder", ca="otherca", usage="clientAuth")
+            set_config_lines(stack, tls_extra="  client_ca: %s\n  require_client_certificate: true\n" % ca_pem)
+            base = stack.ssl_context
+
+            def with_cert(alpn=("h2", "http/1.1")):
+                ctx = base(alpn)
+                ctx.load_cert_chain(*good)
+                return ctx
+
+            stack.ssl_context = with_cert  # the harness's readiness probe needs a certificate now
+            stack.start()
+            self.assertEqual(stack.request("GET", "/healthz", token=None)[0], 200)
+            for alpn in (("http/1.1",), ("h2",)):
+                plain = base(alpn)
+                self.assertFalse(handshake_ok(stack, plain) if alpn == ("http/1.1",) else self.h2_ok(stack, plain))
+                intruder = base(alpn)
+                intruder.load_cert_chain(*bad)
+                self.assertFalse(handshake_ok(stack, intruder) if alpn == ("http/1.1",) else self.h2_ok(stack, intruder))
+            self.assertTrue(self.h2_ok(stack, with_cert(("h2",))))
+            for tls12 in (tls12_ctx(stack, "ECDHE-ECDSA-AES128-GCM-SHA256"),):
+                self.assertFalse(handshake_ok(stack, tls12))
+                tls12.load_cert_chain(*good)
+                self.assertTrue(handshake_ok(stack, tls12))
+        finally:
+            stack.stop()
+
+    @staticmethod
+    def h2_ok(stack, ctx):
+        try:
+            h2 = H2(stack.port, ctx, timeout=5)
+            ok = h2.get("/healthz", timeout=5)["status"] == 200
+            h2.close()
+            return ok
+        except (ssl.SSLError, ConnectionError, OSError, AssertionError, TypeError):
+            return False
+
+
+# ---------------------------------------------------------------------------
+# graceful shutdown
+# ---------------------------------------------------------------------------
+
+
+class ShutdownTest(unittest.TestCase):
+    def test_sigterm_finishes_requests_in_flight(self):
+        stack = start_stack()
+        try:
+            result = {}
+
+            def run():
+                result["r"] = stack.request("POST", "/api/v2/execute",
+                                            {"language": "python", "version": "*",
+                                             "files": [{"content": "import time\ntime.sleep(2)\nprint('done')"}]})
+
+            t = threading.Thread(target=run)
+            t.start()
+            time.sleep(0.7)
+            stack.gateway.send_signal(signal.SIGTERM)
+            time.sleep(0.6)
+            with self.assertRaises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", stack.port), timeout=2).close()
+            t.join(30)
+            status, _, data = result["r"]
+            self.assertEqual(status, 200, data)
+            self.assertEqual(data["run"]["stdout"], "done\n")
+            self.assertEqual(stack.gateway.wait(timeout=15), 0)
+        finally:
+            stack.stop()
+
+
+# ---------------------------------------------------------------------------
+# SIGHUP reload
+# ---------------------------------------------------------------------------
+
+
+def new_key():
+    out = subprocess.run([MOATCTL, "key", "new"], check=True, capture_output=True, text=True).stdout
+    fields = dict(line.split(": ", 1) for line in out.strip().splitlines())
+    kid, _, sha = fields["id"].partition(" sha256: ")
+    return fields["token"], kid, sha
+
+
+def tenant_yaml(name, kid, sha, extra="    rate: {per_second: 100000, burst: 100000}\n    max_in_flight: 64\n"):
+    return "  - name: %s\n    keys:\n      - id: %s\n        sha256: %s\n%s" % (name, kid, sha, extra)
+
+
+def log_text(stack):
+    with open(os.path.join(stack.tmp, "gateway.log"), errors="replace") as f:
+        return f.read()
+
+
+def wait_log(stack, needle, count, timeout=5):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if log_text(stack).count(needle) >= count:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+class ReloadTest(unittest.TestCase):
+    def setUp(self):
+        self.stack = start_stack(tenants=[("demo", "rate: {per_second: 100000, burst: 100000}\nmax_in_flight: 64\n", "")],
+                                 start=False)
+        readable_by_moat(self.stack.config)  # the gateway re-reads it as `moat`
+        self.stack.start()
+        with open(self.stack.config) as f:
+            self.base = f.read()
+        self.reloads = 0
+
+    def tearDown(self):
+        self.stack.stop()
+
+    def hup(self, wait_for="configuration reloaded"):
+        self.reloads += 1
+        before = log_text(self.stack).count(wait_for)
+        self.stack.gateway.send_signal(signal.SIGHUP)
+        self.assertTrue(wait_log(self.stack, wait_for, before + 1), log_text(self.stack)[-2000:])
+
+    def status(self, token):
+        return self.stack.request("GET", "/api/v2/runtimes", token=token)[0]
+
+    def test_add_and_revoke_keys(self):
+        token, kid, sha = new_key()
+        self.assertEqual(self.status(token), 401)
+        write_config(self.stack, self.base + tenant_yaml("second", kid, sha))
+        self.hup()
+        self.assertEqual(self.status(token), 200)
+        self.assertEqual(self.status(self.stack.token), 200)
+        # revoke: fails at once
+        write_config(self.stack, self.base)
+        start = time.time()
+        self.stack.gateway.send_signal(signal.SIGHUP)
+        while self.status(token) != 401:
+            self.assertLess(time.time() - start, 1.0, "revoked key still accepted after 1 s")
+            time.sleep(0.02)
+        self.assertLess(time.time() - start, 1.0)
+        self.assertEqual(self.status(self.stack.token), 200)
+
+    def test_unreadable_config_keeps_the_old_one(self):
+        os.chmod(self.stack.config, 0o600)
+        self.hup(wait_for="reload failed")
+        self.assertIn("Permission denied", log_text(self.stack))
+        self.assertEqual(self.status(self.stack.token), 200)
+
+    def test_broken_config_keeps_the_old_one(self):
+        token, kid, sha = new_key()
+        broken = self.base + tenant_yaml("second", kid, sha) + "  - name: third\n    bogus: 1\n"
+        write_config(self.stack, broken)
+        self.hup(wait_for="reload failed")
+        self.assertRegex(log_text(self.stack), r"reload failed: %s:\d+: " % self.stack.config)
+        self.assertEqual(self.status(self.stack.token), 200)
+        self.assertEqual(self.status(token), 401)
+        write_config(self.stack, "listen: [\n")
+        self.hup(wait_for="reload failed")
+        self.assertEqual(self.status(self.stack.token), 200)
+        # and a good file afterwards is taken
+        write_config(self.stack, self.base + tenant_yaml("second", kid, sha))
+        self.hup()
+        self.assertEqual(self.status(token), 200)
+
+    def test_non_reloadable_settings_warn(self):
+        write_config(self.stack, self.base.replace("workers: 2\n", "workers: 3\n"))
+        self.hup()
+        self.assertIn("workers changed", log_text(self.stack))
+        self.assertEqual(self.status(self.stack.token), 200)
+
+    def test_reload_under_load(self):
+        """4 clients (2 HTTP/1.1 keep-alive, 2 HTTP/2) send runtimes and execute requests
+        continuously while the configuration is reloaded 10 times: no failed request, no
+        dropped connection."""
+        token2, kid2, sha2 = new_key()
+        variants = [self.base + tenant_yaml("second", kid2, sha2), self.base]
+        stop = threading.Event()
+        stats = []
+        lock = threading.Lock()
+        auth = "Bearer " + self.stack.token
+
+        def http1_client():
+            conn = http.client.HTTPSConnection("127.0.0.1", self.stack.port,
+                                               context=self.stack.ssl_context(alpn=("http/1.1",)), timeout=30)
+            conn.connect()
+            first, ok, bad, i = conn.sock, 0, [], 0
+            while not stop.is_set():
+                i += 1
+                try:
+                    if i % 5 == 0:
+                        conn.request("POST", "/api/v2/execute", EXEC_PRINT,
+                                     {"Authorization": auth, "Content-Type": "application/json"})
+                    else:
+                        conn.request("GET", "/api/v2/runtimes", headers={"Authorization": auth})
+                    r = conn.getresponse()
+                    r.read()
+                    if r.status == 200:
+                        ok += 1
+                    else:
+                        bad.append(r.status)
+                except (OSError, http.client.HTTPException) as e:
+                    bad.append(repr(e))
+                    conn.close()
+                if conn.sock is not first:
+                    bad.append("connection dropped")
+                    break
+            conn.close()
+            with lock:
+                stats.append(("http/1.1", ok, bad))
+
+        def http2_client():
+            h2 = H2(self.stack.port, h2_ctx(self.stack))
+            ok, bad, i = 0, [], 0
+            hdrs = [("authorization", auth), ("content-type", "application/json")]
+            while not stop.is_set():
+                i += 1
+                if i % 5 == 0:
+                    sid = h2.request("POST", "/api/v2/execute", hdrs, EXEC_PRINT)
+                else:
+                    sid = h2.request("GET", "/api/v2/runtimes", hdrs[:1])
+                st = h2.wait([sid], timeout=30)[0]
+                if st["status"] == 200 and st["rst"] is None:
+                    ok += 1
+                else:
+                    bad.append(st)
+                if h2.closed or h2.goaway is not None:
+                    bad.append("connection dropped (goaway %r)" % (h2.goaway,))
+                    break
+            h2.close()
+            with lock:
+                stats.append(("h2", ok, bad))
+
+        threads = [threading.Thread(target=f) for f in (http1_client, http1_client, http2_client, http2_client)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        for i in range(10):
+            write_config(self.stack, variants[i % 2])
+            self.hup()
+            time.sleep(0.3)
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        print("\nreload under load: %s" % [(proto, ok, len(bad)) for proto, ok, bad in stats])
+        self.assertEqual(len(stats), 4)
+        for proto, ok, bad in stats:
+            self.assertEqual(bad, [], proto)
+            self.assertGreater(ok, 20, proto)
+        self.assertIn("generation 11", log_text(self.stack))
+
+    def test_new_certificate(self):
+        certs = self.stack.certs
+        old_serial, _ = peer_serial(self.stack)
+        keep = tls_socket(self.stack)
+        self.assertEqual(get_keepalive(keep), (200, False))
+        # the dev certs directory is 0700 root: put the new pair where `moat` can read it
+        pem, key = make_cert(certs, "server2", "/CN=localhost/O=moat reloaded")
+        newdir = os.path.join(self.stack.tmp, "certs2")
+        os.mkdir(newdir, 0o755)
+        pem, key = shutil.copy(pem, newdir), shutil.copy(key, newdir)
+        os.chmod(pem, 0o644)
+        readable_by_moat(key)
+        write_config(self.stack, self.base.replace("%s/server.pem" % certs, pem).replace("%s/server.key" % certs, key))
+        self.hup()
+        new_serial, subject = peer_serial(self.stack)
+        self.assertNotEqual(new_serial, old_serial)
+        self.assertIn((("organizationName", "moat reloaded"),), subject)
+        # the connection made before the reload still works, with the old certificate
+        self.assertEqual(get_keepalive(keep), (200, False))
+        self.assertEqual(keep.getpeercert()["serialNumber"], old_serial)
+        keep.close()
+
+    def test_unreadable_key_keeps_the_running_certificate(self):
+        """The key was read as root at start; after the drop to `moat` it is unreadable (the
+        dev certs directory is 0700 root), so a reload keeps the loaded certificate (with a
+        warning) and still applies everything else."""
+        token, kid, sha = new_key()
+        old_serial, _ = peer_serial(self.stack)
+        write_config(self.stack, self.base + tenant_yaml("second", kid, sha))
+        self.hup()
+        self.assertIn("certificate and key not reloaded", log_text(self.stack))
+        self.assertEqual(self.status(token), 200)
+        self.assertEqual(peer_serial(self.stack)[0], old_serial)
+        # but new certificate paths that cannot be read fail the whole reload
+        write_config(self.stack, self.base.replace("server.key", "missing.key") + tenant_yaml("second", kid, sha))
+        self.hup(wait_for="reload failed")
+        self.assertEqual(self.status(token), 200)
+
+
+if __name__ == "__main__":
+    unittest.main()
