@@ -155,8 +155,7 @@ static void on_timer(h2o_timeout_entry_t *entry)
         }
     }
     if (expired)
-        log_warnx("%s: %d record(s) not acknowledged within %d ms: requests refused", __func__, expired,
-                  GW_AUDIT_ACK_TIMEOUT_MS);
+        log_warnx("%s: %d record(s) not acknowledged within %d ms: requests refused", __func__, expired, GW_AUDIT_ACK_TIMEOUT_MS);
     if (a->head != NULL)
         h2o_timeout_link(a->loop, &a->timeout, &a->timer);
 }
@@ -188,8 +187,8 @@ int gw_audit_attach(struct gw_audit *a, int fd)
     return 0;
 }
 
-struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, size_t body_len, const void *packet,
-                                       size_t packet_len, gw_audit_cb cb, void *arg)
+struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, size_t body_len, const void *packet, size_t packet_len,
+                                       gw_audit_cb cb, void *arg)
 {
     struct audit_wire_req rq = {AUDIT_WIRE_MAGIC, (uint32_t)body_len, (uint32_t)packet_len, 0, 0};
     struct gw_audit_entry *e;

@@ -48,8 +48,8 @@ void gw_audit_init(struct gw_audit *a, h2o_loop_t *loop);
 int gw_audit_attach(struct gw_audit *a, int fd);
 /* Queues one record; cb NULL = nobody waits for it.  Returns a handle for
  * gw_audit_cancel, or NULL when cb was already called with failure. */
-struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, size_t body_len, const void *packet,
-                                       size_t packet_len, gw_audit_cb cb, void *arg);
+struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, size_t body_len, const void *packet, size_t packet_len,
+                                       gw_audit_cb cb, void *arg);
 /* The request went away: its callback will not be called. */
 void gw_audit_cancel(struct gw_audit_entry *e);
 

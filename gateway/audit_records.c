@@ -69,8 +69,7 @@ json_t *gw_audit_base(const struct gw_audit_who *who, const char *type)
     return b;
 }
 
-void gw_audit_add_decision(json_t *b, const char *decision, const char *reason, const char *rule, int status,
-                           const char *message)
+void gw_audit_add_decision(json_t *b, const char *decision, const char *reason, const char *rule, int status, const char *message)
 {
     json_object_set_new(b, "decision", json_string(decision));
     json_object_set_new(b, "reason", reason ? json_string(reason) : json_null());
@@ -147,8 +146,7 @@ static json_t *b64(const uint8_t *data, size_t len)
     return j ? j : json_null();
 }
 
-char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const char *result_json,
-                      size_t *len)
+char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const char *result_json, size_t *len)
 {
     json_t *p = json_object(), *req = json_object(), *files = json_array(), *args = json_array(), *res = NULL;
     json_error_t jerr;

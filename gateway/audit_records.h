@@ -23,14 +23,12 @@ struct gw_audit_who {
 };
 
 json_t *gw_audit_base(const struct gw_audit_who *who, const char *type);
-void gw_audit_add_decision(json_t *b, const char *decision, const char *reason, const char *rule, int status,
-                           const char *message);
+void gw_audit_add_decision(json_t *b, const char *decision, const char *reason, const char *rule, int status, const char *message);
 /* canonical: the encoded request frame the backend received */
 void gw_audit_add_request(json_t *b, const struct moat_exec_request *q, const void *canonical, size_t canonical_len);
 void gw_audit_add_result(json_t *b, const struct moat_exec_result *res);
 /* The full request and result (the Piston JSON sent to the client). */
-char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const char *result_json,
-                      size_t *len);
+char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const char *result_json, size_t *len);
 char *gw_audit_dump(json_t *body, size_t *len);
 
 #endif

@@ -890,12 +890,48 @@ static int parse_issuers(struct parse_ctx *pc, yaml_node_t *seq)
 
 /* ---------------------------------------------------------------- top level */
 
+static int audit_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    struct gw_audit_config *a = &pc->cfg->audit;
+    if (strcmp(key, "dir") == 0) {
+        if (parse_string(pc, v, "audit.dir", GW_MAX_PATH_LEN, &a->dir) != 0)
+            return -1;
+        if (a->dir[0] != '/')
+            return fail(pc, v, "audit.dir must be an absolute path");
+        return 0;
+    }
+    if (strcmp(key, "user") == 0)
+        return parse_string(pc, v, "audit.user", 32, &a->user);
+    if (strcmp(key, "writer") == 0)
+        return parse_string(pc, v, "audit.writer", GW_MAX_PATH_LEN, &a->writer);
+    if (strcmp(key, "packets") == 0)
+        return parse_bool(pc, v, "audit.packets", &a->packets);
+    return 1;
+}
+
+static int parse_audit(struct parse_ctx *pc, yaml_node_t *v)
+{
+    struct gw_audit_config *a = &pc->cfg->audit;
+    a->packets = 1;
+    if (walk_mapping(pc, v, "audit", audit_field, NULL) != 0)
+        return -1;
+    if (a->dir == NULL)
+        return fail(pc, v, "audit needs a dir (made by moat-audit init)");
+    if ((a->user == NULL && (a->user = strdup(GW_DEFAULT_AUDIT_USER)) == NULL) ||
+        (a->writer == NULL && (a->writer = strdup(GW_DEFAULT_AUDIT_WRITER)) == NULL))
+        return fail(pc, v, "out of memory");
+    pc->cfg->audit_enabled = 1;
+    return 0;
+}
+
 static int top_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
 {
     uint64_t n;
 
     if (strcmp(key, "listen") == 0)
         return walk_mapping(pc, v, "listen", listen_field, NULL);
+    if (strcmp(key, "audit") == 0)
+        return parse_audit(pc, v);
     if (strcmp(key, "tls") == 0)
         return walk_mapping(pc, v, "tls", tls_field, NULL);
     if (strcmp(key, "backend") == 0)
@@ -1082,6 +1118,9 @@ void gw_config_free(struct gw_config *cfg)
         free(ji->tenant_claim);
     }
     free(cfg->issuers);
+    free(cfg->audit.dir);
+    free(cfg->audit.user);
+    free(cfg->audit.writer);
     memset(cfg, 0, sizeof(*cfg));
 }
 

@@ -13,6 +13,7 @@
 
 #include "apikey.h"
 #include "jwt_auth.h"
+#include "privsep.h"
 #include "policy.h"
 
 struct gw_tenant {
@@ -58,6 +59,9 @@ struct gw_config {
     /* connection limits, counted at accept */
     unsigned max_connections;
     unsigned max_connections_per_address; /* IPv6: per /64 */
+    /* audit: the trail's directory and writer; off when audit_enabled is 0 */
+    int audit_enabled;
+    struct gw_audit_config audit;
 };
 
 /* The tenant called name, or NULL. */

@@ -60,6 +60,11 @@
 #define GW_MAX_LANG_RULES             256
 #define GW_MAX_CONTENT_RULES          64
 
+#define GW_DEFAULT_AUDIT_USER "moat-audit"
+#ifndef GW_DEFAULT_AUDIT_WRITER
+#define GW_DEFAULT_AUDIT_WRITER "/usr/local/libexec/moat/moat-audit-writer"
+#endif
+
 #define GW_LOG_LINE_MAX 2048
 #define GW_LOG_PATH_MAX 256 /* request path bytes written to the log */
 #define GW_ERR_MSG_MAX  256 /* 400 messages built by the JSON parser */

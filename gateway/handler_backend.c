@@ -7,9 +7,14 @@
 
 void gw_backend_call(struct gw_request *r, struct moat_buf *frame, uint64_t job_id, backend_done_cb cb)
 {
+    gw_backend_call_with(r, frame, job_id, cb, r);
+}
+
+void gw_backend_call_with(struct gw_request *r, struct moat_buf *frame, uint64_t job_id, backend_done_cb cb, void *data)
+{
     struct gw_worker *w = r->worker;
 
-    backend_call(r->req, w->ctx.loop, &w->backend_timeout, r->cfg->backend_socket, frame, job_id, cb, r);
+    backend_call(r->req, w->ctx.loop, &w->backend_timeout, r->cfg->backend_socket, frame, job_id, cb, data);
 }
 
 static int error_status(uint16_t code)

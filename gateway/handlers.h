@@ -23,5 +23,7 @@ int handle_backend_failure(struct gw_request *r, enum backend_status status, con
 
 /* Start a backend call on r's worker loop. */
 void gw_backend_call(struct gw_request *r, struct moat_buf *frame, uint64_t job_id, backend_done_cb cb);
+/* The same with the callback's data chosen by the caller. */
+void gw_backend_call_with(struct gw_request *r, struct moat_buf *frame, uint64_t job_id, backend_done_cb cb, void *data);
 
 #endif /* GW_HANDLERS_H */

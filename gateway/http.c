@@ -11,6 +11,9 @@
 
 #include <openssl/rand.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 static const char *reason_phrase(int status)
 {
     switch (status) {
@@ -71,10 +74,77 @@ void gw_add_ratelimit_headers(struct gw_request *r, const struct rl_decision *d)
     }
 }
 
+static const char *reason_for_status(int status)
+{
+    switch (status) {
+    case 401:
+        return "auth";
+    case 403:
+    case 404:
+    case 405:
+        return "endpoint";
+    case 422:
+        return "content";
+    case 429:
+        return "rate";
+    default:
+        return status >= 500 ? "backend" : "filter";
+    }
+}
+
+void gw_audit_who(struct gw_request *r, struct gw_audit_who *who, char *client, size_t clientlen)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = r->req->conn->callbacks->get_peername(r->req->conn, (struct sockaddr *)&ss);
+    client[0] = '\0';
+    if (len > 0 && ss.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, client, (socklen_t)clientlen);
+    else if (len > 0 && ss.ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, client, (socklen_t)clientlen);
+    who->request_id = r->request_id;
+    who->tenant = r->tenant;
+    who->key_id = r->key_id;
+    who->client = client;
+    who->method = r->req->method.base;
+    who->method_len = r->req->method.len;
+    who->path = r->req->path_normalized.base;
+    who->path_len = r->req->path_normalized.len;
+}
+
+void gw_audit_decision(struct gw_request *r, int status, const char *message)
+{
+    struct gw_audit_who who;
+    char client[INET6_ADDRSTRLEN];
+    size_t len;
+
+    if (!r->worker->audit.enabled || r->audit_skip || (r->audited && !r->executing))
+        return;
+    gw_audit_who(r, &who, client, sizeof(client));
+    json_t *b = gw_audit_base(&who, r->executing ? "result" : "request");
+    if (b == NULL)
+        return;
+    if (status < 400)
+        gw_audit_add_decision(b, "allowed", NULL, NULL, status, NULL);
+    else
+        gw_audit_add_decision(b, r->executing ? "failed" : "denied", r->reason ? r->reason : reason_for_status(status), r->rule,
+                              status, message);
+    char *text = gw_audit_dump(b, &len);
+    json_decref(b);
+    if (text != NULL)
+        gw_audit_submit(&r->worker->audit, text, len, NULL, 0, NULL, NULL);
+    free(text);
+    r->audited = 1;
+    r->executing = 0;
+}
+
 static void on_request_dispose(void *p)
 {
     struct gw_request *r = p;
 
+    if (r->audit_entry != NULL) {
+        gw_audit_cancel(r->audit_entry); /* its callback must not touch r */
+        r->audit_entry = NULL;
+    }
     /* a client that went away mid-run, or any path that did not release */
     gw_request_release(r, 0);
     if (r->worker->inflight > 0)
@@ -126,6 +196,8 @@ void gw_respond(struct gw_request *r, int status, const char *body)
     h2o_req_t *req = r->req;
     size_t len = strlen(body);
 
+    if (status < 400)
+        gw_audit_decision(r, status, NULL); /* allowed requests that are not executions */
     log_request(r, status);
     req->res.status = status;
     req->res.reason = reason_phrase(status);
@@ -138,6 +210,7 @@ void gw_respond(struct gw_request *r, int status, const char *body)
 
 void gw_respond_error(struct gw_request *r, int status, const char *message)
 {
+    gw_audit_decision(r, status, message);
     char *body = piston_error_json(message, r->request_id);
 
     if (body == NULL) {

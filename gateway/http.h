@@ -8,6 +8,7 @@
 
 #include "gw_limits.h"
 #include "server.h"
+#include "audit_records.h"
 
 struct gw_request {
     h2o_req_t *req;
@@ -19,7 +20,20 @@ struct gw_request {
     char key_id[80]; /* API key id, or "jwt:<issuer>/<kid>" */
     int admitted;    /* holds an in-flight slot of the tenant's limiter */
     char request_id[GW_REQUEST_ID_LEN + 1];
+    /* audit (audit/FORMAT.md) */
+    const char *reason;                 /* why a request was denied; NULL: from the status */
+    const char *rule;                   /* the content rule that matched */
+    int audit_skip;                     /* not audited (/healthz) */
+    int audited;                        /* the request's decision record went out */
+    int executing;                      /* allowed to execute: what follows is a result record */
+    struct gw_audit_entry *audit_entry; /* a record this request waits for */
 };
+
+/* The decision record of r (denied unless status < 400), sent without
+ * waiting; a result record instead for an execution that was allowed. */
+void gw_audit_decision(struct gw_request *r, int status, const char *message);
+/* Who asked: the fields every record starts with. */
+void gw_audit_who(struct gw_request *r, struct gw_audit_who *who, char *client, size_t clientlen);
 
 /*
  * Create the context for req in req->pool: it lives exactly as long as the

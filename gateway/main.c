@@ -39,6 +39,7 @@
  * requests in flight, and the process exits 0.
  */
 #include "config.h"
+#include "privsep.h"
 #include "log.h"
 #include "privdrop.h"
 #include "server.h"
@@ -130,6 +131,19 @@ int main(int argc, char **argv)
         fatalx("%s: out of memory", __func__);
     if (gw_server_listen(&server, err, sizeof(err)) != 0)
         fatalx("%s: %s", __func__, err);
+    if (server.audit_enabled) {
+        /* the supervisor keeps root to restart the writer; the gateway
+         * process continues below (privsep.c) */
+        static int audit_fds[GW_PRIVSEP_MAX_FDS];
+        const struct gw_config *cfg = &server.gen->cfg;
+        if (geteuid() != 0)
+            fatalx("%s: the audit trail needs moat-gateway to start as root", __func__);
+        if (gw_privsep_start(&cfg->audit, (int)server.nworkers, audit_fds, &server.audit_ctl, err, sizeof(err)) != 0)
+            fatalx("%s: audit: %s", __func__, err);
+        server.audit_fds = audit_fds;
+    } else {
+        log_warnx("%s: no audit section in %s: requests are not audited", __func__, path);
+    }
     if (gw_drop_privileges(server.user, err, sizeof(err)) != 0)
         fatalx("%s: privilege drop: %s", __func__, err);
     if (geteuid() != 0)

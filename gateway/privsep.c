@@ -71,9 +71,15 @@ static pid_t spawn_writer(const struct gw_audit_config *ac, int nfds, int *gatew
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
-        char *argv[] = {(char *)(uintptr_t)ac->writer, (char *)(uintptr_t) "--dir", (char *)(uintptr_t)ac->dir,
-                        (char *)(uintptr_t) "--clients", clients, (char *)(uintptr_t) "--user", (char *)(uintptr_t)ac->user,
-                        ac->packets ? NULL : (char *)(uintptr_t) "--no-packets", NULL};
+        char *argv[] = {(char *)(uintptr_t)ac->writer,
+                        (char *)(uintptr_t) "--dir",
+                        (char *)(uintptr_t)ac->dir,
+                        (char *)(uintptr_t) "--clients",
+                        clients,
+                        (char *)(uintptr_t) "--user",
+                        (char *)(uintptr_t)ac->user,
+                        ac->packets ? NULL : (char *)(uintptr_t) "--no-packets",
+                        NULL};
         execv(ac->writer, argv);
         _exit(127);
     }
@@ -130,8 +136,7 @@ int gw_privsep_recv_fds(int ctl, int *fds, int n)
     if (r != 1 || data != 'F')
         return -1;
     struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    if (c == NULL || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
-        c->cmsg_len != CMSG_LEN(sizeof(int) * (size_t)n))
+    if (c == NULL || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int) * (size_t)n))
         return -1;
     memcpy(fds, CMSG_DATA(c), sizeof(int) * (size_t)n);
     return 0;
@@ -145,8 +150,7 @@ static void sleep_ms(long ms)
 }
 
 /* The supervisor's loop: never returns. */
-static __attribute__((noreturn)) void supervise(const struct gw_audit_config *ac, int nfds, pid_t gateway, pid_t writer,
-                                                int ctl)
+static __attribute__((noreturn)) void supervise(const struct gw_audit_config *ac, int nfds, pid_t gateway, pid_t writer, int ctl)
 {
     sigset_t set;
     sigemptyset(&set);

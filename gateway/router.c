@@ -137,6 +137,7 @@ static void on_admission(void *arg, const struct rl_decision *d)
         return;
     }
     log_info("%s: id=%s tenant=%s: refused: %s", __func__, r->request_id, r->tenant, rl_reason_str(d->reason));
+    r->reason = d->reason == RL_CONCURRENCY ? "concurrency" : d->reason == RL_QUOTA ? "quota" : "rate";
     switch (d->reason) {
     case RL_RATE:
         gw_respond_error(r, 429, "rate limit exceeded for this tenant");

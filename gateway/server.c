@@ -34,6 +34,8 @@
 
 #include <errno.h>
 #include <netdb.h>
+#include <poll.h>
+#include <sys/signalfd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,6 +166,8 @@ int gw_server_init(struct gw_server *srv, struct gw_config *cfg, SSL_CTX *ssl_ct
     struct gw_generation *gen;
 
     memset(srv, 0, sizeof(*srv));
+    srv->audit_ctl = -1;
+    srv->audit_enabled = cfg->audit_enabled;
     srv->config_path = config_path;
     srv->nworkers = cfg->workers;
     srv->listen_port = cfg->listen_port;
@@ -267,6 +271,9 @@ static void *worker_main(void *arg)
     h2o_linklist_init_anchor(&w->conns);
     apply_generation(w);
     gw_conn_watchdog_start(w);
+    gw_audit_init(&w->audit, loop);
+    if (w->server->audit_enabled && gw_audit_attach(&w->audit, w->server->audit_fds[w->index]) != 0)
+        log_warnx("%s: worker %u: cannot use the audit writer socket", __func__, w->index);
     w->accept_ctx.ctx = &w->ctx;
     w->accept_ctx.hosts = w->h2o.hosts;
     w->listener = h2o_evloop_socket_create(loop, w->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
@@ -274,8 +281,17 @@ static void *worker_main(void *arg)
     h2o_socket_read_start(w->listener, on_accept);
     log_debug("%s: worker %u running", __func__, w->index);
 
-    while (!stopping())
+    while (!stopping()) {
         h2o_evloop_run(loop, GW_LOOP_WAKE_MS);
+        int fd = __atomic_exchange_n(&w->audit_pending_fd, -1, __ATOMIC_ACQ_REL);
+        if (fd >= 0) {
+            /* the supervisor restarted the audit writer */
+            if (gw_audit_attach(&w->audit, fd) != 0)
+                close(fd);
+            else
+                log_info("%s: worker %u: audit writer reconnected", __func__, w->index);
+        }
+    }
 
     /* Stop accepting; ask h2o to wind down; give requests in flight a bounded time to finish. */
     h2o_socket_read_stop(w->listener);
@@ -414,6 +430,7 @@ int gw_server_run(struct gw_server *srv)
         struct gw_worker *w = &srv->workers[i];
         w->server = srv;
         w->index = i;
+        w->audit_pending_fd = -1;
         if ((rc = pthread_create(&w->tid, NULL, worker_main, w)) != 0) {
             errno = rc;
             fatal("%s: pthread_create", __func__);
@@ -421,14 +438,36 @@ int gw_server_run(struct gw_server *srv)
     }
     log_info("%s: listening on %s port %u with %u workers", __func__, srv->listen_address, (unsigned)srv->listen_port,
              srv->nworkers);
+    int sfd = signalfd(-1, &set, SFD_CLOEXEC);
+    if (sfd < 0)
+        fatal("%s: signalfd", __func__);
     for (;;) {
-        do {
-            rc = sigwait(&set, &sig);
-        } while (rc == EINTR);
-        if (rc != 0) {
-            errno = rc;
-            fatal("%s: sigwait", __func__);
+        struct pollfd pfd[2] = {{sfd, POLLIN, 0}, {srv->audit_ctl, POLLIN, 0}};
+        if (poll(pfd, srv->audit_ctl >= 0 ? 2 : 1, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            fatal("%s: poll", __func__);
         }
+        if (srv->audit_ctl >= 0 && (pfd[1].revents & (POLLIN | POLLHUP))) {
+            int fds[GW_PRIVSEP_MAX_FDS];
+            if (gw_privsep_recv_fds(srv->audit_ctl, fds, (int)srv->nworkers) == 0) {
+                for (i = 0; i < srv->nworkers; i++) {
+                    int old = __atomic_exchange_n(&srv->workers[i].audit_pending_fd, fds[i], __ATOMIC_ACQ_REL);
+                    if (old >= 0)
+                        close(old);
+                }
+            } else if (pfd[1].revents & POLLHUP) {
+                log_warnx("%s: the supervisor went away", __func__);
+                close(srv->audit_ctl);
+                srv->audit_ctl = -1;
+            }
+        }
+        if (!(pfd[0].revents & POLLIN))
+            continue;
+        struct signalfd_siginfo si;
+        if (read(sfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+            continue;
+        sig = (int)si.ssi_signo;
         if (sig != SIGHUP)
             break;
         log_info("%s: SIGHUP received, reloading %s", __func__, srv->config_path);

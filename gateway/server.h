@@ -18,6 +18,7 @@
 
 #include "config.h"
 #include "ratelimit.h"
+#include "audit_client.h"
 
 struct gw_server;
 struct gw_conn_table;
@@ -64,6 +65,8 @@ struct gw_worker {
     size_t inflight; /* requests not yet disposed; touched by this thread only */
     unsigned index;
     pthread_t tid;
+    struct gw_audit audit; /* this worker's connection to the audit writer */
+    int audit_pending_fd;  /* a replacement writer socket from the main thread (atomic; -1 none) */
 };
 
 struct gw_server {
@@ -78,6 +81,9 @@ struct gw_server {
     struct gw_conn_table *conns; /* connections per client address; shared by every worker */
     struct gw_worker *workers;
     unsigned nworkers;
+    int audit_enabled;
+    int *audit_fds;            /* one writer socket per worker, from the supervisor (privsep.c) */
+    int audit_ctl;             /* the supervisor's control socket: replacement writer sockets arrive here; -1 none */
     pthread_barrier_t drained; /* workers + main thread, after draining */
 };
 

@@ -22,6 +22,8 @@ SOURCE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BACKEND = os.path.join(BUILD, "backend", "moat-backend")
 GATEWAY = os.path.join(BUILD, "gateway", "moat-gateway")
 MOATCTL = os.path.join(BUILD, "gateway", "moatctl")
+MOAT_AUDIT = os.path.join(BUILD, "audit", "moat-audit")
+AUDIT_WRITER = os.path.join(BUILD, "audit", "moat-audit-writer")
 
 
 def free_port():
@@ -48,7 +50,7 @@ class Stack:
     # limit tests configure their own.
     DEFAULT_TENANT_EXTRA = "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\n"
 
-    def __init__(self, tenant="demo", backend_args=(), tenants=None, extra_config=""):
+    def __init__(self, tenant="demo", backend_args=(), tenants=None, extra_config="", audit=True):
         if tenants is None:
             tenants = [(tenant, self.DEFAULT_TENANT_EXTRA, "")]
         self.backend_args = list(backend_args)
@@ -62,6 +64,12 @@ class Stack:
         subprocess.run([os.path.join(SOURCE, "certs", "gen-dev-certs.sh"), self.certs], check=True,
                        capture_output=True)
         self.ca = os.path.join(self.certs, "ca.pem")
+        self.audit_dir = None
+        if audit:
+            # the audit trail, owned by its own user (moat-audit init)
+            self.audit_dir = os.path.join(self.tmp, "audit")
+            subprocess.run([MOAT_AUDIT, "init", self.audit_dir], check=True, capture_output=True)
+            extra_config = f"audit:\n  dir: {self.audit_dir}\n  writer: {AUDIT_WRITER}\n" + extra_config
         # tenants: a list of (name, extra YAML lines for that tenant, key YAML lines)
         self.tenants = tenants or [(tenant, "", "")]
         self.tokens, self.key_ids = {}, {}
@@ -158,7 +166,17 @@ workers: 2
         if getattr(self, "gateway_log", None):
             self.gateway_log.close()
         self.stop_backend()
+        if self.audit_dir:
+            # log files are append-only (chattr +a): lift that to remove them
+            subprocess.run("chattr -a %s/audit-*.log 2>/dev/null" % self.audit_dir, shell=True)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def audit_records(self):
+        """The verified audit records (moat-audit export), as dicts."""
+        p = subprocess.run([MOAT_AUDIT, "export", self.audit_dir], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise AssertionError("moat-audit export failed: " + p.stderr)
+        return [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
 
     def ssl_context(self, alpn=("h2", "http/1.1")):
         ctx = ssl.create_default_context(cafile=self.ca)
