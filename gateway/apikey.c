@@ -3,6 +3,7 @@
  */
 #include "apikey.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #include <openssl/crypto.h>
@@ -60,11 +61,26 @@ int apikey_valid_id(const char *s, size_t len)
     return s != NULL && len == APIKEY_ID_LEN && is_lower_hex(s, len);
 }
 
+static EVP_MD *fetched_sha256;
+
+static void fetch_sha256_once(void)
+{
+    fetched_sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 int apikey_digest(const char *token, size_t len, uint8_t digest[APIKEY_DIGEST_LEN])
 {
+    /* one fetched SHA-256 and one context per thread: EVP_Digest with
+     * EVP_sha256() looks the algorithm up and allocates a context each call */
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    static __thread EVP_MD_CTX *ctx;
     unsigned int outlen = 0;
 
-    if (EVP_Digest(token, len, digest, &outlen, EVP_sha256(), NULL) != 1 || outlen != APIKEY_DIGEST_LEN)
+    pthread_once(&once, fetch_sha256_once);
+    if (fetched_sha256 == NULL || (ctx == NULL && (ctx = EVP_MD_CTX_new()) == NULL))
+        return -1;
+    if (EVP_DigestInit_ex2(ctx, fetched_sha256, NULL) != 1 || EVP_DigestUpdate(ctx, token, len) != 1 ||
+        EVP_DigestFinal_ex(ctx, digest, &outlen) != 1 || outlen != APIKEY_DIGEST_LEN)
         return -1;
     return 0;
 }

@@ -148,7 +148,8 @@ static int refuse(h2o_req_t *req, int status, const char *why)
     req->http1_is_persistent = 0; /* HTTP/1: close after the answer */
     if ((r = gw_request_new(req)) == NULL)
         return -1;
-    log_info("guard: id=%s: refused: %s", r->request_id, why);
+    r->reason = "filter";
+    r->note = why;
     gw_respond_error(r, status, why);
     return 0;
 }

@@ -168,8 +168,7 @@ static int apply_policy(struct gw_request *r, struct moat_exec_request *ereq)
     if (policy_evaluate(&r->tenant_cfg->policy, &pr, &v) != 0 || !v.allow) {
         r->reason = v.reason == POLICY_DENY_NO_POLICY ? "endpoint" : policy_reason_name(v.reason);
         r->rule = v.rule;
-        log_info("%s: id=%s tenant=%s: denied (%s%s%s): %s", __func__, r->request_id, r->tenant, policy_reason_name(v.reason),
-                 v.rule ? " " : "", v.rule ? v.rule : "", v.message);
+        r->note = v.rule; /* the message goes to the client and the audit record */
         gw_respond_error(r, v.http_status ? v.http_status : 403, v.message[0] ? v.message : "denied by policy");
         return 0;
     }

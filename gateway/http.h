@@ -23,6 +23,7 @@ struct gw_request {
     /* audit (audit/FORMAT.md) */
     const char *reason;                 /* why a request was denied; NULL: from the status */
     const char *rule;                   /* the content rule that matched */
+    const char *note;                   /* why, for the request's one log line (static text) */
     int audit_skip;                     /* not audited (/healthz) */
     int audited;                        /* the request's decision record went out */
     int executing;                      /* allowed to execute: what follows is a result record */

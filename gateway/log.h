@@ -9,6 +9,10 @@
 #include <stddef.h>
 
 void log_init(const char *progname, int debug);
+/* Called by a worker thread at start: its info lines are buffered until
+ * log_flush(), which it calls once per event-loop turn. */
+void log_buffer_thread(void);
+void log_flush(void);
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

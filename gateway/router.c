@@ -38,7 +38,7 @@ static const struct route *find_route(h2o_iovec_t path)
 
 static void unauthorized(struct gw_request *r, const char *why, const char *message)
 {
-    log_info("authenticate: id=%s: %s", r->request_id, why);
+    r->note = why;
     gw_add_header(r, "www-authenticate", "Bearer");
     gw_respond_error(r, 401, message);
 }
@@ -87,14 +87,14 @@ static int authenticate(struct gw_request *r)
         key = auth_bearer(r->cfg, v.base, v.len, &why);
     }
     if (key == NULL) {
-        log_info("%s: id=%s: %s", __func__, r->request_id, why);
+        r->note = why;
         gw_add_header(r, "www-authenticate", "Bearer");
         gw_respond_error(r, 401, "invalid or missing API key");
         return 0;
     }
     snprintf(r->key_id, sizeof(r->key_id), "%s", key->id);
     if (key->expires != 0 && time(NULL) >= key->expires) {
-        log_info("%s: id=%s: key %s expired", __func__, r->request_id, key->id);
+        r->note = "key expired";
         gw_add_header(r, "www-authenticate", "Bearer error=\"invalid_token\"");
         gw_respond_error(r, 401, "API key expired");
         return 0;
@@ -136,7 +136,6 @@ static void on_admission(void *arg, const struct rl_decision *d)
         a->rt->handle(r);
         return;
     }
-    log_info("%s: id=%s tenant=%s: refused: %s", __func__, r->request_id, r->tenant, rl_reason_str(d->reason));
     r->reason = d->reason == RL_CONCURRENCY ? "concurrency" : d->reason == RL_QUOTA ? "quota" : "rate";
     switch (d->reason) {
     case RL_RATE:

@@ -281,8 +281,10 @@ static void *worker_main(void *arg)
     h2o_socket_read_start(w->listener, on_accept);
     log_debug("%s: worker %u running", __func__, w->index);
 
+    log_buffer_thread();
     while (!stopping()) {
         h2o_evloop_run(loop, GW_LOOP_WAKE_MS);
+        log_flush();
         int fd = __atomic_exchange_n(&w->audit_pending_fd, -1, __ATOMIC_ACQ_REL);
         if (fd >= 0) {
             /* the supervisor restarted the audit writer */
@@ -300,7 +302,7 @@ static void *worker_main(void *arg)
     h2o_context_request_shutdown(&w->ctx);
     deadline = h2o_now(loop) + GW_DRAIN_MS;
     while (w->inflight > 0 && h2o_now(loop) < deadline)
-        h2o_evloop_run(loop, 100);
+        h2o_evloop_run(loop, 100), log_flush();
     if (w->inflight > 0)
         log_warnx("%s: worker %u: %zu requests still in flight at exit", __func__, w->index, w->inflight);
 
@@ -309,6 +311,7 @@ static void *worker_main(void *arg)
      * caches that a returning thread would orphan, and exit() reclaims all
      * of it anyway.  (Keeps leak checkers focused on real leaks.)
      */
+    log_flush();
     pthread_barrier_wait(&w->server->drained);
     for (;;)
         pause();
