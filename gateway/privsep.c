@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -233,8 +234,14 @@ int gw_privsep_start(const struct gw_audit_config *ac, int nfds, int *audit_fds,
         *ctl_fd = ctl[1];
         return 0; /* the gateway continues: drop privileges, run workers */
     }
-    close(ctl[1]);
-    for (int i = 0; i < nfds; i++)
-        close(audit_fds[i]);
-    supervise(ac, nfds, gateway, writer, ctl[0]);
+    /* the supervisor keeps its control socket and nothing else: above all
+     * not the listening sockets, or connections would queue on them after
+     * the gateway stopped accepting */
+    int keep = ctl[0] == 3 ? 3 : dup2(ctl[0], 3);
+    if (keep != 3)
+        fatal("%s: dup2", __func__);
+    if (syscall(SYS_close_range, 4, ~0U, 0) != 0)
+        for (int fd = 4; fd < 65536; fd++)
+            close(fd);
+    supervise(ac, nfds, gateway, writer, 3);
 }

@@ -187,14 +187,18 @@ class NothingLeftBehindTest(unittest.TestCase):
                 self.assertEqual(uid_line.split()[1], "0")
             with open("/proc/self/mountinfo") as f:
                 self.assertNotIn(stack.run_dir, f.read())
+            # no program of this backend's boxes is left (boxes of other
+            # backends on the machine, in other cgroups, are not ours)
             box_uids = []
-            for p in glob.glob("/proc/[0-9]*/status"):
+            for p in glob.glob("/proc/[0-9]*"):
                 try:
-                    with open(p) as f:
+                    with open(p + "/status") as f:
                         uid = int([l for l in f if l.startswith("Uid:")][0].split()[1])
+                    with open(p + "/cgroup") as f:
+                        ours = stack.tag in f.read()
                 except (OSError, IndexError):
                     continue
-                if 60000 <= uid < 60256:
+                if 60000 <= uid < 60256 and ours:
                     box_uids.append(p)
             self.assertEqual(box_uids, [])
         finally:
