@@ -50,15 +50,16 @@ void audit_sha256(const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN])
 
 int audit_hmac(const uint8_t key[AUDIT_KEY_LEN], const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN])
 {
-    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
-    EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    static EVP_MAC *mac; /* fetched once: the writer and verifier are single-threaded */
+    if (mac == NULL && (mac = EVP_MAC_fetch(NULL, "HMAC", NULL)) == NULL)
+        return -1;
+    EVP_MAC_CTX *ctx = EVP_MAC_CTX_new(mac);
     char digest[] = "SHA256";
     OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
     size_t outl = 0;
     int ok = ctx && EVP_MAC_init(ctx, key, AUDIT_KEY_LEN, params) == 1 && EVP_MAC_update(ctx, data, len) == 1 &&
              EVP_MAC_final(ctx, out, &outl, AUDIT_HASH_LEN) == 1 && outl == AUDIT_HASH_LEN;
     EVP_MAC_CTX_free(ctx);
-    EVP_MAC_free(mac);
     return ok ? 0 : -1;
 }
 

@@ -428,12 +428,16 @@ static int store_packet(struct audit_log *l, const void *packet, size_t len, cha
     audit_sha256(packet, len, h);
     audit_hex(h, sizeof(h), hex);
     snprintf(sub, sizeof(sub), PACKETS_DIR "/%.2s", hex);
-    if (mkdirat(l->dirfd, PACKETS_DIR, 0700) != 0 && errno != EEXIST)
-        return fail(err, errlen, "mkdir packets: %s", strerror(errno));
-    if (mkdirat(l->dirfd, sub, 0700) != 0 && errno != EEXIST)
-        return fail(err, errlen, "mkdir %s: %s", sub, strerror(errno));
     snprintf(path, sizeof(path), "%s/%s.json", sub, hex);
     int fd = openat(l->dirfd, path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == ENOENT) {
+        /* the fan-out directories are made on first use only */
+        if (mkdirat(l->dirfd, PACKETS_DIR, 0700) != 0 && errno != EEXIST)
+            return fail(err, errlen, "mkdir packets: %s", strerror(errno));
+        if (mkdirat(l->dirfd, sub, 0700) != 0 && errno != EEXIST)
+            return fail(err, errlen, "mkdir %s: %s", sub, strerror(errno));
+        fd = openat(l->dirfd, path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    }
     if (fd < 0) {
         if (errno == EEXIST)
             return 0; /* same content, already stored */
@@ -482,6 +486,7 @@ static int checkpoint(struct audit_log *l, char *err, size_t errlen)
     size_t done = 0;
     if (fstat(l->ckpt_fd, &st) != 0)
         return fail(err, errlen, "stat checkpoints.log: %s", strerror(errno));
+    l->ckpt_dirty = 1;
     if (write_all(l->ckpt_fd, line, (size_t)n, &done) != 0) {
         int saved = errno;
         /* no partial line may stay in checkpoints.log (the verifier would
@@ -689,9 +694,11 @@ int audit_log_sync(struct audit_log *l, char *err, size_t errlen)
         return -1;
     if (!l->dirty)
         return 0;
-    if (fdatasync(l->fd) != 0 || fdatasync(l->ckpt_fd) != 0)
+    /* checkpoints.log only changes with a checkpoint: sync it only then */
+    if (fdatasync(l->fd) != 0 || (l->ckpt_dirty && fdatasync(l->ckpt_fd) != 0))
         return fail(err, errlen, "fdatasync the audit log: %s", strerror(errno));
     l->dirty = 0;
+    l->ckpt_dirty = 0;
     return 0;
 }
 

@@ -49,6 +49,7 @@ struct audit_log {
     time_t last_checkpoint;
     EVP_PKEY *signing;
     int dirty;           /* appended since the last sync */
+    int ckpt_dirty;      /* checkpoints.log written since the last sync */
     int appended_ok;     /* chattr +a worked on the current file */
     size_t torn_pending; /* a write failed part-way: bytes of the fragment on disk */
     int torn_newline;    /* ... and its line still lacks the '\n' */

@@ -504,7 +504,8 @@ static void stats_cb(void *arg, json_t *rec, const char *line, size_t len)
     if (type && strcmp(type, "result") == 0)
         s->results++;
     const char *dec = str(rec, "decision");
-    if (dec == NULL)
+    /* one decision per request: result records carry the outcome, not a decision */
+    if (dec == NULL || type == NULL || strcmp(type, "request") != 0)
         return;
     s->requests++;
     const char *tenant = str(rec, "tenant");

@@ -195,8 +195,19 @@ struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, siz
 
     if (a->sock == NULL || body_len > AUDIT_WIRE_MAX_BODY || packet_len > AUDIT_WIRE_MAX_PACKET ||
         (e = calloc(1, sizeof(*e))) == NULL) {
-        if (cb != NULL)
+        if (cb != NULL) {
             cb(arg, 0, 0);
+        } else {
+            /* a denial's record (the request was refused anyway): say so,
+             * at most once a second per worker */
+            a->dropped++;
+            uint64_t now = loop_now(a);
+            if (now - a->last_drop_log_ms >= 1000) {
+                log_warnx("%s: audit writer unavailable: %llu denial record(s) not written", __func__,
+                          (unsigned long long)a->dropped);
+                a->last_drop_log_ms = now;
+            }
+        }
         return NULL;
     }
     rq.tag = ++a->next_tag;

@@ -40,6 +40,8 @@ struct gw_audit {
     uint64_t next_tag;
     h2o_timeout_t timeout;
     h2o_timeout_entry_t timer;
+    uint64_t dropped; /* denial records lost while no writer was connected */
+    uint64_t last_drop_log_ms;
 };
 
 void gw_audit_init(struct gw_audit *a, h2o_loop_t *loop);

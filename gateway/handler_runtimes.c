@@ -49,7 +49,44 @@ static void on_runtimes(void *data, enum backend_status status, const struct bac
     free(body);
 }
 
+static void query_backend(struct gw_request *r);
+
+/* The allowed decision is durable: now the answer may be computed. */
+static void on_allowed_durable(void *arg, int ok, uint64_t seq)
+{
+    struct gw_request *r = arg;
+    r->audit_entry = NULL;
+    if (!ok) {
+        gw_respond_error(r, 503, "audit log unavailable: request refused");
+        return;
+    }
+    query_backend(r);
+}
+
 void handle_runtimes(struct gw_request *r)
+{
+    if (r->worker->audit.enabled) {
+        struct gw_audit_who who;
+        char client[64];
+        size_t blen = 0;
+        gw_audit_who(r, &who, client, sizeof(client));
+        json_t *b = gw_audit_base(&who, "request");
+        gw_audit_add_decision(b, "allowed", NULL, NULL, 200, NULL);
+        char *text = gw_audit_dump(b, &blen);
+        json_decref(b);
+        r->audited = 1;
+        if (text == NULL) {
+            gw_respond_error(r, 500, "out of memory");
+            return;
+        }
+        r->audit_entry = gw_audit_submit(&r->worker->audit, text, blen, NULL, 0, on_allowed_durable, r);
+        free(text);
+        return;
+    }
+    query_backend(r);
+}
+
+static void query_backend(struct gw_request *r)
 {
     struct moat_buf frame = {NULL, 0, 0};
     uint64_t job = backend_next_job_id();
