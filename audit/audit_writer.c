@@ -205,10 +205,15 @@ int audit_writer_run(struct audit_log *l, const int *fds, int nfds)
                     failing = 0;
                 }
             }
-            for (size_t i = 0; i < np; i++) {
-                struct audit_wire_ack ack = {batch[i].tag, batch[i].seq, batch[i].err, 0};
-                struct client *c = &clients[batch[i].client];
-                if (c->fd >= 0 && send_all(c->fd, &ack, sizeof(ack)) != 0)
+            /* the batch's acknowledgements, in order, one write per client */
+            static struct audit_wire_ack acks[MAX_BATCH];
+            for (int ci = 0; ci < nfds; ci++) {
+                size_t na = 0;
+                for (size_t i = 0; i < np; i++)
+                    if (batch[i].client == ci)
+                        acks[na++] = (struct audit_wire_ack){batch[i].tag, batch[i].seq, batch[i].err, 0};
+                struct client *c = &clients[ci];
+                if (na > 0 && c->fd >= 0 && send_all(c->fd, acks, na * sizeof(acks[0])) != 0)
                     close_client(c, &open_clients);
             }
         }

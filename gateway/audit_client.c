@@ -230,8 +230,16 @@ struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, siz
     a->tail = e;
     if (!h2o_timeout_is_linked(&a->timer))
         h2o_timeout_link(a->loop, &a->timeout, &a->timer);
-    flush(a);
+    /* written at the end of this loop turn (gw_audit_flush), together with
+     * every other record of the turn: one write for many */
+    if (a->out.len >= GW_AUDIT_FLUSH_BYTES)
+        flush(a);
     return e;
+}
+
+void gw_audit_flush(struct gw_audit *a)
+{
+    flush(a);
 }
 
 void gw_audit_cancel(struct gw_audit_entry *e)

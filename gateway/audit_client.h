@@ -13,6 +13,7 @@
 #include <h2o.h>
 
 #define GW_AUDIT_ACK_TIMEOUT_MS 5000
+#define GW_AUDIT_FLUSH_BYTES (64 * 1024)
 
 /*
  * Called once per submitted record: ok when the writer made it durable
@@ -52,6 +53,8 @@ int gw_audit_attach(struct gw_audit *a, int fd);
  * gw_audit_cancel, or NULL when cb was already called with failure. */
 struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, size_t body_len, const void *packet, size_t packet_len,
                                        gw_audit_cb cb, void *arg);
+/* Called by the worker once per event-loop turn: sends what was queued. */
+void gw_audit_flush(struct gw_audit *a);
 /* The request went away: its callback will not be called. */
 void gw_audit_cancel(struct gw_audit_entry *e);
 

@@ -181,6 +181,81 @@ char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_req
     return out;
 }
 
+/* Appends "name":"value" (value NULL: null) to b; 0, or -1 when the value
+ * is not plain ASCII (the caller then takes the jansson path). */
+static int fast_str(char *b, size_t size, size_t *off, const char *name, const char *v, size_t vlen)
+{
+    static const char hex[] = "0123456789abcdef";
+    int n = snprintf(b + *off, size - *off, "%s\"%s\":", *off > 1 ? "," : "", name);
+    if (n < 0 || (size_t)n >= size - *off)
+        return -1;
+    *off += (size_t)n;
+    if (v == NULL) {
+        if (*off + 4 >= size)
+            return -1;
+        memcpy(b + *off, "null", 4);
+        *off += 4;
+        return 0;
+    }
+    if (*off + 1 >= size)
+        return -1;
+    b[(*off)++] = '"';
+    for (size_t i = 0; i < vlen; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c >= 0x80 || *off + 8 >= size)
+            return -1;
+        if (c == '"' || c == '\\') {
+            b[(*off)++] = '\\';
+            b[(*off)++] = (char)c;
+        } else if (c < 0x20 || c == 0x7f) {
+            memcpy(b + *off, "\\u00", 4);
+            *off += 4;
+            b[(*off)++] = hex[c >> 4];
+            b[(*off)++] = hex[c & 15];
+        } else {
+            b[(*off)++] = (char)c;
+        }
+    }
+    b[(*off)++] = '"';
+    return 0;
+}
+
+char *gw_audit_fast_decision(const struct gw_audit_who *who, const char *type, const char *decision, const char *reason,
+                             const char *rule, int status, const char *message, size_t *len)
+{
+    char buf[4096];
+    size_t off = 1;
+    buf[0] = '{';
+    if (fast_str(buf, sizeof(buf), &off, "type", type, strlen(type)) ||
+        fast_str(buf, sizeof(buf), &off, "request_id", who->request_id, strlen(who->request_id)) ||
+        fast_str(buf, sizeof(buf), &off, "tenant", who->tenant, who->tenant ? strlen(who->tenant) : 0) ||
+        fast_str(buf, sizeof(buf), &off, "key_id", who->key_id && who->key_id[0] ? who->key_id : NULL,
+                 who->key_id ? strlen(who->key_id) : 0) ||
+        fast_str(buf, sizeof(buf), &off, "client", who->client, strlen(who->client)) ||
+        fast_str(buf, sizeof(buf), &off, "method", who->method, who->method_len) ||
+        fast_str(buf, sizeof(buf), &off, "endpoint", who->path, who->path_len > 256 ? 256 : who->path_len) ||
+        fast_str(buf, sizeof(buf), &off, "decision", decision, strlen(decision)) ||
+        fast_str(buf, sizeof(buf), &off, "reason", reason, reason ? strlen(reason) : 0) ||
+        (rule && fast_str(buf, sizeof(buf), &off, "rule", rule, strlen(rule))))
+        return NULL;
+    int n = snprintf(buf + off, sizeof(buf) - off, ",\"status\":%d", status);
+    if (n < 0 || (size_t)n >= sizeof(buf) - off)
+        return NULL;
+    off += (size_t)n;
+    if (message && fast_str(buf, sizeof(buf), &off, "message", message, strlen(message)))
+        return NULL;
+    if (off + 2 >= sizeof(buf))
+        return NULL;
+    buf[off++] = '}';
+    char *out = malloc(off + 1);
+    if (out == NULL)
+        return NULL;
+    memcpy(out, buf, off);
+    out[off] = '\0';
+    *len = off;
+    return out;
+}
+
 char *gw_audit_dump(json_t *body, size_t *len)
 {
     char *s = json_dumps(body, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);

@@ -284,6 +284,7 @@ static void *worker_main(void *arg)
     log_buffer_thread();
     while (!stopping()) {
         h2o_evloop_run(loop, GW_LOOP_WAKE_MS);
+        gw_audit_flush(&w->audit);
         log_flush();
         int fd = __atomic_exchange_n(&w->audit_pending_fd, -1, __ATOMIC_ACQ_REL);
         if (fd >= 0) {
@@ -302,7 +303,7 @@ static void *worker_main(void *arg)
     h2o_context_request_shutdown(&w->ctx);
     deadline = h2o_now(loop) + GW_DRAIN_MS;
     while (w->inflight > 0 && h2o_now(loop) < deadline)
-        h2o_evloop_run(loop, 100), log_flush();
+        h2o_evloop_run(loop, 100), gw_audit_flush(&w->audit), log_flush();
     if (w->inflight > 0)
         log_warnx("%s: worker %u: %zu requests still in flight at exit", __func__, w->index, w->inflight);
 
