@@ -58,20 +58,27 @@ void gw_request_release(struct gw_request *r, uint64_t cpu_ms)
     rl_release(r->worker->server->limiter, r->tenant, cpu_ms, rl_monotonic_ms());
 }
 
+/* A header whose name is a literal and whose value is formatted into the
+ * request's pool: no copies of the name, one small allocation for the value. */
+static void add_number_header(struct gw_request *r, const char *name, size_t name_len, const h2o_token_t *token,
+                              unsigned long long value)
+{
+    h2o_req_t *req = r->req;
+    char *v = h2o_mem_alloc_pool(&req->pool, 24);
+    int n = snprintf(v, 24, "%llu", value);
+    if (token != NULL)
+        h2o_add_header(&req->pool, &req->res.headers, token, NULL, v, (size_t)n);
+    else
+        h2o_add_header_by_str(&req->pool, &req->res.headers, name, name_len, 0, NULL, v, (size_t)n);
+}
+
 void gw_add_ratelimit_headers(struct gw_request *r, const struct rl_decision *d)
 {
-    char v[32];
-
-    snprintf(v, sizeof(v), "%u", d->limit);
-    gw_add_header(r, "ratelimit-limit", v);
-    snprintf(v, sizeof(v), "%u", d->remaining);
-    gw_add_header(r, "ratelimit-remaining", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)((d->reset_ms + 999) / 1000));
-    gw_add_header(r, "ratelimit-reset", v);
-    if (!d->allowed && d->retry_after_ms != RL_RETRY_NEVER) {
-        snprintf(v, sizeof(v), "%llu", (unsigned long long)((d->retry_after_ms + 999) / 1000));
-        gw_add_header(r, "retry-after", v);
-    }
+    add_number_header(r, H2O_STRLIT("ratelimit-limit"), NULL, d->limit);
+    add_number_header(r, H2O_STRLIT("ratelimit-remaining"), NULL, d->remaining);
+    add_number_header(r, H2O_STRLIT("ratelimit-reset"), NULL, (d->reset_ms + 999) / 1000);
+    if (!d->allowed && d->retry_after_ms != RL_RETRY_NEVER)
+        add_number_header(r, NULL, 0, H2O_TOKEN_RETRY_AFTER, (d->retry_after_ms + 999) / 1000);
 }
 
 static const char *reason_for_status(int status)
