@@ -13,7 +13,7 @@
 #include <h2o.h>
 
 #define GW_AUDIT_ACK_TIMEOUT_MS 5000
-#define GW_AUDIT_FLUSH_BYTES (64 * 1024)
+#define GW_AUDIT_FLUSH_BYTES    (64 * 1024)
 
 /*
  * Called once per submitted record: ok when the writer made it durable
