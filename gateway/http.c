@@ -202,17 +202,57 @@ void gw_add_header(struct gw_request *r, const char *name, const char *value)
     h2o_add_header_by_str(&req->pool, &req->res.headers, n.base, n.len, 1, NULL, v.base, v.len);
 }
 
+struct line {
+    char buf[GW_LOG_LINE_MAX - 64];
+    size_t len;
+};
+
+static void put(struct line *l, const char *s, size_t n)
+{
+    if (n > sizeof(l->buf) - l->len)
+        n = sizeof(l->buf) - l->len;
+    memcpy(l->buf + l->len, s, n);
+    l->len += n;
+}
+
+static void puts_(struct line *l, const char *s)
+{
+    put(l, s, strlen(s));
+}
+
+/* The request's one log line, assembled without printf: this runs for
+ * every request, denials under attack included. */
 static void log_request(const struct gw_request *r, int status)
 {
-    char method[32], path[GW_LOG_PATH_MAX * 4 + 1];
+    char method[32], path[GW_LOG_PATH_MAX * 4 + 1],
+        st[4] = {(char)('0' + status / 100 % 10), (char)('0' + status / 10 % 10), (char)('0' + status % 10), 0};
     const h2o_req_t *req = r->req;
+    struct line l;
 
+    l.len = 0;
     log_escape(method, sizeof(method), req->method.base, req->method.len, 16);
     log_escape(path, sizeof(path), req->path.base, req->path.len, GW_LOG_PATH_MAX);
-    /* one line per request: the denial's reason and note fold in here */
-    log_info("request: %s %s %d id=%s tenant=%s key=%s%s%s%s%s", method, path, status, r->request_id,
-             r->tenant != NULL ? r->tenant : "-", r->key_id[0] != '\0' ? r->key_id : "-", r->reason ? " reason=" : "",
-             r->reason ? r->reason : "", r->note ? ": " : "", r->note ? r->note : "");
+    puts_(&l, "request: ");
+    puts_(&l, method);
+    puts_(&l, " ");
+    puts_(&l, path);
+    puts_(&l, " ");
+    puts_(&l, st);
+    puts_(&l, " id=");
+    puts_(&l, r->request_id);
+    puts_(&l, " tenant=");
+    puts_(&l, r->tenant != NULL ? r->tenant : "-");
+    puts_(&l, " key=");
+    puts_(&l, r->key_id[0] != '\0' ? r->key_id : "-");
+    if (r->reason) {
+        puts_(&l, " reason=");
+        puts_(&l, r->reason);
+    }
+    if (r->note) {
+        puts_(&l, ": ");
+        puts_(&l, r->note);
+    }
+    log_info_raw(l.buf, l.len);
 }
 
 void gw_respond(struct gw_request *r, int status, const char *body)
@@ -295,6 +335,12 @@ void gw_respond_error(struct gw_request *r, int status, const char *message)
         free(slow);
         return;
     }
-    snprintf(body + off, sizeof(body) - (size_t)off, "\",\"request_id\":\"%s\"}", r->request_id);
+    static const char mid[] = "\",\"request_id\":\"";
+    size_t idlen = strlen(r->request_id);
+    memcpy(body + off, mid, sizeof(mid) - 1);
+    off += (int)(sizeof(mid) - 1);
+    memcpy(body + off, r->request_id, idlen);
+    off += (int)idlen;
+    memcpy(body + off, "\"}", 3);
     gw_respond(r, status, body);
 }

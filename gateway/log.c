@@ -66,6 +66,21 @@ static void emit(const char *line, size_t len, int buffer)
         ;
 }
 
+void log_info_raw(const char *text, size_t len)
+{
+    char line[GW_LOG_LINE_MAX];
+    size_t p = strlen(log_progname);
+    if (p + 2 + len + 1 > sizeof(line))
+        len = sizeof(line) - p - 3;
+    memcpy(line, log_progname, p);
+    line[p++] = ':';
+    line[p++] = ' ';
+    memcpy(line + p, text, len);
+    p += len;
+    line[p++] = '\n';
+    emit(line, p, 1);
+}
+
 /* Format one line and emit it with a single write so threads never interleave. */
 __attribute__((format(printf, 4, 0))) static void log_vline_to(const char *level, int errnum, int buffer, const char *fmt,
                                                                va_list ap)

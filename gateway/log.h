@@ -13,6 +13,8 @@ void log_init(const char *progname, int debug);
  * log_flush(), which it calls once per event-loop turn. */
 void log_buffer_thread(void);
 void log_flush(void);
+/* An info line already assembled (no format): "progname: " + text. */
+void log_info_raw(const char *text, size_t len);
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
