@@ -42,6 +42,7 @@
  * All of it runs on the owning worker's thread except the address table.
  */
 #include "conn.h"
+#include "apikey.h"
 #include "gw_limits.h"
 #include "log.h"
 
@@ -52,6 +53,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 
 /* The HTTP/2 connection struct (needs klib's khash.h: from libhts-dev, see CMakeLists.txt). */
@@ -99,6 +101,10 @@ struct gw_conn {
     /* HTTP/2 */
     uint64_t recv_since_ms;    /* some stream is being received since */
     uint64_t last_progress_ms; /* a request reached the handlers */
+    /* the API key this connection last authenticated with (router.c) */
+    char auth_token[APIKEY_TOKEN_LEN];
+    const void *auth_cfg; /* the config generation it was checked against */
+    const void *auth_key; /* its entry in that config */
 };
 
 /* ---------------------------------------------------------------- addresses */
@@ -219,8 +225,10 @@ static void log_refusal(struct gw_conn_table *t, uint64_t now, const char *peer,
 
 static void free_if_done(struct gw_conn *gc)
 {
-    if (gc->sock == NULL && gc->inflight == 0)
+    if (gc->sock == NULL && gc->inflight == 0) {
+        OPENSSL_cleanse(gc->auth_token, sizeof(gc->auth_token));
         free(gc);
+    }
 }
 
 /* h2o's sock->on_close hook: the socket is gone (requests on it were freed first). */
@@ -274,6 +282,25 @@ int gw_conn_accept(struct gw_worker *w, h2o_socket_t *sock)
     sock->on_close.data = gc;
     h2o_linklist_insert(&w->conns, &gc->link);
     return 0;
+}
+
+const void *gw_conn_cached_key(struct gw_conn *gc, const void *cfg, const char *token, size_t len)
+{
+    /* the same bytes against the same configuration give the same answer:
+     * compared in constant time, and never across a reload */
+    if (gc == NULL || gc->auth_key == NULL || gc->auth_cfg != cfg || len != sizeof(gc->auth_token) ||
+        CRYPTO_memcmp(gc->auth_token, token, len) != 0)
+        return NULL;
+    return gc->auth_key;
+}
+
+void gw_conn_cache_key(struct gw_conn *gc, const void *cfg, const char *token, size_t len, const void *key)
+{
+    if (gc == NULL || len != sizeof(gc->auth_token))
+        return;
+    memcpy(gc->auth_token, token, len);
+    gc->auth_cfg = cfg;
+    gc->auth_key = key;
 }
 
 struct gw_conn *gw_conn_of(h2o_req_t *req)

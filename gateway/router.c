@@ -5,6 +5,7 @@
  * nothing h2o might serve by default is reachable.
  */
 #include "router.h"
+#include "conn.h"
 #include "auth.h"
 #include "handlers.h"
 #include "log.h"
@@ -84,7 +85,16 @@ static int authenticate(struct gw_request *r)
         if (v.len > 7 && strncasecmp(v.base, "Bearer ", 7) == 0 && !h2o_memis(v.base + 7, v.len < 12 ? v.len - 7 : 5, "moat_", 5) &&
             memchr(v.base + 7, '.', v.len - 7) != NULL)
             return authenticate_jwt(r, v.base + 7, v.len - 7);
-        key = auth_bearer(r->cfg, v.base, v.len, &why);
+        /* a connection sending the key it sent before skips the parse and
+         * the two SHA-256 computations (same bytes, same configuration) */
+        struct gw_conn *gc = gw_conn_of(req);
+        int bearer = v.len > 7 && strncasecmp(v.base, "Bearer ", 7) == 0;
+        key = bearer ? gw_conn_cached_key(gc, r->cfg, v.base + 7, v.len - 7) : NULL;
+        if (key == NULL) {
+            key = auth_bearer(r->cfg, v.base, v.len, &why);
+            if (key != NULL && bearer)
+                gw_conn_cache_key(gc, r->cfg, v.base + 7, v.len - 7, key);
+        }
     }
     if (key == NULL) {
         r->note = why;

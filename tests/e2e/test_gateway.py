@@ -95,6 +95,22 @@ class GatewayTest(unittest.TestCase):
                                                         "files": [{"content": "print(1)"}]}, token=token)
             self.assert_json_error(status, headers, data, 401)
 
+    def test_wrong_token_on_an_authenticated_connection(self):
+        # the per-connection key cache must never answer for other bytes
+        import http.client
+        conn = http.client.HTTPSConnection("127.0.0.1", self.stack.port, context=self.stack.ssl_context(("http/1.1",)),
+                                           timeout=30)
+        try:
+            tok = self.stack.token
+            forged = tok[:-9] + ("0" if tok[-9] != "0" else "1") + tok[-8:]  # one secret digit changed
+            for token, want in ((tok, 200), (forged, 401), (tok, 200), (tok + "x", 401)):
+                conn.request("GET", "/api/v2/runtimes", headers={"Authorization": "Bearer " + token})
+                resp = conn.getresponse()
+                resp.read()
+                self.assertEqual(resp.status, want, token[-12:])
+        finally:
+            conn.close()
+
     def test_404_for_unknown_path(self):
         for path in ("/", "/api/v2/packages", "/api/v2/execute/../../etc/passwd", "/admin"):
             status, headers, data = self.stack.request("GET", path)
