@@ -103,7 +103,7 @@ struct gw_conn {
     uint64_t last_progress_ms; /* a request reached the handlers */
     /* the API key this connection last authenticated with (router.c) */
     char auth_token[APIKEY_TOKEN_LEN];
-    const void *auth_cfg; /* the config generation it was checked against */
+    unsigned auth_serial; /* the config generation it was checked against (serials never repeat) */
     const void *auth_key; /* its entry in that config */
 };
 
@@ -284,22 +284,25 @@ int gw_conn_accept(struct gw_worker *w, h2o_socket_t *sock)
     return 0;
 }
 
-const void *gw_conn_cached_key(struct gw_conn *gc, const void *cfg, const char *token, size_t len)
+const void *gw_conn_cached_key(struct gw_conn *gc, unsigned serial, const char *token, size_t len)
 {
-    /* the same bytes against the same configuration give the same answer:
-     * compared in constant time, and never across a reload */
-    if (gc == NULL || gc->auth_key == NULL || gc->auth_cfg != cfg || len != sizeof(gc->auth_token) ||
+    /* The same bytes against the same configuration give the same answer:
+     * compared in constant time, and never across a reload.  A generation
+     * is identified by its serial, never by its address (a freed one's
+     * address can come back); the key pointer is used only when the serial
+     * is the request's own, whose generation the request holds. */
+    if (gc == NULL || gc->auth_key == NULL || gc->auth_serial != serial || len != sizeof(gc->auth_token) ||
         CRYPTO_memcmp(gc->auth_token, token, len) != 0)
         return NULL;
     return gc->auth_key;
 }
 
-void gw_conn_cache_key(struct gw_conn *gc, const void *cfg, const char *token, size_t len, const void *key)
+void gw_conn_cache_key(struct gw_conn *gc, unsigned serial, const char *token, size_t len, const void *key)
 {
     if (gc == NULL || len != sizeof(gc->auth_token))
         return;
     memcpy(gc->auth_token, token, len);
-    gc->auth_cfg = cfg;
+    gc->auth_serial = serial;
     gc->auth_key = key;
 }
 

@@ -26,11 +26,12 @@ int gw_conn_accept(struct gw_worker *w, h2o_socket_t *sock);
 /* The state of req's connection, or NULL (not one of ours). */
 struct gw_conn *gw_conn_of(h2o_req_t *req);
 
-/* The key entry this connection last authenticated with, if token and cfg
- * (the request's config generation) are the same as then; else NULL. */
-const void *gw_conn_cached_key(struct gw_conn *gc, const void *cfg, const char *token, size_t len);
+/* The key entry this connection last authenticated with, if the token and
+ * the config generation's serial (the request's own) are the same as then;
+ * else NULL. */
+const void *gw_conn_cached_key(struct gw_conn *gc, unsigned serial, const char *token, size_t len);
 /* Remembers a successful API key authentication for the connection. */
-void gw_conn_cache_key(struct gw_conn *gc, const void *cfg, const char *token, size_t len, const void *key);
+void gw_conn_cache_key(struct gw_conn *gc, unsigned serial, const char *token, size_t len, const void *key);
 
 /*
  * A request on gc has reached the handlers.  Returns NULL to go on, or the

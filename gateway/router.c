@@ -88,12 +88,13 @@ static int authenticate(struct gw_request *r)
         /* a connection sending the key it sent before skips the parse and
          * the two SHA-256 computations (same bytes, same configuration) */
         struct gw_conn *gc = gw_conn_of(req);
+        unsigned serial = H2O_STRUCT_FROM_MEMBER(struct gw_generation, cfg, r->cfg)->serial;
         int bearer = v.len > 7 && strncasecmp(v.base, "Bearer ", 7) == 0;
-        key = bearer ? gw_conn_cached_key(gc, r->cfg, v.base + 7, v.len - 7) : NULL;
+        key = bearer ? gw_conn_cached_key(gc, serial, v.base + 7, v.len - 7) : NULL;
         if (key == NULL) {
             key = auth_bearer(r->cfg, v.base, v.len, &why);
             if (key != NULL && bearer)
-                gw_conn_cache_key(gc, r->cfg, v.base + 7, v.len - 7, key);
+                gw_conn_cache_key(gc, serial, v.base + 7, v.len - 7, key);
         }
     }
     if (key == NULL) {

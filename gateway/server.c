@@ -272,8 +272,11 @@ static void *worker_main(void *arg)
     apply_generation(w);
     gw_conn_watchdog_start(w);
     gw_audit_init(&w->audit, loop);
+    /* enabled whether or not the socket works: without one every audited
+     * request is refused (fail closed), never run unaudited */
+    w->audit.enabled = w->server->audit_enabled;
     if (w->server->audit_enabled && gw_audit_attach(&w->audit, w->server->audit_fds[w->index]) != 0)
-        log_warnx("%s: worker %u: cannot use the audit writer socket", __func__, w->index);
+        log_warnx("%s: worker %u: cannot use the audit writer socket: audited requests are refused", __func__, w->index);
     w->accept_ctx.ctx = &w->ctx;
     w->accept_ctx.hosts = w->h2o.hosts;
     w->listener = h2o_evloop_socket_create(loop, w->listen_fd, H2O_SOCKET_FLAG_DONT_READ);

@@ -1062,6 +1062,37 @@ class ReloadTest(unittest.TestCase):
         self.assertLess(time.time() - start, 1.0)
         self.assertEqual(self.status(self.stack.token), 200)
 
+    def test_revoked_key_fails_on_a_connection_that_cached_it(self):
+        # The connection remembers the key it authenticated with.  After the
+        # key is revoked and the configuration reloaded twice (so a freed
+        # generation's memory can be reused), the same connection sending it
+        # again must get 401: the cache is keyed by generation serial, not by
+        # address.
+        import http.client
+        token, kid, sha = new_key()
+        write_config(self.stack, self.base + tenant_yaml("second", kid, sha))
+        self.hup()
+        conn = http.client.HTTPSConnection("127.0.0.1", self.stack.port, context=self.stack.ssl_context(("http/1.1",)),
+                                           timeout=30)
+
+        def get(path, token=None):
+            conn.request("GET", path, headers={"Authorization": "Bearer " + token} if token else {})
+            resp = conn.getresponse()
+            resp.read()
+            return resp.status
+
+        try:
+            self.assertEqual(get("/api/v2/runtimes", token), 200)
+            write_config(self.stack, self.base)  # revoke
+            for _ in range(3):
+                self.hup()
+                time.sleep(0.6)  # workers move to the new generation; the old one is freed
+                self.assertEqual(get("/healthz"), 200)  # the connection stays, its cache untouched
+            self.assertEqual(get("/api/v2/runtimes", token), 401)
+            self.assertEqual(get("/api/v2/runtimes", self.stack.token), 200)
+        finally:
+            conn.close()
+
     def test_unreadable_config_keeps_the_old_one(self):
         os.chmod(self.stack.config, 0o600)
         self.hup(wait_for="reload failed")
