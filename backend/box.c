@@ -47,6 +47,7 @@
 
 #include "box_internal.h"
 #include "log.h"
+#include "sockio.h"
 
 #define BOX_STACK_SIZE (256 * 1024)
 #define CPU_POLL_MS    20
@@ -286,20 +287,6 @@ static uint32_t count_strv(char *const *v)
     return n;
 }
 
-static int write_full(int fd, const void *buf, size_t len)
-{
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = send(fd, (const uint8_t *)buf + off, len - off, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        off += (size_t)n;
-    }
-    return 0;
-}
-
 int box_start(struct slot *s, const struct box_job *job, struct errbuf *e)
 {
     struct warm_box *w = &s->warm;
@@ -344,7 +331,7 @@ int box_start(struct slot *s, const struct box_job *job, struct errbuf *e)
     }
     uint32_t body = (uint32_t)(b.len - 8);
     memcpy(b.data + 4, &body, sizeof(body));
-    int rc = write_full(w->ctl, b.data, b.len);
+    int rc = send_full(w->ctl, b.data, b.len);
     free(b.data);
     if (rc != 0)
         return errf_errno(e, "send plan to slot %d", s->index);
@@ -642,7 +629,7 @@ int box_run_stage(struct slot *s, int stage, const struct box_stage *st, const u
     uint64_t start = now_ms();
     h.last_activity_ms = start;
     char go = (char)('0' + stage);
-    if (write_full(w->ctl, &go, 1) != 0) {
+    if (send_full(w->ctl, &go, 1) != 0) {
         errf_errno(e, "start stage in slot %d", s->index);
         kill_now(w);
         goto out;

@@ -21,6 +21,7 @@
 
 #include "job.h"
 #include "log.h"
+#include "sockio.h"
 
 struct conn {
     struct server *srv;
@@ -43,27 +44,13 @@ static int read_full(int fd, void *buf, size_t len)
     return 1;
 }
 
-static int write_full(int fd, const void *buf, size_t len)
-{
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = send(fd, (const uint8_t *)buf + off, len - off, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        off += (size_t)n;
-    }
-    return 0;
-}
-
 static int send_error(int fd, uint64_t job_id, uint16_t code, const char *message)
 {
     struct moat_buf out = {0};
     const char *why;
     int rc = -1;
     if (moat_encode_error(&out, job_id, code, message, &why) == 0)
-        rc = write_full(fd, out.data, out.len);
+        rc = send_full(fd, out.data, out.len);
     else
         log_warnx("%s: %s", __func__, why);
     moat_buf_free(&out);
@@ -100,7 +87,7 @@ static int handle_exec(struct conn *c, const struct moat_frame_header *h, const 
         return send_error(c->fd, h->job_id, MOAT_ERR_INTERNAL, "result could not be encoded");
     }
     moat_exec_result_free(&res);
-    rc = write_full(c->fd, out.data, out.len);
+    rc = send_full(c->fd, out.data, out.len);
     moat_buf_free(&out);
     return rc;
 }
@@ -124,7 +111,7 @@ static int handle_runtimes(struct conn *c, const struct moat_frame_header *h)
         log_warnx("%s: %s", __func__, why);
         return send_error(c->fd, h->job_id, MOAT_ERR_INTERNAL, "runtimes could not be encoded");
     }
-    rc = write_full(c->fd, out.data, out.len);
+    rc = send_full(c->fd, out.data, out.len);
     moat_buf_free(&out);
     return rc;
 }

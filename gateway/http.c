@@ -279,21 +279,6 @@ void gw_respond(struct gw_request *r, int status, const char *body)
     h2o_send_inline(req, body, len); /* copies body into req->pool */
 }
 
-static int utf8_valid(const char *str)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    while (*s) {
-        unsigned n = *s < 0x80 ? 0 : (*s & 0xE0) == 0xC0 ? 1 : (*s & 0xF0) == 0xE0 ? 2 : (*s & 0xF8) == 0xF0 ? 3 : 4;
-        if (n == 4 || (n == 1 && *s < 0xC2))
-            return 0;
-        s++;
-        for (unsigned i = 0; i < n; i++, s++)
-            if ((*s & 0xC0) != 0x80)
-                return 0;
-    }
-    return 1;
-}
-
 /* Appends s as the inside of a JSON string (ASCII; \uXXXX for control
  * characters, quotes and backslashes escaped; other bytes as they are:
  * messages are valid UTF-8 text).  Returns the new length or -1 if full. */
@@ -332,7 +317,7 @@ void gw_respond_error(struct gw_request *r, int status, const char *message)
      * is the hot path under attack */
     memcpy(body, head, sizeof(head) - 1);
     off = json_escape_into(body, sizeof(body) - 64, sizeof(head) - 1, message);
-    if (off < 0 || !utf8_valid(message)) {
+    if (off < 0 || !moat_utf8_valid((const uint8_t *)message, strlen(message))) {
         char *slow = piston_error_json(message, r->request_id);
         if (slow == NULL) {
             gw_respond(r, 500, "{\"message\":\"out of memory\"}");

@@ -425,7 +425,7 @@ static int once(uint32_t *seen, uint16_t tag, const char **why)
     return 0;
 }
 
-static int valid_utf8(const uint8_t *s, size_t len)
+int moat_utf8_valid(const uint8_t *s, size_t len)
 {
     size_t i = 0;
     while (i < len) {
@@ -477,7 +477,7 @@ static int r_str(const struct field *f, size_t max, int allow_empty, char **out,
         *why = "NUL byte in string field";
         return -1;
     }
-    if (!valid_utf8(f->val, f->len)) {
+    if (!moat_utf8_valid(f->val, f->len)) {
         *why = "string field is not valid UTF-8";
         return -1;
     }

@@ -177,6 +177,10 @@ void moat_exec_result_free(struct moat_exec_result *r);
 void moat_error_free(struct moat_error *e);
 void moat_runtimes_free(struct moat_runtimes *rt);
 
+/* 1 if s[0..len) is well-formed UTF-8 (no overlongs, surrogates or values
+ * past U+10FFFF), else 0.  The codec's own check, shared with the gateway. */
+int moat_utf8_valid(const uint8_t *s, size_t len);
+
 /* "RE", "SG", ... or NULL for MOAT_STATUS_OK; ML maps to "SG" (Piston shape). */
 const char *moat_status_piston(uint8_t status);
 /* Distinct names for logs and backend results: "OK", "RE", ..., "ML". */
