@@ -5,7 +5,8 @@
  *
  * Group commit: each pass reads every complete request waiting on every
  * socket, appends them all, makes them durable with one fdatasync, and only
- * then acknowledges them.  A record that could not be appended or made
+ * then acknowledges them (but for records sent with AUDIT_WIRE_NOACK, which
+ * nobody waits for).  A record that could not be appended or made
  * durable is acknowledged as failed (seq 0), so the gateway refuses the
  * request rather than run it unaudited; the next pass tries again, so the
  * writer recovers by itself when the disk has room again.
@@ -35,6 +36,7 @@ struct client {
 
 struct pending {
     int client;
+    int noack; /* AUDIT_WIRE_NOACK: made durable, not acknowledged */
     uint64_t tag;
     uint64_t seq;
     uint32_t err;
@@ -113,7 +115,7 @@ static int drain(struct audit_log *l, struct client *c, int ci, struct pending *
         struct audit_wire_req rq;
         memcpy(&rq, c->buf + off, sizeof(rq));
         if (rq.magic != AUDIT_WIRE_MAGIC || rq.body_len > AUDIT_WIRE_MAX_BODY || rq.packet_len > AUDIT_WIRE_MAX_PACKET ||
-            rq.flags != 0) {
+            (rq.flags & ~AUDIT_WIRE_NOACK) != 0) {
             fprintf(stderr, "moat-audit-writer: client %d: protocol error, closing it\n", ci);
             return -1;
         }
@@ -127,6 +129,7 @@ static int drain(struct audit_log *l, struct client *c, int ci, struct pending *
         json_error_t jerr;
         json_t *j = json_loadb(body, rq.body_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
         pe->client = ci;
+        pe->noack = (rq.flags & AUDIT_WIRE_NOACK) != 0;
         pe->tag = rq.tag;
         pe->seq = 0;
         pe->err = 0;
@@ -210,7 +213,7 @@ int audit_writer_run(struct audit_log *l, const int *fds, int nfds)
             for (int ci = 0; ci < nfds; ci++) {
                 size_t na = 0;
                 for (size_t i = 0; i < np; i++)
-                    if (batch[i].client == ci)
+                    if (batch[i].client == ci && !batch[i].noack)
                         acks[na++] = (struct audit_wire_ack){batch[i].tag, batch[i].seq, batch[i].err, 0};
                 struct client *c = &clients[ci];
                 if (na > 0 && c->fd >= 0 && send_all(c->fd, acks, na * sizeof(acks[0])) != 0)

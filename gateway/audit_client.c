@@ -4,7 +4,9 @@
  *
  * Records go out in order on one stream socket (audit/audit_wire.h); the
  * writer acknowledges them in the same order once they are durable, so a
- * FIFO of waiting entries pairs each acknowledgement with its request.  An
+ * FIFO of waiting entries pairs each acknowledgement with its request.
+ * Records nobody waits for (denials) go with AUDIT_WIRE_NOACK: no entry,
+ * no acknowledgement, no wake-up.  An
  * entry whose request went away is cancelled (its callback is dropped but
  * it stays in the FIFO to absorb its acknowledgement).  No acknowledgement
  * within GW_AUDIT_ACK_TIMEOUT_MS, a refused record, or a lost writer all
@@ -187,36 +189,67 @@ int gw_audit_attach(struct gw_audit *a, int fd)
     return 0;
 }
 
+/* The end of a submission: written at the end of this loop turn
+ * (gw_audit_flush), together with every other record of the turn. */
+static void submitted(struct gw_audit *a)
+{
+    if (a->out.len >= GW_AUDIT_FLUSH_BYTES)
+        flush(a);
+}
+
+static void note_dropped(struct gw_audit *a)
+{
+    /* a denial's record (the request was refused anyway): say so, at most
+     * once a second per worker */
+    a->dropped++;
+    uint64_t now = loop_now(a);
+    if (now - a->last_drop_log_ms >= 1000) {
+        log_warnx("%s: audit writer unavailable: %llu denial record(s) not written", __func__, (unsigned long long)a->dropped);
+        a->last_drop_log_ms = now;
+    }
+}
+
+static int append_request(struct gw_audit *a, const struct audit_wire_req *rq, const char *body, const void *packet)
+{
+    if (out_append(&a->out, rq, sizeof(*rq)) != 0 || out_append(&a->out, body, rq->body_len) != 0 ||
+        (rq->packet_len && out_append(&a->out, packet, rq->packet_len) != 0))
+        return -1;
+    return 0;
+}
+
 struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, size_t body_len, const void *packet, size_t packet_len,
                                        gw_audit_cb cb, void *arg)
 {
     struct audit_wire_req rq = {AUDIT_WIRE_MAGIC, (uint32_t)body_len, (uint32_t)packet_len, 0, 0};
     struct gw_audit_entry *e;
 
-    if (a->sock == NULL || body_len > AUDIT_WIRE_MAX_BODY || packet_len > AUDIT_WIRE_MAX_PACKET ||
-        (e = calloc(1, sizeof(*e))) == NULL) {
-        if (cb != NULL) {
+    if (a->sock == NULL || body_len > AUDIT_WIRE_MAX_BODY || packet_len > AUDIT_WIRE_MAX_PACKET) {
+        if (cb != NULL)
             cb(arg, 0, 0);
-        } else {
-            /* a denial's record (the request was refused anyway): say so,
-             * at most once a second per worker */
-            a->dropped++;
-            uint64_t now = loop_now(a);
-            if (now - a->last_drop_log_ms >= 1000) {
-                log_warnx("%s: audit writer unavailable: %llu denial record(s) not written", __func__,
-                          (unsigned long long)a->dropped);
-                a->last_drop_log_ms = now;
-            }
+        else
+            note_dropped(a);
+        return NULL;
+    }
+    if (cb == NULL) {
+        /* nobody waits for it: no entry, and no acknowledgement */
+        rq.flags = AUDIT_WIRE_NOACK;
+        if (append_request(a, &rq, body, packet) != 0) {
+            disconnect(a, "out of memory");
+            note_dropped(a);
+            return NULL;
         }
+        submitted(a);
+        return NULL;
+    }
+    if ((e = calloc(1, sizeof(*e))) == NULL) {
+        cb(arg, 0, 0);
         return NULL;
     }
     rq.tag = ++a->next_tag;
-    if (out_append(&a->out, &rq, sizeof(rq)) != 0 || out_append(&a->out, body, body_len) != 0 ||
-        (packet_len && out_append(&a->out, packet, packet_len) != 0)) {
+    if (append_request(a, &rq, body, packet) != 0) {
         free(e);
         disconnect(a, "out of memory");
-        if (cb != NULL)
-            cb(arg, 0, 0);
+        cb(arg, 0, 0);
         return NULL;
     }
     e->tag = rq.tag;
@@ -230,10 +263,7 @@ struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, siz
     a->tail = e;
     if (!h2o_timeout_is_linked(&a->timer))
         h2o_timeout_link(a->loop, &a->timeout, &a->timer);
-    /* written at the end of this loop turn (gw_audit_flush), together with
-     * every other record of the turn: one write for many */
-    if (a->out.len >= GW_AUDIT_FLUSH_BYTES)
-        flush(a);
+    submitted(a);
     return e;
 }
 

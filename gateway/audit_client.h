@@ -49,8 +49,10 @@ void gw_audit_init(struct gw_audit *a, h2o_loop_t *loop);
 /* Uses fd (one end of the writer's socketpair), replacing a previous one
  * (whose waiting records fail). */
 int gw_audit_attach(struct gw_audit *a, int fd);
-/* Queues one record; cb NULL = nobody waits for it.  Returns a handle for
- * gw_audit_cancel, or NULL when cb was already called with failure. */
+/* Queues one record; cb NULL = nobody waits for it (sent with
+ * AUDIT_WIRE_NOACK: no acknowledgement comes back; returns NULL).  Returns
+ * a handle for gw_audit_cancel, or NULL when cb was already called with
+ * failure. */
 struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, size_t body_len, const void *packet, size_t packet_len,
                                        gw_audit_cb cb, void *arg);
 /* Called by the worker once per event-loop turn: sends what was queued. */

@@ -181,25 +181,29 @@ char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_req
     return out;
 }
 
-/* Appends "name":"value" (value NULL: null) to b; 0, or -1 when the value
- * is not plain ASCII (the caller then takes the jansson path). */
+/* Appends raw bytes; -1 when they do not fit. */
+static int fast_put(char *b, size_t size, size_t *off, const char *s, size_t n)
+{
+    if (n >= size - *off)
+        return -1;
+    memcpy(b + *off, s, n);
+    *off += n;
+    return 0;
+}
+
+/* Appends ,"name":"value" (value NULL: null); 0, or -1 when the value is
+ * not plain ASCII or does not fit (the caller then takes the jansson path).
+ * name is a literal of ours. */
 static int fast_str(char *b, size_t size, size_t *off, const char *name, const char *v, size_t vlen)
 {
     static const char hex[] = "0123456789abcdef";
-    int n = snprintf(b + *off, size - *off, "%s\"%s\":", *off > 1 ? "," : "", name);
-    if (n < 0 || (size_t)n >= size - *off)
+    if ((*off > 1 && fast_put(b, size, off, ",", 1)) || fast_put(b, size, off, "\"", 1) ||
+        fast_put(b, size, off, name, strlen(name)) || fast_put(b, size, off, "\":", 2))
         return -1;
-    *off += (size_t)n;
-    if (v == NULL) {
-        if (*off + 4 >= size)
-            return -1;
-        memcpy(b + *off, "null", 4);
-        *off += 4;
-        return 0;
-    }
-    if (*off + 1 >= size)
+    if (v == NULL)
+        return fast_put(b, size, off, "null", 4);
+    if (fast_put(b, size, off, "\"", 1))
         return -1;
-    b[(*off)++] = '"';
     for (size_t i = 0; i < vlen; i++) {
         unsigned char c = (unsigned char)v[i];
         if (c >= 0x80 || *off + 8 >= size)
@@ -216,44 +220,47 @@ static int fast_str(char *b, size_t size, size_t *off, const char *name, const c
             b[(*off)++] = (char)c;
         }
     }
-    b[(*off)++] = '"';
-    return 0;
+    return fast_put(b, size, off, "\"", 1);
 }
 
-char *gw_audit_fast_decision(const struct gw_audit_who *who, const char *type, const char *decision, const char *reason,
-                             const char *rule, int status, const char *message, size_t *len)
+int gw_audit_fast_decision(const struct gw_audit_who *who, const char *type, const char *decision, const char *reason,
+                           const char *rule, int status, const char *message, char *buf, size_t size, size_t *len)
 {
-    char buf[4096];
-    size_t off = 1;
+    char digits[12];
+    size_t off = 1, nd = 0;
+    unsigned st = status < 0 ? 0u : (unsigned)status;
+
+    if (size < 2)
+        return -1;
     buf[0] = '{';
-    if (fast_str(buf, sizeof(buf), &off, "type", type, strlen(type)) ||
-        fast_str(buf, sizeof(buf), &off, "request_id", who->request_id, strlen(who->request_id)) ||
-        fast_str(buf, sizeof(buf), &off, "tenant", who->tenant, who->tenant ? strlen(who->tenant) : 0) ||
-        fast_str(buf, sizeof(buf), &off, "key_id", who->key_id && who->key_id[0] ? who->key_id : NULL,
+    if (fast_str(buf, size, &off, "type", type, strlen(type)) ||
+        fast_str(buf, size, &off, "request_id", who->request_id, strlen(who->request_id)) ||
+        fast_str(buf, size, &off, "tenant", who->tenant, who->tenant ? strlen(who->tenant) : 0) ||
+        fast_str(buf, size, &off, "key_id", who->key_id && who->key_id[0] ? who->key_id : NULL,
                  who->key_id ? strlen(who->key_id) : 0) ||
-        fast_str(buf, sizeof(buf), &off, "client", who->client, strlen(who->client)) ||
-        fast_str(buf, sizeof(buf), &off, "method", who->method, who->method_len) ||
-        fast_str(buf, sizeof(buf), &off, "endpoint", who->path, who->path_len > 256 ? 256 : who->path_len) ||
-        fast_str(buf, sizeof(buf), &off, "decision", decision, strlen(decision)) ||
-        fast_str(buf, sizeof(buf), &off, "reason", reason, reason ? strlen(reason) : 0) ||
-        (rule && fast_str(buf, sizeof(buf), &off, "rule", rule, strlen(rule))))
-        return NULL;
-    int n = snprintf(buf + off, sizeof(buf) - off, ",\"status\":%d", status);
-    if (n < 0 || (size_t)n >= sizeof(buf) - off)
-        return NULL;
-    off += (size_t)n;
-    if (message && fast_str(buf, sizeof(buf), &off, "message", message, strlen(message)))
-        return NULL;
-    if (off + 2 >= sizeof(buf))
-        return NULL;
-    buf[off++] = '}';
-    char *out = malloc(off + 1);
-    if (out == NULL)
-        return NULL;
-    memcpy(out, buf, off);
-    out[off] = '\0';
+        fast_str(buf, size, &off, "client", who->client, strlen(who->client)) ||
+        fast_str(buf, size, &off, "method", who->method, who->method_len) ||
+        fast_str(buf, size, &off, "endpoint", who->path, who->path_len > 256 ? 256 : who->path_len) ||
+        fast_str(buf, size, &off, "decision", decision, strlen(decision)) ||
+        fast_str(buf, size, &off, "reason", reason, reason ? strlen(reason) : 0) ||
+        (rule && fast_str(buf, size, &off, "rule", rule, strlen(rule))))
+        return -1;
+    do { /* the status, in decimal, without printf */
+        digits[nd++] = (char)('0' + st % 10);
+        st /= 10;
+    } while (st != 0);
+    if (fast_put(buf, size, &off, ",\"status\":", 10))
+        return -1;
+    while (nd > 0)
+        if (fast_put(buf, size, &off, &digits[--nd], 1))
+            return -1;
+    if (message && fast_str(buf, size, &off, "message", message, strlen(message)))
+        return -1;
+    if (fast_put(buf, size, &off, "}", 1))
+        return -1;
+    buf[off] = '\0';
     *len = off;
-    return out;
+    return 0;
 }
 
 char *gw_audit_dump(json_t *body, size_t *len)

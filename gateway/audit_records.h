@@ -30,10 +30,12 @@ void gw_audit_add_result(json_t *b, const struct moat_exec_result *res);
 /* The full request and result (the Piston JSON sent to the client). */
 char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const char *result_json, size_t *len);
 char *gw_audit_dump(json_t *body, size_t *len);
-/* A decision record without jansson, for the hot deny path; the same
- * fields and order as gw_audit_base + gw_audit_add_decision.  NULL when a
- * field is not plain ASCII: use those instead. */
-char *gw_audit_fast_decision(const struct gw_audit_who *who, const char *type, const char *decision, const char *reason,
-                             const char *rule, int status, const char *message, size_t *len);
+/* A decision record without jansson or an allocation, for the hot deny
+ * path: the same fields and order as gw_audit_base + gw_audit_add_decision,
+ * written NUL-terminated into buf.  -1 when a field is not plain ASCII or
+ * the record does not fit: use those instead. */
+#define GW_AUDIT_FAST_MAX 2048
+int gw_audit_fast_decision(const struct gw_audit_who *who, const char *type, const char *decision, const char *reason,
+                           const char *rule, int status, const char *message, char *buf, size_t size, size_t *len);
 
 #endif

@@ -313,6 +313,11 @@ struct gw_conn *gw_conn_of(h2o_req_t *req)
     return conn_of_sock(req->conn->callbacks->get_socket(req->conn));
 }
 
+const char *gw_conn_peer(const struct gw_conn *gc)
+{
+    return gc->peer;
+}
+
 /* ---------------------------------------------------------------- closing */
 
 static void condemn(struct gw_conn *gc)

@@ -26,6 +26,9 @@ int gw_conn_accept(struct gw_worker *w, h2o_socket_t *sock);
 /* The state of req's connection, or NULL (not one of ours). */
 struct gw_conn *gw_conn_of(h2o_req_t *req);
 
+/* The client's address as text, taken at accept ("?" if unknown). */
+const char *gw_conn_peer(const struct gw_conn *gc);
+
 /* The key entry this connection last authenticated with, if the token and
  * the config generation's serial (the request's own) are the same as then;
  * else NULL. */

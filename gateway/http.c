@@ -2,6 +2,7 @@
  * http.c - request context, response helpers and the access log line.
  */
 #include "http.h"
+#include "conn.h"
 #include "log.h"
 #include "piston_json.h"
 
@@ -108,13 +109,23 @@ static const char *reason_for_status(int status)
 
 void gw_audit_who(struct gw_request *r, struct gw_audit_who *who, char *client, size_t clientlen)
 {
-    struct sockaddr_storage ss;
-    socklen_t len = r->req->conn->callbacks->get_peername(r->req->conn, (struct sockaddr *)&ss);
+    const struct gw_conn *gc = gw_conn_of(r->req);
+
     client[0] = '\0';
-    if (len > 0 && ss.ss_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, client, (socklen_t)clientlen);
-    else if (len > 0 && ss.ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, client, (socklen_t)clientlen);
+    if (gc != NULL) {
+        /* taken once, at accept */
+        const char *peer = gw_conn_peer(gc);
+        size_t n = strlen(peer);
+        if (n < clientlen)
+            memcpy(client, peer, n + 1);
+    } else {
+        struct sockaddr_storage ss;
+        socklen_t len = r->req->conn->callbacks->get_peername(r->req->conn, (struct sockaddr *)&ss);
+        if (len > 0 && ss.ss_family == AF_INET)
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, client, (socklen_t)clientlen);
+        else if (len > 0 && ss.ss_family == AF_INET6)
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, client, (socklen_t)clientlen);
+    }
     who->request_id = r->request_id;
     who->tenant = r->tenant;
     who->key_id = r->key_id;
@@ -128,25 +139,41 @@ void gw_audit_who(struct gw_request *r, struct gw_audit_who *who, char *client, 
 void gw_audit_decision(struct gw_request *r, int status, const char *message)
 {
     struct gw_audit_who who;
-    char client[INET6_ADDRSTRLEN];
+    char client[INET6_ADDRSTRLEN], fast[GW_AUDIT_FAST_MAX];
     size_t len;
+    const char *type, *decision, *reason = NULL;
 
     if (!r->worker->audit.enabled || r->audit_skip || (r->audited && !r->executing))
         return;
     gw_audit_who(r, &who, client, sizeof(client));
-    json_t *b = gw_audit_base(&who, r->executing ? "result" : "request");
-    if (b == NULL)
-        return;
-    if (status < 400)
-        gw_audit_add_decision(b, "allowed", NULL, NULL, status, NULL);
-    else
-        gw_audit_add_decision(b, r->executing ? "failed" : "denied", r->reason ? r->reason : reason_for_status(status), r->rule,
-                              status, message);
-    char *text = gw_audit_dump(b, &len);
-    json_decref(b);
-    if (text != NULL)
-        gw_audit_submit(&r->worker->audit, text, len, NULL, 0, NULL, NULL);
-    free(text);
+    type = r->executing ? "result" : "request";
+    if (status < 400) {
+        decision = "allowed";
+        message = NULL;
+    } else {
+        decision = r->executing ? "failed" : "denied";
+        reason = r->reason ? r->reason : reason_for_status(status);
+    }
+    /* the common case, every denial under attack included: no jansson, no
+     * allocation; a record is sent and not waited for (the request is
+     * refused either way) */
+    if (gw_audit_fast_decision(&who, type, decision, reason, status < 400 ? NULL : r->rule, status, message, fast, sizeof(fast),
+                               &len) == 0) {
+        gw_audit_submit(&r->worker->audit, fast, len, NULL, 0, NULL, NULL);
+    } else {
+        json_t *b = gw_audit_base(&who, type);
+        if (b == NULL)
+            return;
+        if (status < 400)
+            gw_audit_add_decision(b, decision, NULL, NULL, status, NULL);
+        else
+            gw_audit_add_decision(b, decision, reason, r->rule, status, message);
+        char *text = gw_audit_dump(b, &len);
+        json_decref(b);
+        if (text != NULL)
+            gw_audit_submit(&r->worker->audit, text, len, NULL, 0, NULL, NULL);
+        free(text);
+    }
     r->audited = 1;
     r->executing = 0;
 }
@@ -195,6 +222,8 @@ struct gw_request *gw_request_new(h2o_req_t *req)
     r->worker = gw_worker_of(req->conn->ctx);
     r->cfg = r->worker->cfg;
     r->worker->inflight++;
+    /* room for every header a response of ours carries, in one allocation */
+    h2o_vector_reserve(&req->pool, &req->res.headers, 8);
     random_bytes(rnd, sizeof(rnd));
     hex_encode(rnd, sizeof(rnd), r->request_id);
     return r;
@@ -203,10 +232,14 @@ struct gw_request *gw_request_new(h2o_req_t *req)
 void gw_add_header(struct gw_request *r, const char *name, const char *value)
 {
     h2o_req_t *req = r->req;
-    /* h2o keeps the pointers it is given: copy both into the request's pool */
-    h2o_iovec_t n = h2o_strdup(&req->pool, name, SIZE_MAX), v = h2o_strdup(&req->pool, value, SIZE_MAX);
+    size_t nlen = strlen(name);
+    const h2o_token_t *token = h2o_lookup_token(name, nlen);
 
-    h2o_add_header_by_str(&req->pool, &req->res.headers, n.base, n.len, 1, NULL, v.base, v.len);
+    /* name and value are literals (static): h2o may keep the pointers */
+    if (token != NULL)
+        h2o_add_header(&req->pool, &req->res.headers, token, NULL, value, strlen(value));
+    else
+        h2o_add_header_by_str(&req->pool, &req->res.headers, name, nlen, 0, NULL, value, strlen(value));
 }
 
 struct line {
@@ -280,13 +313,16 @@ void gw_respond(struct gw_request *r, int status, const char *body)
 }
 
 /* Appends s as the inside of a JSON string (ASCII; \uXXXX for control
- * characters, quotes and backslashes escaped; other bytes as they are:
- * messages are valid UTF-8 text).  Returns the new length or -1 if full. */
-static int json_escape_into(char *out, size_t size, size_t off, const char *s)
+ * characters, quotes and backslashes escaped; other bytes as they are, and
+ * *high set: the caller checks that such a message is valid UTF-8).
+ * Returns the new length or -1 if full. */
+static int json_escape_into(char *out, size_t size, size_t off, const char *s, int *high)
 {
     static const char hex[] = "0123456789abcdef";
+    *high = 0;
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
+        *high |= c >= 0x80;
         if (off + 7 >= size)
             return -1;
         if (c == '"' || c == '\\') {
@@ -310,14 +346,14 @@ void gw_respond_error(struct gw_request *r, int status, const char *message)
 {
     char body[2048];
     static const char head[] = "{\"message\":\"";
-    int off;
+    int off, high;
 
     gw_audit_decision(r, status, message);
     /* the error body is built here without an allocation: the deny path
      * is the hot path under attack */
     memcpy(body, head, sizeof(head) - 1);
-    off = json_escape_into(body, sizeof(body) - 64, sizeof(head) - 1, message);
-    if (off < 0 || !moat_utf8_valid((const uint8_t *)message, strlen(message))) {
+    off = json_escape_into(body, sizeof(body) - 64, sizeof(head) - 1, message, &high);
+    if (off < 0 || (high && !moat_utf8_valid((const uint8_t *)message, strlen(message)))) {
         char *slow = piston_error_json(message, r->request_id);
         if (slow == NULL) {
             gw_respond(r, 500, "{\"message\":\"out of memory\"}");

@@ -57,7 +57,8 @@ void gw_respond(struct gw_request *r, int status, const char *body);
 /* Send {"message": message, "request_id": ...} with status. */
 void gw_respond_error(struct gw_request *r, int status, const char *message);
 
-/* Add a response header before gw_respond*. */
+/* Add a response header before gw_respond*: name (lower case) and value
+ * are literals or otherwise outlive the request (h2o keeps the pointers). */
 void gw_add_header(struct gw_request *r, const char *name, const char *value);
 
 #endif /* GW_HTTP_H */

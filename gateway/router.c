@@ -103,7 +103,8 @@ static int authenticate(struct gw_request *r)
         gw_respond_error(r, 401, "invalid or missing API key");
         return 0;
     }
-    snprintf(r->key_id, sizeof(r->key_id), "%s", key->id);
+    _Static_assert(sizeof(key->id) <= sizeof(r->key_id), "a key id fits");
+    memcpy(r->key_id, key->id, sizeof(key->id)); /* NUL-terminated at load */
     if (key->expires != 0 && time(NULL) >= key->expires) {
         r->note = "key expired";
         gw_add_header(r, "www-authenticate", "Bearer error=\"invalid_token\"");

@@ -232,6 +232,27 @@ class DenyAndAllowTest(AuditStackMixin, unittest.TestCase):
         r = self.check_denial(self.as_("main", "GET", "/api/v2/nope"), 404, "endpoint", endpoint="/api/v2/nope")
         self.assertEqual(r["method"], "GET")
 
+    def test_deny_hostile_endpoint(self):
+        """Client bytes in a denial record: quotes, a backslash, control
+        characters and DEL take the gateway's fast (jansson-free) encoder;
+        bytes that are not ASCII, valid UTF-8 or not, take the jansson one.
+        Either way: one record, a line of printable ASCII only, the endpoint
+        read back as the gateway saw it, and the chain verifies."""
+        cases = [
+            ("/api/v2/q%22b%5Cs%01c%0Ad%7Fe", "/api/v2/q\"b\\s\x01c\nd\x7fe"),
+            ("/api/v2/caf%C3%A9", "/api/v2/caf\u00e9"),
+            ("/api/v2/bad%FFutf8", "/api/v2/bad\ufffdutf8"),
+        ]
+        for path, endpoint in cases:
+            with self.subTest(path=path):
+                self.check_denial(self.as_("main", "GET", path), 404, "endpoint", tenant=None, endpoint=endpoint)
+        for name in sorted(os.listdir(self.stack.audit_dir)):
+            if name.startswith("audit-"):
+                with open(os.path.join(self.stack.audit_dir, name), "rb") as f:
+                    for line in f.read().split(b"\n")[:-1]:
+                        self.assertTrue(all(0x20 <= c < 0x7f for c in line), line)
+        self.verify()
+
     def test_deny_wrong_method(self):
         self.check_denial(self.as_("main", "GET", EXECUTE), 405, "endpoint")
 
