@@ -31,6 +31,7 @@ WRITER = os.path.join(BUILD, "audit", "moat-audit-writer")
 AUDIT = os.path.join(BUILD, "audit", "moat-audit")
 
 MAGIC = 0x4D415544
+NOACK = 1  # AUDIT_WIRE_NOACK
 REQ = struct.Struct("=IIIIQ")
 ACK = struct.Struct("=QQII")
 FS_IOC_GETFLAGS = 0x80086601
@@ -62,11 +63,11 @@ class Client:
         self.tag = 0
         self.buf = b""
 
-    def send(self, body, packet=b""):
+    def send(self, body, packet=b"", flags=0):
         if not isinstance(body, bytes):
             body = json.dumps(body).encode()
         self.tag += 1
-        self.sock.sendall(REQ.pack(MAGIC, len(body), len(packet), 0, self.tag) + body + packet)
+        self.sock.sendall(REQ.pack(MAGIC, len(body), len(packet), flags, self.tag) + body + packet)
         return self.tag
 
     def ack(self, timeout=30):
@@ -370,6 +371,37 @@ class AuditTest(unittest.TestCase):
         st = json.loads(audit("stats", self.adir, "--format", "json", check=0).stdout)
         self.assertEqual(st["requests"], n_per * nclients)
         self.assertEqual(st["tenants"]["t3"]["allowed"], n_per)
+
+    def test_noack_records_are_written_not_acknowledged(self):
+        """Records sent with AUDIT_WIRE_NOACK (denials nobody waits for) are
+        sealed in order with the others, and only the others are
+        acknowledged, in order; an unknown flag bit is a protocol error."""
+        w = self.start(nclients=2)
+        c = w.clients[0]
+        sent = []
+        for i in range(30):
+            noack = i % 3 != 2
+            tag = c.send(request(i, request_id="n%d" % i), flags=NOACK if noack else 0)
+            sent.append((tag, noack))
+        acks = [c.ack() for t, noack in sent if not noack]
+        self.assertEqual([a[0] for a in acks], [t for t, noack in sent if not noack])
+        self.assertTrue(all(a[1] != 0 and a[2] == 0 for a in acks), acks)
+        # nothing more comes back for the NOACK records
+        c.sock.settimeout(0.5)
+        with self.assertRaises(socket.timeout):
+            c.sock.recv(1)
+        # a flag bit the protocol does not define: the writer closes that client
+        bad = w.clients[1]
+        bad.send(request(99, request_id="bad"), flags=2)
+        bad.sock.settimeout(10)
+        self.assertEqual(bad.sock.recv(1), b"")
+        rc, err = w.close()
+        self.assertEqual(rc, 0, err)
+        self.verify_ok()
+        ids = [r["request_id"] for r in export(self.adir) if r.get("type") == "request"]
+        self.assertEqual(ids, ["n%d" % i for i in range(30)])
+        # the seq each acknowledged record got is its place in the log
+        self.assertEqual([a[1] for a in acks], [i + 1 + 1 for i in range(30) if i % 3 == 2])
 
     # ---- disk full ---------------------------------------------------------------------------
 
