@@ -42,25 +42,89 @@ int audit_unhex(const char *in, size_t hexlen, uint8_t *out, size_t outlen)
     return 0;
 }
 
+/* SHA-256 fetched once, and one context reused: the writer and the verifier
+ * are single-threaded.  wipe: the data is key material; free the context's
+ * state with it rather than leave it for the next call. */
+static void sha256(const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN], int wipe)
+{
+    static EVP_MD *md;
+    static EVP_MD_CTX *ctx;
+    unsigned int n = AUDIT_HASH_LEN;
+    if (md == NULL)
+        md = EVP_MD_fetch(NULL, "SHA256", NULL);
+    if (ctx == NULL)
+        ctx = EVP_MD_CTX_new();
+    int ok = md != NULL && ctx != NULL && EVP_DigestInit_ex2(ctx, md, NULL) == 1 && EVP_DigestUpdate(ctx, data, len) == 1 &&
+             EVP_DigestFinal_ex(ctx, out, &n) == 1;
+    if (ctx != NULL && (wipe || !ok))
+        EVP_MD_CTX_reset(ctx);
+    if (!ok)
+        EVP_Digest(data, len, out, &n, EVP_sha256(), NULL);
+}
+
 void audit_sha256(const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN])
 {
-    unsigned int n = AUDIT_HASH_LEN;
-    EVP_Digest(data, len, out, &n, EVP_sha256(), NULL);
+    sha256(data, len, out, 0);
+}
+
+static EVP_MAC *hmac_alg(void)
+{
+    static EVP_MAC *mac; /* fetched once: the writer and verifier are single-threaded */
+    if (mac == NULL)
+        mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    return mac;
+}
+
+/* A new context keyed with key for HMAC-SHA256, or NULL. */
+static EVP_MAC_CTX *hmac_keyed(const uint8_t key[AUDIT_KEY_LEN])
+{
+    EVP_MAC *mac = hmac_alg();
+    EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
+    if (ctx != NULL && EVP_MAC_init(ctx, key, AUDIT_KEY_LEN, params) != 1) {
+        EVP_MAC_CTX_free(ctx);
+        ctx = NULL;
+    }
+    return ctx;
+}
+
+/* One message on a keyed context (EVP_MAC_init has just been called). */
+static int hmac_message(EVP_MAC_CTX *ctx, const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN])
+{
+    size_t outl = 0;
+    return EVP_MAC_update(ctx, data, len) == 1 && EVP_MAC_final(ctx, out, &outl, AUDIT_HASH_LEN) == 1 && outl == AUDIT_HASH_LEN
+               ? 0
+               : -1;
 }
 
 int audit_hmac(const uint8_t key[AUDIT_KEY_LEN], const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN])
 {
-    static EVP_MAC *mac; /* fetched once: the writer and verifier are single-threaded */
-    if (mac == NULL && (mac = EVP_MAC_fetch(NULL, "HMAC", NULL)) == NULL)
-        return -1;
-    EVP_MAC_CTX *ctx = EVP_MAC_CTX_new(mac);
-    char digest[] = "SHA256";
-    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
-    size_t outl = 0;
-    int ok = ctx && EVP_MAC_init(ctx, key, AUDIT_KEY_LEN, params) == 1 && EVP_MAC_update(ctx, data, len) == 1 &&
-             EVP_MAC_final(ctx, out, &outl, AUDIT_HASH_LEN) == 1 && outl == AUDIT_HASH_LEN;
+    EVP_MAC_CTX *ctx = hmac_keyed(key);
+    int rc = ctx != NULL ? hmac_message(ctx, data, len, out) : -1;
     EVP_MAC_CTX_free(ctx);
-    return ok ? 0 : -1;
+    return rc;
+}
+
+int audit_mac_set_key(struct audit_mac *m, const uint8_t key[AUDIT_KEY_LEN])
+{
+    audit_mac_free(m);
+    m->ctx = hmac_keyed(key);
+    return m->ctx != NULL ? 0 : -1;
+}
+
+int audit_mac_compute(struct audit_mac *m, const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN])
+{
+    /* no key: HMAC keeps the one it was given (OpenSSL 3) */
+    if (m->ctx == NULL || EVP_MAC_init(m->ctx, NULL, 0, NULL) != 1)
+        return -1;
+    return hmac_message(m->ctx, data, len, out);
+}
+
+void audit_mac_free(struct audit_mac *m)
+{
+    EVP_MAC_CTX_free(m->ctx); /* cleanses the key and the pads derived from it */
+    m->ctx = NULL;
 }
 
 void audit_ratchet(uint8_t key[AUDIT_KEY_LEN])
@@ -69,7 +133,7 @@ void audit_ratchet(uint8_t key[AUDIT_KEY_LEN])
     uint8_t buf[sizeof(label) - 1 + AUDIT_KEY_LEN];
     memcpy(buf, label, sizeof(label) - 1);
     memcpy(buf + sizeof(label) - 1, key, AUDIT_KEY_LEN);
-    audit_sha256(buf, sizeof(buf), key);
+    sha256(buf, sizeof(buf), key, 1);
     OPENSSL_cleanse(buf, sizeof(buf));
 }
 

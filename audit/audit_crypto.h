@@ -20,6 +20,20 @@ void audit_hex(const uint8_t *in, size_t len, char *out);                    /* 
 int audit_unhex(const char *in, size_t hexlen, uint8_t *out, size_t outlen); /* 0 or -1 */
 void audit_sha256(const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN]);
 int audit_hmac(const uint8_t key[AUDIT_KEY_LEN], const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN]);
+
+/*
+ * HMAC-SHA256 under one key, many times: keyed once (the writer does it when
+ * its key is set, at open and at each ratchet), then only re-initialised per
+ * message.  The same bytes as audit_hmac().  The context holds material
+ * derived from the key: audit_mac_free() cleanses it, and must be called
+ * when that key is erased.
+ */
+struct audit_mac {
+    EVP_MAC_CTX *ctx; /* NULL: not keyed */
+};
+int audit_mac_set_key(struct audit_mac *m, const uint8_t key[AUDIT_KEY_LEN]); /* frees any old context first */
+int audit_mac_compute(struct audit_mac *m, const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN]);
+void audit_mac_free(struct audit_mac *m);
 /* K(i+1) = SHA-256("moat-audit ratchet v1" || K(i)), in place. */
 void audit_ratchet(uint8_t key[AUDIT_KEY_LEN]);
 /* The text a checkpoint signs: "moat-audit checkpoint v1 <seq> <head hex>". */

@@ -1,8 +1,10 @@
 /*
  * audit_log.c - sealing, durability and upkeep of the audit log (FORMAT.md).
  *
- * Every line is built here from a body the writer re-encodes itself, so a
- * line is always one line of ASCII JSON whatever the gateway sent.  seq and
+ * Every line is built here, from a body the writer re-encodes itself or, on
+ * the fast path, from the body as sent when json_scan.c finds it already
+ * strict compact printable-ASCII JSON with no duplicate keys, so a line is
+ * always one line of ASCII JSON whatever the gateway sent.  seq and
  * prev are recovered from the log itself on open (the log is the truth);
  * the state file holds only the epoch and its key, and is rewritten before
  * a new key is used, so the old key is gone from it once the new one is in
@@ -26,6 +28,8 @@
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 
+#include "json_scan.h"
+
 #define STATE_FILE          "state"
 #define STATE_TMP           "state.tmp"
 #define SIGNING_FILE        "signing.key"
@@ -46,11 +50,22 @@ __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, 
     return -1;
 }
 
+/* A body refused for what it is: err set, errno EINVAL. */
+__attribute__((format(printf, 3, 4))) static int refuse(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    errno = EINVAL;
+    return -1;
+}
+
 void audit_config_defaults(struct audit_config *c)
 {
     c->epoch_records = 1000;
     c->epoch_seconds = 300;
-    c->checkpoint_records = 100;
+    c->checkpoint_records = 1000;
     c->checkpoint_seconds = 60;
     c->rotate_bytes = 64ull * 1024 * 1024;
     c->rotate_seconds = 86400;
@@ -385,20 +400,68 @@ static int fragment_is_next_record(const char *frag, size_t len, uint64_t seq, c
 /* ---- sealing ----------------------------------------------------------------------- */
 
 static const char *const reserved[] = {"seq", "time", "epoch", "prev", "mac", "packet"};
+static const char *const own_types[] = {"checkpoint", "repair", "start"};
 
-static void now_iso(char *buf, size_t size)
+/* The most a body may take of a line, as jansson encodes it (packet included). */
+#define MAX_BODY (AUDIT_MAX_LINE - 256)
+
+static char *put(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+
+#define PUT_LIT(p, s) put(p, s, sizeof(s) - 1)
+
+static char *put_u64(char *p, uint64_t v)
+{
+    char digits[20];
+    size_t n = 0;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0)
+        *p++ = digits[--n];
+    return p;
+}
+
+static char *put_hex(char *p, const uint8_t *in, size_t len)
+{
+    audit_hex(in, len, p); /* its '\0' is overwritten next */
+    return p + 2 * len;
+}
+
+/* "YYYY-MM-DDTHH:MM:SS.mmmZ", UTC; the part up to the second is formatted
+ * once per second. */
+static char *put_time(struct audit_log *l, char *p)
 {
     struct timespec ts;
-    struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    size_t n = strftime(buf, size, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf + n, size - n, ".%03ldZ", ts.tv_nsec / 1000000);
+    if (l->clock_len == 0 || ts.tv_sec != l->clock_sec) {
+        struct tm tm = {0};
+        gmtime_r(&ts.tv_sec, &tm);
+        l->clock_len = strftime(l->clock_text, sizeof(l->clock_text), "%Y-%m-%dT%H:%M:%S", &tm);
+        l->clock_sec = ts.tv_sec;
+    }
+    int ms = (int)(ts.tv_nsec / 1000000);
+    p = put(p, l->clock_text, l->clock_len);
+    *p++ = '.';
+    *p++ = (char)('0' + ms / 100);
+    *p++ = (char)('0' + ms / 10 % 10);
+    *p++ = (char)('0' + ms % 10);
+    *p++ = 'Z';
+    return p;
 }
+
+static int flush_lines(struct audit_log *l, char *err, size_t errlen);
 
 static int ratchet(struct audit_log *l, char *err, size_t errlen)
 {
     uint8_t old[AUDIT_KEY_LEN];
+    /* the old epoch's lines are on disk before its key is gone */
+    if (flush_lines(l, err, errlen) != 0)
+        return -1;
     uint64_t old_records = l->epoch_records;
     time_t old_started = l->epoch_started;
     memcpy(old, l->key, sizeof(old));
@@ -417,7 +480,11 @@ static int ratchet(struct audit_log *l, char *err, size_t errlen)
         OPENSSL_cleanse(old, sizeof(old));
         return -1;
     }
+    /* the old key's MAC context goes with the old key; one for the new key
+     * that cannot be made now is made by the next seal */
+    audit_mac_free(&l->mac);
     OPENSSL_cleanse(old, sizeof(old));
+    (void)audit_mac_set_key(&l->mac, l->key);
     return 0;
 }
 
@@ -479,7 +546,8 @@ static int checkpoint(struct audit_log *l, char *err, size_t errlen)
         return fail(err, errlen, "out of memory");
     uint64_t seq = seal(l, body, NULL, err, errlen);
     json_decref(body);
-    if (seq == 0)
+    /* checkpoints.log never names a record that is not written */
+    if (seq == 0 || flush_lines(l, err, errlen) != 0)
         return -1;
     int n = snprintf(line, sizeof(line), "%llu %s %s\n", (unsigned long long)head_seq, head, sighex);
     struct stat st;
@@ -528,36 +596,177 @@ static int finish_torn(struct audit_log *l, char *err, size_t errlen)
     return s ? 0 : -1;
 }
 
-/* Builds and appends one line; advances seq/prev only when all of it is written. */
-static uint64_t seal(struct audit_log *l, json_t *body, const char *packet_hex, char *err, size_t errlen)
+/* What comes before any record: a torn line is ended (and repaired), and
+ * the epoch ratchets when it is full. */
+static int seal_begin(struct audit_log *l, char *err, size_t errlen)
 {
-    char when[40], prevhex[AUDIT_HEX_LEN + 1], machex[AUDIT_HEX_LEN + 1];
-    uint8_t mac[AUDIT_HASH_LEN];
-
+    /* a torn line is ended straight in the file, which the batch would
+     * otherwise pass (it is empty then: a failed write empties it) */
+    if ((l->torn_pending || l->torn_newline) && flush_lines(l, err, errlen) != 0)
+        return -1;
     if (l->torn_pending) {
         if (finish_torn(l, err, errlen) != 0)
-            return 0;
+            return -1;
     } else if (l->torn_newline) {
         /* the last record is whole but still lacks its newline */
         char nl = '\n';
-        if (write_all(l->fd, &nl, 1, NULL) != 0) {
-            fail(err, errlen, "end the last audit line: %s", strerror(errno));
-            return 0;
-        }
+        if (write_all(l->fd, &nl, 1, NULL) != 0)
+            return fail(err, errlen, "end the last audit line: %s", strerror(errno));
         l->torn_newline = 0;
         l->file_bytes++;
     }
-
     if (l->cfg.epoch_records && l->epoch_records >= l->cfg.epoch_records && ratchet(l, err, errlen) != 0)
+        return -1;
+    return 0;
+}
+
+/* The size of a body of ilen bytes as jansson would encode it with the
+ * "packet" member added. */
+static size_t body_size(size_t ilen, int with_packet)
+{
+    static const size_t packet_member = sizeof("\"packet\":\"\"") - 1 + AUDIT_HEX_LEN;
+    return with_packet ? ilen + (ilen > 2) + packet_member : ilen;
+}
+
+static int line_mac(struct audit_log *l, const char *line, size_t len, uint8_t mac[AUDIT_HASH_LEN])
+{
+    if (l->mac.ctx == NULL && audit_mac_set_key(&l->mac, l->key) != 0)
+        return -1;
+    return audit_mac_compute(&l->mac, line, len, mac);
+}
+
+#define WBUF_CAP   (1024 * 1024)
+#define WMARKS_MAX 8192
+
+/*
+ * Writes the buffered lines with one write(2).  If the write stops short
+ * (disk full), the lines wholly written are records and the rest are not:
+ * seq/prev go back to the last whole one; a line written but for its '\n'
+ * is a record too (ended before the next one, as a restart would adopt
+ * it); a fragment is ended and marked by a repair record before the next
+ * record (finish_torn).  The failure is remembered until audit_log_sync,
+ * which then fails, so that nothing of the batch is acknowledged.
+ */
+static int flush_lines(struct audit_log *l, char *err, size_t errlen)
+{
+    size_t done = 0, k = 0, start, lost;
+
+    if (l->wlen == 0)
         return 0;
-    if (packet_hex != NULL && json_object_set_new(body, "packet", json_string(packet_hex)) != 0) {
-        fail(err, errlen, "out of memory");
+    if (write_all(l->fd, l->wbuf, l->wlen, &done) == 0) {
+        l->wlen = l->nmarks = 0;
         return 0;
     }
+    int saved = errno;
+    while (k < l->nmarks && l->wmarks[k].end <= done)
+        k++;
+    start = k ? l->wmarks[k - 1].end : 0;
+    lost = l->nmarks - k;
+    l->seq = k ? l->wmarks[k - 1].seq : l->wbase_seq;
+    memcpy(l->prev, k ? l->wmarks[k - 1].hash : l->wbase_prev, AUDIT_HASH_LEN);
+    l->epoch_records -= lost < l->epoch_records ? lost : l->epoch_records;
+    l->since_checkpoint -= lost < l->since_checkpoint ? lost : l->since_checkpoint;
+    l->file_bytes = l->wbase_file_bytes + done;
+    if (k < l->nmarks && done > start) {
+        size_t part = done - start, line_len = l->wmarks[k].end - start - 1;
+        if (part == line_len) {
+            l->seq = l->wmarks[k].seq;
+            memcpy(l->prev, l->wmarks[k].hash, AUDIT_HASH_LEN);
+            l->epoch_records++;
+            l->since_checkpoint++;
+        } else {
+            audit_sha256(l->wbuf + start, part, l->torn_hash);
+            l->torn_pending = part;
+        }
+        l->torn_newline = 1;
+    }
+    l->wlen = l->nmarks = 0;
+    l->write_failed = saved;
+    fail(err, errlen, "append to the audit log: %s", strerror(saved));
+    errno = saved;
+    return -1;
+}
+
+/* Seals a line of len bytes (its '\n' at line[len]) into the batch and
+ * advances seq/prev; it is written by flush_lines. */
+static uint64_t append_line(struct audit_log *l, const char *line, size_t len, char *err, size_t errlen)
+{
+    struct audit_wmark *m;
+
+    if ((l->nmarks == WMARKS_MAX || l->wlen + len + 1 > l->wcap) && flush_lines(l, err, errlen) != 0)
+        return 0;
+    if (l->nmarks == 0) {
+        l->wbase_seq = l->seq;
+        l->wbase_file_bytes = l->file_bytes;
+        memcpy(l->wbase_prev, l->prev, AUDIT_HASH_LEN);
+    }
+    m = &l->wmarks[l->nmarks++];
+    audit_sha256(line, len, m->hash);
+    memcpy(l->wbuf + l->wlen, line, len + 1);
+    l->wlen += len + 1;
+    m->end = l->wlen;
+    m->seq = ++l->seq;
+    memcpy(l->prev, m->hash, AUDIT_HASH_LEN);
+    l->file_bytes += len + 1;
+    l->epoch_records++;
+    l->since_checkpoint++;
+    l->dirty = 1;
+    return l->seq;
+}
+
+/*
+ * Builds the next line from inner, a JSON object's text with its braces
+ * (only what is between them is used), adding ,"packet":"<packet_hex>" after
+ * its members when packet_hex is set, and appends it.  The line is
+ *   {"seq":N,"time":"...","epoch":E,"prev":"<hex>",<members>,"mac":"<hex>"}
+ * in l->line: at most 176 bytes before the members and 76 after them, well
+ * within AUDIT_LINE_SLACK + 256 bytes past MAX_BODY.
+ */
+static uint64_t seal_line(struct audit_log *l, const char *inner, size_t ilen, const char *packet_hex, char *err, size_t errlen)
+{
+    uint8_t mac[AUDIT_HASH_LEN];
+    char *line = l->line, *p = line;
+
+    if (ilen < 2 || body_size(ilen, packet_hex != NULL) > MAX_BODY) {
+        refuse(err, errlen, "record too large");
+        return 0;
+    }
+    p = PUT_LIT(p, "{\"seq\":");
+    p = put_u64(p, l->seq + 1);
+    p = PUT_LIT(p, ",\"time\":\"");
+    p = put_time(l, p);
+    p = PUT_LIT(p, "\",\"epoch\":");
+    p = put_u64(p, l->epoch);
+    p = PUT_LIT(p, ",\"prev\":\"");
+    p = put_hex(p, l->prev, sizeof(l->prev));
+    *p++ = '"';
+    if (ilen > 2) {
+        *p++ = ',';
+        p = put(p, inner + 1, ilen - 2);
+    }
+    if (packet_hex != NULL) {
+        p = PUT_LIT(p, ",\"packet\":\"");
+        p = put(p, packet_hex, AUDIT_HEX_LEN);
+        *p++ = '"';
+    }
+    if (line_mac(l, line, (size_t)(p - line), mac) != 0) {
+        fail(err, errlen, "HMAC failed");
+        return 0;
+    }
+    p = PUT_LIT(p, ",\"mac\":\"");
+    p = put_hex(p, mac, sizeof(mac));
+    p = PUT_LIT(p, "\"}");
+    *p = '\n';
+    return append_line(l, line, (size_t)(p - line), err, errlen);
+}
+
+/* jansson's compact ASCII text of body, DEL escaped too; NULL with err set. */
+static char *encode_body(json_t *body, size_t *len, char *err, size_t errlen)
+{
     char *inner = json_dumps(body, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);
     if (inner == NULL) {
         fail(err, errlen, "body cannot be encoded");
-        return 0;
+        return NULL;
     }
     size_t ilen = strlen(inner);
     if (memchr(inner, 0x7f, ilen) != NULL) {
@@ -568,7 +777,7 @@ static uint64_t seal(struct audit_log *l, json_t *body, const char *packet_hex, 
         if (esc == NULL) {
             free(inner);
             fail(err, errlen, "out of memory");
-            return 0;
+            return NULL;
         }
         for (size_t i = 0; i < ilen; i++) {
             if (inner[i] == 0x7f) {
@@ -583,97 +792,74 @@ static uint64_t seal(struct audit_log *l, json_t *body, const char *packet_hex, 
         inner = esc;
         ilen = o;
     }
-    now_iso(when, sizeof(when));
-    audit_hex(l->prev, sizeof(l->prev), prevhex);
-    size_t cap = ilen + 256;
-    char *line = malloc(cap);
-    if (line == NULL || ilen < 2 || ilen > AUDIT_MAX_LINE - 256) {
-        free(line);
-        free(inner);
-        fail(err, errlen, "record too large");
-        return 0;
-    }
-    int n =
-        snprintf(line, cap, "{\"seq\":%llu,\"time\":\"%s\",\"epoch\":%llu,\"prev\":\"%s\"%s%.*s", (unsigned long long)(l->seq + 1),
-                 when, (unsigned long long)l->epoch, prevhex, ilen > 2 ? "," : "", (int)(ilen - 2), inner + 1);
-    free(inner);
-    if (audit_hmac(l->key, line, (size_t)n, mac) != 0) {
-        free(line);
-        fail(err, errlen, "HMAC failed");
-        return 0;
-    }
-    audit_hex(mac, sizeof(mac), machex);
-    n += snprintf(line + n, cap - (size_t)n, ",\"mac\":\"%s\"}", machex);
-    uint8_t h[AUDIT_HASH_LEN];
-    audit_sha256(line, (size_t)n, h);
-    line[n] = '\n';
-
-    size_t done = 0;
-    if (write_all(l->fd, line, (size_t)n + 1, &done) != 0) {
-        int saved = errno;
-        if (done == (size_t)n) {
-            /* the whole record but its newline made it: it is a record (a
-             * restart adopts it too), ended before the next one; it is not
-             * acknowledged, as it was not made durable */
-            l->torn_newline = 1;
-            l->seq++;
-            memcpy(l->prev, h, sizeof(h));
-            l->file_bytes += done;
-            l->epoch_records++;
-            l->since_checkpoint++;
-            l->dirty = 1;
-        } else if (done > 0) {
-            /* a fragment is on disk: it is ended and marked by a repair
-             * record before the next record (finish_torn) */
-            audit_sha256(line, done, l->torn_hash);
-            l->torn_pending = done;
-            l->torn_newline = 1;
-            l->file_bytes += done;
-        }
-        free(line);
-        fail(err, errlen, "append to the audit log: %s", strerror(saved));
-        return 0;
-    }
-    free(line);
-    l->seq++;
-    memcpy(l->prev, h, sizeof(h));
-    l->file_bytes += (size_t)n + 1;
-    l->epoch_records++;
-    l->since_checkpoint++;
-    l->dirty = 1;
-    return l->seq;
+    *len = ilen;
+    return inner;
 }
 
-uint64_t audit_log_append(struct audit_log *l, json_t *body, const void *packet, size_t packet_len, char *err, size_t errlen)
+/* Seals body (jansson's encoding of it) as the next record. */
+static uint64_t seal(struct audit_log *l, json_t *body, const char *packet_hex, char *err, size_t errlen)
 {
-    char packet_hex[AUDIT_HEX_LEN + 1];
+    size_t ilen = 0;
+    if (seal_begin(l, err, errlen) != 0)
+        return 0;
+    if (packet_hex != NULL && json_object_set_new(body, "packet", json_string(packet_hex)) != 0) {
+        fail(err, errlen, "out of memory");
+        return 0;
+    }
+    char *inner = encode_body(body, &ilen, err, errlen);
+    if (inner == NULL)
+        return 0;
+    uint64_t seq = seal_line(l, inner, ilen, NULL, err, errlen);
+    int saved = errno;
+    free(inner);
+    errno = saved;
+    return seq;
+}
 
-    if (!json_is_object(body)) {
-        fail(err, errlen, "a record body must be a JSON object");
-        return 0;
-    }
+/* The checks of a parsed body: an object, none of the writer's names or types. */
+static int admit_body(json_t *body, char *err, size_t errlen)
+{
+    if (!json_is_object(body))
+        return refuse(err, errlen, "a record body must be a JSON object");
     for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
-        if (json_object_get(body, reserved[i]) != NULL) {
-            fail(err, errlen, "a record body may not set \"%s\"", reserved[i]);
-            return 0;
-        }
+        if (json_object_get(body, reserved[i]) != NULL)
+            return refuse(err, errlen, "a record body may not set \"%s\"", reserved[i]);
     const char *type = json_string_value(json_object_get(body, "type"));
-    if (type != NULL && (strcmp(type, "checkpoint") == 0 || strcmp(type, "repair") == 0 || strcmp(type, "start") == 0)) {
-        fail(err, errlen, "record type \"%s\" is the writer's own", type);
-        return 0;
-    }
+    for (size_t i = 0; type != NULL && i < sizeof(own_types) / sizeof(own_types[0]); i++)
+        if (strcmp(type, own_types[i]) == 0)
+            return refuse(err, errlen, "record type \"%s\" is the writer's own", type);
+    return 0;
+}
+
+static int packet_stored(const struct audit_log *l, const void *packet, size_t packet_len)
+{
+    return packet != NULL && l->cfg.packets && packet_len <= l->cfg.packet_max_bytes;
+}
+
+/* Before a record: rotation, and the packet stored (*packet_hex = hex) or
+ * not (NULL). */
+static int before_record(struct audit_log *l, const void *packet, size_t packet_len, char hex[AUDIT_HEX_LEN + 1],
+                         const char **packet_hex, char *err, size_t errlen)
+{
+    *packet_hex = NULL;
     if ((l->file_bytes >= l->cfg.rotate_bytes ||
          (l->cfg.rotate_seconds && (uint64_t)(time(NULL) - l->file_started) >= l->cfg.rotate_seconds)) &&
         l->file_bytes > 0) {
         if (audit_log_sync(l, err, errlen) != 0 || open_log_file(l, l->seq + 1, 1, err, errlen) != 0)
-            return 0;
+            return -1;
     }
-    int with_packet = packet != NULL && l->cfg.packets && packet_len <= l->cfg.packet_max_bytes;
-    if (with_packet && store_packet(l, packet, packet_len, packet_hex, err, errlen) != 0)
-        return 0;
-    uint64_t seq = seal(l, body, with_packet ? packet_hex : NULL, err, errlen);
-    /* a checkpoint that fails is tried again after the next record; the
-     * record itself is written either way */
+    if (packet_stored(l, packet, packet_len)) {
+        if (store_packet(l, packet, packet_len, hex, err, errlen) != 0)
+            return -1;
+        *packet_hex = hex;
+    }
+    return 0;
+}
+
+/* After a record: a checkpoint when one is due.  One that fails is tried
+ * again after the next record; the record itself is written either way. */
+static uint64_t after_record(struct audit_log *l, uint64_t seq)
+{
     if (seq && l->cfg.checkpoint_records && l->since_checkpoint >= l->cfg.checkpoint_records) {
         char cerr[256];
         (void)checkpoint(l, cerr, sizeof(cerr));
@@ -681,9 +867,87 @@ uint64_t audit_log_append(struct audit_log *l, json_t *body, const void *packet,
     return seq;
 }
 
+uint64_t audit_log_append(struct audit_log *l, json_t *body, const void *packet, size_t packet_len, char *err, size_t errlen)
+{
+    char hex[AUDIT_HEX_LEN + 1];
+    const char *packet_hex;
+
+    if (admit_body(body, err, errlen) != 0 || before_record(l, packet, packet_len, hex, &packet_hex, err, errlen) != 0)
+        return 0;
+    return after_record(l, seal(l, body, packet_hex, err, errlen));
+}
+
+/* json_scan's check of each top-level member: bodies with the writer's
+ * names or types take the slow path, which refuses them. */
+static int fast_member(void *arg, const char *key, size_t key_len, const char *value, size_t value_len)
+{
+    (void)arg;
+    if (key_len < 3 || key_len > 6)
+        return 0; /* no name of the writer's is shorter or longer */
+    for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
+        if (reserved[i][0] == key[0] && strlen(reserved[i]) == key_len && memcmp(reserved[i], key, key_len) == 0)
+            return -1;
+    if (key_len != 4 || memcmp(key, "type", 4) != 0 || value[0] != '"')
+        return 0;
+    if (memchr(value, '\\', value_len) != NULL)
+        return -1; /* jansson decodes it and compares */
+    for (size_t i = 0; i < sizeof(own_types) / sizeof(own_types[0]); i++)
+        if (strlen(own_types[i]) == value_len - 2 && memcmp(own_types[i], value + 1, value_len - 2) == 0)
+            return -1;
+    return 0;
+}
+
+static uint64_t append_fast(struct audit_log *l, const char *body, size_t body_len, const void *packet, size_t packet_len,
+                            char *err, size_t errlen)
+{
+    char hex[AUDIT_HEX_LEN + 1];
+    const char *packet_hex;
+
+    if (before_record(l, packet, packet_len, hex, &packet_hex, err, errlen) != 0 || seal_begin(l, err, errlen) != 0)
+        return 0;
+    return after_record(l, seal_line(l, body, body_len, packet_hex, err, errlen));
+}
+
+static uint64_t append_slow(struct audit_log *l, const char *body, size_t body_len, const void *packet, size_t packet_len,
+                            char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *j = json_loadb(body, body_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    if (j == NULL) {
+        refuse(err, errlen, "body is not JSON: %s", jerr.text);
+        return 0;
+    }
+    uint64_t seq = audit_log_append(l, j, packet, packet_len, err, errlen);
+    int saved = errno;
+    json_decref(j);
+    errno = saved;
+    return seq;
+}
+
+uint64_t audit_log_append_text(struct audit_log *l, const char *body, size_t body_len, const void *packet, size_t packet_len,
+                               char *err, size_t errlen)
+{
+    if (body_size(body_len, packet_stored(l, packet, packet_len)) <= MAX_BODY &&
+        audit_json_scan(body, body_len, fast_member, NULL) == 0)
+        return append_fast(l, body, body_len, packet, packet_len, err, errlen);
+    return append_slow(l, body, body_len, packet, packet_len, err, errlen);
+}
+
+int audit_log_write(struct audit_log *l, char *err, size_t errlen)
+{
+    return flush_lines(l, err, errlen);
+}
+
 int audit_log_sync(struct audit_log *l, char *err, size_t errlen)
 {
     int rc = 0;
+    if (flush_lines(l, err, errlen) != 0 || l->write_failed) {
+        /* a write of this batch failed: none of it may be acknowledged */
+        if (l->write_failed)
+            fail(err, errlen, "append to the audit log: %s", strerror(l->write_failed));
+        l->write_failed = 0;
+        return -1;
+    }
     for (size_t i = 0; i < npending_packets; i++) {
         if (fdatasync(pending_packets[i]) != 0 && rc == 0)
             rc = fail(err, errlen, "sync packet: %s", strerror(errno));
@@ -764,9 +1028,17 @@ int audit_log_open(struct audit_log *l, const char *dir, const struct audit_conf
     memset(l, 0, sizeof(*l));
     l->cfg = *cfg;
     l->fd = l->ckpt_fd = -1;
+    l->wcap = WBUF_CAP;
+    if ((l->wbuf = malloc(l->wcap)) == NULL || (l->wmarks = calloc(WMARKS_MAX, sizeof(*l->wmarks))) == NULL) {
+        free(l->wbuf);
+        return fail(err, errlen, "out of memory");
+    }
     l->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (l->dirfd < 0)
+    if (l->dirfd < 0) {
+        free(l->wbuf);
+        free(l->wmarks);
         return fail(err, errlen, "open %s: %s", dir, strerror(errno));
+    }
     if (load_state(l, err, errlen) != 0)
         goto fail;
     {
@@ -847,6 +1119,10 @@ int audit_log_open(struct audit_log *l, const char *dir, const struct audit_conf
         if (save_state(l, err, errlen) != 0)
             goto fail;
     }
+    if (audit_mac_set_key(&l->mac, l->key) != 0) {
+        fail(err, errlen, "cannot set up HMAC-SHA256");
+        goto fail;
+    }
     if (newest == 0) {
         if (open_log_file(l, 1, 1, err, errlen) != 0)
             goto fail;
@@ -884,6 +1160,9 @@ fail:
     if (l->ckpt_fd >= 0)
         close(l->ckpt_fd);
     close(l->dirfd);
+    free(l->wbuf);
+    free(l->wmarks);
+    audit_mac_free(&l->mac);
     OPENSSL_cleanse(l->key, sizeof(l->key));
     return -1;
 }
@@ -898,5 +1177,8 @@ void audit_log_close(struct audit_log *l)
     close(l->fd);
     close(l->ckpt_fd);
     close(l->dirfd);
+    free(l->wbuf);
+    free(l->wmarks);
+    audit_mac_free(&l->mac);
     OPENSSL_cleanse(l->key, sizeof(l->key));
 }

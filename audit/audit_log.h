@@ -17,12 +17,13 @@
 
 #include "audit_crypto.h"
 
-#define AUDIT_MAX_LINE (64 * 1024)
+#define AUDIT_MAX_LINE   (64 * 1024)
+#define AUDIT_LINE_SLACK 512 /* the line buffer's room past AUDIT_MAX_LINE */
 
 struct audit_config {
     uint64_t epoch_records;      /* ratchet after this many records (default 1000) */
     uint64_t epoch_seconds;      /* ... or this many seconds (default 300) */
-    uint64_t checkpoint_records; /* signed checkpoint every N records (default 100) */
+    uint64_t checkpoint_records; /* signed checkpoint every N records (default 1000) */
     uint64_t checkpoint_seconds; /* ... or seconds (default 60) */
     uint64_t rotate_bytes;       /* new log file past this size (default 64 MiB) */
     uint64_t rotate_seconds;     /* ... or age (default 86400) */
@@ -30,6 +31,12 @@ struct audit_config {
     uint64_t packet_max_bytes;   /* packets larger than this are not stored (default 8 MiB) */
     uint64_t packet_retention_s; /* packets older than this are removed (default 30 days; 0 = keep) */
     int append_only;             /* try chattr +a on log files (default on; "where permitted") */
+};
+
+struct audit_wmark {
+    size_t end;   /* the line's end in wbuf, past its '\n' */
+    uint64_t seq; /* its seq */
+    uint8_t hash[AUDIT_HASH_LEN];
 };
 
 struct audit_log {
@@ -41,6 +48,7 @@ struct audit_log {
     uint8_t prev[AUDIT_HASH_LEN];
     uint64_t epoch;
     uint8_t key[AUDIT_KEY_LEN];
+    struct audit_mac mac; /* keyed with key; freed (cleansed) when key is erased */
     uint64_t epoch_records;
     time_t epoch_started;
     uint64_t file_bytes;
@@ -54,6 +62,22 @@ struct audit_log {
     size_t torn_pending; /* a write failed part-way: bytes of the fragment on disk */
     int torn_newline;    /* ... and its line still lacks the '\n' */
     uint8_t torn_hash[AUDIT_HASH_LEN];
+    time_t clock_sec;                             /* the second clock_text shows */
+    size_t clock_len;                             /* 0: clock_text not set */
+    char clock_text[32];                          /* "YYYY-MM-DDTHH:MM:SS" of clock_sec, UTC */
+    char line[AUDIT_MAX_LINE + AUDIT_LINE_SLACK]; /* the line being sealed */
+    /* Sealed lines not yet written: a batch goes out with one write(2), at
+     * audit_log_sync or before anything that must follow it on disk (a
+     * ratchet, a checkpoints.log line, rotation).  seq/prev/file_bytes run
+     * ahead of the file by these lines; a failed write takes them back to
+     * the last whole line written (see flush_lines). */
+    char *wbuf;
+    size_t wlen, wcap;
+    struct audit_wmark *wmarks; /* one per buffered line */
+    size_t nmarks;
+    uint64_t wbase_seq, wbase_file_bytes; /* the state before the first buffered line */
+    uint8_t wbase_prev[AUDIT_HASH_LEN];
+    int write_failed; /* errno of a write that failed since the last audit_log_sync */
 };
 
 void audit_config_defaults(struct audit_config *c);
@@ -77,6 +101,21 @@ int audit_log_open(struct audit_log *l, const char *dir, const struct audit_conf
  * its hash added as "packet".  Returns the record's seq, or 0 with err set.
  */
 uint64_t audit_log_append(struct audit_log *l, json_t *body, const void *packet, size_t packet_len, char *err, size_t errlen);
+
+/*
+ * The same for a body as received (body_len bytes of JSON text, not
+ * NUL-terminated).  A body that json_scan.h accepts is spliced into the line
+ * as is; any other goes through json_loadb(JSON_REJECT_DUPLICATES |
+ * JSON_ALLOW_NUL) and audit_log_append().  Returns the record's seq, or 0
+ * with err set; errno is EINVAL when the body itself is refused (not JSON,
+ * not an object, a reserved name or type, too large).
+ */
+uint64_t audit_log_append_text(struct audit_log *l, const char *body, size_t body_len, const void *packet, size_t packet_len,
+                               char *err, size_t errlen);
+
+/* Writes what was appended so far, without making it durable: it survives
+ * the process, not the machine.  0 or -1 (audit_log_sync then fails too). */
+int audit_log_write(struct audit_log *l, char *err, size_t errlen);
 
 /* Makes everything appended so far durable (fdatasync) and records the
  * state.  0 or -1: nothing appended since the last successful sync may be

@@ -6,7 +6,9 @@
  * Group commit: each pass reads every complete request waiting on every
  * socket, appends them all, makes them durable with one fdatasync, and only
  * then acknowledges them (but for records sent with AUDIT_WIRE_NOACK, which
- * nobody waits for).  A record that could not be appended or made
+ * nobody waits for: a pass that read only those writes them at once and
+ * makes them durable with the next batch that is waited for, or within
+ * DENIAL_SYNC_MS).  A record that could not be appended or made
  * durable is acknowledged as failed (seq 0), so the gateway refuses the
  * request rather than run it unaudited; the next pass tries again, so the
  * writer recovers by itself when the disk has room again.
@@ -23,9 +25,10 @@
 
 #include "audit_wire.h"
 
-#define TICK_MS     1000
-#define MAX_CLIENTS 512
-#define MAX_BATCH   4096
+#define TICK_MS        1000
+#define DENIAL_SYNC_MS 100 /* denial records are durable within this */
+#define MAX_CLIENTS    512
+#define MAX_BATCH      4096
 
 struct client {
     int fd;
@@ -60,6 +63,13 @@ static int send_all(int fd, const void *p, size_t len)
         off += (size_t)n;
     }
     return 0;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* Reads what a client sent; 0 on EOF or a protocol error. */
@@ -126,23 +136,22 @@ static int drain(struct audit_log *l, struct client *c, int ci, struct pending *
         const uint8_t *packet = rq.packet_len ? c->buf + off + sizeof(rq) + rq.body_len : NULL;
         struct pending *pe = &p[(*np)++];
         char err[256];
-        json_error_t jerr;
-        json_t *j = json_loadb(body, rq.body_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
         pe->client = ci;
         pe->noack = (rq.flags & AUDIT_WIRE_NOACK) != 0;
         pe->tag = rq.tag;
-        pe->seq = 0;
         pe->err = 0;
-        if (j == NULL) {
-            pe->err = EINVAL;
-            fprintf(stderr, "moat-audit-writer: client %d: body is not JSON: %s\n", ci, jerr.text);
-        } else if ((pe->seq = audit_log_append(l, j, packet, rq.packet_len, err, sizeof(err))) == 0) {
+        errno = 0;
+        /* bodies in compact printable ASCII are spliced as they are; any
+         * other is parsed and re-encoded (audit_log_append_text) */
+        if ((pe->seq = audit_log_append_text(l, body, rq.body_len, packet, rq.packet_len, err, sizeof(err))) == 0) {
             pe->err = errno ? (uint32_t)errno : EIO;
-            if (!*failing)
+            if (pe->err == EINVAL)
+                fprintf(stderr, "moat-audit-writer: client %d: record refused: %s\n", ci, err);
+            else if (!*failing)
                 fprintf(stderr, "moat-audit-writer: %s\n", err);
-            *failing = 1;
+            if (pe->err != EINVAL)
+                *failing = 1;
         }
-        json_decref(j);
         off += need;
     }
     memmove(c->buf, c->buf + off, c->len - off);
@@ -155,6 +164,7 @@ int audit_writer_run(struct audit_log *l, const int *fds, int nfds)
     struct client clients[MAX_CLIENTS];
     static struct pending batch[MAX_BATCH];
     int open_clients = 0, failing = 0, backlog = 0;
+    uint64_t unsynced_since = 0; /* ms: denial records written but not yet synced, since */
 
     if (nfds > MAX_CLIENTS)
         nfds = MAX_CLIENTS;
@@ -168,7 +178,7 @@ int audit_writer_run(struct audit_log *l, const int *fds, int nfds)
         for (int i = 0; i < nfds; i++)
             pfd[i] = (struct pollfd){clients[i].fd >= 0 && !clients[i].eof ? clients[i].fd : -1, POLLIN, 0};
         /* requests left in a buffer by a full batch need no new data */
-        int n = poll(pfd, (nfds_t)nfds, backlog ? 0 : TICK_MS);
+        int n = poll(pfd, (nfds_t)nfds, backlog ? 0 : unsynced_since ? DENIAL_SYNC_MS : TICK_MS);
         if (n < 0 && errno != EINTR)
             return -1;
         size_t np = 0;
@@ -188,7 +198,23 @@ int audit_writer_run(struct audit_log *l, const int *fds, int nfds)
             fprintf(stderr, "moat-audit-writer: %s\n", err);
             failing = 1;
         }
-        if (np > 0) {
+        int waited_for = 0;
+        for (size_t i = 0; i < np && !waited_for; i++)
+            waited_for = !batch[i].noack;
+        uint64_t now = now_ms();
+        if (np > 0 && !waited_for && (unsynced_since == 0 || now - unsynced_since < DENIAL_SYNC_MS)) {
+            /* denials only, which nobody waits for: written now (the writer
+             * dying loses none of them), made durable with the next batch
+             * somebody waits for, or DENIAL_SYNC_MS from now */
+            if (audit_log_write(l, err, sizeof(err)) != 0) {
+                if (!failing)
+                    fprintf(stderr, "moat-audit-writer: %s\n", err);
+                failing = 1;
+            }
+            if (unsynced_since == 0)
+                unsynced_since = now ? now : 1;
+        } else if (np > 0 || (unsynced_since != 0 && now - unsynced_since >= DENIAL_SYNC_MS)) {
+            unsynced_since = 0;
             /* one fdatasync for the whole batch, then the acknowledgements */
             if (audit_log_sync(l, err, sizeof(err)) != 0) {
                 if (!failing)

@@ -26,7 +26,9 @@
 #include <grp.h>
 #include <linux/fs.h>
 #include <pwd.h>
+#include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,6 +38,7 @@
 #include "audit_crypto.h"
 #include "audit_log.h"
 #include "audit_verify.h"
+#include "json_scan.h"
 
 struct fixture {
     char root[256]; /* mkdtemp, mode 0755 */
@@ -154,6 +157,9 @@ static void log_close(struct fixture *f)
 static void log_crash(struct fixture *f)
 {
     EVP_PKEY_free(f->log.signing);
+    audit_mac_free(&f->log.mac);
+    free(f->log.wbuf); /* lines sealed but not yet written are lost, as in a crash */
+    free(f->log.wmarks);
     close(f->log.fd);
     close(f->log.ckpt_fd);
     close(f->log.dirfd);
@@ -958,6 +964,479 @@ static void test_verify_callback_stops_at_failure(void **state)
     free_lines(l, n);
 }
 
+/* ---- audit_log_append_text: the fast path and the jansson path ----------------------------------- */
+
+struct text_case {
+    const char *body;
+    size_t len; /* 0: strlen(body) */
+    int fast;   /* json_scan accepts it (-1: not checked) */
+};
+
+static size_t case_len(const struct text_case *c)
+{
+    return c->len ? c->len : strlen(c->body);
+}
+
+/* The line of record seq in the first log file (a copy), or NULL. */
+static char *line_of(struct fixture *f, uint64_t seq)
+{
+    char path[400], want[40];
+    size_t n;
+    char *found = NULL, err[256];
+    if (f->open) /* sealed lines are written in batches */
+        assert_int_equal(audit_log_sync(&f->log, err, sizeof(err)), 0);
+    first_log(f, path, sizeof(path));
+    snprintf(want, sizeof(want), "{\"seq\":%llu,", (unsigned long long)seq);
+    char **l = read_lines(path, &n);
+    for (size_t i = 0; i < n && found == NULL; i++)
+        if (strncmp(l[i], want, strlen(want)) == 0)
+            found = strdup(l[i]);
+    free_lines(l, n);
+    return found;
+}
+
+/* A record's body fields: the line parsed, without the writer's fields
+ * (but "packet"). */
+static json_t *body_of_line(const char *line)
+{
+    json_error_t jerr;
+    json_t *j = json_loads(line, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    if (j == NULL)
+        fail_msg("line is not JSON (%s): %s", jerr.text, line);
+    static const char *const writer[] = {"seq", "time", "epoch", "prev", "mac"};
+    for (size_t i = 0; i < sizeof(writer) / sizeof(writer[0]); i++) {
+        assert_non_null(json_object_get(j, writer[i]));
+        json_object_del(j, writer[i]);
+    }
+    return j;
+}
+
+static void assert_printable_line(const char *line)
+{
+    for (const unsigned char *p = (const unsigned char *)line; *p; p++)
+        if (*p < 0x20 || *p > 0x7e)
+            fail_msg("byte 0x%02x at %zu of %s", *p, (size_t)(p - (const unsigned char *)line), line);
+}
+
+/* Would the jansson path take this body?  (json_loadb and audit_log_append's checks.) */
+static int jansson_takes(const char *body, size_t len)
+{
+    static const char *const names[] = {"seq", "time", "epoch", "prev", "mac", "packet"};
+    json_error_t jerr;
+    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    int ok = json_is_object(j);
+    for (size_t i = 0; ok && i < sizeof(names) / sizeof(names[0]); i++)
+        ok = json_object_get(j, names[i]) == NULL;
+    const char *type = ok ? json_string_value(json_object_get(j, "type")) : NULL;
+    if (type != NULL && (strcmp(type, "checkpoint") == 0 || strcmp(type, "repair") == 0 || strcmp(type, "start") == 0))
+        ok = 0;
+    json_decref(j);
+    return ok;
+}
+
+/* Each body through audit_log_append_text and through json_loadb +
+ * audit_log_append (with and without a packet): the lines verify, are
+ * printable ASCII, and hold the same values. */
+static void test_text_fast_and_slow_agree(void **state)
+{
+    struct fixture *f = *state;
+    static const struct text_case cases[] = {
+        {"{\"type\":\"request\",\"request_id\":\"r-1\",\"tenant\":\"acme\",\"decision\":\"allowed\",\"status\":200}", 0, 1},
+        {"{\"type\":\"result\",\"run\":{\"code\":0,\"cpu_ms\":12,\"signal\":null,\"ok\":true,\"bad\":false,\"x\":-1.5e3,"
+         "\"y\":0.25,\"z\":-0},\"files\":[{\"name\":\"a.py\",\"bytes\":3},{\"name\":\"b\",\"bytes\":123456789012345678}],"
+         "\"e\":[],\"o\":{},\"n\":[[[1]],[2]]}",
+         0, 1},
+        {"{\"msg\":\"a\\nb\\\"c\\\\d\\u0041\\/e\\t\\b\\f\\r\\u00e9\\u2028\\u0000\\u007f\\u001b\"}", 0, 1},
+        {"{}", 0, 1},
+        {"{\"tenant\":\"caf\xc3\xa9 \xe2\x80\xa8 \xf0\x9f\x98\x80\"}", 0, 0}, /* UTF-8 */
+        {"{\"tenant\":\"a\x7f"
+         "b\"}",
+         0, 0},                                                   /* DEL */
+        {"{ \"type\" : \"request\",\n\t\"n\": [1, 2] }\n", 0, 0}, /* whitespace */
+        {"{\"e\":\"\\ud83d\\ude00\"}", 0, 0},                     /* a surrogate pair */
+        {"{\"k\\u0041\":1}", 0, 0},                               /* an escaped key */
+        {"{\"big\":12345678901234567890}", 0, 0},                 /* too big for json_int_t: refused below */
+    };
+    uint8_t pkt[100];
+    char err[256];
+    memset(pkt, 'p', sizeof(pkt));
+    log_open(f);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const struct text_case *c = &cases[i];
+        size_t len = case_len(c);
+        assert_int_equal(audit_json_scan(c->body, len, NULL, NULL) == 0, c->fast);
+        int takes = jansson_takes(c->body, len);
+        for (int with_packet = 0; with_packet < 2; with_packet++) {
+            const void *packet = with_packet ? pkt : NULL;
+            size_t plen = with_packet ? sizeof(pkt) - i : 0;
+            errno = 0;
+            uint64_t a = audit_log_append_text(&f->log, c->body, len, packet, plen, err, sizeof(err));
+            if (!takes) {
+                assert_int_equal(a, 0);
+                assert_int_equal(errno, EINVAL);
+                continue;
+            }
+            if (a == 0)
+                fail_msg("case %zu: %s", i, err);
+            json_error_t jerr;
+            json_t *j = json_loadb(c->body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+            assert_non_null(j);
+            uint64_t b = audit_log_append(&f->log, j, packet, plen, err, sizeof(err));
+            json_decref(j);
+            assert_true(b > a); /* a checkpoint may come between */
+            char *la = line_of(f, a), *lb = line_of(f, b);
+            assert_non_null(la);
+            assert_non_null(lb);
+            assert_printable_line(la);
+            assert_printable_line(lb);
+            if (c->fast && len > 2) { /* spliced as sent */
+                char *inner = strndup(c->body + 1, len - 2);
+                assert_non_null(strstr(la, inner));
+                free(inner);
+            }
+            if (with_packet) { /* the packet's hash is the last body field */
+                const char *pk = strstr(la, ",\"packet\":\"");
+                assert_non_null(pk);
+                assert_int_equal(strncmp(pk + 11 + AUDIT_HEX_LEN, "\",\"mac\":\"", 9), 0);
+            }
+            if (i == 4) /* the slow path made ASCII of the UTF-8 */
+                assert_non_null(strstr(la, "caf\\u00E9 \\u2028 \\uD83D\\uDE00"));
+            if (i == 5) /* ... and escaped the DEL */
+                assert_non_null(strstr(la, "a\\u007fb"));
+            json_t *ja = body_of_line(la), *jb = body_of_line(lb);
+            if (!json_equal(ja, jb))
+                fail_msg("case %zu differs:\n  %s\n  %s", i, la, lb);
+            assert_int_equal(json_object_get(ja, "packet") != NULL, with_packet);
+            json_decref(ja);
+            json_decref(jb);
+            free(la);
+            free(lb);
+        }
+    }
+    log_close(f);
+    expect_ok(f);
+}
+
+/* Refused or taken exactly as json_loadb + audit_log_append would; a
+ * refusal leaves the log as it was. */
+static void test_text_rejections(void **state)
+{
+    struct fixture *f = *state;
+    char deep[100] = "{\"d\":"; /* 40 arrays deep */
+    memset(deep + 5, '[', 40);
+    memset(deep + 45, ']', 40);
+    memcpy(deep + 85, "}", 2);
+    const struct text_case cases[] = {
+        /* duplicates, at the top and nested */
+        {"{\"a\":1,\"a\":2}", 0, 0},
+        {"{\"a\":1,\"b\":2,\"a\":1}", 0, 0},
+        {"{\"x\":{\"a\":1,\"a\":1}}", 0, 0},
+        {"{\"x\":[1,{\"y\":{\"b\":[],\"b\":[]}}]}", 0, 0},
+        {"{\"x\":[{\"a\":1},{\"a\":2}],\"a\":3}", 0, 1}, /* the same key in other objects */
+        {"{\"a\":{\"b\":1},\"b\":{\"a\":2}}", 0, 1},
+        {"{\"a\":1,\"\\u0061\":2}", 0, 0}, /* a duplicate only once decoded */
+        /* the writer's names and types */
+        {"{\"seq\":5}", 0, 0},
+        {"{\"type\":\"request\",\"mac\":\"00\"}", 0, 0},
+        {"{\"packet\":\"00\"}", 0, 0},
+        {"{\"time\":1,\"x\":2}", 0, 0},
+        {"{\"se\\u0071\":5}", 0, 0},
+        {"{\"type\":\"checkpoint\",\"head_seq\":1}", 0, 0},
+        {"{\"type\":\"repair\"}", 0, 0},
+        {"{\"type\":\"start\"}", 0, 0},
+        {"{\"type\":\"star\\u0074\"}", 0, 0},
+        {"{\"type\":\"start\\u0000x\"}", 0, 0},
+        {"{\"type\":\"started\"}", 0, 1},
+        {"{\"type\":1}", 0, 1},
+        {"{\"x\":{\"seq\":1,\"mac\":2,\"type\":\"checkpoint\"}}", 0, 1}, /* nested: fine */
+        {"{\"sequence\":1,\"pack\":2}", 0, 1},
+        /* not JSON, or not an object */
+        {"", 0, 0},
+        {"{", 0, 0},
+        {"{\"a\":1", 0, 0},
+        {"{\"a\":\"x", 0, 0},
+        {"{\"a\":1}x", 0, 0},
+        {"{\"a\":1}{}", 0, 0},
+        {"{\"a\":1} ", 0, 0}, /* trailing space: jansson takes it */
+        {"[1,2]", 0, 0},
+        {"\"s\"", 0, 0},
+        {"{\"a\":\"b\x01"
+         "c\"}",
+         0, 0},
+        {"{\"a\":\"b\nc\"}", 0, 0},
+        {"{\"a\":\"b\x00"
+         "c\"}",
+         11, 0},
+        {"{\"a\":\"\\x\"}", 0, 0},
+        {"{\"a\":\"\\u12\"}", 0, 0},
+        {"{\"a\":\"\\u12g4\"}", 0, 0},
+        {"{\"a\":\"\\ud800\"}", 0, 0},
+        {"{\"a\":\"\\udc00x\"}", 0, 0},
+        {"{\"a\":\"\\ud800\\u0041\"}", 0, 0},
+        {"{\"a\":\"\\u0000\"}", 0, 1},
+        {"{\"a\":\"\\u00FF\\uFFFF\"}", 0, 1},
+        {"{\"a\":\"\xff\"}", 0, 0},
+        {"{\"a\":01}", 0, 0},
+        {"{\"a\":-}", 0, 0},
+        {"{\"a\":1.}", 0, 0},
+        {"{\"a\":.5}", 0, 0},
+        {"{\"a\":1e}", 0, 0},
+        {"{\"a\":+1}", 0, 0},
+        {"{\"a\":1E+99,\"b\":-0.0e-01}", 0, 1},
+        {"{\"a\":1e999}", 0, 0},
+        {"{\"a\":99999999999999999999}", 0, 0},
+        {"{\"a\":-9223372036854775808}", 0, 0}, /* fits, but 19 digits: jansson decides */
+        {"{\"a\":tru}", 0, 0},
+        {"{\"a\":truex}", 0, 0},
+        {"{\"a\":nul}", 0, 0},
+        {"{\"a\":True}", 0, 0},
+        {"{\"a\":1,}", 0, 0},
+        {"{,}", 0, 0},
+        {"{\"a\"}", 0, 0},
+        {"{\"a\":1\"b\":2}", 0, 0},
+        {"{\"a\":[1,]}", 0, 0},
+        {"{\"a\":[1 2]}", 0, 0},
+        {"{\"a\":}", 0, 0},
+        {"{1:2}", 0, 0},
+        {"{\"a\":1]", 0, 0},
+        {"{\"a\":[}", 0, 0},
+        {deep, 0, 0}, /* deeper than the scanner goes: jansson takes it */
+        {"{\"caf\xc3\xa9\":1}", 0, 0},
+        {"{\"a\":\"\xc3\"}", 0, 0},
+    };
+    char err[256];
+    log_open(f);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const struct text_case *c = &cases[i];
+        size_t len = case_len(c);
+        int scanned = audit_json_scan(c->body, len, NULL, NULL) == 0;
+        int takes = jansson_takes(c->body, len);
+        json_error_t jerr;
+        json_t *j = json_loadb(c->body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+        /* what the fast path rests on: the scanner accepts only what jansson does */
+        if (scanned && !json_is_object(j))
+            fail_msg("case %zu: the scanner accepts what jansson refuses: %s", i, c->body);
+        json_decref(j);
+        if (c->fast)
+            assert_true(scanned);
+        uint64_t before = f->log.seq;
+        errno = 0;
+        uint64_t seq = audit_log_append_text(&f->log, c->body, len, NULL, 0, err, sizeof(err));
+        if ((seq != 0) != takes)
+            fail_msg("case %zu (%s): seq %llu, the jansson path %s: %s", i, c->body, (unsigned long long)seq,
+                     takes ? "takes it" : "refuses it", err);
+        if (seq == 0) {
+            assert_int_equal(errno, EINVAL);
+            assert_int_equal(f->log.seq, before);
+            print_message("    case %zu refused: %s\n", i, err);
+        } else {
+            char *line = line_of(f, seq);
+            assert_printable_line(line);
+            free(line);
+        }
+    }
+    /* the messages the writer logs */
+    assert_int_equal(audit_log_append_text(&f->log, "{\"a\":", 5, NULL, 0, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "body is not JSON: "));
+    assert_int_equal(audit_log_append_text(&f->log, "{\"seq\":1}", 9, NULL, 0, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "\"seq\""));
+    assert_int_equal(audit_log_append_text(&f->log, "{\"type\":\"start\"}", 16, NULL, 0, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "writer's own"));
+    log_close(f);
+    expect_ok(f);
+}
+
+/* Hostile text cannot put a byte outside 0x20-0x7e into a line, split one,
+ * or forge the fields after it. */
+static void test_text_hostile_bytes(void **state)
+{
+    struct fixture *f = *state;
+    static const char *const bodies[] = {
+        "{\"a\":\"\\u000a{\\\"seq\\\":99}\\u000d\\u0000\"}",
+        "{\"a\":\"x\ny\"}",
+        "{\"a\":\"x\ry\"}",
+        "{\"a\":\"}\\n{\\\"seq\\\":9,\\\"mac\\\":\\\"00\\\"}\"}",
+        "{\"a\":\"\x1b[2J\"}",
+        "{\"a\":\"\xc2\x85\xe2\x80\xa8\"}",
+        "{\"a\":\"\x7f\"}",
+        "{\"a\":\"\x80\"}",
+        "{\"a\":\"b\"}\n{\"seq\":7}",
+        "{\"a\":1,\"mac\":\"0000\"}",
+    };
+    char err[256], path[400];
+    size_t n, taken = 0;
+    log_open(f);
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++)
+        if (audit_log_append_text(&f->log, bodies[i], strlen(bodies[i]), NULL, 0, err, sizeof(err)) != 0)
+            taken++;
+    assert_int_equal(taken, 4);
+    log_close(f);
+    expect_ok(f);
+    first_log(f, path, sizeof(path));
+    char **l = read_lines(path, &n);
+    assert_int_equal(n, 2 + taken);
+    for (size_t i = 0; i < n; i++)
+        assert_printable_line(l[i]);
+    json_t *rec = body_of_line(l[1]);
+    assert_int_equal(json_string_length(json_object_get(rec, "a")), 13);
+    assert_memory_equal(json_string_value(json_object_get(rec, "a")), "\n{\"seq\":99}\r\0", 13);
+    json_decref(rec);
+    free_lines(l, n);
+}
+
+/* The keyed context gives audit_hmac's bytes, key after key. */
+static void test_mac_context_matches_hmac(void **state)
+{
+    (void)state;
+    struct audit_mac m = {NULL};
+    uint8_t key[AUDIT_KEY_LEN], a[AUDIT_HASH_LEN], b[AUDIT_HASH_LEN];
+    char data[300];
+    memset(key, 0x5a, sizeof(key));
+    for (size_t i = 0; i < sizeof(data); i++)
+        data[i] = (char)('!' + i % 90);
+    assert_int_equal(audit_mac_compute(&m, data, 1, a), -1); /* no key */
+    for (int k = 0; k < 4; k++) {
+        assert_int_equal(audit_mac_set_key(&m, key), 0);
+        for (size_t len = 0; len < sizeof(data); len += 37) {
+            assert_int_equal(audit_mac_compute(&m, data, len, a), 0);
+            assert_int_equal(audit_hmac(key, data, len, b), 0);
+            assert_memory_equal(a, b, sizeof(a));
+        }
+        audit_ratchet(key);
+    }
+    audit_mac_free(&m);
+    assert_null(m.ctx);
+    audit_mac_free(&m);
+}
+
+/* Many epochs and files through audit_log_append_text, both paths, with
+ * packets: the trail verifies, and each ratchet keys a new context. */
+static void test_text_ratchet_epochs(void **state)
+{
+    struct fixture *f = *state;
+    char body[256], err[256];
+    uint8_t pkt[64], mac[AUDIT_HASH_LEN], want[AUDIT_HASH_LEN];
+    f->cfg.epoch_records = 3;
+    f->cfg.checkpoint_records = 7;
+    log_open(f);
+    uint64_t epoch = f->log.epoch;
+    for (int i = 0; i < 120; i++) {
+        int n = snprintf(body, sizeof(body), "{\"type\":\"request\",\"request_id\":\"r-%d\",\"tenant\":\"%s\",\"n\":%d}", i,
+                         i % 3 ? "acme" : "caf\xc3\xa9", i);
+        memset(pkt, i, sizeof(pkt));
+        if (audit_log_append_text(&f->log, body, (size_t)n, i % 4 ? NULL : pkt, sizeof(pkt), err, sizeof(err)) == 0)
+            fail_msg("record %d: %s", i, err);
+        if (f->log.epoch != epoch) {
+            epoch = f->log.epoch;
+            assert_non_null(f->log.mac.ctx);
+            assert_int_equal(audit_mac_compute(&f->log.mac, body, (size_t)n, mac), 0);
+            assert_int_equal(audit_hmac(f->log.key, body, (size_t)n, want), 0);
+            assert_memory_equal(mac, want, sizeof(mac));
+        }
+    }
+    assert_true(f->log.epoch >= 40);
+    /* a time ratchet too */
+    f->log.cfg.epoch_seconds = 60;
+    assert_int_equal(audit_log_tick(&f->log, time(NULL) + 120, err, sizeof(err)), 0);
+    assert_int_not_equal(audit_log_append_text(&f->log, "{\"a\":1}", 7, NULL, 0, err, sizeof(err)), 0);
+    log_close(f);
+    assert_null(f->log.mac.ctx);
+    expect_ok(f);
+    print_message("    %llu records, %llu checkpoints\n", (unsigned long long)f->r.records, (unsigned long long)f->r.checkpoints);
+}
+
+/* Not a timing assert: how the two paths compare here, for the record. */
+static off_t file_size(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return st.st_size;
+}
+
+/*
+ * A batch whose one write stops short (RLIMIT_FSIZE stands in for a full
+ * disk): the sync fails, so nothing of the batch is acknowledged; the lines
+ * wholly written stay records; a fragment is ended and repaired; a line
+ * written but for its newline is adopted; the chain goes on and verifies.
+ */
+static void test_batch_short_write(void **state)
+{
+    struct fixture *f = *state;
+    char err[512], path[400];
+    struct rlimit old, lim;
+    size_t n;
+
+    f->cfg.checkpoint_records = 1000;
+    f->cfg.epoch_records = 1000;
+    log_open(f);
+    append_many(f, 12); /* two-digit seqs from here on */
+    first_log(f, path, sizeof(path));
+    off_t s0 = file_size(path);
+    append_req(f, 298, "acme"); /* i % 3 == 1: every line below is as long */
+    assert_int_equal(audit_log_sync(&f->log, err, sizeof(err)), 0);
+    off_t line = file_size(path) - s0; /* '\n' included */
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    for (int round = 0; round < 2; round++) {
+        uint64_t before = f->log.seq;
+        lim = old;
+        lim.rlim_cur = (rlim_t)(file_size(path) + (round == 0 ? 2 * line + 10 : 3 * line - 1));
+        assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+        for (int j = 0; j < 5; j++)
+            assert_int_equal(append_req(f, 301 + 3 * j, "acme"), before + 1 + (uint64_t)j);
+        assert_int_not_equal(audit_log_sync(&f->log, err, sizeof(err)), 0);
+        print_message("    round %d: %s\n", round, err);
+        assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+        if (round == 0) { /* two lines, then 10 bytes of the third */
+            assert_int_equal(f->log.seq, before + 2);
+            assert_int_equal(f->log.torn_pending, 10);
+        } else { /* three lines, the third without its newline */
+            assert_int_equal(f->log.seq, before + 3);
+            assert_int_equal(f->log.torn_pending, 0);
+            assert_int_equal(f->log.torn_newline, 1);
+        }
+        append_many(f, 3); /* the disk has room again */
+    }
+    log_close(f);
+    expect_ok(f);
+    char **l = read_lines(path, &n);
+    int repairs = 0;
+    for (size_t i = 0; i < n; i++)
+        repairs += strstr(l[i], "\"type\":\"repair\",\"torn_bytes\":10,") != NULL;
+    free_lines(l, n);
+    assert_int_equal(repairs, 1);
+}
+
+static void test_text_cost(void **state)
+{
+    struct fixture *f = *state;
+    static const char body[] =
+        "{\"type\":\"result\",\"request_id\":\"0123456789abcdef\",\"tenant\":\"acme\",\"key_id\":\"k1\",\"client\":\"10.0.0.1\","
+        "\"endpoint\":\"/api/v2/execute\",\"method\":\"POST\",\"decision\":\"allowed\",\"language\":\"python\",\"version\":\"3\","
+        "\"run\":{\"status\":null,\"code\":0,\"signal\":null,\"cpu_ms\":12,\"wall_ms\":30,\"memory_bytes\":8192000}}";
+    char err[256];
+    struct timespec t0, t1, t2;
+    f->cfg.epoch_records = 1000;
+    f->cfg.checkpoint_records = 100;
+    log_open(f);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < 3000; i++)
+        assert_int_not_equal(audit_log_append_text(&f->log, body, sizeof(body) - 1, NULL, 0, err, sizeof(err)), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    for (int i = 0; i < 3000; i++) {
+        json_error_t jerr;
+        json_t *j = json_loadb(body, sizeof(body) - 1, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+        assert_int_not_equal(audit_log_append(&f->log, j, NULL, 0, err, sizeof(err)), 0);
+        json_decref(j);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t2);
+    double fast = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    double slow = (double)(t2.tv_sec - t1.tv_sec) + (double)(t2.tv_nsec - t1.tv_nsec) / 1e9;
+    print_message("    3000 records: text %.1f us each, jansson %.1f us each\n", fast / 3000 * 1e6, slow / 3000 * 1e6);
+    log_close(f);
+    expect_ok(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -975,6 +1454,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a7_state_behind_log, setup, teardown),
         cmocka_unit_test_setup_teardown(test_packets_stored_exactly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verify_callback_stops_at_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_text_fast_and_slow_agree, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_text_rejections, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_text_hostile_bytes, setup, teardown),
+        cmocka_unit_test(test_mac_context_matches_hmac),
+        cmocka_unit_test_setup_teardown(test_text_ratchet_epochs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_short_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_text_cost, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

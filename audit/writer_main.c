@@ -19,6 +19,7 @@
 #include <linux/capability.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,32 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: moat-audit-writer --dir DIR --clients N [--user USER] [--no-packets]\n"
-               "  the client sockets are descriptors 3 .. 3+N-1 (started by moat-gateway)\n");
+               "           [--checkpoint-records N] [--checkpoint-seconds N] [--epoch-records N] [--epoch-seconds N]\n"
+               "           [--rotate-bytes N] [--rotate-seconds N] [--packet-retention-days N]\n"
+               "  the client sockets are descriptors 3 .. 3+N-1 (started by moat-gateway)\n"
+               "  --checkpoint-records N, --checkpoint-seconds N\n"
+               "        a signed checkpoint after N records or N seconds, whichever first (1000, 60)\n"
+               "  --epoch-records N, --epoch-seconds N\n"
+               "        the MAC key ratchets after N records or N seconds (1000, 300)\n"
+               "  --rotate-bytes N, --rotate-seconds N\n"
+               "        a new log file past N bytes or N seconds (67108864, 86400)\n"
+               "  --packet-retention-days N\n"
+               "        packets older than N days are removed; 0 keeps them (30)\n");
+}
+
+/* A whole decimal number in [min, max], or -1 with one line on stderr. */
+static int parse_number(const char *opt, const char *text, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno != 0 || v < min || v > max) {
+        fprintf(stderr, "moat-audit-writer: --%s: want a whole number from %llu to %llu, not \"%s\"\n", opt,
+                (unsigned long long)min, (unsigned long long)max, text);
+        return -1;
+    }
+    *out = v;
+    return 0;
 }
 
 /* Drops to user, keeping CAP_LINUX_IMMUTABLE only. */
@@ -67,22 +93,45 @@ static int drop_privileges(const char *user)
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {{"dir", required_argument, NULL, 'd'},  {"clients", required_argument, NULL, 'c'},
-                                         {"user", required_argument, NULL, 'u'}, {"no-packets", no_argument, NULL, 'P'},
-                                         {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0}};
-    const char *dir = NULL, *user = "moat-audit";
-    int nclients = 0, ch, packets = 1;
+    /* the cadences: option, its range, where it goes (audit_log.h) */
     struct audit_config cfg;
+    struct {
+        const char *name;
+        uint64_t min, max, scale;
+        uint64_t *field;
+    } const tuning[] = {
+        {"checkpoint-records", 1, 10000000, 1, &cfg.checkpoint_records},
+        {"checkpoint-seconds", 1, 86400, 1, &cfg.checkpoint_seconds},
+        {"epoch-records", 1, 10000000, 1, &cfg.epoch_records},
+        {"epoch-seconds", 1, 30 * 86400, 1, &cfg.epoch_seconds},
+        {"rotate-bytes", 65536, 1ull << 40, 1, &cfg.rotate_bytes},
+        {"rotate-seconds", 60, 366 * 86400, 1, &cfg.rotate_seconds},
+        {"packet-retention-days", 0, 3650, 86400, &cfg.packet_retention_s},
+    };
+    enum { NTUNING = sizeof(tuning) / sizeof(tuning[0]) };
+    struct option opts[5 + NTUNING + 1] = {{"dir", required_argument, NULL, 'd'},
+                                           {"clients", required_argument, NULL, 'c'},
+                                           {"user", required_argument, NULL, 'u'},
+                                           {"no-packets", no_argument, NULL, 'P'},
+                                           {"help", no_argument, NULL, 'h'}};
+    const char *dir = NULL, *user = "moat-audit";
+    int nclients = 0, ch, packets = 1, idx;
+    uint64_t n;
     struct audit_log log;
     char err[512];
 
-    while ((ch = getopt_long(argc, argv, "d:c:u:Ph", opts, NULL)) != -1) {
+    audit_config_defaults(&cfg);
+    for (int t = 0; t < NTUNING; t++)
+        opts[5 + t] = (struct option){tuning[t].name, required_argument, NULL, 1000 + t};
+    while ((ch = getopt_long(argc, argv, "d:c:u:Ph", opts, &idx)) != -1) {
         switch (ch) {
         case 'd':
             dir = optarg;
             break;
         case 'c':
-            nclients = atoi(optarg);
+            if (parse_number("clients", optarg, 1, 512, &n) != 0)
+                return 2;
+            nclients = (int)n;
             break;
         case 'u':
             user = optarg;
@@ -94,6 +143,13 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         default:
+            if (ch >= 1000 && ch < 1000 + NTUNING) {
+                int t = ch - 1000;
+                if (parse_number(tuning[t].name, optarg, tuning[t].min, tuning[t].max, &n) != 0)
+                    return 2;
+                *tuning[t].field = n * tuning[t].scale;
+                break;
+            }
             usage(stderr);
             return 2;
         }
@@ -106,7 +162,6 @@ int main(int argc, char **argv)
     signal(SIGINT, SIG_IGN); /* ends when the gateway closes the sockets */
     if (geteuid() == 0 && drop_privileges(user) != 0)
         return 1;
-    audit_config_defaults(&cfg);
     cfg.packets = packets;
     const char *env;
     if ((env = getenv("MOAT_AUDIT_CHECKPOINT_RECORDS")) != NULL)

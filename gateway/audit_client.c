@@ -6,7 +6,8 @@
  * writer acknowledges them in the same order once they are durable, so a
  * FIFO of waiting entries pairs each acknowledgement with its request.
  * Records nobody waits for (denials) go with AUDIT_WIRE_NOACK: no entry,
- * no acknowledgement, no wake-up.  An
+ * no acknowledgement, no wake-up; and they may wait GW_AUDIT_DENIAL_DELAY_MS
+ * to go out together.  An
  * entry whose request went away is cancelled (its callback is dropped but
  * it stays in the FIFO to absorb its acknowledgement).  No acknowledgement
  * within GW_AUDIT_ACK_TIMEOUT_MS, a refused record, or a lost writer all
@@ -78,6 +79,9 @@ static void fail_all(struct gw_audit *a, const char *why)
 
 static void disconnect(struct gw_audit *a, const char *why)
 {
+    if (h2o_timeout_is_linked(&a->delay_timer))
+        h2o_timeout_unlink(&a->delay_timer);
+    a->out_waited = 0;
     if (a->sock != NULL) {
         a->sock->data = NULL;
         h2o_socket_close(a->sock);
@@ -111,6 +115,9 @@ static void flush(struct gw_audit *a)
         return;
     a->flight = a->out;
     memset(&a->out, 0, sizeof(a->out));
+    a->out_waited = 0;
+    if (h2o_timeout_is_linked(&a->delay_timer))
+        h2o_timeout_unlink(&a->delay_timer);
     h2o_iovec_t buf = h2o_iovec_init(a->flight.data, a->flight.len);
     a->writing = 1;
     h2o_socket_write(a->sock, &buf, 1, on_write);
@@ -162,6 +169,11 @@ static void on_timer(h2o_timeout_entry_t *entry)
         h2o_timeout_link(a->loop, &a->timeout, &a->timer);
 }
 
+static void on_delay(h2o_timeout_entry_t *entry)
+{
+    flush((struct gw_audit *)((char *)entry - offsetof(struct gw_audit, delay_timer)));
+}
+
 void gw_audit_init(struct gw_audit *a, h2o_loop_t *loop)
 {
     memset(a, 0, sizeof(*a));
@@ -169,6 +181,8 @@ void gw_audit_init(struct gw_audit *a, h2o_loop_t *loop)
     a->fd = -1;
     h2o_timeout_init(loop, &a->timeout, GW_AUDIT_ACK_TIMEOUT_MS);
     a->timer.cb = on_timer;
+    h2o_timeout_init(loop, &a->delay, GW_AUDIT_DENIAL_DELAY_MS);
+    a->delay_timer.cb = on_delay;
 }
 
 int gw_audit_attach(struct gw_audit *a, int fd)
@@ -252,6 +266,7 @@ struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, siz
         cb(arg, 0, 0);
         return NULL;
     }
+    a->out_waited = 1;
     e->tag = rq.tag;
     e->cb = cb;
     e->arg = arg;
@@ -269,7 +284,20 @@ struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, siz
 
 void gw_audit_flush(struct gw_audit *a)
 {
+    if (a->out_waited || a->out.len >= GW_AUDIT_FLUSH_BYTES)
+        flush(a);
+    else if (a->out.len > 0 && a->sock != NULL && !h2o_timeout_is_linked(&a->delay_timer))
+        h2o_timeout_link(a->loop, &a->delay, &a->delay_timer);
+}
+
+void gw_audit_flush_all(struct gw_audit *a)
+{
     flush(a);
+}
+
+int gw_audit_sending(const struct gw_audit *a)
+{
+    return a->sock != NULL && (a->writing || a->out.len > 0);
 }
 
 void gw_audit_cancel(struct gw_audit_entry *e)

@@ -14,6 +14,11 @@
 
 #define GW_AUDIT_ACK_TIMEOUT_MS 5000
 #define GW_AUDIT_FLUSH_BYTES    (64 * 1024)
+/* Records nobody waits for (denials) are sent at most this much later, with
+ * the next record somebody waits for, or once GW_AUDIT_FLUSH_BYTES have
+ * gathered: under a flood of denials the writer wakes a few hundred times a
+ * second rather than once per loop turn. */
+#define GW_AUDIT_DENIAL_DELAY_MS 2
 
 /*
  * Called once per submitted record: ok when the writer made it durable
@@ -37,10 +42,13 @@ struct gw_audit {
     int enabled;
     int writing;
     struct gw_audit_buf out, flight;
+    int out_waited; /* out holds a record somebody waits for */
     struct gw_audit_entry *head, *tail;
     uint64_t next_tag;
     h2o_timeout_t timeout;
     h2o_timeout_entry_t timer;
+    h2o_timeout_t delay; /* GW_AUDIT_DENIAL_DELAY_MS */
+    h2o_timeout_entry_t delay_timer;
     uint64_t dropped; /* denial records lost while no writer was connected */
     uint64_t last_drop_log_ms;
 };
@@ -55,8 +63,13 @@ int gw_audit_attach(struct gw_audit *a, int fd);
  * failure. */
 struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, size_t body_len, const void *packet, size_t packet_len,
                                        gw_audit_cb cb, void *arg);
-/* Called by the worker once per event-loop turn: sends what was queued. */
+/* Called by the worker once per event-loop turn: sends what was queued
+ * (records nobody waits for: within GW_AUDIT_DENIAL_DELAY_MS). */
 void gw_audit_flush(struct gw_audit *a);
+/* Sends everything queued now (at shutdown). */
+void gw_audit_flush_all(struct gw_audit *a);
+/* Is anything queued or being written? */
+int gw_audit_sending(const struct gw_audit *a);
 /* The request went away: its callback will not be called. */
 void gw_audit_cancel(struct gw_audit_entry *e);
 

@@ -906,6 +906,17 @@ static int audit_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, vo
         return parse_string(pc, v, "audit.writer", GW_MAX_PATH_LEN, &a->writer);
     if (strcmp(key, "packets") == 0)
         return parse_bool(pc, v, "audit.packets", &a->packets);
+    for (int t = 0; t < GW_AUDIT_NTUNING; t++) {
+        const struct gw_audit_tuning_spec *sp = &gw_audit_tuning_specs[t];
+        char name[64];
+        if (strcmp(key, sp->key) != 0)
+            continue;
+        snprintf(name, sizeof(name), "audit.%s", sp->key);
+        if (parse_uint(pc, v, name, sp->min, sp->max, &a->tuning[t]) != 0)
+            return -1;
+        a->tuning_set |= 1u << t;
+        return 0;
+    }
     return 1;
 }
 

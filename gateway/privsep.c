@@ -36,6 +36,16 @@
 
 #define RESTART_BACKOFF_MS 500
 
+const struct gw_audit_tuning_spec gw_audit_tuning_specs[GW_AUDIT_NTUNING] = {
+    [GW_AUDIT_CHECKPOINT_RECORDS] = {"checkpoint_records", "--checkpoint-records", 1, 10000000},
+    [GW_AUDIT_CHECKPOINT_SECONDS] = {"checkpoint_seconds", "--checkpoint-seconds", 1, 86400},
+    [GW_AUDIT_EPOCH_RECORDS] = {"epoch_records", "--epoch-records", 1, 10000000},
+    [GW_AUDIT_EPOCH_SECONDS] = {"epoch_seconds", "--epoch-seconds", 1, 30 * 86400},
+    [GW_AUDIT_ROTATE_BYTES] = {"rotate_bytes", "--rotate-bytes", 65536, 1ull << 40},
+    [GW_AUDIT_ROTATE_SECONDS] = {"rotate_seconds", "--rotate-seconds", 60, 366 * 86400},
+    [GW_AUDIT_PACKET_RETENTION_DAYS] = {"packet_retention_days", "--packet-retention-days", 0, 3650},
+};
+
 static pid_t spawn_writer(const struct gw_audit_config *ac, int nfds, int *gateway_ends)
 {
     int pairs[GW_PRIVSEP_MAX_FDS][2];
@@ -72,15 +82,25 @@ static pid_t spawn_writer(const struct gw_audit_config *ac, int nfds, int *gatew
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
-        char *argv[] = {(char *)(uintptr_t)ac->writer,
-                        (char *)(uintptr_t) "--dir",
-                        (char *)(uintptr_t)ac->dir,
-                        (char *)(uintptr_t) "--clients",
-                        clients,
-                        (char *)(uintptr_t) "--user",
-                        (char *)(uintptr_t)ac->user,
-                        ac->packets ? NULL : (char *)(uintptr_t) "--no-packets",
-                        NULL};
+        char *argv[8 + 2 * GW_AUDIT_NTUNING + 1], values[GW_AUDIT_NTUNING][24];
+        int argc = 0;
+        argv[argc++] = (char *)(uintptr_t)ac->writer;
+        argv[argc++] = (char *)(uintptr_t) "--dir";
+        argv[argc++] = (char *)(uintptr_t)ac->dir;
+        argv[argc++] = (char *)(uintptr_t) "--clients";
+        argv[argc++] = clients;
+        argv[argc++] = (char *)(uintptr_t) "--user";
+        argv[argc++] = (char *)(uintptr_t)ac->user;
+        if (!ac->packets)
+            argv[argc++] = (char *)(uintptr_t) "--no-packets";
+        for (int t = 0; t < GW_AUDIT_NTUNING; t++) {
+            if (!(ac->tuning_set & (1u << t)))
+                continue;
+            snprintf(values[t], sizeof(values[t]), "%llu", (unsigned long long)ac->tuning[t]);
+            argv[argc++] = (char *)(uintptr_t)gw_audit_tuning_specs[t].flag;
+            argv[argc++] = values[t];
+        }
+        argv[argc] = NULL;
         execv(ac->writer, argv);
         _exit(127);
     }

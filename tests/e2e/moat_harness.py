@@ -50,7 +50,7 @@ class Stack:
     # limit tests configure their own.
     DEFAULT_TENANT_EXTRA = "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\n"
 
-    def __init__(self, tenant="demo", backend_args=(), tenants=None, extra_config="", audit=True):
+    def __init__(self, tenant="demo", backend_args=(), tenants=None, extra_config="", audit=True, audit_extra=""):
         if tenants is None:
             tenants = [(tenant, self.DEFAULT_TENANT_EXTRA, "")]
         self.backend_args = list(backend_args)
@@ -69,7 +69,8 @@ class Stack:
             # the audit trail, owned by its own user (moat-audit init)
             self.audit_dir = os.path.join(self.tmp, "audit")
             subprocess.run([MOAT_AUDIT, "init", self.audit_dir], check=True, capture_output=True)
-            extra_config = f"audit:\n  dir: {self.audit_dir}\n  writer: {AUDIT_WRITER}\n" + extra_config
+            # audit_extra: more lines of the audit section, indented by two
+            extra_config = f"audit:\n  dir: {self.audit_dir}\n  writer: {AUDIT_WRITER}\n" + audit_extra + extra_config
         # tenants: a list of (name, extra YAML lines for that tenant, key YAML lines)
         self.tenants = tenants or [(tenant, "", "")]
         self.tokens, self.key_ids = {}, {}

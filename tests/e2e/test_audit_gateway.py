@@ -155,6 +155,37 @@ class AuditStackMixin:
         self.assertEqual(seqs, list(range(1, len(seqs) + 1)), "seq not contiguous from 1")
 
 
+class CadenceTest(AuditStackMixin, unittest.TestCase):
+    """The writer's cadences from gateway.conf reach moat-audit-writer and
+    shape the trail: a checkpoint every 5 records, a new key epoch every 7."""
+
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("needs root")
+        cls.stack = Stack(audit_extra="  checkpoint_records: 5\n  epoch_records: 7\n  packet_retention_days: 0\n").start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def test_cadences(self):
+        argv = cmdline(writer_pid(self.stack))
+        for flag, value in (("--checkpoint-records", "5"), ("--epoch-records", "7"), ("--packet-retention-days", "0")):
+            self.assertIn(flag, argv)
+            self.assertEqual(argv[argv.index(flag) + 1], value)
+        self.assertNotIn("--rotate-bytes", argv)  # not set: the writer's default
+        ids = [self.stack.request("GET", "/api/v2/nope", token=None)[1]["x-request-id"] for _ in range(30)]
+        self.wait_records(ids)
+        recs = self.records()
+        ckpt = [r["seq"] for r in recs if r.get("type") == "checkpoint"]
+        self.assertGreaterEqual(len(ckpt), 6, ckpt)
+        # 5 records, then the checkpoint over them
+        self.assertTrue(all(b - a <= 6 for a, b in zip(ckpt, ckpt[1:])), ckpt)
+        self.assertGreaterEqual(max(r["epoch"] for r in recs), 4)
+        self.verify()
+
+
 class DenyAndAllowTest(AuditStackMixin, unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -172,6 +172,9 @@ class ConfigCheckTest(unittest.TestCase):
              ":5: content rule:"),
             ("tenants:\n  - name: t\n    limits: {run_timeout_ms: 0}\n", ":4: limits.run_timeout_ms must be between"),
             ("tenants:\n  - name: t\n    wat: 1\n", ":4: unknown key 'wat' in tenant"),
+            ("audit:\n  dir: /var/lib/moat/audit\n  checkpoint_records: 0\n",
+             ":4: audit.checkpoint_records must be between 1 and 10000000"),
+            ("audit:\n  dir: /var/lib/moat/audit\n  rotate_bytes: lots\n", ":4: audit.rotate_bytes must be"),
         ]
         for text, want in cases:
             with self.subTest(want=want):
