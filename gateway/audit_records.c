@@ -13,14 +13,17 @@
 
 #include <openssl/evp.h>
 
+#include "apikey.h"
 #include "piston_json.h"
 
 static void sha256_hex(const void *data, size_t len, char out[65])
 {
     static const char digits[] = "0123456789abcdef";
-    unsigned char h[32];
-    unsigned int n = sizeof(h);
-    EVP_Digest(data, len, h, &n, EVP_sha256(), NULL);
+    uint8_t h[APIKEY_DIGEST_LEN];
+    /* SHA-256 fetched once, a context per thread (EVP_sha256() is looked up
+     * on every call) */
+    if (apikey_digest(data, len, h) != 0)
+        memset(h, 0, sizeof(h));
     for (size_t i = 0; i < 32; i++) {
         out[2 * i] = digits[h[i] >> 4];
         out[2 * i + 1] = digits[h[i] & 15];
