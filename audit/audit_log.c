@@ -30,16 +30,18 @@
 
 #include "json_scan.h"
 
-#define STATE_FILE          "state"
-#define STATE_TMP           "state.tmp"
-#define SIGNING_FILE        "signing.key"
-#define VERIFIER_FILE       "verifier.key"
-#define CHECKPOINTS_FILE    "checkpoints.log"
-#define PACKETS_DIR         "packets"
-#define MAX_PENDING_PACKETS 1024
+#define STATE_FILE       "state"
+#define STATE_TMP        "state.tmp"
+#define SIGNING_FILE     "signing.key"
+#define VERIFIER_FILE    "verifier.key"
+#define CHECKPOINTS_FILE "checkpoints.log"
+#define PACKETS_DIR      "packets" /* packets of earlier versions, one file each */
 
-static int pending_packets[MAX_PENDING_PACKETS];
-static size_t npending_packets;
+/* Where a record's packet is: its SHA-256, and "<pack>:<offset>:<length>". */
+struct packet_ref {
+    char hex[AUDIT_HEX_LEN + 1];
+    char at[96];
+};
 
 __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -261,16 +263,19 @@ static uint64_t newest_log(int dirfd, uint64_t below)
     return best;
 }
 
-static void set_append_only(struct audit_log *l)
+/* chattr +a on fd where permitted; 1 if it worked. */
+static int mark_append_only(const struct audit_log *l, int fd)
 {
     int flags = 0;
-    l->appended_ok = 0;
-    if (!l->cfg.append_only)
-        return;
-    if (ioctl(l->fd, FS_IOC_GETFLAGS, &flags) == 0) {
-        flags |= FS_APPEND_FL;
-        l->appended_ok = ioctl(l->fd, FS_IOC_SETFLAGS, &flags) == 0;
-    }
+    if (!l->cfg.append_only || ioctl(fd, FS_IOC_GETFLAGS, &flags) != 0)
+        return 0;
+    flags |= FS_APPEND_FL;
+    return ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0;
+}
+
+static void set_append_only(struct audit_log *l)
+{
+    l->appended_ok = mark_append_only(l, l->fd);
 }
 
 static int open_log_file(struct audit_log *l, uint64_t first_seq, int create, char *err, size_t errlen)
@@ -285,6 +290,12 @@ static int open_log_file(struct audit_log *l, uint64_t first_seq, int create, ch
     if (l->fd >= 0)
         close(l->fd);
     l->fd = fd;
+    l->file_first_seq = first_seq;
+    if (l->pack_fd >= 0) { /* synced before a rotation: the next packet opens this file's pack */
+        close(l->pack_fd);
+        l->pack_fd = -1;
+        l->pack_dirty = 0;
+    }
     struct stat st;
     l->file_bytes = fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0;
     l->file_started = time(NULL);
@@ -399,7 +410,7 @@ static int fragment_is_next_record(const char *frag, size_t len, uint64_t seq, c
 
 /* ---- sealing ----------------------------------------------------------------------- */
 
-static const char *const reserved[] = {"seq", "time", "epoch", "prev", "mac", "packet"};
+static const char *const reserved[] = {"seq", "time", "epoch", "prev", "mac", "packet", "packet_at"};
 static const char *const own_types[] = {"checkpoint", "repair", "start"};
 
 /* The most a body may take of a line, as jansson encodes it (packet included). */
@@ -488,47 +499,56 @@ static int ratchet(struct audit_log *l, char *err, size_t errlen)
     return 0;
 }
 
-static int store_packet(struct audit_log *l, const void *packet, size_t len, char hex[AUDIT_HEX_LEN + 1], char *err, size_t errlen)
+/* The pack beside the current log file: audit-<its first seq>.pack. */
+static int pack_name(char *buf, size_t size, uint64_t first_seq)
+{
+    int n = snprintf(buf, size, "audit-%016llu.pack", (unsigned long long)first_seq);
+    return n > 0 && (size_t)n < size ? 0 : -1;
+}
+
+/*
+ * Appends a packet to the current log file's pack (one file per log file,
+ * O_APPEND, mode 0600, chattr +a where permitted: no file, inode or
+ * directory entry per packet) and fills ref: its SHA-256, and where it is
+ * ("<pack>:<offset>:<length>").  It is made durable with the batch
+ * (audit_log_sync), before the record naming it is acknowledged.  A write
+ * that fails part-way leaves bytes no record names; the next packet goes
+ * after them.
+ */
+static int store_packet(struct audit_log *l, const void *packet, size_t len, struct packet_ref *ref, char *err, size_t errlen)
 {
     uint8_t h[AUDIT_HASH_LEN];
-    char sub[32], path[160];
+    char name[40];
+    size_t done = 0;
+
+    if (pack_name(name, sizeof(name), l->file_first_seq) != 0)
+        return fail(err, errlen, "pack name");
+    if (l->pack_fd < 0) {
+        struct stat st;
+        int fd = openat(l->dirfd, name, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return fail(err, errlen, "open %s: %s", name, strerror(errno));
+        if (fstat(fd, &st) != 0) {
+            int saved = errno;
+            close(fd);
+            return fail(err, errlen, "stat %s: %s", name, strerror(saved));
+        }
+        (void)mark_append_only(l, fd);
+        l->pack_fd = fd;
+        l->pack_bytes = (uint64_t)st.st_size;
+    }
     audit_sha256(packet, len, h);
-    audit_hex(h, sizeof(h), hex);
-    snprintf(sub, sizeof(sub), PACKETS_DIR "/%.2s", hex);
-    snprintf(path, sizeof(path), "%s/%s.json", sub, hex);
-    int fd = openat(l->dirfd, path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == ENOENT) {
-        /* the fan-out directories are made on first use only */
-        if (mkdirat(l->dirfd, PACKETS_DIR, 0700) != 0 && errno != EEXIST)
-            return fail(err, errlen, "mkdir packets: %s", strerror(errno));
-        if (mkdirat(l->dirfd, sub, 0700) != 0 && errno != EEXIST)
-            return fail(err, errlen, "mkdir %s: %s", sub, strerror(errno));
-        fd = openat(l->dirfd, path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    }
-    if (fd < 0) {
-        if (errno == EEXIST)
-            return 0; /* same content, already stored */
-        return fail(err, errlen, "create packet: %s", strerror(errno));
-    }
-    if (write_all(fd, packet, len, NULL) != 0) {
-        int saved = errno;
-        close(fd);
-        unlinkat(l->dirfd, path, 0);
-        return fail(err, errlen, "write packet: %s", strerror(saved));
-    }
-    if (npending_packets < MAX_PENDING_PACKETS) {
-        pending_packets[npending_packets++] = fd; /* made durable with the batch */
-    } else if (fdatasync(fd) != 0) {
-        int saved = errno;
-        close(fd);
-        return fail(err, errlen, "sync packet: %s", strerror(saved));
-    } else {
-        close(fd);
-    }
+    audit_hex(h, sizeof(h), ref->hex);
+    snprintf(ref->at, sizeof(ref->at), "%s:%llu:%zu", name, (unsigned long long)l->pack_bytes, len);
+    int rc = write_all(l->pack_fd, packet, len, &done);
+    l->pack_bytes += done;
+    l->pack_dirty |= done > 0;
+    if (rc != 0)
+        return fail(err, errlen, "write %s: %s", name, strerror(errno));
     return 0;
 }
 
-static uint64_t seal(struct audit_log *l, json_t *body, const char *packet_hex, char *err, size_t errlen);
+static uint64_t seal(struct audit_log *l, json_t *body, const struct packet_ref *pk, char *err, size_t errlen);
 
 static int checkpoint(struct audit_log *l, char *err, size_t errlen)
 {
@@ -621,11 +641,12 @@ static int seal_begin(struct audit_log *l, char *err, size_t errlen)
 }
 
 /* The size of a body of ilen bytes as jansson would encode it with the
- * "packet" member added. */
+ * "packet" and "packet_at" members added. */
 static size_t body_size(size_t ilen, int with_packet)
 {
-    static const size_t packet_member = sizeof("\"packet\":\"\"") - 1 + AUDIT_HEX_LEN;
-    return with_packet ? ilen + (ilen > 2) + packet_member : ilen;
+    static const size_t packet_members =
+        sizeof("\"packet\":\"\",\"packet_at\":\"\"") - 1 + AUDIT_HEX_LEN + sizeof(((struct packet_ref *)0)->at) - 1;
+    return with_packet ? ilen + (ilen > 2) + packet_members : ilen;
 }
 
 static int line_mac(struct audit_log *l, const char *line, size_t len, uint8_t mac[AUDIT_HASH_LEN])
@@ -716,18 +737,19 @@ static uint64_t append_line(struct audit_log *l, const char *line, size_t len, c
 
 /*
  * Builds the next line from inner, a JSON object's text with its braces
- * (only what is between them is used), adding ,"packet":"<packet_hex>" after
- * its members when packet_hex is set, and appends it.  The line is
+ * (only what is between them is used), adding ,"packet":"<hex>" and
+ * ,"packet_at":"<where>" after its members when pk is set, and appends it.  The line is
  *   {"seq":N,"time":"...","epoch":E,"prev":"<hex>",<members>,"mac":"<hex>"}
  * in l->line: at most 176 bytes before the members and 76 after them, well
  * within AUDIT_LINE_SLACK + 256 bytes past MAX_BODY.
  */
-static uint64_t seal_line(struct audit_log *l, const char *inner, size_t ilen, const char *packet_hex, char *err, size_t errlen)
+static uint64_t seal_line(struct audit_log *l, const char *inner, size_t ilen, const struct packet_ref *pk, char *err,
+                          size_t errlen)
 {
     uint8_t mac[AUDIT_HASH_LEN];
     char *line = l->line, *p = line;
 
-    if (ilen < 2 || body_size(ilen, packet_hex != NULL) > MAX_BODY) {
+    if (ilen < 2 || body_size(ilen, pk != NULL) > MAX_BODY) {
         refuse(err, errlen, "record too large");
         return 0;
     }
@@ -744,9 +766,11 @@ static uint64_t seal_line(struct audit_log *l, const char *inner, size_t ilen, c
         *p++ = ',';
         p = put(p, inner + 1, ilen - 2);
     }
-    if (packet_hex != NULL) {
+    if (pk != NULL) {
         p = PUT_LIT(p, ",\"packet\":\"");
-        p = put(p, packet_hex, AUDIT_HEX_LEN);
+        p = put(p, pk->hex, AUDIT_HEX_LEN);
+        p = PUT_LIT(p, "\",\"packet_at\":\"");
+        p = put(p, pk->at, strlen(pk->at));
         *p++ = '"';
     }
     if (line_mac(l, line, (size_t)(p - line), mac) != 0) {
@@ -797,12 +821,13 @@ static char *encode_body(json_t *body, size_t *len, char *err, size_t errlen)
 }
 
 /* Seals body (jansson's encoding of it) as the next record. */
-static uint64_t seal(struct audit_log *l, json_t *body, const char *packet_hex, char *err, size_t errlen)
+static uint64_t seal(struct audit_log *l, json_t *body, const struct packet_ref *pk, char *err, size_t errlen)
 {
     size_t ilen = 0;
     if (seal_begin(l, err, errlen) != 0)
         return 0;
-    if (packet_hex != NULL && json_object_set_new(body, "packet", json_string(packet_hex)) != 0) {
+    if (pk != NULL && (json_object_set_new(body, "packet", json_string(pk->hex)) != 0 ||
+                       json_object_set_new(body, "packet_at", json_string(pk->at)) != 0)) {
         fail(err, errlen, "out of memory");
         return 0;
     }
@@ -836,12 +861,12 @@ static int packet_stored(const struct audit_log *l, const void *packet, size_t p
     return packet != NULL && l->cfg.packets && packet_len <= l->cfg.packet_max_bytes;
 }
 
-/* Before a record: rotation, and the packet stored (*packet_hex = hex) or
- * not (NULL). */
-static int before_record(struct audit_log *l, const void *packet, size_t packet_len, char hex[AUDIT_HEX_LEN + 1],
-                         const char **packet_hex, char *err, size_t errlen)
+/* Before a record: rotation, and the packet stored (*pk = ref) or not
+ * (NULL). */
+static int before_record(struct audit_log *l, const void *packet, size_t packet_len, struct packet_ref *ref,
+                         const struct packet_ref **pk, char *err, size_t errlen)
 {
-    *packet_hex = NULL;
+    *pk = NULL;
     if ((l->file_bytes >= l->cfg.rotate_bytes ||
          (l->cfg.rotate_seconds && (uint64_t)(time(NULL) - l->file_started) >= l->cfg.rotate_seconds)) &&
         l->file_bytes > 0) {
@@ -849,9 +874,9 @@ static int before_record(struct audit_log *l, const void *packet, size_t packet_
             return -1;
     }
     if (packet_stored(l, packet, packet_len)) {
-        if (store_packet(l, packet, packet_len, hex, err, errlen) != 0)
+        if (store_packet(l, packet, packet_len, ref, err, errlen) != 0)
             return -1;
-        *packet_hex = hex;
+        *pk = ref;
     }
     return 0;
 }
@@ -869,12 +894,12 @@ static uint64_t after_record(struct audit_log *l, uint64_t seq)
 
 uint64_t audit_log_append(struct audit_log *l, json_t *body, const void *packet, size_t packet_len, char *err, size_t errlen)
 {
-    char hex[AUDIT_HEX_LEN + 1];
-    const char *packet_hex;
+    struct packet_ref ref;
+    const struct packet_ref *pk;
 
-    if (admit_body(body, err, errlen) != 0 || before_record(l, packet, packet_len, hex, &packet_hex, err, errlen) != 0)
+    if (admit_body(body, err, errlen) != 0 || before_record(l, packet, packet_len, &ref, &pk, err, errlen) != 0)
         return 0;
-    return after_record(l, seal(l, body, packet_hex, err, errlen));
+    return after_record(l, seal(l, body, pk, err, errlen));
 }
 
 /* json_scan's check of each top-level member: bodies with the writer's
@@ -882,7 +907,7 @@ uint64_t audit_log_append(struct audit_log *l, json_t *body, const void *packet,
 static int fast_member(void *arg, const char *key, size_t key_len, const char *value, size_t value_len)
 {
     (void)arg;
-    if (key_len < 3 || key_len > 6)
+    if (key_len < 3 || key_len > 9)
         return 0; /* no name of the writer's is shorter or longer */
     for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
         if (reserved[i][0] == key[0] && strlen(reserved[i]) == key_len && memcmp(reserved[i], key, key_len) == 0)
@@ -900,12 +925,12 @@ static int fast_member(void *arg, const char *key, size_t key_len, const char *v
 static uint64_t append_fast(struct audit_log *l, const char *body, size_t body_len, const void *packet, size_t packet_len,
                             char *err, size_t errlen)
 {
-    char hex[AUDIT_HEX_LEN + 1];
-    const char *packet_hex;
+    struct packet_ref ref;
+    const struct packet_ref *pk;
 
-    if (before_record(l, packet, packet_len, hex, &packet_hex, err, errlen) != 0 || seal_begin(l, err, errlen) != 0)
+    if (before_record(l, packet, packet_len, &ref, &pk, err, errlen) != 0 || seal_begin(l, err, errlen) != 0)
         return 0;
-    return after_record(l, seal_line(l, body, body_len, packet_hex, err, errlen));
+    return after_record(l, seal_line(l, body, body_len, pk, err, errlen));
 }
 
 static uint64_t append_slow(struct audit_log *l, const char *body, size_t body_len, const void *packet, size_t packet_len,
@@ -940,7 +965,6 @@ int audit_log_write(struct audit_log *l, char *err, size_t errlen)
 
 int audit_log_sync(struct audit_log *l, char *err, size_t errlen)
 {
-    int rc = 0;
     if (flush_lines(l, err, errlen) != 0 || l->write_failed) {
         /* a write of this batch failed: none of it may be acknowledged */
         if (l->write_failed)
@@ -948,14 +972,12 @@ int audit_log_sync(struct audit_log *l, char *err, size_t errlen)
         l->write_failed = 0;
         return -1;
     }
-    for (size_t i = 0; i < npending_packets; i++) {
-        if (fdatasync(pending_packets[i]) != 0 && rc == 0)
-            rc = fail(err, errlen, "sync packet: %s", strerror(errno));
-        close(pending_packets[i]);
+    /* the packets first: a record is acknowledged only with its packet durable */
+    if (l->pack_dirty) {
+        if (fdatasync(l->pack_fd) != 0)
+            return fail(err, errlen, "sync the packets: %s", strerror(errno));
+        l->pack_dirty = 0;
     }
-    npending_packets = 0;
-    if (rc != 0)
-        return -1;
     if (!l->dirty)
         return 0;
     /* checkpoints.log only changes with a checkpoint: sync it only then */
@@ -966,10 +988,49 @@ int audit_log_sync(struct audit_log *l, char *err, size_t errlen)
     return 0;
 }
 
+/* Packs whose last packet is older than the retention go whole (never the
+ * current log file's). */
+static void expire_packs(struct audit_log *l, time_t now)
+{
+    char current[40];
+    int fd = openat(l->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *de;
+    if (d == NULL) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    if (pack_name(current, sizeof(current), l->file_first_seq) != 0)
+        current[0] = '\0';
+    while ((de = readdir(d)) != NULL) {
+        struct stat st;
+        size_t n = strlen(de->d_name);
+        if (n < 6 || strncmp(de->d_name, "audit-", 6) != 0 || strcmp(de->d_name + n - 5, ".pack") != 0 ||
+            strcmp(de->d_name, current) == 0)
+            continue;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            (uint64_t)(now - st.st_mtime) > l->cfg.packet_retention_s) {
+            int pfd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+            if (pfd >= 0) { /* chattr -a first, where it was set */
+                int flags = 0;
+                if (ioctl(pfd, FS_IOC_GETFLAGS, &flags) == 0 && (flags & FS_APPEND_FL)) {
+                    flags &= ~FS_APPEND_FL;
+                    (void)ioctl(pfd, FS_IOC_SETFLAGS, &flags);
+                }
+                close(pfd);
+            }
+            unlinkat(dirfd(d), de->d_name, 0);
+        }
+    }
+    closedir(d);
+}
+
 static void expire_packets(struct audit_log *l, time_t now)
 {
     if (!l->cfg.packet_retention_s)
         return;
+    expire_packs(l, now);
     int pfd = openat(l->dirfd, PACKETS_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     DIR *d = pfd >= 0 ? fdopendir(pfd) : NULL;
     struct dirent *de;
@@ -1027,7 +1088,7 @@ int audit_log_open(struct audit_log *l, const char *dir, const struct audit_conf
 
     memset(l, 0, sizeof(*l));
     l->cfg = *cfg;
-    l->fd = l->ckpt_fd = -1;
+    l->fd = l->ckpt_fd = l->pack_fd = -1;
     l->wcap = WBUF_CAP;
     if ((l->wbuf = malloc(l->wcap)) == NULL || (l->wmarks = calloc(WMARKS_MAX, sizeof(*l->wmarks))) == NULL) {
         free(l->wbuf);
@@ -1159,6 +1220,8 @@ fail:
         close(l->fd);
     if (l->ckpt_fd >= 0)
         close(l->ckpt_fd);
+    if (l->pack_fd >= 0)
+        close(l->pack_fd);
     close(l->dirfd);
     free(l->wbuf);
     free(l->wmarks);
@@ -1176,6 +1239,8 @@ void audit_log_close(struct audit_log *l)
     EVP_PKEY_free(l->signing);
     close(l->fd);
     close(l->ckpt_fd);
+    if (l->pack_fd >= 0)
+        close(l->pack_fd);
     close(l->dirfd);
     free(l->wbuf);
     free(l->wmarks);

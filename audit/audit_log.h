@@ -53,6 +53,10 @@ struct audit_log {
     time_t epoch_started;
     uint64_t file_bytes;
     time_t file_started;
+    uint64_t file_first_seq; /* the current log file's name: audit-<this>.log */
+    int pack_fd;             /* audit-<file_first_seq>.pack, opened at the first packet; -1 */
+    uint64_t pack_bytes;     /* its size: where the next packet goes */
+    int pack_dirty;          /* written since the last sync */
     uint64_t since_checkpoint;
     time_t last_checkpoint;
     EVP_PKEY *signing;

@@ -17,6 +17,7 @@
  * cannot rewrite a reviewer's screen.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <stdarg.h>
@@ -25,12 +26,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include "audit_log.h"
+#include "audit_wire.h"
 #include "audit_verify.h"
 
 #define PROG "moat-audit"
@@ -729,47 +732,88 @@ static int is_hex64(const char *s)
     return 1;
 }
 
-/* Reads, checks and prints (or writes raw) one packet.  0 or 1. */
-static int show_packet(const char *dir, const char *ref, int raw)
+/* A packet of an earlier version: its own file, named by its hash.  The
+ * bytes in *buf (malloc'd), or 1 after saying why. */
+static int read_packet_file(const char *dir, const char *ref, char *path, size_t pathlen, char **buf, size_t *len)
 {
-    char path[4200], hex[AUDIT_HEX_LEN + 1];
-    uint8_t h[AUDIT_HASH_LEN];
-    if (!is_hex64(ref))
-        return die(1, "show: the record's packet reference is not a SHA-256");
-    snprintf(path, sizeof(path), "%s/packets/%.2s/%s.json", dir, ref, ref);
+    snprintf(path, pathlen, "%s/packets/%.2s/%s.json", dir, ref, ref);
     FILE *f = fopen(path, "rbe");
     if (f == NULL)
         return die(1, "show: packet %s: %s (expired or removed)", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0, n;
-    char *buf = malloc(cap);
-    while (buf != NULL && (n = fread(buf + len, 1, cap - len, f)) > 0) {
-        len += n;
-        if (len == cap) {
-            char *g = realloc(buf, cap *= 2);
+    size_t cap = 1 << 16, n;
+    char *b = malloc(cap);
+    *len = 0;
+    while (b != NULL && (n = fread(b + *len, 1, cap - *len, f)) > 0) {
+        *len += n;
+        if (*len == cap) {
+            char *g = realloc(b, cap *= 2);
             if (g == NULL)
-                free(buf);
-            buf = g;
+                free(b);
+            b = g;
         }
     }
     int ferr = ferror(f);
     fclose(f);
-    if (buf == NULL || ferr) {
-        free(buf);
+    if (b == NULL || ferr) {
+        free(b);
         return die(1, "show: cannot read packet %s", path);
     }
+    *buf = b;
+    return 0;
+}
+
+/* A packet in a pack: at is "audit-<16 digits>.pack:<offset>:<length>",
+ * from the verified record.  The bytes in *buf (malloc'd), or 1. */
+static int read_packet_pack(const char *dir, const char *at, char *path, size_t pathlen, char **buf, size_t *len)
+{
+    char name[32];
+    unsigned long long off, n;
+    int used = 0;
+    if (sscanf(at, "%27[-a-z0-9.]:%llu:%llu%n", name, &off, &n, &used) != 3 || at[used] != '\0' || strlen(name) != 27 ||
+        strncmp(name, "audit-", 6) != 0 || strspn(name + 6, "0123456789") != 16 || strcmp(name + 22, ".pack") != 0 ||
+        n > AUDIT_WIRE_MAX_PACKET)
+        return die(1, "show: the record's packet location is malformed");
+    snprintf(path, pathlen, "%s/%s", dir, name);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return die(1, "show: packet pack %s: %s (expired or removed)", path, strerror(errno));
+    char *b = malloc(n ? n : 1);
+    ssize_t got = b ? pread(fd, b, n, (off_t)off) : -1;
+    close(fd);
+    if (got < 0 || (unsigned long long)got != n) {
+        free(b);
+        return die(1, "show: packet at %s: cannot read %llu bytes at offset %llu (truncated?)", path, n, off);
+    }
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+/* Reads, checks and prints (or writes raw) one packet.  0 or 1. */
+static int show_packet(const char *dir, const char *ref, const char *at, int raw)
+{
+    char path[4200], hex[AUDIT_HEX_LEN + 1];
+    uint8_t h[AUDIT_HASH_LEN];
+    char *buf = NULL;
+    size_t len = 0;
+    if (!is_hex64(ref))
+        return die(1, "show: the record's packet reference is not a SHA-256");
+    if ((at != NULL ? read_packet_pack(dir, at, path, sizeof(path), &buf, &len)
+                    : read_packet_file(dir, ref, path, sizeof(path), &buf, &len)) != 0)
+        return 1;
     audit_sha256(buf, len, h);
     audit_hex(h, sizeof(h), hex);
     if (strcmp(hex, ref) != 0) {
         free(buf);
-        return die(1, "show: packet %s does not match its name and the record's reference (its SHA-256 is %s): tampered", path,
-                   hex);
+        return die(1, "show: packet %s%s%s does not match the record's reference (its SHA-256 is %s): tampered", path,
+                   at ? " at " : "", at ? strchr(at, ':') + 1 : "", hex);
     }
     if (raw) {
         fwrite(buf, 1, len, stdout);
         free(buf);
         return 0;
     }
-    printf("\npacket %s (%zu bytes, SHA-256 matches its name and the record)\n", ref, len);
+    printf("\npacket %s (%zu bytes, SHA-256 matches the record)\n", ref, len);
     json_error_t jerr;
     json_t *j = json_loadb(buf, len, JSON_ALLOW_NUL, &jerr);
     if (j != NULL) {
@@ -826,7 +870,7 @@ static int cmd_show(struct opts *o)
         }
         if (ref != NULL) {
             packets++;
-            if (show_packet(o->pos[0], ref, o->raw_packet) != 0)
+            if (show_packet(o->pos[0], ref, str(rec, "packet_at"), o->raw_packet) != 0)
                 prc = 1;
         }
     }

@@ -902,37 +902,96 @@ static void test_a7_state_behind_log(void **state)
 
 /* ---- packets ---------------------------------------------------------------------------------- */
 
-static void test_packets_stored_exactly(void **state)
+static char *line_of(struct fixture *f, uint64_t seq);
+
+/* Packs go whole once their last packet is past the retention, but never
+ * the pack of the file being written. */
+static void test_pack_retention(void **state)
 {
     struct fixture *f = *state;
-    uint8_t bin[4096], h[AUDIT_HASH_LEN];
-    char hex[AUDIT_HEX_LEN + 1], path[600], err[256];
-    for (size_t i = 0; i < sizeof(bin); i++)
-        bin[i] = (uint8_t)(i * 7 + (i >> 8));
+    char err[256], old_pack[600], new_pack[600];
+    struct stat st;
+    f->cfg.packet_retention_s = 86400;
     log_open(f);
-    json_t *b = json_pack("{s:s, s:s}", "type", "result", "request_id", "rq-bin");
-    uint64_t seq = audit_log_append(&f->log, b, bin, sizeof(bin), err, sizeof(err));
-    assert_int_not_equal(seq, 0);
+    json_t *b = json_pack("{s:s, s:s}", "type", "result", "request_id", "rq-old");
+    assert_int_not_equal(audit_log_append(&f->log, b, "old", 3, err, sizeof(err)), 0);
     json_decref(b);
-    /* the same content again: stored once */
-    b = json_pack("{s:s, s:s}", "type", "result", "request_id", "rq-bin2");
-    assert_int_not_equal(audit_log_append(&f->log, b, bin, sizeof(bin), err, sizeof(err)), 0);
+    uint64_t first = f->log.file_first_seq;
+    f->log.cfg.rotate_bytes = 1; /* the next record starts a new file */
+    append_req(f, 1, "acme");
+    f->log.cfg.rotate_bytes = 1ull << 30;
+    assert_int_not_equal(f->log.file_first_seq, first);
+    b = json_pack("{s:s, s:s}", "type", "result", "request_id", "rq-new");
+    assert_int_not_equal(audit_log_append(&f->log, b, "new", 3, err, sizeof(err)), 0);
     json_decref(b);
+    assert_int_equal(audit_log_sync(&f->log, err, sizeof(err)), 0);
+    snprintf(old_pack, sizeof(old_pack), "%s/audit-%016llu.pack", f->dir, (unsigned long long)first);
+    snprintf(new_pack, sizeof(new_pack), "%s/audit-%016llu.pack", f->dir, (unsigned long long)f->log.file_first_seq);
+    assert_int_equal(stat(old_pack, &st), 0);
+    assert_int_equal(stat(new_pack, &st), 0);
+    /* a day and more later, by the writer's clock */
+    assert_int_equal(audit_log_tick(&f->log, time(NULL) + 10000000, err, sizeof(err)), 0);
+    assert_int_not_equal(stat(old_pack, &st), 0);
+    assert_int_equal(stat(new_pack, &st), 0);
     log_close(f);
     expect_ok(f);
-    audit_sha256(bin, sizeof(bin), h);
-    audit_hex(h, sizeof(h), hex);
-    snprintf(path, sizeof(path), "%s/packets/%.2s/%s.json", f->dir, hex, hex);
-    FILE *fp = fopen(path, "rbe");
-    assert_non_null(fp);
-    uint8_t back[5000];
-    size_t n = fread(back, 1, sizeof(back), fp);
-    fclose(fp);
-    assert_int_equal(n, sizeof(bin));
-    assert_memory_equal(back, bin, sizeof(bin));
+}
+
+/* A record's packet: read from where its line says it is, and checked. */
+static void read_packet_of_line(struct fixture *f, const char *line, uint8_t *out, size_t cap, size_t *len)
+{
+    json_t *j = json_loads(line, 0, NULL);
+    assert_non_null(j);
+    const char *at = json_string_value(json_object_get(j, "packet_at"));
+    char name[64], path[600];
+    unsigned long long off, n;
+    assert_non_null(at);
+    assert_int_equal(sscanf(at, "%63[^:]:%llu:%llu", name, &off, &n), 3);
+    snprintf(path, sizeof(path), "%s/%s", f->dir, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_true(n <= cap);
+    assert_int_equal(pread(fd, out, n, (off_t)off), (ssize_t)n);
+    close(fd);
     struct stat sb;
     assert_int_equal(stat(path, &sb), 0);
     assert_int_equal(sb.st_mode & 0777, 0600);
+    *len = n;
+    json_decref(j);
+}
+
+static void test_packets_stored_exactly(void **state)
+{
+    struct fixture *f = *state;
+    uint8_t bin[4096], h[AUDIT_HASH_LEN], back[5000];
+    char hex[AUDIT_HEX_LEN + 1], err[256];
+    size_t n;
+    for (size_t i = 0; i < sizeof(bin); i++)
+        bin[i] = (uint8_t)(i * 7 + (i >> 8));
+    audit_sha256(bin, sizeof(bin), h);
+    audit_hex(h, sizeof(h), hex);
+    log_open(f);
+    uint64_t seq[3];
+    for (int i = 0; i < 3; i++) { /* binary, then text, then the binary again */
+        json_t *b = json_pack("{s:s, s:s}", "type", "result", "request_id", i == 1 ? "rq-text" : "rq-bin");
+        seq[i] = i == 1 ? audit_log_append(&f->log, b, "{\"a\":\"\u00e9\"}", 12, err, sizeof(err))
+                        : audit_log_append(&f->log, b, bin, sizeof(bin), err, sizeof(err));
+        assert_int_not_equal(seq[i], 0);
+        json_decref(b);
+    }
+    char *l0 = line_of(f, seq[0]), *l2 = line_of(f, seq[2]);
+    assert_non_null(l0);
+    assert_non_null(l2);
+    log_close(f);
+    expect_ok(f);
+    for (int i = 0; i < 2; i++) {
+        read_packet_of_line(f, i ? l2 : l0, back, sizeof(back), &n);
+        assert_int_equal(n, sizeof(bin));
+        assert_memory_equal(back, bin, sizeof(bin));
+        assert_non_null(strstr(i ? l2 : l0, hex));
+    }
+    free(l0);
+    free(l2);
 }
 
 /* ---- the verifier's callback sees verified records only --------------------------------------- */
@@ -1021,7 +1080,7 @@ static void assert_printable_line(const char *line)
 /* Would the jansson path take this body?  (json_loadb and audit_log_append's checks.) */
 static int jansson_takes(const char *body, size_t len)
 {
-    static const char *const names[] = {"seq", "time", "epoch", "prev", "mac", "packet"};
+    static const char *const names[] = {"seq", "time", "epoch", "prev", "mac", "packet", "packet_at"};
     json_error_t jerr;
     json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     int ok = json_is_object(j);
@@ -1094,16 +1153,20 @@ static void test_text_fast_and_slow_agree(void **state)
                 assert_non_null(strstr(la, inner));
                 free(inner);
             }
-            if (with_packet) { /* the packet's hash is the last body field */
+            if (with_packet) { /* the packet's hash and place are the last body fields */
                 const char *pk = strstr(la, ",\"packet\":\"");
                 assert_non_null(pk);
-                assert_int_equal(strncmp(pk + 11 + AUDIT_HEX_LEN, "\",\"mac\":\"", 9), 0);
+                assert_int_equal(strncmp(pk + 11 + AUDIT_HEX_LEN, "\",\"packet_at\":\"audit-0000000000000001.pack:", 41), 0);
+                assert_non_null(strstr(pk, "\",\"mac\":\""));
             }
             if (i == 4) /* the slow path made ASCII of the UTF-8 */
                 assert_non_null(strstr(la, "caf\\u00E9 \\u2028 \\uD83D\\uDE00"));
             if (i == 5) /* ... and escaped the DEL */
                 assert_non_null(strstr(la, "a\\u007fb"));
             json_t *ja = body_of_line(la), *jb = body_of_line(lb);
+            /* the same packet twice: two places in the pack */
+            assert_int_equal(json_object_del(ja, "packet_at") == 0, with_packet);
+            assert_int_equal(json_object_del(jb, "packet_at") == 0, with_packet);
             if (!json_equal(ja, jb))
                 fail_msg("case %zu differs:\n  %s\n  %s", i, la, lb);
             assert_int_equal(json_object_get(ja, "packet") != NULL, with_packet);
@@ -1139,6 +1202,7 @@ static void test_text_rejections(void **state)
         {"{\"seq\":5}", 0, 0},
         {"{\"type\":\"request\",\"mac\":\"00\"}", 0, 0},
         {"{\"packet\":\"00\"}", 0, 0},
+        {"{\"type\":\"result\",\"packet_at\":\"audit-0000000000000001.pack:0:1\"}", 0, 0},
         {"{\"time\":1,\"x\":2}", 0, 0},
         {"{\"se\\u0071\":5}", 0, 0},
         {"{\"type\":\"checkpoint\",\"head_seq\":1}", 0, 0},
@@ -1453,6 +1517,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a7_ratchet_and_rotation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a7_state_behind_log, setup, teardown),
         cmocka_unit_test_setup_teardown(test_packets_stored_exactly, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pack_retention, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verify_callback_stops_at_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_text_fast_and_slow_agree, setup, teardown),
         cmocka_unit_test_setup_teardown(test_text_rejections, setup, teardown),

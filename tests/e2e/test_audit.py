@@ -465,9 +465,16 @@ class AuditTest(unittest.TestCase):
         rc, err = w.close()
         self.assertEqual(rc, 0, err)
         h = hashlib.sha256(packet).hexdigest()
-        path = os.path.join(self.adir, "packets", h[:2], h + ".json")
+        rec = [r for r in export(self.adir) if r.get("packet") == h]
+        self.assertEqual(len(rec), 1)
+        # packets are appended to the pack beside the log file; the record says where
+        name, off, size = rec[0]["packet_at"].split(":")
+        self.assertRegex(name, r"^audit-\d{16}\.pack$")
+        path = os.path.join(self.adir, name)
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
         with open(path, "rb") as f:
-            self.assertEqual(f.read(), packet)
+            f.seek(int(off))
+            self.assertEqual(f.read(int(size)), packet)
         p = audit("show", self.adir, "rq-1", check=0)
         out = p.stdout.decode()
         self.assertIn("record seq", out)
@@ -484,7 +491,7 @@ class AuditTest(unittest.TestCase):
         # a tampered packet is reported
         subprocess.run(["chattr", "-a", path], capture_output=True)
         with open(path, "r+b") as f:
-            f.seek(10)
+            f.seek(int(off) + 10)
             f.write(b"X")
         p = audit("show", self.adir, "rq-1", check=1)
         self.assertIn(b"does not match", p.stderr)

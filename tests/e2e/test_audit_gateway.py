@@ -390,10 +390,11 @@ class DenyAndAllowTest(AuditStackMixin, unittest.TestCase):
         self.assertEqual((run["stderr_bytes"], run["stderr_sha256"]), (0, sha256(b"")))
         self.assertRegex(res["packet"], "^[0-9a-f]{64}$")
         self.assertNotIn("packet", req)
-        # the packet named by the record is stored under its hash
-        packet = os.path.join(self.stack.audit_dir, "packets", res["packet"][:2], res["packet"] + ".json")
-        with open(packet, "rb") as f:
-            self.assertEqual(sha256(f.read()), res["packet"])
+        # the packet named by the record is where the record says, in the pack beside the log
+        name, off, size = res["packet_at"].split(":")
+        with open(os.path.join(self.stack.audit_dir, name), "rb") as f:
+            f.seek(int(off))
+            self.assertEqual(sha256(f.read(int(size))), res["packet"])
 
     # ---- 3. packets round-trip -------------------------------------------------------------
 
