@@ -974,7 +974,8 @@ static void test_packets_stored_exactly(void **state)
     uint64_t seq[3];
     for (int i = 0; i < 3; i++) { /* binary, then text, then the binary again */
         json_t *b = json_pack("{s:s, s:s}", "type", "result", "request_id", i == 1 ? "rq-text" : "rq-bin");
-        seq[i] = i == 1 ? audit_log_append(&f->log, b, "{\"a\":\"\u00e9\"}", 12, err, sizeof(err))
+        static const char text[] = "{\"a\":\"caf\xc3\xa9\"}"; /* UTF-8 */
+        seq[i] = i == 1 ? audit_log_append(&f->log, b, text, sizeof(text) - 1, err, sizeof(err))
                         : audit_log_append(&f->log, b, bin, sizeof(bin), err, sizeof(err));
         assert_int_not_equal(seq[i], 0);
         json_decref(b);
