@@ -115,20 +115,42 @@ static int write_file_at(int dirfd, const char *name, const void *data, size_t l
 
 /* ---- state ------------------------------------------------------------------ */
 
+/* The state is one block of STATE_SIZE bytes (the text, padded with
+ * newlines): the writer overwrites it in place with a single pwrite of less
+ * than a sector, which a device writes whole or not at all, then
+ * fdatasync.  The old key's bytes are overwritten where they were. */
+#define STATE_SIZE 256
+
 static int save_state(struct audit_log *l, char *err, size_t errlen)
 {
-    char text[256], hex[AUDIT_HEX_LEN + 1];
+    char text[STATE_SIZE], hex[AUDIT_HEX_LEN + 1];
     audit_hex(l->key, AUDIT_KEY_LEN, hex);
     int n = snprintf(text, sizeof(text), "moat-audit-state v1\nepoch %llu\nkey %s\nepoch_started %lld\n",
                      (unsigned long long)l->epoch, hex, (long long)l->epoch_started);
     OPENSSL_cleanse(hex, sizeof(hex));
-    int rc = write_file_at(l->dirfd, STATE_TMP, text, (size_t)n, err, errlen);
+    if (n < 0 || (size_t)n >= sizeof(text)) {
+        OPENSSL_cleanse(text, sizeof(text));
+        return fail(err, errlen, "state too long");
+    }
+    memset(text + n, '\n', sizeof(text) - (size_t)n);
+    int rc;
+    if (l->state_fd < 0) {
+        /* a new directory (moat-audit init): a new file, put in place whole */
+        rc = write_file_at(l->dirfd, STATE_TMP, text, sizeof(text), err, errlen);
+        if (rc == 0 && (renameat(l->dirfd, STATE_TMP, l->dirfd, STATE_FILE) != 0 || fsync(l->dirfd) != 0))
+            rc = fail(err, errlen, "replace state: %s", strerror(errno));
+    } else {
+        struct stat st;
+        int resized = fstat(l->state_fd, &st) != 0 || st.st_size != STATE_SIZE;
+        ssize_t w = pwrite(l->state_fd, text, sizeof(text), 0);
+        if (w != (ssize_t)sizeof(text) || (resized && ftruncate(l->state_fd, STATE_SIZE) != 0) ||
+            (resized ? fsync(l->state_fd) : fdatasync(l->state_fd)) != 0)
+            rc = fail(err, errlen, "write state: %s", w < 0 || w == (ssize_t)sizeof(text) ? strerror(errno) : "short write");
+        else
+            rc = 0;
+    }
     OPENSSL_cleanse(text, sizeof(text));
-    if (rc != 0)
-        return -1;
-    if (renameat(l->dirfd, STATE_TMP, l->dirfd, STATE_FILE) != 0 || fsync(l->dirfd) != 0)
-        return fail(err, errlen, "replace state: %s", strerror(errno));
-    return 0;
+    return rc;
 }
 
 static int load_state(struct audit_log *l, char *err, size_t errlen)
@@ -136,11 +158,12 @@ static int load_state(struct audit_log *l, char *err, size_t errlen)
     char text[512], hex[AUDIT_HEX_LEN + 1];
     unsigned long long epoch;
     long long started;
-    int fd = openat(l->dirfd, STATE_FILE, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    /* kept open: the writer rewrites it in place at every ratchet */
+    int fd = openat(l->dirfd, STATE_FILE, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return fail(err, errlen, "open state: %s (run moat-audit init first)", strerror(errno));
-    ssize_t n = read(fd, text, sizeof(text) - 1);
-    close(fd);
+    ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
+    l->state_fd = fd;
     if (n <= 0)
         return fail(err, errlen, "state file is empty or unreadable");
     text[n] = '\0';
@@ -168,6 +191,7 @@ int audit_init_dir(const char *dir, uid_t uid, gid_t gid, char *err, size_t errl
     int rc = -1;
 
     memset(&l, 0, sizeof(l));
+    l.state_fd = -1;
     if (mkdir(dir, 0700) != 0 && errno != EEXIST)
         return fail(err, errlen, "mkdir %s: %s", dir, strerror(errno));
     l.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -1088,7 +1112,7 @@ int audit_log_open(struct audit_log *l, const char *dir, const struct audit_conf
 
     memset(l, 0, sizeof(*l));
     l->cfg = *cfg;
-    l->fd = l->ckpt_fd = l->pack_fd = -1;
+    l->fd = l->ckpt_fd = l->pack_fd = l->state_fd = -1;
     l->wcap = WBUF_CAP;
     if ((l->wbuf = malloc(l->wcap)) == NULL || (l->wmarks = calloc(WMARKS_MAX, sizeof(*l->wmarks))) == NULL) {
         free(l->wbuf);
@@ -1222,6 +1246,8 @@ fail:
         close(l->ckpt_fd);
     if (l->pack_fd >= 0)
         close(l->pack_fd);
+    if (l->state_fd >= 0)
+        close(l->state_fd);
     close(l->dirfd);
     free(l->wbuf);
     free(l->wmarks);
@@ -1241,6 +1267,8 @@ void audit_log_close(struct audit_log *l)
     close(l->ckpt_fd);
     if (l->pack_fd >= 0)
         close(l->pack_fd);
+    if (l->state_fd >= 0)
+        close(l->state_fd);
     close(l->dirfd);
     free(l->wbuf);
     free(l->wmarks);

@@ -42,8 +42,9 @@ struct audit_wmark {
 struct audit_log {
     struct audit_config cfg;
     int dirfd;
-    int fd;      /* current log file, O_APPEND */
-    int ckpt_fd; /* checkpoints.log, O_APPEND */
+    int fd;       /* current log file, O_APPEND */
+    int ckpt_fd;  /* checkpoints.log, O_APPEND */
+    int state_fd; /* state, rewritten in place at each ratchet; -1 */
     uint64_t seq;
     uint8_t prev[AUDIT_HASH_LEN];
     uint64_t epoch;

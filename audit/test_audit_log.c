@@ -162,6 +162,10 @@ static void log_crash(struct fixture *f)
     free(f->log.wmarks);
     close(f->log.fd);
     close(f->log.ckpt_fd);
+    if (f->log.pack_fd >= 0)
+        close(f->log.pack_fd);
+    if (f->log.state_fd >= 0)
+        close(f->log.state_fd);
     close(f->log.dirfd);
     f->open = 0;
 }
@@ -826,6 +830,21 @@ static void test_a7_ratchet_and_rotation(void **state)
             }
             assert_memory_equal(key, k, AUDIT_KEY_LEN);
             assert_memory_equal(f->log.key, k, AUDIT_KEY_LEN);
+            /* rewritten in place: one block, and the previous key's text is gone */
+            char path[400], raw[512], prevhex[AUDIT_HEX_LEN + 1];
+            uint8_t prevk[AUDIT_KEY_LEN];
+            memcpy(prevk, f->k0, sizeof(prevk));
+            for (uint64_t e = 0; e + 1 < seen_epoch; e++)
+                audit_ratchet(prevk);
+            audit_hex(prevk, sizeof(prevk), prevhex);
+            snprintf(path, sizeof(path), "%s/state", f->dir);
+            FILE *sf = fopen(path, "rbe");
+            assert_non_null(sf);
+            size_t got = fread(raw, 1, sizeof(raw) - 1, sf);
+            fclose(sf);
+            raw[got] = '\0';
+            assert_int_equal(got, 256);
+            assert_null(strstr(raw, prevhex));
         }
     }
     assert_int_equal(audit_log_sync(&f->log, err, sizeof(err)), 0);

@@ -18,7 +18,7 @@
  * the next record somebody waits for, or once GW_AUDIT_FLUSH_BYTES have
  * gathered: under a flood of denials the writer wakes a few hundred times a
  * second rather than once per loop turn. */
-#define GW_AUDIT_DENIAL_DELAY_MS 2
+#define GW_AUDIT_DENIAL_DELAY_MS 10
 
 /*
  * Called once per submitted record: ok when the writer made it durable
