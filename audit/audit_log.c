@@ -490,6 +490,7 @@ static char *put_time(struct audit_log *l, char *p)
 }
 
 static int flush_lines(struct audit_log *l, char *err, size_t errlen);
+static int sync_files(struct audit_log *l, char *err, size_t errlen);
 
 static int ratchet(struct audit_log *l, char *err, size_t errlen)
 {
@@ -556,6 +557,12 @@ static int store_packet(struct audit_log *l, const void *packet, size_t len, str
             int saved = errno;
             close(fd);
             return fail(err, errlen, "stat %s: %s", name, strerror(saved));
+        }
+        /* the pack's directory entry is durable before a record names it */
+        if (st.st_size == 0 && fsync(l->dirfd) != 0) {
+            int saved = errno;
+            close(fd);
+            return fail(err, errlen, "fsync directory: %s", strerror(saved));
         }
         (void)mark_append_only(l, fd);
         l->pack_fd = fd;
@@ -640,13 +647,15 @@ static int finish_torn(struct audit_log *l, char *err, size_t errlen)
     return s ? 0 : -1;
 }
 
-/* What comes before any record: a torn line is ended (and repaired), and
- * the epoch ratchets when it is full. */
-static int seal_begin(struct audit_log *l, char *err, size_t errlen)
+/* A torn line (a write that failed part-way) is ended, and a fragment
+ * repaired, before anything else: in the file it is in. */
+static int end_torn(struct audit_log *l, char *err, size_t errlen)
 {
-    /* a torn line is ended straight in the file, which the batch would
-     * otherwise pass (it is empty then: a failed write empties it) */
-    if ((l->torn_pending || l->torn_newline) && flush_lines(l, err, errlen) != 0)
+    if (!l->torn_pending && !l->torn_newline)
+        return 0;
+    /* ended straight in the file, which the batch would otherwise pass (it
+     * is empty then: a failed write empties it) */
+    if (flush_lines(l, err, errlen) != 0)
         return -1;
     if (l->torn_pending) {
         if (finish_torn(l, err, errlen) != 0)
@@ -659,6 +668,15 @@ static int seal_begin(struct audit_log *l, char *err, size_t errlen)
         l->torn_newline = 0;
         l->file_bytes++;
     }
+    return 0;
+}
+
+/* What comes before any record: a torn line is ended (and repaired), and
+ * the epoch ratchets when it is full. */
+static int seal_begin(struct audit_log *l, char *err, size_t errlen)
+{
+    if (end_torn(l, err, errlen) != 0)
+        return -1;
     if (l->cfg.epoch_records && l->epoch_records >= l->cfg.epoch_records && ratchet(l, err, errlen) != 0)
         return -1;
     return 0;
@@ -894,7 +912,8 @@ static int before_record(struct audit_log *l, const void *packet, size_t packet_
     if ((l->file_bytes >= l->cfg.rotate_bytes ||
          (l->cfg.rotate_seconds && (uint64_t)(time(NULL) - l->file_started) >= l->cfg.rotate_seconds)) &&
         l->file_bytes > 0) {
-        if (audit_log_sync(l, err, errlen) != 0 || open_log_file(l, l->seq + 1, 1, err, errlen) != 0)
+        /* a torn line is ended, and repaired, in the file it is in */
+        if (end_torn(l, err, errlen) != 0 || sync_files(l, err, errlen) != 0 || open_log_file(l, l->seq + 1, 1, err, errlen) != 0)
             return -1;
     }
     if (packet_stored(l, packet, packet_len)) {
@@ -987,15 +1006,19 @@ int audit_log_write(struct audit_log *l, char *err, size_t errlen)
     return flush_lines(l, err, errlen);
 }
 
-int audit_log_sync(struct audit_log *l, char *err, size_t errlen)
+/*
+ * Writes and syncs what was appended.  A write that failed since the last
+ * audit_log_sync makes it fail, and stays remembered: only audit_log_sync,
+ * the writer's commit of a batch, forgets it (a rotation or a checkpoint in
+ * the middle of a batch must not, or the batch's rolled-back records would
+ * be acknowledged).
+ */
+static int sync_files(struct audit_log *l, char *err, size_t errlen)
 {
-    if (flush_lines(l, err, errlen) != 0 || l->write_failed) {
-        /* a write of this batch failed: none of it may be acknowledged */
-        if (l->write_failed)
-            fail(err, errlen, "append to the audit log: %s", strerror(l->write_failed));
-        l->write_failed = 0;
+    if (flush_lines(l, err, errlen) != 0)
         return -1;
-    }
+    if (l->write_failed)
+        return fail(err, errlen, "append to the audit log: %s", strerror(l->write_failed));
     /* the packets first: a record is acknowledged only with its packet durable */
     if (l->pack_dirty) {
         if (fdatasync(l->pack_fd) != 0)
@@ -1010,6 +1033,15 @@ int audit_log_sync(struct audit_log *l, char *err, size_t errlen)
     l->dirty = 0;
     l->ckpt_dirty = 0;
     return 0;
+}
+
+int audit_log_sync(struct audit_log *l, char *err, size_t errlen)
+{
+    int rc = sync_files(l, err, errlen);
+    /* the batch is committed, or reported failed as a whole: either way
+     * the failure has been told */
+    l->write_failed = 0;
+    return rc;
 }
 
 /* Packs whose last packet is older than the retention go whole (never the
@@ -1091,7 +1123,7 @@ int audit_log_tick(struct audit_log *l, time_t now, char *err, size_t errlen)
     if (l->cfg.epoch_seconds && (uint64_t)(now - l->epoch_started) >= l->cfg.epoch_seconds && ratchet(l, err, errlen) != 0)
         return -1;
     if (l->since_checkpoint > 0 && l->cfg.checkpoint_seconds && (uint64_t)(now - l->last_checkpoint) >= l->cfg.checkpoint_seconds) {
-        if (checkpoint(l, err, errlen) != 0 || audit_log_sync(l, err, errlen) != 0)
+        if (checkpoint(l, err, errlen) != 0 || sync_files(l, err, errlen) != 0)
             return -1;
     }
     if (now - last_expiry >= 3600) {

@@ -178,7 +178,14 @@ int audit_writer_run(struct audit_log *l, const int *fds, int nfds)
         for (int i = 0; i < nfds; i++)
             pfd[i] = (struct pollfd){clients[i].fd >= 0 && !clients[i].eof ? clients[i].fd : -1, POLLIN, 0};
         /* requests left in a buffer by a full batch need no new data */
-        int n = poll(pfd, (nfds_t)nfds, backlog ? 0 : unsynced_since ? DENIAL_SYNC_MS : TICK_MS);
+        int wait_ms = TICK_MS;
+        if (backlog) {
+            wait_ms = 0;
+        } else if (unsynced_since != 0) { /* what is left of DENIAL_SYNC_MS */
+            uint64_t waited = now_ms() - unsynced_since;
+            wait_ms = waited >= DENIAL_SYNC_MS ? 0 : (int)(DENIAL_SYNC_MS - waited);
+        }
+        int n = poll(pfd, (nfds_t)nfds, wait_ms);
         if (n < 0 && errno != EINTR)
             return -1;
         size_t np = 0;

@@ -1491,6 +1491,85 @@ static void test_batch_short_write(void **state)
     assert_int_equal(repairs, 1);
 }
 
+/*
+ * A write that failed in the middle of a batch is told by the batch's
+ * commit (audit_log_sync), even when a checkpoint by time (audit_log_tick)
+ * or a rotation synced in between: otherwise the batch's rolled-back
+ * records, whose seqs went to later records, would be acknowledged.
+ */
+static void test_batch_failure_outlives_inner_syncs(void **state)
+{
+    struct fixture *f = *state;
+    char err[512], path[400];
+    struct rlimit old, lim;
+
+    f->cfg.checkpoint_records = 3;
+    f->cfg.checkpoint_seconds = 60;
+    log_open(f);
+    append_many(f, 1);
+    first_log(f, path, sizeof(path));
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    for (int how = 0; how < 2; how++) {
+        lim = old;
+        lim.rlim_cur = (rlim_t)file_size(path); /* the disk is full */
+        assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+        append_req(f, 10, "acme");
+        append_req(f, 11, "acme"); /* due a checkpoint, whose write fails */
+        assert_int_not_equal(f->log.write_failed, 0);
+        assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0); /* room again */
+        if (how == 0) {
+            (void)audit_log_tick(&f->log, time(NULL) + 120, err, sizeof(err));
+        } else {
+            /* a rotation is due: it syncs first, which fails, so this
+             * record is refused too */
+            json_t *b = json_pack("{s:s, s:s}", "type", "request", "request_id", "rq-rot");
+            f->log.cfg.rotate_bytes = 1;
+            assert_int_equal(audit_log_append(&f->log, b, NULL, 0, err, sizeof(err)), 0);
+            f->log.cfg.rotate_bytes = 1ull << 30;
+            json_decref(b);
+        }
+        assert_int_not_equal(audit_log_sync(&f->log, err, sizeof(err)), 0);
+        append_many(f, 2); /* and the next batch is fine */
+    }
+    log_close(f);
+    expect_ok(f);
+}
+
+/* A line torn by a full disk is ended (and a fragment repaired) in the file
+ * it is in, also when the next record starts a new file. */
+static void test_rotation_ends_torn_line_first(void **state)
+{
+    struct fixture *f = *state;
+    char err[512], path[400];
+    struct rlimit old, lim;
+
+    log_open(f);
+    append_many(f, 1);
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    for (int whole = 0; whole < 2; whole++) {
+        snprintf(path, sizeof(path), "%s/audit-%016llu.log", f->dir, (unsigned long long)f->log.file_first_seq);
+        append_req(f, 20 + whole, "acme");
+        size_t line = f->log.wlen - 1;
+        lim = old;
+        lim.rlim_cur = (rlim_t)(file_size(path) + (off_t)(whole ? line : 20));
+        assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+        assert_int_not_equal(audit_log_sync(&f->log, err, sizeof(err)), 0);
+        assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+        assert_true(whole ? f->log.torn_newline && !f->log.torn_pending : f->log.torn_pending == 20);
+        uint64_t before = f->log.file_first_seq;
+        f->log.cfg.rotate_bytes = 1; /* a rotation is due */
+        append_req(f, 30 + whole, "acme");
+        f->log.cfg.rotate_bytes = 1ull << 30;
+        assert_int_not_equal(f->log.file_first_seq, before);
+        assert_int_equal(audit_log_sync(&f->log, err, sizeof(err)), 0);
+    }
+    append_many(f, 2);
+    log_close(f);
+    expect_ok(f);
+}
+
 static void test_text_cost(void **state)
 {
     struct fixture *f = *state;
@@ -1545,6 +1624,8 @@ int main(void)
         cmocka_unit_test(test_mac_context_matches_hmac),
         cmocka_unit_test_setup_teardown(test_text_ratchet_epochs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_short_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_failure_outlives_inner_syncs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rotation_ends_torn_line_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_text_cost, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

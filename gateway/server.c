@@ -311,8 +311,10 @@ static void *worker_main(void *arg)
         log_warnx("%s: worker %u: %zu requests still in flight at exit", __func__, w->index, w->inflight);
     /* denial records held back to go out together go out now */
     gw_audit_flush_all(&w->audit);
-    while (gw_audit_sending(&w->audit) && h2o_now(loop) < deadline + GW_DRAIN_MS)
+    while (gw_audit_sending(&w->audit) && h2o_now(loop) < deadline + GW_DRAIN_MS) {
         h2o_evloop_run(loop, 10);
+        gw_audit_flush_all(&w->audit); /* what the last requests added */
+    }
 
     /*
      * Report done and park instead of returning: h2o keeps per-thread
