@@ -287,17 +287,25 @@ static char *reseal(const char *line, const uint8_t *prev, const uint8_t key[AUD
     return s;
 }
 
-static uint64_t read_state(struct fixture *f, uint8_t key[AUDIT_KEY_LEN])
+/* The state file's bytes, NUL-terminated; their count. */
+static size_t read_state_text(struct fixture *f, char *text, size_t size)
 {
-    char path[400], text[512], hex[80];
-    unsigned long long epoch;
-    long long started;
+    char path[400];
     snprintf(path, sizeof(path), "%s/state", f->dir);
     FILE *fp = fopen(path, "re");
     assert_non_null(fp);
-    size_t n = fread(text, 1, sizeof(text) - 1, fp);
+    size_t n = fread(text, 1, size - 1, fp);
     fclose(fp);
     text[n] = '\0';
+    return n;
+}
+
+static uint64_t read_state(struct fixture *f, uint8_t key[AUDIT_KEY_LEN])
+{
+    char text[512], hex[80];
+    unsigned long long epoch;
+    long long started;
+    read_state_text(f, text, sizeof(text));
     assert_int_equal(sscanf(text, "moat-audit-state v1\nepoch %llu\nkey %79s\nepoch_started %lld\n", &epoch, hex, &started), 3);
     assert_int_equal(audit_unhex(hex, strlen(hex), key, AUDIT_KEY_LEN), 0);
     return epoch;
@@ -831,19 +839,13 @@ static void test_a7_ratchet_and_rotation(void **state)
             assert_memory_equal(key, k, AUDIT_KEY_LEN);
             assert_memory_equal(f->log.key, k, AUDIT_KEY_LEN);
             /* rewritten in place: one block, and the previous key's text is gone */
-            char path[400], raw[512], prevhex[AUDIT_HEX_LEN + 1];
+            char raw[512], prevhex[AUDIT_HEX_LEN + 1];
             uint8_t prevk[AUDIT_KEY_LEN];
             memcpy(prevk, f->k0, sizeof(prevk));
             for (uint64_t e = 0; e + 1 < seen_epoch; e++)
                 audit_ratchet(prevk);
             audit_hex(prevk, sizeof(prevk), prevhex);
-            snprintf(path, sizeof(path), "%s/state", f->dir);
-            FILE *sf = fopen(path, "rbe");
-            assert_non_null(sf);
-            size_t got = fread(raw, 1, sizeof(raw) - 1, sf);
-            fclose(sf);
-            raw[got] = '\0';
-            assert_int_equal(got, 256);
+            assert_int_equal(read_state_text(f, raw, sizeof(raw)), 256);
             assert_null(strstr(raw, prevhex));
         }
     }
