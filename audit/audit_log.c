@@ -1135,6 +1135,20 @@ int audit_log_tick(struct audit_log *l, time_t now, char *err, size_t errlen)
 
 /* ---- open / close --------------------------------------------------------------------- */
 
+/* Everything an open log holds, given back; the key erased. */
+static void release(struct audit_log *l)
+{
+    EVP_PKEY_free(l->signing); /* NULL is fine */
+    int fds[] = {l->fd, l->ckpt_fd, l->pack_fd, l->state_fd, l->dirfd};
+    for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    free(l->wbuf);
+    free(l->wmarks);
+    audit_mac_free(&l->mac);
+    OPENSSL_cleanse(l->key, sizeof(l->key));
+}
+
 int audit_log_open(struct audit_log *l, const char *dir, const struct audit_config *cfg, char *err, size_t errlen)
 {
     char *line = NULL, *frag = NULL;
@@ -1270,21 +1284,7 @@ int audit_log_open(struct audit_log *l, const char *dir, const struct audit_conf
 fail:
     free(line);
     free(frag);
-    if (l->signing)
-        EVP_PKEY_free(l->signing);
-    if (l->fd >= 0)
-        close(l->fd);
-    if (l->ckpt_fd >= 0)
-        close(l->ckpt_fd);
-    if (l->pack_fd >= 0)
-        close(l->pack_fd);
-    if (l->state_fd >= 0)
-        close(l->state_fd);
-    close(l->dirfd);
-    free(l->wbuf);
-    free(l->wmarks);
-    audit_mac_free(&l->mac);
-    OPENSSL_cleanse(l->key, sizeof(l->key));
+    release(l);
     return -1;
 }
 
@@ -1294,16 +1294,5 @@ void audit_log_close(struct audit_log *l)
     if (l->since_checkpoint > 0)
         (void)checkpoint(l, err, sizeof(err));
     (void)audit_log_sync(l, err, sizeof(err));
-    EVP_PKEY_free(l->signing);
-    close(l->fd);
-    close(l->ckpt_fd);
-    if (l->pack_fd >= 0)
-        close(l->pack_fd);
-    if (l->state_fd >= 0)
-        close(l->state_fd);
-    close(l->dirfd);
-    free(l->wbuf);
-    free(l->wmarks);
-    audit_mac_free(&l->mac);
-    OPENSSL_cleanse(l->key, sizeof(l->key));
+    release(l);
 }
