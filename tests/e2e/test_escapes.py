@@ -7,6 +7,7 @@ namespace, credential drop)."""
 
 import json
 import os
+import subprocess
 import threading
 import unittest
 
@@ -118,17 +119,26 @@ for name, fam in fams.items():
             self.assertEqual(out[fam], 1, fam)  # EPERM
 
     def test_s15_32bit_syscall_kills(self):
-        # mov eax, 20 (getpid on i386); int 0x80; ret
-        res = probe("""
+        # mov eax, 20 (getpid on i386); int 0x80; ret.  Some kernels have no
+        # 32-bit entry (ia32_emulation off): there `int 0x80` faults before
+        # any filter sees it, bare as in a box.  The same probe runs bare
+        # first; only a host where it returns bare can show the filter.
+        body = """
 import mmap
 code = bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3])
 m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
 m.write(code)
 f = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))
 print('returned', f())
-""")
+"""
+        bare = subprocess.run(["/usr/bin/python3", "-c", PRELUDE + body], capture_output=True, text=True, timeout=60)
+        res = probe(body)
+        self.assertNotIn("returned", res["stdout"], res)
+        if bare.returncode != 0 or "returned" not in bare.stdout:
+            self.assertIsNotNone(res["signal"], res)
+            self.skipTest("int 0x80 does not return on this host even outside a box (rc %d): "
+                          "no 32-bit entry for the filter to guard" % bare.returncode)
         self.assertEqual(res["signal"], "SIGSYS", res)
-        self.assertNotIn("returned", res["stdout"])
 
     def test_s15_x32_syscall_kills(self):
         res = probe("print('x32', sc(0x40000000 | 39))")
@@ -268,7 +278,6 @@ print(json.dumps(out, sort_keys=True))
 
 class ProbeDiffTest(unittest.TestCase):
     def test_s23_same_probe_bare_and_boxed_differs_only_as_intended(self):
-        import subprocess
         bare = json.loads(subprocess.run(["/usr/bin/python3", "-c", PROBE], capture_output=True, text=True,
                                          check=True).stdout)
         boxed = json.loads(backend_run(PROBE)["run"]["stdout"])
