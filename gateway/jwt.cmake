@@ -1,7 +1,8 @@
 # JWT verification module (jwt_auth.[ch]); include()d from gateway/CMakeLists.txt.
 #
 #   moat_jwt                      static library: pinned-algorithm JWT verification
-#   test_jwt_auth                 cmocka tests          -> ctest unit_gateway_jwt
+#   test_jwt_auth                 cmocka tests (tests/unit/test_jwt_auth.c, registered in
+#                                 tests/CMakeLists.txt) -> ctest unit_gateway_jwt
 #   test_jwt_fuzz_replay          fuzz target replayed over generated inputs
 #                                                       -> ctest unit_gateway_jwt_fuzz_replay
 #   fuzz_jwt_auth                 libFuzzer target, only with -DMOAT_FUZZ=ON and clang:
@@ -20,11 +21,6 @@ target_include_directories(moat_jwt PUBLIC ${MOAT_JWT_DIR})
 target_link_libraries(moat_jwt PUBLIC PkgConfig::JWT PkgConfig::SSL PkgConfig::JANSSON)
 
 if(MOAT_TESTS)
-    add_executable(test_jwt_auth ${MOAT_JWT_DIR}/test_jwt_auth.c)
-    target_link_libraries(test_jwt_auth PRIVATE moat_jwt PkgConfig::CMOCKA)
-    target_link_options(test_jwt_auth PRIVATE -Wl,--wrap=jwt_decode)
-    add_test(NAME unit_gateway_jwt COMMAND test_jwt_auth)
-
     # The fuzz target's entry point driven by a plain main() over generated
     # inputs, so the harness is exercised by every test run, with any compiler.
     add_executable(test_jwt_fuzz_replay ${MOAT_JWT_DIR}/fuzz_jwt_replay.c)

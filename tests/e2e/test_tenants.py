@@ -206,7 +206,7 @@ def mint(header, claims, sign):
 
 class JwtTest(unittest.TestCase):
     """JWTs from configured issuers through the real gateway (the verifier
-    itself is unit-tested in gateway/test_jwt_auth.c)."""
+    itself is unit-tested in tests/unit/test_jwt_auth.c)."""
 
     @classmethod
     def setUpClass(cls):
