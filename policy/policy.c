@@ -59,15 +59,49 @@ static int reason_status(enum policy_reason r)
     return POLICY_HTTP_FORBID;
 }
 
-static const char *endpoint_name(unsigned ep)
+/* The endpoint table, one row per POLICY_ENDPOINT_TABLE row in policy.h. */
+static const struct {
+    unsigned bit;
+    const char *name;
+} endpoints[] = {
+#define POLICY_EP_NAME_ROW(id, n, name) {POLICY_EP_##id, name},
+    POLICY_ENDPOINT_TABLE(POLICY_EP_NAME_ROW)
+#undef POLICY_EP_NAME_ROW
+};
+
+int policy_endpoint_from_name(const char *name, unsigned *bit)
 {
-    switch (ep) {
-    case POLICY_EP_EXECUTE:
-        return "execute";
-    case POLICY_EP_RUNTIMES:
-        return "runtimes";
+    for (size_t i = 0; name != NULL && i < sizeof(endpoints) / sizeof(endpoints[0]); i++) {
+        if (strcmp(name, endpoints[i].name) == 0) {
+            *bit = endpoints[i].bit;
+            return 0;
+        }
     }
+    return -1;
+}
+
+const char *policy_endpoint_name(unsigned bit)
+{
+    for (size_t i = 0; i < sizeof(endpoints) / sizeof(endpoints[0]); i++)
+        if (bit == endpoints[i].bit)
+            return endpoints[i].name;
     return "unknown";
+}
+
+const char *policy_endpoint_list(char *buf, size_t buflen)
+{
+    size_t used = 0;
+
+    if (buflen == 0)
+        return buf;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof(endpoints) / sizeof(endpoints[0]) && used < buflen; i++) {
+        int n = snprintf(buf + used, buflen - used, "%s%s", i > 0 ? ", " : "", endpoints[i].name);
+        if (n < 0)
+            break;
+        used += (size_t)n; /* past buflen when cut: the loop ends, buf stays terminated */
+    }
+    return buf;
 }
 
 /* ------------------------------------------------------------------------
@@ -247,7 +281,7 @@ static int check_endpoint(const struct tenant_policy *p, const struct policy_req
     if (ep == 0 || (ep & (ep - 1)) != 0 || (ep & ~(unsigned)POLICY_EP_ALL) != 0)
         return deny(v, POLICY_DENY_ENDPOINT, "unknown endpoint");
     if ((p->endpoints & ep) == 0)
-        return deny(v, POLICY_DENY_ENDPOINT, "endpoint \"%s\" is not allowed for this tenant", endpoint_name(ep));
+        return deny(v, POLICY_DENY_ENDPOINT, "endpoint \"%s\" is not allowed for this tenant", policy_endpoint_name(ep));
     return 0;
 }
 

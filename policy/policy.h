@@ -72,12 +72,23 @@
 #define POLICY_HTTP_FORBID  403 /* no policy, endpoint or language */
 #define POLICY_HTTP_CONTENT 422 /* content rule */
 
-/* Endpoints a tenant may call: bits for tenant_policy.endpoints. */
-enum policy_endpoint {
-    POLICY_EP_EXECUTE = 1u << 0,  /* POST /api/v2/execute */
-    POLICY_EP_RUNTIMES = 1u << 1, /* GET /api/v2/runtimes */
-};
-#define POLICY_EP_ALL (POLICY_EP_EXECUTE | POLICY_EP_RUNTIMES)
+/*
+ * The endpoint table: the endpoints a tenant may call, one row each.  Row
+ * X(ID, N, NAME) makes POLICY_EP_ID, bit N of tenant_policy.endpoints, and
+ * NAME is how configuration (tenant endpoints, key scopes), messages and
+ * audit records spell it.  Adding an endpoint is adding a row (and its
+ * route in the gateway's router).
+ */
+#define POLICY_ENDPOINT_TABLE(X)                                                                                                   \
+    X(EXECUTE, 0, "execute")   /* POST /api/v2/execute */                                                                          \
+    X(RUNTIMES, 1, "runtimes") /* GET /api/v2/runtimes */
+
+#define POLICY_EP_ENUM_ROW(id, n, name) POLICY_EP_##id = 1u << (n),
+#define POLICY_EP_ALL_ROW(id, n, name)  | POLICY_EP_##id
+enum policy_endpoint { POLICY_ENDPOINT_TABLE(POLICY_EP_ENUM_ROW) };
+#define POLICY_EP_ALL (0u POLICY_ENDPOINT_TABLE(POLICY_EP_ALL_ROW))
+
+#define POLICY_ENDPOINT_LIST_MAX 256 /* room for policy_endpoint_list(), terminator included */
 
 /* Why a request was denied; policy_reason_name() gives the audit string. */
 enum policy_reason {
@@ -206,6 +217,19 @@ void tenant_policy_free(struct tenant_policy *p);
 
 /* Audit name of a reason: "ok", "endpoint", "language", "limit", "filter", "content", "no-policy"; "unknown" otherwise. */
 const char *policy_reason_name(enum policy_reason r);
+
+/* "execute" -> POLICY_EP_EXECUTE: 0 with *bit set, or -1 (and *bit untouched) for a name not in the table. */
+int policy_endpoint_from_name(const char *name, unsigned *bit);
+
+/* POLICY_EP_EXECUTE -> "execute"; "unknown" for anything but exactly one bit in the table. */
+const char *policy_endpoint_name(unsigned bit);
+
+/*
+ * Every endpoint's name in table order with ", " between ("execute,
+ * runtimes"), for messages that list the choices.  Returns buf, always
+ * terminated; POLICY_ENDPOINT_LIST_MAX bytes hold the whole list.
+ */
+const char *policy_endpoint_list(char *buf, size_t buflen);
 
 /*
  * 1 if the request's version selector `version` stays within the policy's

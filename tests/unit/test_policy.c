@@ -413,6 +413,49 @@ static void test_reason_names(void **state)
     assert_string_equal(policy_reason_name((enum policy_reason)99), "unknown");
 }
 
+/* The endpoint table: name to bit and back, one case a row. */
+static void test_endpoint_names(void **state)
+{
+    static const struct {
+        const char *name;
+        unsigned bit; /* 0: the name is not an endpoint */
+    } cases[] = {
+        {"execute", POLICY_EP_EXECUTE},
+        {"runtimes", POLICY_EP_RUNTIMES},
+        {"Execute", 0},
+        {"execute ", 0},
+        {"", 0},
+        {"unknown", 0},
+        {"healthz", 0},
+        {NULL, 0},
+    };
+    char list[POLICY_ENDPOINT_LIST_MAX], small[10];
+    unsigned all = 0;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        unsigned bit = 0xdead;
+        int rc = policy_endpoint_from_name(cases[i].name, &bit);
+        if (cases[i].bit == 0) {
+            if (rc != -1 || bit != 0xdead)
+                fail_msg("\"%s\" should not be an endpoint", cases[i].name ? cases[i].name : "(null)");
+            continue;
+        }
+        if (rc != 0 || bit != cases[i].bit)
+            fail_msg("\"%s\": rc %d, bit %#x, want bit %#x", cases[i].name, rc, bit, cases[i].bit);
+        assert_string_equal(policy_endpoint_name(bit), cases[i].name);
+        all |= bit;
+    }
+    assert_int_equal(all, POLICY_EP_ALL);
+    assert_string_equal(policy_endpoint_name(0), "unknown");
+    assert_string_equal(policy_endpoint_name(POLICY_EP_ALL), "unknown");
+    assert_string_equal(policy_endpoint_name(1u << 31), "unknown");
+    assert_string_equal(policy_endpoint_list(list, sizeof(list)), "execute, runtimes");
+    /* a short buffer gets a cut, terminated list */
+    assert_string_equal(policy_endpoint_list(small, sizeof(small)), "execute, ");
+    assert_ptr_equal(policy_endpoint_list(small, 0), small);
+}
+
 static void test_null_arguments(void **state)
 {
     struct policy_verdict v;
@@ -595,16 +638,19 @@ static void test_no_allocation(void **state)
 
 int main(void)
 {
+    /* clang-format off */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_version_matches),
         cmocka_unit_test(test_reason_names),
+        cmocka_unit_test(test_endpoint_names),
         cmocka_unit_test(test_null_arguments),
         cmocka_unit_test(test_rule_compile),
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_tenant_policy_free),
         cmocka_unit_test(test_no_allocation),
     };
+    /* clang-format on */
 
     return cmocka_run_group_tests_name("policy", tests, setup, teardown);
 }
