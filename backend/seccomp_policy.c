@@ -15,6 +15,7 @@
  * namespaces, ptrace-like calls, keyrings, BPF and perf.
  */
 #include "seccomp_policy.h"
+#include "seccomp_build.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -276,60 +277,37 @@ static const char *const allowed[] = {
     "getcpu",
 };
 
-struct errno_rule {
-    const char *name;
-    int err;
-};
+/* Namespace flags: clone may create none of them (S10, S20). */
+#define CLONE_NS_FLAGS                                                                                                             \
+    (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP |                   \
+     0x00000080ULL /* CLONE_NEWTIME */)
 
-/* Denied with a specific errno so runtimes fall back gracefully. */
-static const struct errno_rule errno_rules[] = {
-    {"clone3", ENOSYS}, /* glibc falls back to clone, whose flags we check */
-    {"io_uring_setup", ENOSYS},
-    {"statmount", ENOSYS},
-};
-
-static int add_rule(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned n, const struct scmp_arg_cmp *cmp,
-                    struct errbuf *e)
-{
-    int nr = seccomp_syscall_resolve_name(name);
-    if (nr == __NR_SCMP_ERROR)
-        return 0; /* not a system call on this architecture */
-    int rc = seccomp_rule_add_array(ctx, action, nr, n, cmp);
-    if (rc != 0)
-        return errf(e, "seccomp rule for %s: %s", name, strerror(-rc));
-    return 0;
-}
-
-static int add_filtered_rules(scmp_filter_ctx ctx, struct errbuf *e)
-{
+/* Calls with their own action, or allowed only with harmless arguments. */
+static const struct seccomp_rule rules[] = {
+    /* denied with a specific errno so runtimes fall back gracefully */
+    {"clone3", SCMP_ACT_ERRNO(ENOSYS), {0}}, /* glibc falls back to clone, whose flags we check */
+    {"io_uring_setup", SCMP_ACT_ERRNO(ENOSYS), {0}},
+    {"statmount", SCMP_ACT_ERRNO(ENOSYS), {0}},
     /* clone: no namespace flags (S10, S20) */
-    const uint64_t ns_flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |
-                              CLONE_NEWCGROUP | 0x00000080ULL /* CLONE_NEWTIME */;
-    struct scmp_arg_cmp clone_cmp = SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags, 0);
-    if (add_rule(ctx, SCMP_ACT_ALLOW, "clone", 1, &clone_cmp, e) != 0)
-        return -1;
-
+    {"clone", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_MASKED_EQ, CLONE_NS_FLAGS, 0)},
     /* socket: unix, inet and inet6 only (S22) */
-    static const int families[] = {AF_UNIX, AF_INET, AF_INET6};
-    for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
-        struct scmp_arg_cmp c = SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i]);
-        if (add_rule(ctx, SCMP_ACT_ALLOW, "socket", 1, &c, e) != 0)
-            return -1;
-    }
-
+    {"socket", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_EQ, AF_UNIX, 0)},
+    {"socket", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_EQ, AF_INET, 0)},
+    {"socket", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_EQ, AF_INET6, 0)},
     /* ioctl is filtered by the hand-written prefix (tty_ioctl_prefix) */
-    if (add_rule(ctx, SCMP_ACT_ALLOW, "ioctl", 0, NULL, e) != 0)
-        return -1;
+    {"ioctl", SCMP_ACT_ALLOW, {0}},
+    /* personality: PER_LINUX and the query only (S21) */
+    {"personality", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_EQ, 0x0 /* PER_LINUX */, 0)},
+    {"personality", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_EQ, 0xffffffffULL /* query */, 0)},
+};
 
-    /* personality: query and PER_LINUX only (S21) */
-    static const uint64_t personas[] = {0x0 /* PER_LINUX */, 0xffffffffULL /* query */};
-    for (size_t i = 0; i < sizeof(personas) / sizeof(personas[0]); i++) {
-        struct scmp_arg_cmp c = SCMP_A0(SCMP_CMP_EQ, personas[i]);
-        if (add_rule(ctx, SCMP_ACT_ALLOW, "personality", 1, &c, e) != 0)
-            return -1;
-    }
-    return 0;
-}
+static const struct seccomp_spec box_spec = {
+    .default_action = SCMP_ACT_ERRNO(EPERM),
+    .allow = allowed,
+    .nallow = sizeof(allowed) / sizeof(allowed[0]),
+    .rules = rules,
+    .nrules = sizeof(rules) / sizeof(rules[0]),
+};
 
 /*
  * ioctl(TIOCSTI) and ioctl(TIOCLINUX) are refused by a few BPF instructions
@@ -359,30 +337,12 @@ static const struct sock_filter tty_ioctl_prefix[] = {
 
 int seccomp_policy_build(struct seccomp_prog *out, struct errbuf *e)
 {
-    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
+    scmp_filter_ctx ctx;
     int fd = -1, rc = -1;
 
     memset(out, 0, sizeof(*out));
-    if (ctx == NULL)
-        return errf(e, "seccomp_init failed");
-    if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) != 0) {
-        errf(e, "seccomp: cannot set the bad-architecture action");
-        goto out;
-    }
-    /* a binary search over syscall numbers instead of a linear list: a few
-     * comparisons per call rather than up to ~200 */
-    if (seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2) != 0) {
-        errf(e, "seccomp: cannot enable binary-tree optimisation");
-        goto out;
-    }
-    for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
-        if (add_rule(ctx, SCMP_ACT_ALLOW, allowed[i], 0, NULL, e) != 0)
-            goto out;
-    for (size_t i = 0; i < sizeof(errno_rules) / sizeof(errno_rules[0]); i++)
-        if (add_rule(ctx, SCMP_ACT_ERRNO((uint32_t)errno_rules[i].err), errno_rules[i].name, 0, NULL, e) != 0)
-            goto out;
-    if (add_filtered_rules(ctx, e) != 0)
-        goto out;
+    if ((ctx = seccomp_build(&box_spec, e->msg, sizeof(e->msg))) == NULL)
+        return -1;
 
     /* libseccomp 2.5 exports only to a descriptor: use a memfd */
     fd = memfd_create("moat-seccomp", MFD_CLOEXEC);
