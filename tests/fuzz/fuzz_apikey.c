@@ -18,7 +18,7 @@
  *     "Bearer" (any case) + one or more spaces + that key's token.
  *
  * Built as the real fuzzer with -DMOAT_FUZZ=ON, and always as part of
- * fuzz_apikey_replay (see replay_seeds.c).  Violations abort().
+ * fuzz_apikey_replay (see replay.c).  Violations abort().
  */
 #include "fuzz_target.h"
 
@@ -42,8 +42,6 @@
 #define ID_OFF     APIKEY_PREFIX_LEN
 #define SECRET_OFF (ID_OFF + APIKEY_ID_LEN + 1)
 #define SUM_OFF    (SECRET_OFF + APIKEY_SECRET_LEN + 1)
-
-const char fuzz_replay_name[] = "fuzz_apikey_replay";
 
 /* The one key of the table auth_bearer looks in. */
 static const char known_id[] = "0123456789ab";
@@ -201,34 +199,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     return 0;
 }
 
-void fuzz_make_seeds(void (*add)(const void *data, size_t len))
+static void make_seeds(fuzz_add_seed_fn *add)
 {
     char buf[256];
 
     setup();
-    add(known_token, APIKEY_TOKEN_LEN);
+    add(known_token, APIKEY_TOKEN_LEN, 0);
     snprintf(buf, sizeof(buf), "Bearer %s", known_token);
-    add(buf, strlen(buf));
+    add(buf, strlen(buf), 0);
     snprintf(buf, sizeof(buf), "bEARER    %s", known_token);
-    add(buf, strlen(buf));
+    add(buf, strlen(buf), 0);
     /* right shape and checksum, unknown id */
     memcpy(buf, known_token, APIKEY_TOKEN_LEN);
     memcpy(buf + ID_OFF, "fedcba987654", APIKEY_ID_LEN);
     checksum_of((const uint8_t *)buf, buf + SUM_OFF);
-    add(buf, APIKEY_TOKEN_LEN);
+    add(buf, APIKEY_TOKEN_LEN, 0);
     memmove(buf + 7, buf, APIKEY_TOKEN_LEN);
     memcpy(buf, "Bearer ", 7);
-    add(buf, APIKEY_TOKEN_LEN + 7);
+    add(buf, APIKEY_TOKEN_LEN + 7, 0);
     /* the known id with another secret (right checksum, wrong digest) */
     snprintf(buf, sizeof(buf), "Bearer %s", known_token);
     buf[7 + SECRET_OFF] = buf[7 + SECRET_OFF] == '0' ? '1' : '0';
     checksum_of((const uint8_t *)buf + 7, buf + 7 + SUM_OFF);
-    add(buf, strlen(buf));
+    add(buf, strlen(buf), 0);
     /* other shapes */
-    add(known_id, APIKEY_ID_LEN);
-    add("Bearer", 6);
-    add("Bearer ", 7);
-    add("Basic dXNlcjpwYXNz", 18);
-    add("Bearer eyJhbGciOiJIUzI1NiJ9.eyJ0ZW5hbnQiOiJ4In0.c2ln", 52);
-    add("", 0);
+    add(known_id, APIKEY_ID_LEN, 0);
+    add("Bearer", 6, 0);
+    add("Bearer ", 7, 0);
+    add("Basic dXNlcjpwYXNz", 18, 0);
+    add("Bearer eyJhbGciOiJIUzI1NiJ9.eyJ0ZW5hbnQiOiJ4In0.c2ln", 52, 0);
+    add("", 0, 0);
 }
+
+const struct fuzz_target fuzz_target = {.make_seeds = make_seeds};

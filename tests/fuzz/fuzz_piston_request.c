@@ -18,7 +18,7 @@
  *     UTF-8 unchanged, and is idempotent.
  *
  * Built as the real fuzzer with -DMOAT_FUZZ=ON, and always as part of
- * fuzz_piston_replay (see replay_seeds.c).  Violations abort().
+ * fuzz_piston_replay (see replay.c).  Violations abort().
  */
 #include "fuzz_target.h"
 
@@ -38,8 +38,6 @@
             abort();                                                                                                               \
         }                                                                                                                          \
     } while (0)
-
-const char fuzz_replay_name[] = "fuzz_piston_replay";
 
 static int str_eq(const char *a, const char *b)
 {
@@ -291,7 +289,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     return 0;
 }
 
-void fuzz_make_seeds(void (*add)(const void *data, size_t len))
+static void make_seeds(fuzz_add_seed_fn *add)
 {
     static const char *const seeds[] = {
         "{\"language\":\"python\",\"version\":\"*\",\"files\":[{\"content\":\"print(1)\"}]}",
@@ -322,5 +320,7 @@ void fuzz_make_seeds(void (*add)(const void *data, size_t len))
     };
 
     for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++)
-        add(seeds[i], strlen(seeds[i]));
+        add(seeds[i], strlen(seeds[i]), 0);
 }
+
+const struct fuzz_target fuzz_target = {.make_seeds = make_seeds};

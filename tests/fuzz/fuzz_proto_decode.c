@@ -10,10 +10,14 @@
  * again to the same message and re-encode to the very same bytes.  A failed
  * decode must give a reason and leave its output empty.
  *
+ * Seeds: a frame of every message type, full and minimal, made with the
+ * real encoders.  Random inputs: mostly a valid header of a random type with
+ * small tags in a random payload, so the decoders get past the first field.
+ *
  * Built as the real fuzzer with -DMOAT_FUZZ=ON, and always as part of
- * fuzz_proto_replay (see replay_main.c).  Violations abort().
+ * fuzz_proto_replay (see replay.c).  Violations abort().
  */
-#include "fuzz_proto.h"
+#include "fuzz_target.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -340,3 +344,140 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         decode_as(t, p, n, 0x0123456789abcdefull);
     return 0;
 }
+
+/* ===========================================================================
+ * Seeds and random frames for the replay driver
+ * ======================================================================== */
+
+/* Hands the buffer's frame over as a seed and frees it; a seed that did not encode is the harness's bug. */
+static void add_frame(fuzz_add_seed_fn *add, struct moat_buf *b, int rc, const char *why)
+{
+    if (rc != 0) {
+        fprintf(stderr, "fuzz_proto_decode: a seed did not encode: %s\n", why ? why : "?");
+        abort();
+    }
+    add(b->data, b->len, 0);
+    moat_buf_free(b);
+}
+
+static void make_seeds(fuzz_add_seed_fn *add)
+{
+    struct moat_buf b = {0};
+    const char *why = NULL;
+    int rc;
+
+    /* exec request: every field */
+    char n0[] = "main.py", n1[] = "blob.bin", lang[] = "python", ver[] = "3.11.x";
+    uint8_t c0[] = "print(input())\n", c1[] = {0, 1, 2, 0xff, 0xc0, 0x80, 0};
+    struct moat_file files[] = {{n0, c0, sizeof(c0) - 1}, {n1, c1, sizeof(c1)}};
+    char a0[] = "x\ny", a1[] = "", a2[] = "\xc3\xa9";
+    char *args[] = {a0, a1, a2};
+    uint8_t in[] = {'4', '2', '\n', 0};
+    struct moat_exec_request req = {.language = lang,
+                                    .version = ver,
+                                    .files = files,
+                                    .nfiles = 2,
+                                    .args = args,
+                                    .nargs = 3,
+                                    .stdin_data = in,
+                                    .stdin_len = sizeof(in),
+                                    .run_timeout_ms = 3000,
+                                    .compile_timeout_ms = 10000,
+                                    .run_memory_bytes = 268435456,
+                                    .compile_memory_bytes = 0};
+    rc = moat_encode_exec_request(&b, 1, &req, &why);
+    add_frame(add, &b, rc, why);
+
+    /* exec request: defaults, one empty file */
+    struct moat_file empty = {n0, NULL, 0};
+    struct moat_exec_request min = {.language = lang,
+                                    .version = ver,
+                                    .files = &empty,
+                                    .nfiles = 1,
+                                    .run_timeout_ms = -1,
+                                    .compile_timeout_ms = -1,
+                                    .run_memory_bytes = -1,
+                                    .compile_memory_bytes = -1};
+    rc = moat_encode_exec_request(&b, 2, &min, &why);
+    add_frame(add, &b, rc, why);
+
+    /* exec result: both stages */
+    char rl[] = "c", rv[] = "10.2.1", msg[] = "memory limit";
+    uint8_t out[] = {'o', 'k', 0xff, 0}, err[] = "warn\n";
+    struct moat_exec_result res = {
+        .language = rl,
+        .version = rv,
+        .compile = {.present = 1,
+                    .stderr_data = err,
+                    .stderr_len = 5,
+                    .output_data = err,
+                    .output_len = 5,
+                    .has_code = 1,
+                    .code = 0,
+                    .status = MOAT_STATUS_OK,
+                    .cpu_ms = 10,
+                    .wall_ms = 20,
+                    .memory_bytes = 1 << 20},
+        .run = {.present = 1,
+                .stdout_data = out,
+                .stdout_len = sizeof(out),
+                .output_data = out,
+                .output_len = sizeof(out),
+                .has_signal = 1,
+                .signal = 9,
+                .status = MOAT_STATUS_ML,
+                .message = msg,
+                .cpu_ms = 3000,
+                .wall_ms = 3100,
+                .memory_bytes = 268435456},
+    };
+    rc = moat_encode_exec_result(&b, 3, &res, &why);
+    add_frame(add, &b, rc, why);
+
+    /* exec result: run only, negative exit code */
+    struct moat_exec_result run_only = {
+        .language = rl, .version = rv, .run = {.present = 1, .has_code = 1, .code = -1, .status = MOAT_STATUS_RE}};
+    rc = moat_encode_exec_result(&b, 4, &run_only, &why);
+    add_frame(add, &b, rc, why);
+
+    /* error */
+    rc = moat_encode_error(&b, 5, MOAT_ERR_UNKNOWN_LANGUAGE, "no such language: cobol", &why);
+    add_frame(add, &b, rc, why);
+
+    /* runtimes */
+    char a_py[] = "py", a_py3[] = "py3", bash[] = "bash", bv[] = "5.2.15", a_sh[] = "sh";
+    char *pyal[] = {a_py, a_py3}, *shal[] = {a_sh};
+    struct moat_runtime items[] = {{lang, ver, pyal, 2, 0}, {bash, bv, shal, 1, 1}};
+    struct moat_runtimes rt = {items, 2};
+    rc = moat_encode_runtimes(&b, 6, &rt, &why);
+    add_frame(add, &b, rc, why);
+
+    /* runtimes query: a bare header */
+    rc = moat_encode_runtimes_query(&b, 7, &why);
+    add_frame(add, &b, rc, why);
+}
+
+/* Mostly a valid header of a random type before random bytes with small tags; sometimes bytes alone. */
+static size_t random_frame(uint8_t *buf, size_t cap, uint32_t (*rng)(void))
+{
+    size_t len = rng() % 512;
+
+    if (len > cap)
+        len = cap;
+    for (size_t k = 0; k < len; k++)
+        buf[k] = (uint8_t)rng();
+    if (len >= MOAT_FRAME_HEADER_SIZE && rng() % 4 != 0) {
+        size_t plen = len - MOAT_FRAME_HEADER_SIZE;
+        buf[0] = MOAT_PROTO_VERSION;
+        buf[1] = (uint8_t)(1 + rng() % 5);
+        buf[2] = buf[3] = 0;
+        buf[4] = buf[5] = 0;
+        buf[6] = (uint8_t)(plen >> 8);
+        buf[7] = (uint8_t)plen;
+        for (size_t k = MOAT_FRAME_HEADER_SIZE; k + 1 < len; k += 1 + rng() % 16)
+            buf[k] = 0, buf[k + 1] = (uint8_t)(rng() % 20);
+    }
+    return len;
+}
+
+const struct fuzz_target fuzz_target = {.make_seeds = make_seeds, .random_input = random_frame};

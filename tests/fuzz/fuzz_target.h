@@ -1,8 +1,15 @@
 /*
- * fuzz_target.h - what a libFuzzer target in this directory provides to
- * the generic replay driver (replay_seeds.c): the entry point, and its own
- * starting inputs built with the real code (valid inputs the mutations start
- * from).
+ * fuzz_target.h - what a libFuzzer target in this directory gives the one
+ * replay driver (replay.c), besides its entry point: its own starting inputs
+ * built with the real code, and optionally an oracle and a generator of
+ * random inputs of its own shape.
+ *
+ * Each fuzz_<x>.c defines LLVMFuzzerTestOneInput and one
+ *
+ *   const struct fuzz_target fuzz_target = {.make_seeds = ..., ...};
+ *
+ * Built with libFuzzer, only the entry point is used; linked with replay.c,
+ * the target runs in every ctest with any compiler (fuzz_<x>_replay).
  */
 #ifndef MOAT_FUZZ_TARGET_H
 #define MOAT_FUZZ_TARGET_H
@@ -12,10 +19,26 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* Calls add() once per seed; add copies the bytes. */
-void fuzz_make_seeds(void (*add)(const void *data, size_t len));
+/* A seed the target's oracle must accept (see accepts below). */
+#define FUZZ_SEED_AUTHENTIC 1
 
-/* The replay driver's name in messages, e.g. "fuzz_apikey_replay". */
-extern const char fuzz_replay_name[];
+/* How a target hands over a seed: add copies the bytes; flags is 0 or FUZZ_SEED_AUTHENTIC. */
+typedef void fuzz_add_seed_fn(const void *data, size_t len, int flags);
+
+struct fuzz_target {
+    /* Calls add() once per seed: the valid (and a few invalid) inputs the driver's mutations start from. */
+    void (*make_seeds)(fuzz_add_seed_fn *add);
+
+    /* Optional: whether the code under test accepts data as authentic (a credential that verifies).  When
+     * set, the driver requires it to hold for the seeds marked FUZZ_SEED_AUTHENTIC and for no other input it
+     * generates: no mutation, truncation or splice of a credential may pass. */
+    int (*accepts)(const uint8_t *data, size_t size);
+
+    /* Optional: writes one pseudo-random input of the target's own shape (e.g. a valid frame header before
+     * random bytes, to get past the first check) into buf, at most cap bytes, and returns its length. */
+    size_t (*random_input)(uint8_t *buf, size_t cap, uint32_t (*rng)(void));
+};
+
+extern const struct fuzz_target fuzz_target;
 
 #endif

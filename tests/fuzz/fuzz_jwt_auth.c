@@ -8,8 +8,16 @@
  *     linked with -Wl,--wrap=jwt_decode);
  *   - a token is accepted whose identity is not well formed;
  *   - a failure comes without a reason.
- * fuzz_jwt_replay.c includes this file to replay generated inputs in ctest.
+ *
+ * Seeds: one valid token per key of the issuer set (signed with libjwt) and
+ * a few malformed ones.  The oracle (accepts) lets the replay driver require
+ * that the valid tokens verify and that none of their mutants, truncations
+ * or splices does.
+ *
+ * Built as the real fuzzer with -DMOAT_FUZZ=ON, and always as part of
+ * fuzz_jwt_replay (see replay.c).  Both link with -Wl,--wrap=jwt_decode.
  */
+#include "fuzz_target.h"
 #include "jwt_auth.h"
 
 #include <stdint.h>
@@ -24,7 +32,6 @@
 
 #define FUZZ_NOW ((time_t)1700000000)
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int __real_jwt_decode(jwt_t **jwt, const char *token, const unsigned char *key, int key_len);
 int __wrap_jwt_decode(jwt_t **jwt, const char *token, const unsigned char *key, int key_len);
 
@@ -49,7 +56,7 @@ static char fuzz_aud[] = "moat", fuzz_tenant_claim[] = "tenant";
 
 static struct jwt_key fuzz_hs_keys[2], fuzz_rs_keys[1], fuzz_es_keys[1];
 static struct jwt_issuer fuzz_issuers[3];
-/* Private halves, for fuzz_jwt_replay.c to sign valid seeds. */
+/* Private halves, to sign the valid seeds. */
 static char *fuzz_rs_priv, *fuzz_es_priv;
 static size_t fuzz_rs_priv_len, fuzz_es_priv_len;
 
@@ -147,3 +154,76 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     return 0;
 }
+
+/* ===========================================================================
+ * Seeds and the oracle for the replay driver
+ * ======================================================================== */
+
+static char *sign_token(jwt_alg_t alg, const unsigned char *key, size_t keylen, const char *kid, const char *grants)
+{
+    jwt_t *jwt = NULL;
+    if (jwt_new(&jwt) != 0 || jwt_add_header(jwt, "kid", kid) != 0 || jwt_add_grants_json(jwt, grants) != 0 ||
+        jwt_set_alg(jwt, alg, key, (int)keylen) != 0) {
+        fprintf(stderr, "fuzz_jwt_auth: cannot build a seed token\n");
+        abort();
+    }
+    char *t = jwt_encode_str(jwt);
+    jwt_free(jwt);
+    if (t == NULL) {
+        fprintf(stderr, "fuzz_jwt_auth: jwt_encode_str failed\n");
+        abort();
+    }
+    return t;
+}
+
+static int accepts(const uint8_t *data, size_t size)
+{
+    struct jwt_identity id;
+    const char *why = NULL;
+
+    fuzz_init();
+    return jwt_verify(fuzz_issuers, 3, (const char *)data, size, FUZZ_NOW, &id, &why) == 0;
+}
+
+static void make_seeds(fuzz_add_seed_fn *add)
+{
+    static const char claims_fmt[] = "{\"iss\":\"%s\",\"aud\":\"moat\",\"sub\":\"user-1\",\"tenant\":\"acme\","
+                                     "\"exp\":%lld,\"nbf\":%lld,\"iat\":%lld}";
+    static const char *const junk[] = {
+        "",
+        ".",
+        "..",
+        "...",
+        "a.b.c",
+        "eyJhbGciOiJub25lIiwidHlwIjoiSldUIiwia2lkIjoiaHMtMSJ9.e30.",
+        "eyJhbGciOiJub25lIn0.e30.e30",
+        "e30.e30.e30.e30",
+    };
+    const char *isss[3] = {fuzz_iss_hs, fuzz_iss_rs, fuzz_iss_es};
+    char claims[3][512];
+    char *valid[4];
+
+    fuzz_init();
+    for (int i = 0; i < 3; i++)
+        snprintf(claims[i], sizeof(claims[i]), claims_fmt, isss[i], (long long)FUZZ_NOW + 3600, (long long)FUZZ_NOW - 10,
+                 (long long)FUZZ_NOW - 10);
+    valid[0] = sign_token(JWT_ALG_HS256, fuzz_hs_secret1, sizeof(fuzz_hs_secret1) - 1, fuzz_kid_hs1, claims[0]);
+    valid[1] = sign_token(JWT_ALG_HS256, fuzz_hs_secret2, sizeof(fuzz_hs_secret2) - 1, fuzz_kid_hs2, claims[0]);
+    valid[2] = sign_token(JWT_ALG_RS256, (const unsigned char *)fuzz_rs_priv, fuzz_rs_priv_len, fuzz_kid_rs, claims[1]);
+    valid[3] = sign_token(JWT_ALG_ES256, (const unsigned char *)fuzz_es_priv, fuzz_es_priv_len, fuzz_kid_es, claims[2]);
+
+    for (size_t j = 0; j < sizeof(junk) / sizeof(junk[0]); j++)
+        add(junk[j], strlen(junk[j]), 0);
+    for (int v = 0; v < 4; v++) {
+        /* a valid token reaches libjwt: proves the G3 check (the --wrap) is linked in and live */
+        unsigned long before = fuzz_decode_calls;
+        if (!accepts((const uint8_t *)valid[v], strlen(valid[v])) || fuzz_decode_calls == before) {
+            fprintf(stderr, "fuzz_jwt_auth: seed token %d does not verify through the wrapped jwt_decode\n", v);
+            abort();
+        }
+        add(valid[v], strlen(valid[v]), FUZZ_SEED_AUTHENTIC);
+        free(valid[v]);
+    }
+}
+
+const struct fuzz_target fuzz_target = {.make_seeds = make_seeds, .accepts = accepts};
