@@ -1,0 +1,214 @@
+/*
+ * log.c - stderr logging shared by every thread of every moat program (see
+ * log.h).  Formatting happens in a stack buffer and each line leaves in one
+ * write(2); the only per-thread state is the optional info-line buffer.
+ */
+#include "log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "moat_io.h"
+
+#define LOG_THREAD_BUF 16384
+
+static const char *log_progname;
+static int log_debug_level;
+
+void log_init(const char *progname, int debug)
+{
+    if (progname != NULL)
+        log_progname = progname;
+    log_debug_level = debug;
+}
+
+static const char *progname(void)
+{
+    /* before log_init: the program's file name (moat-backend, moatctl, ...) */
+    return log_progname != NULL ? log_progname : program_invocation_short_name;
+}
+
+/*
+ * Worker threads buffer their info lines and write them once per event-loop
+ * turn: one write(2) for many requests instead of one each.
+ */
+static __thread char tbuf[LOG_THREAD_BUF];
+static __thread size_t tlen;
+static __thread int tbuffered;
+
+void log_buffer_thread(void)
+{
+    tbuffered = 1;
+}
+
+void log_flush(void)
+{
+    if (tlen > 0)
+        (void)moat_write_full(STDERR_FILENO, tbuf, tlen);
+    tlen = 0;
+}
+
+/* One whole line (with its newline): into this thread's buffer when it
+ * buffers and the line is an info line, else out at once. */
+static void emit(const char *line, size_t len, int buffer)
+{
+    if (buffer && tbuffered) {
+        if (tlen + len > sizeof(tbuf))
+            log_flush();
+        if (len <= sizeof(tbuf)) {
+            memcpy(tbuf + tlen, line, len);
+            tlen += len;
+            return;
+        }
+    }
+    if (tlen)
+        log_flush();
+    (void)moat_write_full(STDERR_FILENO, line, len);
+}
+
+void log_info_raw(const char *text, size_t len)
+{
+    char line[MOAT_LOG_LINE_MAX];
+    const char *name = progname();
+    size_t p = strlen(name);
+
+    if (p > sizeof(line) / 2)
+        p = sizeof(line) / 2;
+    if (p + 2 + len + 1 > sizeof(line))
+        len = sizeof(line) - p - 3;
+    memcpy(line, name, p);
+    line[p++] = ':';
+    line[p++] = ' ';
+    memcpy(line + p, text, len);
+    p += len;
+    line[p++] = '\n';
+    emit(line, p, 1);
+}
+
+/* Formats one line: "progname: level" fmt [": " strerror(errnum)] "\n". */
+__attribute__((format(printf, 4, 0))) static void vline(const char *level, int errnum, int buffer, const char *fmt, va_list ap)
+{
+    char line[MOAT_LOG_LINE_MAX];
+    size_t off;
+    int n;
+
+    n = snprintf(line, sizeof(line), "%s: %s", progname(), level);
+    off = n < 0 ? 0 : (size_t)n;
+    if (off >= sizeof(line))
+        off = sizeof(line) - 1;
+    n = vsnprintf(line + off, sizeof(line) - off, fmt, ap);
+    if (n > 0)
+        off += (size_t)n;
+    if (off >= sizeof(line))
+        off = sizeof(line) - 1;
+    if (errnum != 0) {
+        n = snprintf(line + off, sizeof(line) - off, ": %s", strerror(errnum));
+        if (n > 0)
+            off += (size_t)n;
+        if (off >= sizeof(line))
+            off = sizeof(line) - 1;
+    }
+    /* room for the newline even when the message was cut */
+    if (off >= sizeof(line) - 1)
+        off = sizeof(line) - 2;
+    line[off++] = '\n';
+    emit(line, off, buffer);
+}
+
+void log_warn(const char *fmt, ...)
+{
+    int saved = errno;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vline("", saved, 0, fmt, ap);
+    va_end(ap);
+    errno = saved;
+}
+
+void log_warnx(const char *fmt, ...)
+{
+    int saved = errno;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vline("", 0, 0, fmt, ap);
+    va_end(ap);
+    errno = saved;
+}
+
+void log_info(const char *fmt, ...)
+{
+    int saved = errno;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vline("", 0, 1, fmt, ap);
+    va_end(ap);
+    errno = saved;
+}
+
+void log_debug(const char *fmt, ...)
+{
+    int saved = errno;
+    va_list ap;
+
+    if (log_debug_level <= 0)
+        return;
+    va_start(ap, fmt);
+    vline("debug: ", 0, 0, fmt, ap);
+    va_end(ap);
+    errno = saved;
+}
+
+void fatal(const char *fmt, ...)
+{
+    int saved = errno;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vline("fatal: ", saved, 0, fmt, ap);
+    va_end(ap);
+    exit(1);
+}
+
+void fatalx(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vline("fatal: ", 0, 0, fmt, ap);
+    va_end(ap);
+    exit(1);
+}
+
+void log_escape(char *dst, size_t dstlen, const char *src, size_t srclen, size_t max)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+
+    if (dstlen == 0)
+        return;
+    if (srclen > max)
+        srclen = max;
+    for (size_t i = 0; i < srclen; i++) {
+        unsigned char c = (unsigned char)src[i];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+            if (o + 1 >= dstlen)
+                break;
+            dst[o++] = (char)c;
+        } else {
+            if (o + 4 >= dstlen)
+                break;
+            dst[o++] = '\\';
+            dst[o++] = 'x';
+            dst[o++] = hex[c >> 4];
+            dst[o++] = hex[c & 0xf];
+        }
+    }
+    dst[o] = '\0';
+}
