@@ -1,0 +1,242 @@
+/*
+ * config_jwt.c - the configuration's JWT issuers.
+ *
+ * Each issuer names its iss and aud, the one algorithm it may use (pinned:
+ * jwt_auth.c refuses a token that names another), the claim that names the
+ * tenant, the clock leeway, and 1 to JWT_MAX_KEYS keys, each a kid and a
+ * file.  Key files are read here,
+ * at load, and must pass the same secrecy check as the configuration
+ * (gw_check_file_secrecy); their material is wiped when the configuration
+ * is freed.  jwt_issuer_check() and jwt_issuers_check() (jwt_auth.c) judge
+ * each issuer and the set.
+ */
+#include "config_parse.h"
+#include "gw_limits.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+
+/* Reads a key file (PEM public key or HS256 secret) that others cannot write. */
+static int read_key_file(struct parse_ctx *pc, const yaml_node_t *n, const char *path, unsigned char **out, size_t *len)
+{
+    char err[512];
+    unsigned char *buf = NULL;
+    size_t cap = 0, used = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+
+    if (fd == -1)
+        return cfg_fail(pc, n, "key file %s: %s", path, strerror(errno));
+    if (gw_check_file_secrecy(fd, path, err, sizeof(err)) != 0) {
+        close(fd);
+        return cfg_fail(pc, n, "%s", err);
+    }
+    for (;;) {
+        if (used == cap) {
+            unsigned char *grown;
+            if (cap >= JWT_MAX_KEY_LEN + 1 || (grown = realloc(buf, cap ? cap * 2 : 4096)) == NULL) {
+                free(buf);
+                close(fd);
+                return cfg_fail(pc, n, "key file %s is too large", path);
+            }
+            buf = grown;
+            cap = cap ? cap * 2 : 4096;
+        }
+        ssize_t r = read(fd, buf + used, cap - used);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            free(buf);
+            close(fd);
+            return cfg_fail(pc, n, "key file %s: %s", path, strerror(errno));
+        }
+        if (r == 0)
+            break;
+        used += (size_t)r;
+    }
+    close(fd);
+    *out = buf;
+    *len = used;
+    return 0;
+}
+
+struct jwt_key_seen {
+    yaml_node_t *kid, *file;
+};
+
+static int jwt_key_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    static const struct cfg_slot slots[] = {
+        {"kid", offsetof(struct jwt_key_seen, kid)},
+        {"file", offsetof(struct jwt_key_seen, file)},
+    };
+    return cfg_note(slots, sizeof(slots) / sizeof(slots[0]), arg, key, v);
+}
+
+struct issuer_seen {
+    yaml_node_t *name, *iss, *aud, *algorithm, *tenant_claim, *leeway, *keys;
+};
+
+static int issuer_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+{
+    static const struct cfg_slot slots[] = {
+        {"name", offsetof(struct issuer_seen, name)},
+        {"iss", offsetof(struct issuer_seen, iss)},
+        {"aud", offsetof(struct issuer_seen, aud)},
+        {"algorithm", offsetof(struct issuer_seen, algorithm)},
+        {"tenant_claim", offsetof(struct issuer_seen, tenant_claim)},
+        {"leeway_s", offsetof(struct issuer_seen, leeway)},
+        {"keys", offsetof(struct issuer_seen, keys)},
+    };
+    return cfg_note(slots, sizeof(slots) / sizeof(slots[0]), arg, key, v);
+}
+
+/* The algorithm pinned for an issuer: tokens naming any other are refused. */
+static int issuer_algorithm(struct parse_ctx *pc, const yaml_node_t *n, enum jwt_alg_pin *out)
+{
+    static const struct {
+        const char *name;
+        enum jwt_alg_pin pin;
+    } algs[] = {{"HS256", JWT_PIN_HS256}, {"RS256", JWT_PIN_RS256}, {"ES256", JWT_PIN_ES256}};
+
+    if (cfg_want_scalar(pc, n, "algorithm") != 0)
+        return -1;
+    for (size_t i = 0; i < sizeof(algs) / sizeof(algs[0]); i++) {
+        if (strcmp(cfg_scalar(n), algs[i].name) == 0) {
+            *out = algs[i].pin;
+            return 0;
+        }
+    }
+    return cfg_fail(pc, n, "algorithm must be HS256, RS256 or ES256");
+}
+
+/* Everything of an issuer but its keys: names, algorithm, tenant claim, leeway. */
+static int issuer_settings(struct parse_ctx *pc, const struct issuer_seen *is, struct jwt_issuer *ji, yaml_node_t *node)
+{
+    uint64_t n;
+
+    if (cfg_string(pc, is->name, "issuer name", 64, &ji->name) != 0 || cfg_string(pc, is->iss, "iss", 512, &ji->iss) != 0 ||
+        cfg_string(pc, is->aud, "aud", 512, &ji->aud) != 0)
+        return -1;
+    if (issuer_algorithm(pc, is->algorithm, &ji->alg) != 0)
+        return -1;
+    if (is->tenant_claim != NULL) {
+        if (cfg_string(pc, is->tenant_claim, "tenant_claim", 64, &ji->tenant_claim) != 0)
+            return -1;
+    } else if ((ji->tenant_claim = strdup("tenant")) == NULL) {
+        return cfg_fail(pc, node, "out of memory");
+    }
+    ji->leeway_s = 30;
+    if (is->leeway != NULL) {
+        if (cfg_uint(pc, is->leeway, "leeway_s", 0, JWT_MAX_LEEWAY_S, &n) != 0)
+            return -1;
+        ji->leeway_s = (unsigned)n;
+    }
+    return 0;
+}
+
+/* One {kid, file} entry: the next of ji->keys, its material read from the file. */
+static int add_issuer_key(struct parse_ctx *pc, struct jwt_issuer *ji, yaml_node_t *kn)
+{
+    struct jwt_key_seen ks = {NULL, NULL};
+    struct jwt_key *k = &ji->keys[ji->nkeys];
+    char *path = NULL;
+    int rc;
+
+    if (cfg_walk_mapping(pc, kn, "JWT key", jwt_key_field, &ks) != 0)
+        return -1;
+    if (ks.kid == NULL || ks.file == NULL)
+        return cfg_fail(pc, kn, "a JWT key needs kid and file");
+    if (cfg_string(pc, ks.kid, "kid", JWT_MAX_KID_LEN, &k->kid) != 0)
+        return -1;
+    ji->nkeys++;
+    if (cfg_string(pc, ks.file, "key file", GW_MAX_PATH_LEN, &path) != 0)
+        return -1;
+    rc = read_key_file(pc, ks.file, path, &k->material, &k->len);
+    free(path);
+    return rc;
+}
+
+/* The issuer's keys sequence: 1 to JWT_MAX_KEYS entries. */
+static int issuer_keys(struct parse_ctx *pc, struct jwt_issuer *ji, const yaml_node_t *keys, yaml_node_t *node)
+{
+    yaml_node_item_t *it;
+    size_t count;
+
+    if (keys->type != YAML_SEQUENCE_NODE)
+        return cfg_fail(pc, keys, "keys must be a sequence");
+    count = (size_t)(keys->data.sequence.items.top - keys->data.sequence.items.start);
+    if (count == 0 || count > JWT_MAX_KEYS)
+        return cfg_fail(pc, keys, "an issuer needs 1 to %d keys", JWT_MAX_KEYS);
+    if ((ji->keys = calloc(count, sizeof(*ji->keys))) == NULL)
+        return cfg_fail(pc, node, "out of memory");
+    for (it = keys->data.sequence.items.start; it < keys->data.sequence.items.top; it++)
+        if (add_issuer_key(pc, ji, yaml_document_get_node(pc->doc, *it)) != 0)
+            return -1;
+    return 0;
+}
+
+static int add_issuer(struct parse_ctx *pc, yaml_node_t *node)
+{
+    struct gw_config *cfg = pc->cfg;
+    struct issuer_seen is;
+    struct jwt_issuer *ji, *grown;
+    char err[256];
+
+    memset(&is, 0, sizeof(is));
+    if (cfg_walk_mapping(pc, node, "jwt issuer", issuer_field, &is) != 0)
+        return -1;
+    if (is.name == NULL || is.iss == NULL || is.aud == NULL || is.algorithm == NULL || is.keys == NULL)
+        return cfg_fail(pc, node, "a JWT issuer needs name, iss, aud, algorithm and keys");
+    if ((grown = realloc(cfg->issuers, (cfg->nissuers + 1) * sizeof(*grown))) == NULL)
+        return cfg_fail(pc, node, "out of memory");
+    cfg->issuers = grown;
+    ji = &cfg->issuers[cfg->nissuers++];
+    memset(ji, 0, sizeof(*ji));
+    if (issuer_settings(pc, &is, ji, node) != 0 || issuer_keys(pc, ji, is.keys, node) != 0)
+        return -1;
+    if (jwt_issuer_check(ji, err, sizeof(err)) != 0)
+        return cfg_fail(pc, node, "JWT issuer %s: %s", ji->name, err);
+    return 0;
+}
+
+int cfg_parse_issuers(struct parse_ctx *pc, yaml_node_t *seq)
+{
+    yaml_node_item_t *it;
+    char err[256];
+
+    if (seq->type != YAML_SEQUENCE_NODE)
+        return cfg_fail(pc, seq, "jwt_issuers must be a sequence");
+    for (it = seq->data.sequence.items.start; it < seq->data.sequence.items.top; it++)
+        if (add_issuer(pc, yaml_document_get_node(pc->doc, *it)) != 0)
+            return -1;
+    if (pc->cfg->nissuers > 0 && jwt_issuers_check(pc->cfg->issuers, pc->cfg->nissuers, err, sizeof(err)) != 0)
+        return cfg_fail(pc, seq, "jwt_issuers: %s", err);
+    return 0;
+}
+
+void cfg_free_issuers(struct gw_config *cfg)
+{
+    for (size_t i = 0; i < cfg->nissuers; i++) {
+        struct jwt_issuer *ji = &cfg->issuers[i];
+        for (size_t k = 0; k < ji->nkeys; k++) {
+            free(ji->keys[k].kid);
+            if (ji->keys[k].material != NULL)
+                OPENSSL_cleanse(ji->keys[k].material, ji->keys[k].len);
+            free(ji->keys[k].material);
+        }
+        free(ji->keys);
+        free(ji->name);
+        free(ji->iss);
+        free(ji->aud);
+        free(ji->tenant_claim);
+    }
+    free(cfg->issuers);
+    cfg->issuers = NULL;
+    cfg->nissuers = 0;
+}

@@ -1,0 +1,174 @@
+/*
+ * config_parse.c - the YAML walking helpers every part of the configuration
+ * parser uses (see config_parse.h).
+ *
+ * Each reads one node of the loaded document, checks its type, length and
+ * range, and either stores the value or records "PATH:LINE: reason" and
+ * returns -1.  Nothing here knows a section's keys: those live with their
+ * section (config_server.c, config_tenants.c, ...).
+ */
+#include "config_parse.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy.h"
+
+int cfg_fail(struct parse_ctx *pc, const yaml_node_t *node, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (node != NULL)
+        snprintf(pc->err, pc->errlen, "%s:%lu: %s", pc->path, (unsigned long)node->start_mark.line + 1, msg);
+    else
+        snprintf(pc->err, pc->errlen, "%s: %s", pc->path, msg);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- scalars */
+
+int cfg_want_scalar(struct parse_ctx *pc, const yaml_node_t *n, const char *name)
+{
+    if (n == NULL || n->type != YAML_SCALAR_NODE)
+        return cfg_fail(pc, n, "%s must be a scalar", name);
+    if (strlen(cfg_scalar(n)) != n->data.scalar.length)
+        return cfg_fail(pc, n, "%s contains a NUL byte", name);
+    return 0;
+}
+
+int cfg_string(struct parse_ctx *pc, const yaml_node_t *n, const char *name, size_t maxlen, char **dst)
+{
+    char *s;
+
+    if (cfg_want_scalar(pc, n, name) != 0)
+        return -1;
+    if (n->data.scalar.length == 0)
+        return cfg_fail(pc, n, "%s must not be empty", name);
+    if (n->data.scalar.length > maxlen)
+        return cfg_fail(pc, n, "%s is longer than %zu bytes", name, maxlen);
+    if ((s = strdup(cfg_scalar(n))) == NULL)
+        return cfg_fail(pc, n, "out of memory");
+    free(*dst);
+    *dst = s;
+    return 0;
+}
+
+int cfg_uint(struct parse_ctx *pc, const yaml_node_t *n, const char *name, uint64_t min, uint64_t max, uint64_t *out)
+{
+    const char *s;
+    char *end;
+    unsigned long long v;
+
+    if (cfg_want_scalar(pc, n, name) != 0)
+        return -1;
+    s = cfg_scalar(n);
+    if (s[0] < '0' || s[0] > '9')
+        return cfg_fail(pc, n, "%s must be a non-negative integer", name);
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return cfg_fail(pc, n, "%s must be a non-negative integer", name);
+    if (v < min || v > max)
+        return cfg_fail(pc, n, "%s must be between %llu and %llu", name, (unsigned long long)min, (unsigned long long)max);
+    *out = v;
+    return 0;
+}
+
+int cfg_unsigned(struct parse_ctx *pc, const yaml_node_t *n, const char *name, unsigned min, unsigned max, unsigned *out)
+{
+    uint64_t v;
+
+    if (cfg_uint(pc, n, name, min, max, &v) != 0)
+        return -1;
+    *out = (unsigned)v;
+    return 0;
+}
+
+int cfg_bool(struct parse_ctx *pc, const yaml_node_t *n, const char *name, int *out)
+{
+    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+
+    if (cfg_want_scalar(pc, n, name) != 0)
+        return -1;
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        if (strcmp(cfg_scalar(n), yes[i]) == 0) {
+            *out = 1;
+            return 0;
+        }
+        if (strcmp(cfg_scalar(n), no[i]) == 0) {
+            *out = 0;
+            return 0;
+        }
+    }
+    return cfg_fail(pc, n, "%s must be true or false", name);
+}
+
+/* ---------------------------------------------------------------- sequences and mappings */
+
+int cfg_endpoints(struct parse_ctx *pc, const yaml_node_t *n, const char *name, unsigned *out)
+{
+    char names[POLICY_ENDPOINT_LIST_MAX];
+    yaml_node_item_t *it;
+    unsigned bits = 0, bit;
+
+    policy_endpoint_list(names, sizeof(names));
+    if (n->type != YAML_SEQUENCE_NODE)
+        return cfg_fail(pc, n, "%s must be a sequence of endpoint names (%s)", name, names);
+    for (it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+        yaml_node_t *e = yaml_document_get_node(pc->doc, *it);
+        if (cfg_want_scalar(pc, e, name) != 0)
+            return -1;
+        if (policy_endpoint_from_name(cfg_scalar(e), &bit) != 0)
+            return cfg_fail(pc, e, "%s: unknown endpoint '%s' (%s)", name, cfg_scalar(e), names);
+        bits |= bit;
+    }
+    *out = bits;
+    return 0;
+}
+
+int cfg_walk_mapping(struct parse_ctx *pc, yaml_node_t *map, const char *name, cfg_field_fn fn, void *arg)
+{
+    yaml_node_pair_t *p, *q;
+
+    if (map == NULL || map->type != YAML_MAPPING_NODE)
+        return cfg_fail(pc, map, "%s must be a mapping", name);
+    for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(pc->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(pc->doc, p->value);
+        int rc;
+
+        if (k == NULL || k->type != YAML_SCALAR_NODE)
+            return cfg_fail(pc, k != NULL ? k : map, "keys in %s must be scalars", name);
+        for (q = map->data.mapping.pairs.start; q < p; q++) {
+            yaml_node_t *k2 = yaml_document_get_node(pc->doc, q->key);
+            if (k2 != NULL && k2->type == YAML_SCALAR_NODE && strcmp(cfg_scalar(k2), cfg_scalar(k)) == 0)
+                return cfg_fail(pc, k, "duplicate key '%s' in %s", cfg_scalar(k), name);
+        }
+        if (v == NULL)
+            return cfg_fail(pc, k, "%s.%s has no value", name, cfg_scalar(k));
+        rc = fn(pc, cfg_scalar(k), v, arg);
+        if (rc == 1)
+            return cfg_fail(pc, k, "unknown key '%s' in %s", cfg_scalar(k), name);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int cfg_note(const struct cfg_slot *slots, size_t nslots, void *seen, const char *key, yaml_node_t *v)
+{
+    for (size_t i = 0; i < nslots; i++) {
+        if (strcmp(key, slots[i].key) == 0) {
+            memcpy((char *)seen + slots[i].off, &v, sizeof(v));
+            return 0;
+        }
+    }
+    return 1;
+}

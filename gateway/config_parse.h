@@ -1,0 +1,112 @@
+/*
+ * config_parse.h - what the parts of the configuration parser share.
+ *
+ * Internal to config*.c: callers use config.h.  gw_config_load() (config.c)
+ * loads the whole file as one libyaml document and walks it with a fixed
+ * schema, one file per concern:
+ *
+ *   config.c          load, the top-level mapping, defaults, free, lookups
+ *   config_parse.c    the YAML walking helpers declared below
+ *   config_server.c   listen, tls, backend, timeouts, http2, workers, limits
+ *   config_tenants.c  tenants and their policies
+ *   config_keys.c     API keys (inside a tenant)
+ *   config_jwt.c      JWT issuers and their key files
+ *   config_audit.c    the audit section
+ *
+ * Every function here returns 0, or -1 with pc->err holding "PATH:LINE:
+ * reason" (cfg_fail); a field function (cfg_field_fn) returns 1 for a key
+ * it does not know, and cfg_walk_mapping turns that into an error.  Every
+ * mapping rejects unknown and duplicate keys and every scalar is range
+ * checked, so a configuration is taken whole or not at all.
+ */
+#ifndef GW_CONFIG_PARSE_H
+#define GW_CONFIG_PARSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <yaml.h>
+
+#include "config.h"
+
+struct parse_ctx {
+    const char *path;
+    yaml_document_t *doc;
+    struct gw_config *cfg;
+    char *err;
+    size_t errlen;
+};
+
+/* Record "PATH:LINE: reason" (or "PATH: reason" when node is NULL) and return -1. */
+__attribute__((format(printf, 3, 4))) int cfg_fail(struct parse_ctx *pc, const yaml_node_t *node, const char *fmt, ...);
+
+/* A scalar node's text (check it with cfg_want_scalar first). */
+static inline const char *cfg_scalar(const yaml_node_t *n)
+{
+    return (const char *)n->data.scalar.value;
+}
+
+/* n must be a scalar without NUL bytes; name is for the message. */
+int cfg_want_scalar(struct parse_ctx *pc, const yaml_node_t *n, const char *name);
+
+/* A non-empty string of at most maxlen bytes, copied into *dst (replacing what was there). */
+int cfg_string(struct parse_ctx *pc, const yaml_node_t *n, const char *name, size_t maxlen, char **dst);
+
+/* A decimal integer in min..max. */
+int cfg_uint(struct parse_ctx *pc, const yaml_node_t *n, const char *name, uint64_t min, uint64_t max, uint64_t *out);
+
+/* The same, for an unsigned field (max must fit in one). */
+int cfg_unsigned(struct parse_ctx *pc, const yaml_node_t *n, const char *name, unsigned min, unsigned max, unsigned *out);
+
+/* true/false (also yes/no, on/off). */
+int cfg_bool(struct parse_ctx *pc, const yaml_node_t *n, const char *name, int *out);
+
+/* A sequence of endpoint names from policy's endpoint table, as POLICY_EP_* bits. */
+int cfg_endpoints(struct parse_ctx *pc, const yaml_node_t *n, const char *name, unsigned *out);
+
+/* Handles one key of a mapping: 0, -1 on error, 1 for an unknown key. */
+typedef int (*cfg_field_fn)(struct parse_ctx *pc, const char *key, yaml_node_t *value, void *arg);
+
+/* Walk a mapping, rejecting non-scalar, duplicate and unknown keys, and hand each pair to fn. */
+int cfg_walk_mapping(struct parse_ctx *pc, yaml_node_t *map, const char *name, cfg_field_fn fn, void *arg);
+
+/*
+ * For mappings read in two passes (note every key's node, then parse them
+ * in an order of our choosing): the key and where its node goes, as the
+ * offset of a yaml_node_t * in the caller's "seen" struct.
+ */
+struct cfg_slot {
+    const char *key;
+    size_t off;
+};
+
+/* Store v in the slot of seen named key: 0, or 1 when no slot is (an unknown key). */
+int cfg_note(const struct cfg_slot *slots, size_t nslots, void *seen, const char *key, yaml_node_t *v);
+
+/* ---- the sections, each in its own file ---------------------------------- */
+
+/* config_server.c: a top-level key about serving (listen, tls, ...); 1 if it is not one. */
+int cfg_server_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg);
+
+/* config_server.c: after the walk: required TLS settings, MOAT_PORT, the worker count. */
+int cfg_server_finish(struct parse_ctx *pc, const yaml_node_t *root);
+
+/* config_tenants.c: the tenants sequence (with each tenant's keys). */
+int cfg_parse_tenants(struct parse_ctx *pc, yaml_node_t *seq);
+
+/* config_tenants.c: release every tenant. */
+void cfg_free_tenants(struct gw_config *cfg);
+
+/* config_keys.c: one key mapping of tenant number tenant. */
+int cfg_add_key(struct parse_ctx *pc, yaml_node_t *node, size_t tenant);
+
+/* config_jwt.c: the jwt_issuers sequence. */
+int cfg_parse_issuers(struct parse_ctx *pc, yaml_node_t *seq);
+
+/* config_jwt.c: release every issuer, wiping key material. */
+void cfg_free_issuers(struct gw_config *cfg);
+
+/* config_audit.c: the audit mapping (turns the audit trail on). */
+int cfg_parse_audit(struct parse_ctx *pc, yaml_node_t *v);
+
+#endif /* GW_CONFIG_PARSE_H */
