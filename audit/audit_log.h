@@ -1,7 +1,8 @@
 /*
  * audit_log.h - the writer's side of the audit trail: sealing records into
  * the hash chain with the epoch's MAC key, group commit, key ratchet,
- * signed checkpoints, rotation, torn-tail repair, packets.  See FORMAT.md.
+ * signed checkpoints, rotation, torn-tail repair, packets.  See FORMAT.md;
+ * audit_log_internal.h lists the files that implement it.
  *
  * Single-threaded: only the audit writer process uses it.
  */
@@ -58,6 +59,7 @@ struct audit_log {
     int pack_fd;             /* audit-<file_first_seq>.pack, opened at the first packet; -1 */
     uint64_t pack_bytes;     /* its size: where the next packet goes */
     int pack_dirty;          /* written since the last sync */
+    time_t last_expiry;      /* when the packs were last checked against the retention */
     uint64_t since_checkpoint;
     time_t last_checkpoint;
     EVP_PKEY *signing;

@@ -3,6 +3,25 @@
  * (K0 and the checkpoint public key) and reports the first bad record and
  * why: edited, missing, inserted, reordered, truncated, wrong epoch key,
  * torn last line.  Reads only; never modifies the log.
+ *
+ * Theory of operation
+ * -------------------
+ * The walk trusts nothing in the directory but what the keys prove:
+ *
+ *   1. checkpoints.log (or a copy kept off the host): every line's
+ *      signature verified; the heads it lists, by seq;
+ *   2. the log files in seq order, each starting where the one before
+ *      ended;
+ *   3. each line (check_line): the MAC field, JSON, seq/prev/epoch in their
+ *      place, the MAC under the epoch's key (K0 ratcheted forward; a MAC a
+ *      later key made is named as such), a repair record's match with the
+ *      torn line before it, a checkpoint record's signature, and the head
+ *      a signed checkpoint lists for this seq;
+ *   4. the end: not a torn line, and not short of a signed checkpoint.
+ *
+ * A line that is not a record may be a torn line, but only if a repair
+ * record naming it follows.  Each good record goes to the caller's
+ * callback, in order; the first bad one stops the walk.
  */
 #include "audit_verify.h"
 
@@ -104,6 +123,26 @@ struct chain {
     uint8_t torn_hash[AUDIT_HASH_LEN];
 };
 
+/* One walk over a directory: the chain so far, the keys, what to report. */
+struct walk {
+    struct chain c;
+    const uint8_t *pub; /* AUDIT_PUB_LEN bytes */
+    struct audit_verify_result *r;
+    audit_record_cb cb;
+    void *arg;
+    char where[4200]; /* "<file>:<line>" of the line being checked */
+};
+
+/* A line taken apart: its MAC, and the fields the chain is checked by. */
+struct record {
+    json_t *j;
+    size_t prefix_len; /* the bytes the MAC covers */
+    uint8_t want[AUDIT_HASH_LEN];
+    json_int_t seq, epoch;
+    uint8_t prev[AUDIT_HASH_LEN];
+    const char *type;
+};
+
 /* Would a later epoch's key have made this MAC (a rewrite after the writer's
  * key was stolen)?  Returns that epoch, or 0. */
 static uint64_t later_key_made(const struct chain *c, const char *line, size_t prefix_len, const uint8_t want[AUDIT_HASH_LEN])
@@ -121,142 +160,194 @@ static uint64_t later_key_made(const struct chain *c, const char *line, size_t p
     return 0;
 }
 
-static int check_line(struct chain *c, const char *line, size_t len, const uint8_t pub[AUDIT_PUB_LEN], const char *where,
-                      struct audit_verify_result *r, audit_record_cb cb, void *arg)
+/* ---- one line ------------------------------------------------------------------------ */
+
+/* The MAC is the last field: ,"mac":"<64 hex>"}.  Then the line must be a
+ * JSON object with seq, epoch and prev.  rec->j is set (to free) once the
+ * line parsed. */
+static int parse_record(struct walk *w, const char *line, size_t len, struct record *rec)
 {
     static const char macsep[] = ",\"mac\":\"";
     json_error_t jerr;
-    uint8_t mac[AUDIT_HASH_LEN], want[AUDIT_HASH_LEN], h[AUDIT_HASH_LEN];
+    const struct chain *c = &w->c;
 
-    /* the MAC is the last field: ,"mac":"<64 hex>"} */
+    memset(rec, 0, sizeof(*rec));
     if (len < sizeof(macsep) - 1 + AUDIT_HEX_LEN + 2 || line[len - 1] != '}' || line[len - 2] != '"' ||
         memcmp(line + len - 2 - AUDIT_HEX_LEN - (sizeof(macsep) - 1), macsep, sizeof(macsep) - 1) != 0 ||
-        audit_unhex(line + len - 2 - AUDIT_HEX_LEN, AUDIT_HEX_LEN, want, sizeof(want)) != 0)
-        return bad(r, "%s: record after seq %llu is malformed or edited (no valid mac field)", where, (unsigned long long)c->seq);
-    size_t prefix_len = len - 2 - AUDIT_HEX_LEN - (sizeof(macsep) - 1);
-    json_t *j = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
-    if (j == NULL || !json_is_object(j)) {
-        json_decref(j);
-        return bad(r, "%s: record after seq %llu is not valid JSON (edited): %s", where, (unsigned long long)c->seq, jerr.text);
-    }
-    json_int_t seq = json_integer_value(json_object_get(j, "seq"));
-    json_int_t epoch = json_integer_value(json_object_get(j, "epoch"));
+        audit_unhex(line + len - 2 - AUDIT_HEX_LEN, AUDIT_HEX_LEN, rec->want, sizeof(rec->want)) != 0)
+        return bad(w->r, "%s: record after seq %llu is malformed or edited (no valid mac field)", w->where,
+                   (unsigned long long)c->seq);
+    rec->prefix_len = len - 2 - AUDIT_HEX_LEN - (sizeof(macsep) - 1);
+    rec->j = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    if (rec->j == NULL || !json_is_object(rec->j))
+        return bad(w->r, "%s: record after seq %llu is not valid JSON (edited): %s", w->where, (unsigned long long)c->seq,
+                   jerr.text);
+    json_t *j = rec->j;
     const char *prev = json_string_value(json_object_get(j, "prev"));
-    const char *type = json_string_value(json_object_get(j, "type"));
-    uint8_t prevb[AUDIT_HASH_LEN];
-    int rc = -1;
-
+    rec->seq = json_integer_value(json_object_get(j, "seq"));
+    rec->epoch = json_integer_value(json_object_get(j, "epoch"));
+    rec->type = json_string_value(json_object_get(j, "type"));
     if (!json_is_integer(json_object_get(j, "seq")) || !json_is_integer(json_object_get(j, "epoch")) || prev == NULL ||
-        audit_unhex(prev, strlen(prev), prevb, sizeof(prevb)) != 0) {
-        bad(r, "%s: record after seq %llu lacks seq, epoch or prev (edited)", where, (unsigned long long)c->seq);
-        goto out;
+        audit_unhex(prev, strlen(prev), rec->prev, sizeof(rec->prev)) != 0)
+        return bad(w->r, "%s: record after seq %llu lacks seq, epoch or prev (edited)", w->where, (unsigned long long)c->seq);
+    w->r->bad_seq = (uint64_t)rec->seq;
+    return 0;
+}
+
+static int is_type(const struct record *rec, const char *type)
+{
+    return rec->type != NULL && strcmp(rec->type, type) == 0;
+}
+
+/* After a torn line, only a repair record naming it may follow: anything
+ * else makes the torn line an edit, reported where it is. */
+static int torn_not_repaired(struct walk *w, const struct record *rec)
+{
+    struct audit_verify_result *r = w->r;
+    bad(r, "%s: not a valid record, and seq %lld after it is not a repair record naming it (edited, not torn): %s", r->torn_where,
+        (long long)rec->seq, r->pending_problem);
+    r->bad_seq = w->c.seq + 1;
+    r->bad_line = w->c.torn_line;
+    return -1;
+}
+
+/* seq follows, prev chains, epoch goes forward by a plausible step. */
+static int check_place(struct walk *w, const struct record *rec)
+{
+    const struct chain *c = &w->c;
+    long long seq = (long long)rec->seq, epoch = (long long)rec->epoch;
+    if ((uint64_t)rec->seq != c->seq + 1) {
+        if ((uint64_t)rec->seq <= c->seq)
+            return bad(w->r, "%s: seq %lld follows seq %llu: a record was inserted, repeated or reordered", w->where, seq,
+                       (unsigned long long)c->seq);
+        return bad(w->r, "%s: seq %lld follows seq %llu: %llu record(s) missing here (deleted or moved)", w->where, seq,
+                   (unsigned long long)c->seq, (unsigned long long)((uint64_t)rec->seq - c->seq - 1));
     }
-    r->bad_seq = (uint64_t)seq;
-    if (c->pending_torn && (type == NULL || strcmp(type, "repair") != 0)) {
-        bad(r, "%s: not a valid record, and seq %lld after it is not a repair record naming it (edited, not torn): %s",
-            r->torn_where, (long long)seq, r->pending_problem);
-        r->bad_seq = c->seq + 1;
-        r->bad_line = c->torn_line;
-        goto out;
+    if (CRYPTO_memcmp(rec->prev, c->prev, sizeof(rec->prev)) != 0)
+        return bad(w->r, "%s: seq %lld does not chain to the record before it (a record before it was edited, removed or inserted)",
+                   w->where, seq);
+    if (rec->epoch < 0 || (uint64_t)rec->epoch < c->epoch)
+        return bad(w->r, "%s: seq %lld goes back to epoch %lld from %llu", w->where, seq, epoch, (unsigned long long)c->epoch);
+    if ((uint64_t)rec->epoch - c->epoch > MAX_EPOCH_SKIP)
+        return bad(w->r, "%s: seq %lld jumps to an implausible epoch %lld", w->where, seq, epoch);
+    return 0;
+}
+
+/* The MAC under the record's epoch key, derived into *next (a copy of the
+ * chain: a record that fails leaves the chain as it was). */
+static int check_mac(struct walk *w, const char *line, const struct record *rec, struct chain *next)
+{
+    uint8_t mac[AUDIT_HASH_LEN];
+    *next = w->c;
+    while (next->epoch < (uint64_t)rec->epoch) {
+        audit_ratchet(next->key);
+        next->epoch++;
     }
-    if ((uint64_t)seq != c->seq + 1) {
-        if ((uint64_t)seq <= c->seq)
-            bad(r, "%s: seq %lld follows seq %llu: a record was inserted, repeated or reordered", where, (long long)seq,
-                (unsigned long long)c->seq);
-        else
-            bad(r, "%s: seq %lld follows seq %llu: %llu record(s) missing here (deleted or moved)", where, (long long)seq,
-                (unsigned long long)c->seq, (unsigned long long)((uint64_t)seq - c->seq - 1));
-        goto out;
-    }
-    if (CRYPTO_memcmp(prevb, c->prev, sizeof(prevb)) != 0) {
-        bad(r, "%s: seq %lld does not chain to the record before it (a record before it was edited, removed or inserted)", where,
-            (long long)seq);
-        goto out;
-    }
-    if (epoch < 0 || (uint64_t)epoch < c->epoch) {
-        bad(r, "%s: seq %lld goes back to epoch %lld from %llu", where, (long long)seq, (long long)epoch,
-            (unsigned long long)c->epoch);
-        goto out;
-    }
-    if ((uint64_t)epoch - c->epoch > MAX_EPOCH_SKIP) {
-        bad(r, "%s: seq %lld jumps to an implausible epoch %lld", where, (long long)seq, (long long)epoch);
-        goto out;
-    }
-    /* the key is advanced on a copy: a record that fails leaves the chain as it was */
-    struct chain next = *c;
-    while (next.epoch < (uint64_t)epoch) {
-        audit_ratchet(next.key);
-        next.epoch++;
-    }
-    if (audit_hmac(next.key, line, prefix_len, mac) != 0 || CRYPTO_memcmp(mac, want, sizeof(mac)) != 0) {
-        OPENSSL_cleanse(&next, sizeof(next));
-        uint64_t later = later_key_made(c, line, prefix_len, want);
-        if (later)
-            bad(r,
-                "%s: seq %lld (epoch %lld) carries a MAC made with the later epoch %llu's key: rewritten after that key "
-                "was taken",
-                where, (long long)seq, (long long)epoch, (unsigned long long)later);
-        else
-            bad(r, "%s: seq %lld fails its MAC under epoch %lld's key (edited)", where, (long long)seq, (long long)epoch);
-        goto out;
-    }
-    if (c->pending_torn) {
-        const char *th = json_string_value(json_object_get(j, "torn_sha256"));
-        uint8_t thb[AUDIT_HASH_LEN];
-        if (type == NULL || strcmp(type, "repair") != 0 || th == NULL || audit_unhex(th, strlen(th), thb, sizeof(thb)) != 0 ||
-            CRYPTO_memcmp(thb, c->torn_hash, sizeof(thb)) != 0 ||
-            json_integer_value(json_object_get(j, "torn_bytes")) != (json_int_t)c->torn_len) {
-            bad(r, "%s: not a valid record, and seq %lld after it is not a repair record naming it (edited, not torn): %s",
-                r->torn_where, (long long)seq, r->pending_problem);
-            r->bad_seq = c->seq + 1;
-            r->bad_line = c->torn_line;
-            goto out;
-        }
-        c->pending_torn = 0;
-        r->repairs++;
-    }
-    if (type != NULL && strcmp(type, "checkpoint") == 0) {
-        const char *head = json_string_value(json_object_get(j, "head"));
-        const char *sig = json_string_value(json_object_get(j, "sig"));
-        json_int_t head_seq = json_integer_value(json_object_get(j, "head_seq"));
-        uint8_t sigb[AUDIT_SIG_LEN];
-        char text[160], prevhex[AUDIT_HEX_LEN + 1];
-        audit_hex(c->prev, sizeof(c->prev), prevhex);
-        if (head == NULL || sig == NULL || (uint64_t)head_seq != c->seq || strcmp(head, prevhex) != 0 ||
-            audit_unhex(sig, strlen(sig), sigb, sizeof(sigb)) != 0 ||
-            audit_checkpoint_text(text, sizeof(text), (uint64_t)head_seq, head) != 0 || audit_verify_sig(pub, text, sigb) != 0) {
-            bad(r, "%s: checkpoint seq %lld has a bad signature or head", where, (long long)seq);
-            goto out;
-        }
-        r->checkpoints++;
-        r->last_checkpoint_seq = (uint64_t)head_seq;
-    }
-    audit_sha256(line, len, h);
-    /* a signed checkpoint (checkpoints.log or its copy) names this head */
-    while (c->next_ckpt < c->nckpt && c->ckpt_seqs[c->next_ckpt] < (uint64_t)seq)
+    if (audit_hmac(next->key, line, rec->prefix_len, mac) == 0 && CRYPTO_memcmp(mac, rec->want, sizeof(mac)) == 0)
+        return 0;
+    uint64_t later = later_key_made(&w->c, line, rec->prefix_len, rec->want);
+    if (later)
+        return bad(w->r,
+                   "%s: seq %lld (epoch %lld) carries a MAC made with the later epoch %llu's key: rewritten after that key "
+                   "was taken",
+                   w->where, (long long)rec->seq, (long long)rec->epoch, (unsigned long long)later);
+    return bad(w->r, "%s: seq %lld fails its MAC under epoch %lld's key (edited)", w->where, (long long)rec->seq,
+               (long long)rec->epoch);
+}
+
+/* The repair record after a torn line names its length and hash exactly. */
+static int check_repair(struct walk *w, const struct record *rec)
+{
+    struct chain *c = &w->c;
+    const char *th = json_string_value(json_object_get(rec->j, "torn_sha256"));
+    uint8_t thb[AUDIT_HASH_LEN];
+    if (!is_type(rec, "repair") || th == NULL || audit_unhex(th, strlen(th), thb, sizeof(thb)) != 0 ||
+        CRYPTO_memcmp(thb, c->torn_hash, sizeof(thb)) != 0 ||
+        json_integer_value(json_object_get(rec->j, "torn_bytes")) != (json_int_t)c->torn_len)
+        return torn_not_repaired(w, rec);
+    c->pending_torn = 0;
+    w->r->repairs++;
+    return 0;
+}
+
+/* A checkpoint record: signed over the head it names, which is the chain's. */
+static int check_checkpoint_record(struct walk *w, const struct record *rec)
+{
+    const char *head = json_string_value(json_object_get(rec->j, "head"));
+    const char *sig = json_string_value(json_object_get(rec->j, "sig"));
+    json_int_t head_seq = json_integer_value(json_object_get(rec->j, "head_seq"));
+    uint8_t sigb[AUDIT_SIG_LEN];
+    char text[160], prevhex[AUDIT_HEX_LEN + 1];
+    audit_hex(w->c.prev, sizeof(w->c.prev), prevhex);
+    if (head == NULL || sig == NULL || (uint64_t)head_seq != w->c.seq || strcmp(head, prevhex) != 0 ||
+        audit_unhex(sig, strlen(sig), sigb, sizeof(sigb)) != 0 ||
+        audit_checkpoint_text(text, sizeof(text), (uint64_t)head_seq, head) != 0 || audit_verify_sig(w->pub, text, sigb) != 0)
+        return bad(w->r, "%s: checkpoint seq %lld has a bad signature or head", w->where, (long long)rec->seq);
+    w->r->checkpoints++;
+    w->r->last_checkpoint_seq = (uint64_t)head_seq;
+    return 0;
+}
+
+/* A signed checkpoint (checkpoints.log or its copy) that names this seq
+ * names this line's hash h. */
+static int check_signed_heads(struct walk *w, const struct record *rec, const uint8_t h[AUDIT_HASH_LEN])
+{
+    struct chain *c = &w->c;
+    uint64_t seq = (uint64_t)rec->seq;
+    while (c->next_ckpt < c->nckpt && c->ckpt_seqs[c->next_ckpt] < seq)
         c->next_ckpt++;
-    while (c->next_ckpt < c->nckpt && c->ckpt_seqs[c->next_ckpt] == (uint64_t)seq) {
-        if (CRYPTO_memcmp(c->ckpt_heads[c->next_ckpt], h, sizeof(h)) != 0) {
-            OPENSSL_cleanse(&next, sizeof(next));
-            bad(r, "%s: seq %lld is not the record the signed checkpoint of seq %lld names (rewritten)", where, (long long)seq,
-                (long long)seq);
-            goto out;
-        }
+    while (c->next_ckpt < c->nckpt && c->ckpt_seqs[c->next_ckpt] == seq) {
+        if (CRYPTO_memcmp(c->ckpt_heads[c->next_ckpt], h, AUDIT_HASH_LEN) != 0)
+            return bad(w->r, "%s: seq %lld is not the record the signed checkpoint of seq %lld names (rewritten)", w->where,
+                       (long long)rec->seq, (long long)rec->seq);
         c->next_ckpt++;
     }
-    memcpy(c->key, next.key, sizeof(c->key));
-    c->epoch = next.epoch;
+    return 0;
+}
+
+/* The record verified: the chain moves to it (next: its epoch and key). */
+static void advance(struct walk *w, const struct record *rec, const struct chain *next, const uint8_t h[AUDIT_HASH_LEN])
+{
+    struct chain *c = &w->c;
+    memcpy(c->key, next->key, sizeof(c->key));
+    c->epoch = next->epoch;
+    memcpy(c->prev, h, AUDIT_HASH_LEN);
+    c->seq = (uint64_t)rec->seq;
+    w->r->records++;
+    w->r->last_seq = c->seq;
+    w->r->bad_seq = 0;
+}
+
+/* Checks one complete line (without its '\n') against the chain, in the
+ * order an attack would first show: form, place, MAC, repair, signatures. */
+static int check_line(struct walk *w, const char *line, size_t len)
+{
+    struct record rec;
+    struct chain next;
+    uint8_t h[AUDIT_HASH_LEN];
+    int rc = parse_record(w, line, len, &rec);
+
+    memset(&next, 0, sizeof(next));
+    if (rc == 0 && w->c.pending_torn && !is_type(&rec, "repair"))
+        rc = torn_not_repaired(w, &rec);
+    if (rc == 0)
+        rc = check_place(w, &rec);
+    if (rc == 0)
+        rc = check_mac(w, line, &rec, &next);
+    if (rc == 0 && w->c.pending_torn)
+        rc = check_repair(w, &rec);
+    if (rc == 0 && is_type(&rec, "checkpoint"))
+        rc = check_checkpoint_record(w, &rec);
+    if (rc == 0) {
+        audit_sha256(line, len, h);
+        rc = check_signed_heads(w, &rec, h);
+    }
+    if (rc == 0)
+        advance(w, &rec, &next, h);
     OPENSSL_cleanse(&next, sizeof(next));
-    memcpy(c->prev, h, sizeof(h));
-    c->seq = (uint64_t)seq;
-    r->records++;
-    r->last_seq = c->seq;
-    r->bad_seq = 0;
-    if (cb)
-        cb(arg, j, line, len);
-    rc = 0;
-out:
-    json_decref(j);
+    if (rc == 0 && w->cb)
+        w->cb(w->arg, rec.j, line, len);
+    json_decref(rec.j);
     return rc;
 }
 
@@ -334,109 +425,148 @@ fail:
     return -1;
 }
 
+/* ---- the directory ------------------------------------------------------------------------ */
+
+/* The log files' first seqs, ascending; none is a failure. */
+static int find_logs(const char *dir, uint64_t **files, size_t *nfiles, struct audit_verify_result *r)
+{
+    if (list_logs(dir, files, nfiles) != 0)
+        return bad(r, "%s: cannot list the audit directory: %s", dir, strerror(errno));
+    if (*nfiles == 0)
+        return bad(r, "%s: no audit log files", dir);
+    return 0;
+}
+
+/* A file starts where the one before it ended: one missing between them
+ * shows as a gap in the file names. */
+static int check_file_start(struct walk *w, const char *path, uint64_t first)
+{
+    const struct chain *c = &w->c;
+    struct audit_verify_result *r = w->r;
+    if (first == c->seq + 1 || (c->seq == 0 && first == 1))
+        return 0;
+    snprintf(r->bad_file, sizeof(r->bad_file), "%s", path);
+    r->bad_line = 0;
+    r->bad_seq = c->seq + 1;
+    return bad(r, "%s: starts at seq %llu but the log before ends at %llu (a file is missing: records %llu-%llu)", path,
+               (unsigned long long)first, (unsigned long long)c->seq, (unsigned long long)c->seq + 1,
+               (unsigned long long)first - 1);
+}
+
+/* Not a record: a fragment torn by a crash or a full disk.  It is
+ * acceptable only if the next line is a repair record that names it; at
+ * the end of the log it is a torn tail. */
+static void note_torn(struct walk *w, const char *line, size_t len, size_t lineno)
+{
+    struct audit_verify_result *r = w->r;
+    snprintf(r->pending_problem, sizeof(r->pending_problem), "%s", r->problem[0] ? r->problem : "torn line");
+    r->problem[0] = '\0';
+    r->ok = 1;
+    r->bad_seq = 0;
+    w->c.pending_torn = 1;
+    w->c.torn_len = len;
+    w->c.torn_line = lineno;
+    audit_sha256(line, len, w->c.torn_hash);
+    snprintf(r->torn_where, sizeof(r->torn_where), "%s", w->where);
+    r->torn = 1;
+}
+
+/* One line as getline gave it (n bytes in buf).  0 to go on, -1 to stop. */
+static int walk_line(struct walk *w, char *buf, size_t n, const char *path, size_t lineno)
+{
+    struct audit_verify_result *r = w->r;
+    snprintf(w->where, sizeof(w->where), "%s:%zu", path, lineno);
+    r->bad_line = lineno;
+    snprintf(r->bad_file, sizeof(r->bad_file), "%s", path);
+    int ended = n > 0 && buf[n - 1] == '\n';
+    if (ended)
+        buf[--n] = '\0';
+    if (w->c.pending_torn) /* only a repair record naming the fragment may follow it */
+        return check_line(w, buf, n);
+    if (ended && check_line(w, buf, n) == 0)
+        return 0;
+    if (!r->ok && strstr(r->problem, "malformed") == NULL && strstr(r->problem, "not valid JSON") == NULL)
+        return -1; /* a well-formed record that is wrong: report it */
+    note_torn(w, buf, n, lineno);
+    return 0;
+}
+
+/* Every line of audit-<first>.log; buf and cap are getline's, kept across
+ * files.  0 while the trail verifies. */
+static int walk_file(struct walk *w, const char *dir, uint64_t first, char **buf, size_t *cap)
+{
+    char path[4096];
+    size_t lineno = 0;
+    ssize_t n;
+    snprintf(path, sizeof(path), "%s/audit-%016llu.log", dir, (unsigned long long)first);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return bad(w->r, "%s: %s", path, strerror(errno));
+    if (check_file_start(w, path, first) != 0) {
+        fclose(f);
+        return -1;
+    }
+    while (w->r->ok && (n = getline(buf, cap, f)) >= 0)
+        if (walk_line(w, *buf, (size_t)n, path, ++lineno) != 0)
+            break;
+    fclose(f);
+    return w->r->ok ? 0 : -1;
+}
+
+/* The end of the log: not a torn line, and not short of a signed
+ * checkpoint that checkpoints.log (cpath) lists. */
+static void check_end(struct walk *w, uint64_t max_ckpt, const char *cpath)
+{
+    const struct chain *c = &w->c;
+    struct audit_verify_result *r = w->r;
+    if (r->ok && c->pending_torn) {
+        r->bad_seq = c->seq + 1;
+        bad(r, "%s: the last line is torn (%zu bytes, not a complete record; the writer repairs it on restart)", r->torn_where,
+            c->torn_len);
+        r->torn_tail = 1;
+    }
+    if (r->ok && max_ckpt > c->seq) {
+        r->bad_seq = c->seq + 1;
+        bad(r, "log ends at seq %llu but the signed checkpoint in %s covers seq %llu: the tail was truncated",
+            (unsigned long long)c->seq, cpath, (unsigned long long)max_ckpt);
+    } else if (r->ok && max_ckpt > r->last_checkpoint_seq) {
+        r->bad_seq = c->seq + 1;
+        bad(r,
+            "log ends at seq %llu without the checkpoint record of seq %llu that %s lists: the tail was truncated "
+            "(the last signed checkpoint in the log covers seq %llu)",
+            (unsigned long long)c->seq, (unsigned long long)max_ckpt, cpath, (unsigned long long)r->last_checkpoint_seq);
+    }
+}
+
 int audit_verify_dir(const char *dir, const uint8_t k0[AUDIT_KEY_LEN], const uint8_t pub[AUDIT_PUB_LEN], const char *checkpoints,
                      struct audit_verify_result *r, audit_record_cb cb, void *arg)
 {
-    struct chain c;
+    struct walk w;
     uint64_t *files = NULL, max_ckpt = 0;
-    size_t nfiles = 0;
-    char path[4096], where[4200], cpath[4096];
-    char *buf = NULL;
-    size_t cap = 0; /* buf's size, kept across files for getline */
+    size_t nfiles = 0, cap = 0; /* cap: buf's size, kept across files for getline */
+    char cpath[4096], *buf = NULL;
 
     memset(r, 0, sizeof(*r));
-    memset(&c, 0, sizeof(c));
+    memset(&w, 0, sizeof(w));
     r->ok = 1;
-    memcpy(c.key, k0, AUDIT_KEY_LEN);
+    w.pub = pub;
+    w.r = r;
+    w.cb = cb;
+    w.arg = arg;
+    memcpy(w.c.key, k0, AUDIT_KEY_LEN);
     if (checkpoints != NULL)
         snprintf(cpath, sizeof(cpath), "%s", checkpoints);
     else
         snprintf(cpath, sizeof(cpath), "%s/checkpoints.log", dir);
-    if (read_checkpoints(cpath, pub, &max_ckpt, &c, r) != 0)
-        goto out;
-    if (list_logs(dir, &files, &nfiles) != 0) {
-        bad(r, "%s: cannot list the audit directory: %s", dir, strerror(errno));
-        goto out;
+    if (read_checkpoints(cpath, pub, &max_ckpt, &w.c, r) == 0 && find_logs(dir, &files, &nfiles, r) == 0) {
+        for (size_t fi = 0; fi < nfiles && walk_file(&w, dir, files[fi], &buf, &cap) == 0; fi++)
+            continue;
+        check_end(&w, max_ckpt, cpath);
     }
-    if (nfiles == 0) {
-        bad(r, "%s: no audit log files", dir);
-        goto out;
-    }
-    for (size_t fi = 0; fi < nfiles && r->ok; fi++) {
-        snprintf(path, sizeof(path), "%s/audit-%016llu.log", dir, (unsigned long long)files[fi]);
-        FILE *f = fopen(path, "re");
-        if (f == NULL) {
-            bad(r, "%s: %s", path, strerror(errno));
-            break;
-        }
-        if (files[fi] != c.seq + 1 && !(c.seq == 0 && files[fi] == 1)) {
-            snprintf(r->bad_file, sizeof(r->bad_file), "%s", path);
-            r->bad_line = 0;
-            r->bad_seq = c.seq + 1;
-            bad(r, "%s: starts at seq %llu but the log before ends at %llu (a file is missing: records %llu-%llu)", path,
-                (unsigned long long)files[fi], (unsigned long long)c.seq, (unsigned long long)c.seq + 1,
-                (unsigned long long)files[fi] - 1);
-            fclose(f);
-            break;
-        }
-        size_t lineno = 0;
-        ssize_t n;
-        while (r->ok && (n = getline(&buf, &cap, f)) >= 0) {
-            lineno++;
-            snprintf(where, sizeof(where), "%s:%zu", path, lineno);
-            r->bad_line = lineno;
-            snprintf(r->bad_file, sizeof(r->bad_file), "%s", path);
-            int ended = n > 0 && buf[n - 1] == '\n';
-            if (ended)
-                buf[--n] = '\0';
-            if (c.pending_torn) {
-                /* only a repair record naming the fragment may follow it */
-                if (check_line(&c, buf, (size_t)n, pub, where, r, cb, arg) != 0)
-                    break;
-                continue;
-            }
-            if (ended && check_line(&c, buf, (size_t)n, pub, where, r, cb, arg) == 0)
-                continue;
-            if (!r->ok && strstr(r->problem, "malformed") == NULL && strstr(r->problem, "not valid JSON") == NULL)
-                break; /* a well-formed record that is wrong: report it */
-            /* not a record: a fragment torn by a crash or a full disk.  It
-             * is acceptable only if the next line is a repair record that
-             * names it; at the end of the log it is a torn tail. */
-            snprintf(r->pending_problem, sizeof(r->pending_problem), "%s", r->problem[0] ? r->problem : "torn line");
-            r->problem[0] = '\0';
-            r->ok = 1;
-            r->bad_seq = 0;
-            c.pending_torn = 1;
-            c.torn_len = (size_t)n;
-            c.torn_line = lineno;
-            audit_sha256(buf, (size_t)n, c.torn_hash);
-            snprintf(r->torn_where, sizeof(r->torn_where), "%s", where);
-            r->torn = 1;
-        }
-        fclose(f);
-    }
-    if (r->ok && c.pending_torn) {
-        r->bad_seq = c.seq + 1;
-        bad(r, "%s: the last line is torn (%zu bytes, not a complete record; the writer repairs it on restart)", r->torn_where,
-            c.torn_len);
-        r->torn_tail = 1;
-    }
-    if (r->ok && max_ckpt > c.seq) {
-        r->bad_seq = c.seq + 1;
-        bad(r, "log ends at seq %llu but the signed checkpoint in %s covers seq %llu: the tail was truncated",
-            (unsigned long long)c.seq, cpath, (unsigned long long)max_ckpt);
-    } else if (r->ok && max_ckpt > r->last_checkpoint_seq) {
-        r->bad_seq = c.seq + 1;
-        bad(r,
-            "log ends at seq %llu without the checkpoint record of seq %llu that %s lists: the tail was truncated "
-            "(the last signed checkpoint in the log covers seq %llu)",
-            (unsigned long long)c.seq, (unsigned long long)max_ckpt, cpath, (unsigned long long)r->last_checkpoint_seq);
-    }
-out:
     free(buf);
     free(files);
-    free(c.ckpt_seqs);
-    free(c.ckpt_heads);
-    OPENSSL_cleanse(&c, sizeof(c));
+    free(w.c.ckpt_seqs);
+    free(w.c.ckpt_heads);
+    OPENSSL_cleanse(&w.c, sizeof(w.c));
     return r->ok ? 0 : -1;
 }

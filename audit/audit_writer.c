@@ -12,6 +12,11 @@
  * durable is acknowledged as failed (seq 0), so the gateway refuses the
  * request rather than run it unaudited; the next pass tries again, so the
  * writer recovers by itself when the disk has room again.
+ *
+ * A pass, in order: wait_for_clients (poll), read_requests (every complete
+ * request appended, up to a batch), audit_log_tick (the log's timed
+ * duties), commit (denials written, or the batch synced and acknowledged),
+ * settle_clients (backlog noted, closed clients let go).
  */
 #include "audit_writer.h"
 
@@ -23,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "audit_wire.h"
+#include "wire/audit_wire.h"
 
 #define TICK_MS        1000
 #define DENIAL_SYNC_MS 100 /* denial records are durable within this */
@@ -43,6 +48,19 @@ struct pending {
     uint64_t tag;
     uint64_t seq;
     uint32_t err;
+};
+
+/* The writer's state across passes.  Large: allocated, not on the stack. */
+struct writer {
+    struct audit_log *l;
+    struct client clients[MAX_CLIENTS];
+    int nclients, open_clients;
+    int failing;             /* the log is failing: said once, until it writes again */
+    int backlog;             /* a full batch left requests in a buffer */
+    uint64_t unsynced_since; /* ms: denial records written but not yet synced, since */
+    struct pending batch[MAX_BATCH];
+    size_t np; /* requests in this pass's batch */
+    struct audit_wire_ack acks[MAX_BATCH];
 };
 
 static int send_all(int fd, const void *p, size_t len)
@@ -110,18 +128,75 @@ static int has_request(const struct client *c)
     return c->len - sizeof(rq) >= (size_t)rq.body_len + rq.packet_len;
 }
 
-static void close_client(struct client *c, int *open_clients)
+static void close_client(struct writer *w, struct client *c)
 {
     close(c->fd);
     c->fd = -1;
-    (*open_clients)--;
+    w->open_clients--;
 }
 
-/* Takes complete requests off a client's buffer and appends them. */
-static int drain(struct audit_log *l, struct client *c, int ci, struct pending *p, size_t *np, int *failing)
+/* The log failed (err): said once, until it writes again. */
+static void note_failure(struct writer *w, const char *err)
 {
+    if (!w->failing)
+        fprintf(stderr, "moat-audit-writer: %s\n", err);
+    w->failing = 1;
+}
+
+/* ---- one pass: wait, read, append --------------------------------------------------- */
+
+/* How long poll may wait: not at all with requests still buffered, what is
+ * left of DENIAL_SYNC_MS with denial records unsynced, else a tick. */
+static int wait_ms(const struct writer *w)
+{
+    if (w->backlog)
+        return 0;
+    if (w->unsynced_since != 0) {
+        uint64_t waited = now_ms() - w->unsynced_since;
+        return waited >= DENIAL_SYNC_MS ? 0 : (int)(DENIAL_SYNC_MS - waited);
+    }
+    return TICK_MS;
+}
+
+static int wait_for_clients(struct writer *w, struct pollfd *pfd)
+{
+    for (int i = 0; i < w->nclients; i++) {
+        const struct client *c = &w->clients[i];
+        pfd[i] = (struct pollfd){c->fd >= 0 && !c->eof ? c->fd : -1, POLLIN, 0};
+    }
+    return poll(pfd, (nfds_t)w->nclients, wait_ms(w));
+}
+
+/* Appends one request (rq, its body and packet) to the log and the batch. */
+static void append_request(struct writer *w, int ci, const struct audit_wire_req *rq, const uint8_t *data)
+{
+    const char *body = (const char *)data;
+    const uint8_t *packet = rq->packet_len ? data + rq->body_len : NULL;
+    struct pending *pe = &w->batch[w->np++];
+    char err[256];
+    pe->client = ci;
+    pe->noack = (rq->flags & AUDIT_WIRE_NOACK) != 0;
+    pe->tag = rq->tag;
+    pe->err = 0;
+    errno = 0;
+    /* bodies in compact printable ASCII are spliced as they are; any
+     * other is parsed and re-encoded (audit_log_append_text) */
+    if ((pe->seq = audit_log_append_text(w->l, body, rq->body_len, packet, rq->packet_len, err, sizeof(err))) != 0)
+        return;
+    pe->err = errno ? (uint32_t)errno : EIO;
+    if (pe->err == EINVAL)
+        fprintf(stderr, "moat-audit-writer: client %d: record refused: %s\n", ci, err);
+    else
+        note_failure(w, err);
+}
+
+/* Takes complete requests off a client's buffer and appends them.  -1: a
+ * protocol error (the client is to be closed). */
+static int drain(struct writer *w, int ci)
+{
+    struct client *c = &w->clients[ci];
     size_t off = 0;
-    while (c->len - off >= sizeof(struct audit_wire_req) && *np < MAX_BATCH) {
+    while (c->len - off >= sizeof(struct audit_wire_req) && w->np < MAX_BATCH) {
         struct audit_wire_req rq;
         memcpy(&rq, c->buf + off, sizeof(rq));
         if (rq.magic != AUDIT_WIRE_MAGIC || rq.body_len > AUDIT_WIRE_MAX_BODY || rq.packet_len > AUDIT_WIRE_MAX_PACKET ||
@@ -132,26 +207,7 @@ static int drain(struct audit_log *l, struct client *c, int ci, struct pending *
         size_t need = sizeof(rq) + rq.body_len + rq.packet_len;
         if (c->len - off < need)
             break;
-        const char *body = (const char *)c->buf + off + sizeof(rq);
-        const uint8_t *packet = rq.packet_len ? c->buf + off + sizeof(rq) + rq.body_len : NULL;
-        struct pending *pe = &p[(*np)++];
-        char err[256];
-        pe->client = ci;
-        pe->noack = (rq.flags & AUDIT_WIRE_NOACK) != 0;
-        pe->tag = rq.tag;
-        pe->err = 0;
-        errno = 0;
-        /* bodies in compact printable ASCII are spliced as they are; any
-         * other is parsed and re-encoded (audit_log_append_text) */
-        if ((pe->seq = audit_log_append_text(l, body, rq.body_len, packet, rq.packet_len, err, sizeof(err))) == 0) {
-            pe->err = errno ? (uint32_t)errno : EIO;
-            if (pe->err == EINVAL)
-                fprintf(stderr, "moat-audit-writer: client %d: record refused: %s\n", ci, err);
-            else if (!*failing)
-                fprintf(stderr, "moat-audit-writer: %s\n", err);
-            if (pe->err != EINVAL)
-                *failing = 1;
-        }
+        append_request(w, ci, &rq, c->buf + off + sizeof(rq));
         off += need;
     }
     memmove(c->buf, c->buf + off, c->len - off);
@@ -159,112 +215,142 @@ static int drain(struct audit_log *l, struct client *c, int ci, struct pending *
     return 0;
 }
 
+/* Reads what the clients sent (n: poll's answer) and appends every
+ * complete request, up to a batch. */
+static void read_requests(struct writer *w, const struct pollfd *pfd, int n)
+{
+    w->np = 0;
+    for (int i = 0; i < w->nclients; i++) {
+        struct client *c = &w->clients[i];
+        if (c->fd < 0)
+            continue;
+        if (n > 0 && pfd[i].revents && !c->eof && !fill(c))
+            c->eof = 1;
+        if (drain(w, i) != 0)
+            close_client(w, c);
+    }
+}
+
+/* ---- one pass: commit, acknowledge ---------------------------------------------------------- */
+
+/* Does anybody wait for a request of the batch? */
+static int batch_waited_for(const struct writer *w)
+{
+    for (size_t i = 0; i < w->np; i++)
+        if (!w->batch[i].noack)
+            return 1;
+    return 0;
+}
+
+/* Denials only, which nobody waits for: written now (the writer dying
+ * loses none of them), made durable with the next batch somebody waits
+ * for, or DENIAL_SYNC_MS from now. */
+static void write_denials(struct writer *w, uint64_t now)
+{
+    char err[256];
+    if (audit_log_write(w->l, err, sizeof(err)) != 0)
+        note_failure(w, err);
+    if (w->unsynced_since == 0)
+        w->unsynced_since = now ? now : 1;
+}
+
+/* The batch's acknowledgements, in order, one write per client. */
+static void send_acks(struct writer *w)
+{
+    for (int ci = 0; ci < w->nclients; ci++) {
+        struct client *c = &w->clients[ci];
+        size_t na = 0;
+        for (size_t i = 0; i < w->np; i++) {
+            const struct pending *pe = &w->batch[i];
+            if (pe->client == ci && !pe->noack)
+                w->acks[na++] = (struct audit_wire_ack){pe->tag, pe->seq, pe->err, 0};
+        }
+        if (na > 0 && c->fd >= 0 && send_all(c->fd, w->acks, na * sizeof(w->acks[0])) != 0)
+            close_client(w, c);
+    }
+}
+
+/* One fdatasync for the whole batch, then the acknowledgements: a record
+ * is acknowledged as recorded only once it is durable. */
+static void commit_batch(struct writer *w)
+{
+    char err[256];
+    w->unsynced_since = 0;
+    if (audit_log_sync(w->l, err, sizeof(err)) != 0) {
+        note_failure(w, err);
+        for (size_t i = 0; i < w->np; i++)
+            if (w->batch[i].seq) {
+                w->batch[i].seq = 0;
+                w->batch[i].err = EIO;
+            }
+    } else if (w->failing) {
+        int all_ok = 1;
+        for (size_t i = 0; i < w->np; i++)
+            all_ok &= w->batch[i].seq != 0;
+        if (all_ok) {
+            fprintf(stderr, "moat-audit-writer: writing again\n");
+            w->failing = 0;
+        }
+    }
+    send_acks(w);
+}
+
+static void commit(struct writer *w)
+{
+    uint64_t now = now_ms();
+    int denial_window = w->unsynced_since == 0 || now - w->unsynced_since < DENIAL_SYNC_MS;
+    if (w->np > 0 && !batch_waited_for(w) && denial_window)
+        write_denials(w, now);
+    else if (w->np > 0 || (w->unsynced_since != 0 && !denial_window))
+        commit_batch(w);
+}
+
+/* Requests left in a buffer by a full batch need no new data (backlog); a
+ * client that closed and has nothing left is closed. */
+static void settle_clients(struct writer *w)
+{
+    w->backlog = 0;
+    for (int i = 0; i < w->nclients; i++) {
+        struct client *c = &w->clients[i];
+        if (c->fd < 0)
+            continue;
+        if (has_request(c))
+            w->backlog = 1;
+        else if (c->eof)
+            close_client(w, c);
+    }
+}
+
 int audit_writer_run(struct audit_log *l, const int *fds, int nfds)
 {
-    struct client clients[MAX_CLIENTS];
-    static struct pending batch[MAX_BATCH];
-    int open_clients = 0, failing = 0, backlog = 0;
-    uint64_t unsynced_since = 0; /* ms: denial records written but not yet synced, since */
+    struct pollfd pfd[MAX_CLIENTS];
+    struct writer *w = calloc(1, sizeof(*w));
+    char err[256];
+    int rc = 0;
 
-    if (nfds > MAX_CLIENTS)
-        nfds = MAX_CLIENTS;
-    memset(clients, 0, sizeof(clients));
-    for (int i = 0; i < nfds; i++) {
-        clients[i].fd = fds[i];
-        open_clients++;
+    if (w == NULL) {
+        fprintf(stderr, "moat-audit-writer: out of memory\n");
+        return -1;
     }
-    while (open_clients > 0) {
-        struct pollfd pfd[MAX_CLIENTS];
-        for (int i = 0; i < nfds; i++)
-            pfd[i] = (struct pollfd){clients[i].fd >= 0 && !clients[i].eof ? clients[i].fd : -1, POLLIN, 0};
-        /* requests left in a buffer by a full batch need no new data */
-        int wait_ms = TICK_MS;
-        if (backlog) {
-            wait_ms = 0;
-        } else if (unsynced_since != 0) { /* what is left of DENIAL_SYNC_MS */
-            uint64_t waited = now_ms() - unsynced_since;
-            wait_ms = waited >= DENIAL_SYNC_MS ? 0 : (int)(DENIAL_SYNC_MS - waited);
+    w->l = l;
+    w->nclients = nfds > MAX_CLIENTS ? MAX_CLIENTS : nfds;
+    for (int i = 0; i < w->nclients; i++)
+        w->clients[i].fd = fds[i];
+    w->open_clients = w->nclients;
+    while (w->open_clients > 0) {
+        int n = wait_for_clients(w, pfd);
+        if (n < 0 && errno != EINTR) {
+            rc = -1;
+            break;
         }
-        int n = poll(pfd, (nfds_t)nfds, wait_ms);
-        if (n < 0 && errno != EINTR)
-            return -1;
-        size_t np = 0;
-        for (int i = 0; i < nfds; i++) {
-            struct client *c = &clients[i];
-            if (c->fd < 0)
-                continue;
-            if (n > 0 && pfd[i].revents && !c->eof && !fill(c))
-                c->eof = 1;
-            if (drain(l, c, i, batch, &np, &failing) != 0) {
-                close_client(c, &open_clients);
-                continue;
-            }
-        }
-        char err[256];
-        if (audit_log_tick(l, time(NULL), err, sizeof(err)) != 0 && !failing) {
-            fprintf(stderr, "moat-audit-writer: %s\n", err);
-            failing = 1;
-        }
-        int waited_for = 0;
-        for (size_t i = 0; i < np && !waited_for; i++)
-            waited_for = !batch[i].noack;
-        uint64_t now = now_ms();
-        if (np > 0 && !waited_for && (unsynced_since == 0 || now - unsynced_since < DENIAL_SYNC_MS)) {
-            /* denials only, which nobody waits for: written now (the writer
-             * dying loses none of them), made durable with the next batch
-             * somebody waits for, or DENIAL_SYNC_MS from now */
-            if (audit_log_write(l, err, sizeof(err)) != 0) {
-                if (!failing)
-                    fprintf(stderr, "moat-audit-writer: %s\n", err);
-                failing = 1;
-            }
-            if (unsynced_since == 0)
-                unsynced_since = now ? now : 1;
-        } else if (np > 0 || (unsynced_since != 0 && now - unsynced_since >= DENIAL_SYNC_MS)) {
-            unsynced_since = 0;
-            /* one fdatasync for the whole batch, then the acknowledgements */
-            if (audit_log_sync(l, err, sizeof(err)) != 0) {
-                if (!failing)
-                    fprintf(stderr, "moat-audit-writer: %s\n", err);
-                failing = 1;
-                for (size_t i = 0; i < np; i++)
-                    if (batch[i].seq) {
-                        batch[i].seq = 0;
-                        batch[i].err = EIO;
-                    }
-            } else if (failing) {
-                int all_ok = 1;
-                for (size_t i = 0; i < np; i++)
-                    all_ok &= batch[i].seq != 0;
-                if (all_ok) {
-                    fprintf(stderr, "moat-audit-writer: writing again\n");
-                    failing = 0;
-                }
-            }
-            /* the batch's acknowledgements, in order, one write per client */
-            static struct audit_wire_ack acks[MAX_BATCH];
-            for (int ci = 0; ci < nfds; ci++) {
-                size_t na = 0;
-                for (size_t i = 0; i < np; i++)
-                    if (batch[i].client == ci && !batch[i].noack)
-                        acks[na++] = (struct audit_wire_ack){batch[i].tag, batch[i].seq, batch[i].err, 0};
-                struct client *c = &clients[ci];
-                if (na > 0 && c->fd >= 0 && send_all(c->fd, acks, na * sizeof(acks[0])) != 0)
-                    close_client(c, &open_clients);
-            }
-        }
-        backlog = 0;
-        for (int i = 0; i < nfds; i++) {
-            struct client *c = &clients[i];
-            if (c->fd < 0)
-                continue;
-            if (has_request(c))
-                backlog = 1;
-            else if (c->eof)
-                close_client(c, &open_clients);
-        }
+        read_requests(w, pfd, n);
+        if (audit_log_tick(l, time(NULL), err, sizeof(err)) != 0)
+            note_failure(w, err);
+        commit(w);
+        settle_clients(w);
     }
-    for (int i = 0; i < nfds; i++)
-        free(clients[i].buf);
-    return 0;
+    for (int i = 0; i < w->nclients; i++)
+        free(w->clients[i].buf);
+    free(w);
+    return rc;
 }

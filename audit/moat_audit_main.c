@@ -33,7 +33,7 @@
 #include <openssl/evp.h>
 
 #include "audit_log.h"
-#include "audit_wire.h"
+#include "wire/audit_wire.h"
 #include "audit_verify.h"
 
 #define PROG "moat-audit"
@@ -646,6 +646,13 @@ static void put_block(const char *text, size_t len, int depth)
 
 static void put_json(const char *key, json_t *v, int depth);
 
+/* Each member of an object, at depth. */
+static void put_members(json_t *obj, int depth)
+{
+    for (void *it = json_object_iter(obj); it != NULL; it = json_object_iter_next(obj, it))
+        put_json(json_object_iter_key(it), json_object_iter_value(it), depth);
+}
+
 static void put_string_value(const char *key, const char *s, size_t len, int depth)
 {
     size_t klen = key ? strlen(key) : 0;
@@ -685,17 +692,10 @@ static void put_json(const char *key, json_t *v, int depth)
         putchar(':');
     }
     switch (json_typeof(v)) {
-    case JSON_OBJECT: {
-        const char *k;
-        json_t *x;
+    case JSON_OBJECT:
         putchar('\n');
-        for (void *it_ = json_object_iter(v); it_ != NULL; it_ = json_object_iter_next(v, it_)) {
-            k = json_object_iter_key(it_);
-            x = json_object_iter_value(it_);
-            put_json(k, x, depth + 1);
-        }
+        put_members(v, depth + 1);
         break;
-    }
     case JSON_ARRAY: {
         size_t i;
         json_t *x;
@@ -732,36 +732,6 @@ static int is_hex64(const char *s)
     return 1;
 }
 
-/* A packet of an earlier version: its own file, named by its hash.  The
- * bytes in *buf (malloc'd), or 1 after saying why. */
-static int read_packet_file(const char *dir, const char *ref, char *path, size_t pathlen, char **buf, size_t *len)
-{
-    snprintf(path, pathlen, "%s/packets/%.2s/%s.json", dir, ref, ref);
-    FILE *f = fopen(path, "rbe");
-    if (f == NULL)
-        return die(1, "show: packet %s: %s (expired or removed)", path, strerror(errno));
-    size_t cap = 1 << 16, n;
-    char *b = malloc(cap);
-    *len = 0;
-    while (b != NULL && (n = fread(b + *len, 1, cap - *len, f)) > 0) {
-        *len += n;
-        if (*len == cap) {
-            char *g = realloc(b, cap *= 2);
-            if (g == NULL)
-                free(b);
-            b = g;
-        }
-    }
-    int ferr = ferror(f);
-    fclose(f);
-    if (b == NULL || ferr) {
-        free(b);
-        return die(1, "show: cannot read packet %s", path);
-    }
-    *buf = b;
-    return 0;
-}
-
 /* A packet in a pack: at is "audit-<16 digits>.pack:<offset>:<length>",
  * from the verified record.  The bytes in *buf (malloc'd), or 1. */
 static int read_packet_pack(const char *dir, const char *at, char *path, size_t pathlen, char **buf, size_t *len)
@@ -789,6 +759,27 @@ static int read_packet_pack(const char *dir, const char *at, char *path, size_t 
     return 0;
 }
 
+/* A verified packet, for reading: JSON as a tree, other UTF-8 text as a
+ * block, anything else only counted. */
+static void print_packet(const char *ref, const char *buf, size_t len)
+{
+    json_error_t jerr;
+    printf("\npacket %s (%zu bytes, SHA-256 matches the record)\n", ref, len);
+    json_t *j = json_loadb(buf, len, JSON_ALLOW_NUL, &jerr);
+    if (j != NULL) {
+        if (json_is_object(j))
+            put_members(j, 1);
+        else
+            put_json(NULL, j, 1);
+        json_decref(j);
+    } else if (valid_utf8((const unsigned char *)buf, len)) {
+        printf("  (not JSON: %s)\n", jerr.text);
+        put_block(buf, len, 1);
+    } else {
+        printf("  (not JSON and not UTF-8: %zu bytes; use --raw-packet)\n", len);
+    }
+}
+
 /* Reads, checks and prints (or writes raw) one packet.  0 or 1. */
 static int show_packet(const char *dir, const char *ref, const char *at, int raw)
 {
@@ -798,42 +789,21 @@ static int show_packet(const char *dir, const char *ref, const char *at, int raw
     size_t len = 0;
     if (!is_hex64(ref))
         return die(1, "show: the record's packet reference is not a SHA-256");
-    if ((at != NULL ? read_packet_pack(dir, at, path, sizeof(path), &buf, &len)
-                    : read_packet_file(dir, ref, path, sizeof(path), &buf, &len)) != 0)
+    if (at == NULL)
+        return die(1, "show: the record names packet %s but not where it is (no packet_at)", ref);
+    if (read_packet_pack(dir, at, path, sizeof(path), &buf, &len) != 0)
         return 1;
     audit_sha256(buf, len, h);
     audit_hex(h, sizeof(h), hex);
     if (strcmp(hex, ref) != 0) {
         free(buf);
-        return die(1, "show: packet %s%s%s does not match the record's reference (its SHA-256 is %s): tampered", path,
-                   at ? " at " : "", at ? strchr(at, ':') + 1 : "", hex);
+        return die(1, "show: packet %s at %s does not match the record's reference (its SHA-256 is %s): tampered", path,
+                   strchr(at, ':') + 1, hex);
     }
-    if (raw) {
+    if (raw)
         fwrite(buf, 1, len, stdout);
-        free(buf);
-        return 0;
-    }
-    printf("\npacket %s (%zu bytes, SHA-256 matches the record)\n", ref, len);
-    json_error_t jerr;
-    json_t *j = json_loadb(buf, len, JSON_ALLOW_NUL, &jerr);
-    if (j != NULL) {
-        const char *k;
-        json_t *x;
-        if (json_is_object(j))
-            for (void *it_ = json_object_iter(j); it_ != NULL; it_ = json_object_iter_next(j, it_)) {
-                k = json_object_iter_key(it_);
-                x = json_object_iter_value(it_);
-                put_json(k, x, 1);
-            }
-        else
-            put_json(NULL, j, 1);
-        json_decref(j);
-    } else if (valid_utf8((unsigned char *)buf, len)) {
-        printf("  (not JSON: %s)\n", jerr.text);
-        put_block(buf, len, 1);
-    } else {
-        printf("  (not JSON and not UTF-8: %zu bytes; use --raw-packet)\n", len);
-    }
+    else
+        print_packet(ref, buf, len);
     free(buf);
     return 0;
 }
@@ -860,13 +830,7 @@ static int cmd_show(struct opts *o)
                 putchar(')');
             }
             putchar('\n');
-            const char *k;
-            json_t *x;
-            for (void *it_ = json_object_iter(rec); it_ != NULL; it_ = json_object_iter_next(rec, it_)) {
-                k = json_object_iter_key(it_);
-                x = json_object_iter_value(it_);
-                put_json(k, x, 1);
-            }
+            put_members(rec, 1);
         }
         if (ref != NULL) {
             packets++;

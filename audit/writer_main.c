@@ -19,6 +19,7 @@
 #include <linux/capability.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,95 +92,140 @@ static int drop_privileges(const char *user)
     return 0;
 }
 
-int main(int argc, char **argv)
-{
-    /* the cadences: option, its range, where it goes (audit_log.h) */
+/* What the command line asks for. */
+struct args {
+    const char *dir, *user;
+    int nclients;
     struct audit_config cfg;
-    struct {
-        const char *name;
-        uint64_t min, max, scale;
-        uint64_t *field;
-    } const tuning[] = {
-        {"checkpoint-records", 1, 10000000, 1, &cfg.checkpoint_records},
-        {"checkpoint-seconds", 1, 86400, 1, &cfg.checkpoint_seconds},
-        {"epoch-records", 1, 10000000, 1, &cfg.epoch_records},
-        {"epoch-seconds", 1, 30 * 86400, 1, &cfg.epoch_seconds},
-        {"rotate-bytes", 65536, 1ull << 40, 1, &cfg.rotate_bytes},
-        {"rotate-seconds", 60, 366 * 86400, 1, &cfg.rotate_seconds},
-        {"packet-retention-days", 0, 3650, 86400, &cfg.packet_retention_s},
-    };
-    enum { NTUNING = sizeof(tuning) / sizeof(tuning[0]) };
+};
+
+/* The cadences: option, its range, its scale and where it goes (audit_log.h). */
+struct tuning {
+    const char *name;
+    uint64_t min, max, scale;
+    size_t field; /* offsetof(struct audit_config, ...) */
+};
+
+#define TUNE(field) offsetof(struct audit_config, field)
+
+static const struct tuning tuning[] = {
+    {"checkpoint-records", 1, 10000000, 1, TUNE(checkpoint_records)},
+    {"checkpoint-seconds", 1, 86400, 1, TUNE(checkpoint_seconds)},
+    {"epoch-records", 1, 10000000, 1, TUNE(epoch_records)},
+    {"epoch-seconds", 1, 30 * 86400, 1, TUNE(epoch_seconds)},
+    {"rotate-bytes", 65536, 1ull << 40, 1, TUNE(rotate_bytes)},
+    {"rotate-seconds", 60, 366 * 86400, 1, TUNE(rotate_seconds)},
+    {"packet-retention-days", 0, 3650, 86400, TUNE(packet_retention_s)},
+};
+
+enum { NTUNING = sizeof(tuning) / sizeof(tuning[0]), OPT_TUNING = 1000 };
+
+/* A cadence option (ch from getopt_long): 0, or -1 after saying why. */
+static int set_tuning(struct args *a, int ch, const char *text)
+{
+    const struct tuning *t = &tuning[ch - OPT_TUNING];
+    uint64_t n;
+    if (parse_number(t->name, text, t->min, t->max, &n) != 0)
+        return -1;
+    *(uint64_t *)((char *)&a->cfg + t->field) = n * t->scale;
+    return 0;
+}
+
+/* 0 to run, else the exit status (0 after --help). */
+static int parse_args(int argc, char **argv, struct args *a, int *exit_code)
+{
     struct option opts[5 + NTUNING + 1] = {{"dir", required_argument, NULL, 'd'},
                                            {"clients", required_argument, NULL, 'c'},
                                            {"user", required_argument, NULL, 'u'},
                                            {"no-packets", no_argument, NULL, 'P'},
                                            {"help", no_argument, NULL, 'h'}};
-    const char *dir = NULL, *user = "moat-audit";
-    int nclients = 0, ch, packets = 1, idx;
+    int ch, idx;
     uint64_t n;
-    struct audit_log log;
-    char err[512];
 
-    audit_config_defaults(&cfg);
+    memset(a, 0, sizeof(*a));
+    a->user = "moat-audit";
+    audit_config_defaults(&a->cfg);
     for (int t = 0; t < NTUNING; t++)
-        opts[5 + t] = (struct option){tuning[t].name, required_argument, NULL, 1000 + t};
+        opts[5 + t] = (struct option){tuning[t].name, required_argument, NULL, OPT_TUNING + t};
+    *exit_code = 2;
     while ((ch = getopt_long(argc, argv, "d:c:u:Ph", opts, &idx)) != -1) {
         switch (ch) {
         case 'd':
-            dir = optarg;
+            a->dir = optarg;
             break;
         case 'c':
             if (parse_number("clients", optarg, 1, 512, &n) != 0)
-                return 2;
-            nclients = (int)n;
+                return -1;
+            a->nclients = (int)n;
             break;
         case 'u':
-            user = optarg;
+            a->user = optarg;
             break;
         case 'P':
-            packets = 0;
+            a->cfg.packets = 0;
             break;
         case 'h':
             usage(stdout);
-            return 0;
+            *exit_code = 0;
+            return -1;
         default:
-            if (ch >= 1000 && ch < 1000 + NTUNING) {
-                int t = ch - 1000;
-                if (parse_number(tuning[t].name, optarg, tuning[t].min, tuning[t].max, &n) != 0)
-                    return 2;
-                *tuning[t].field = n * tuning[t].scale;
+            if (ch >= OPT_TUNING && ch < OPT_TUNING + NTUNING) {
+                if (set_tuning(a, ch, optarg) != 0)
+                    return -1;
                 break;
             }
             usage(stderr);
-            return 2;
+            return -1;
         }
     }
-    if (dir == NULL || nclients < 1 || nclients > 512) {
+    if (a->dir == NULL || a->nclients < 1 || a->nclients > 512) {
         usage(stderr);
-        return 2;
+        return -1;
     }
-    signal(SIGPIPE, SIG_IGN);
-    signal(SIGINT, SIG_IGN); /* ends when the gateway closes the sockets */
-    if (geteuid() == 0 && drop_privileges(user) != 0)
-        return 1;
-    cfg.packets = packets;
+    return 0;
+}
+
+/* The tests' overrides (MOAT_AUDIT_*): they win over the options. */
+static void env_overrides(struct audit_config *cfg)
+{
     const char *env;
     if ((env = getenv("MOAT_AUDIT_CHECKPOINT_RECORDS")) != NULL)
-        cfg.checkpoint_records = strtoull(env, NULL, 10);
+        cfg->checkpoint_records = strtoull(env, NULL, 10);
     if ((env = getenv("MOAT_AUDIT_EPOCH_RECORDS")) != NULL)
-        cfg.epoch_records = strtoull(env, NULL, 10);
+        cfg->epoch_records = strtoull(env, NULL, 10);
     if ((env = getenv("MOAT_AUDIT_ROTATE_BYTES")) != NULL)
-        cfg.rotate_bytes = strtoull(env, NULL, 10);
-    if (audit_log_open(&log, dir, &cfg, err, sizeof(err)) != 0) {
+        cfg->rotate_bytes = strtoull(env, NULL, 10);
+}
+
+/* Opens the log and serves the sockets 3 .. 3+nclients-1 until they close. */
+static int serve(const struct args *a)
+{
+    struct audit_log log;
+    char err[512];
+    int fds[512];
+    if (audit_log_open(&log, a->dir, &a->cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "moat-audit-writer: %s\n", err);
         return 1;
     }
-    if (!log.appended_ok && cfg.append_only)
+    if (!log.appended_ok && a->cfg.append_only)
         fprintf(stderr, "moat-audit-writer: note: chattr +a not permitted here; the log relies on its owner and mode\n");
-    int fds[512];
-    for (int i = 0; i < nclients; i++)
+    for (int i = 0; i < a->nclients; i++)
         fds[i] = 3 + i;
-    int rc = audit_writer_run(&log, fds, nclients);
+    int rc = audit_writer_run(&log, fds, a->nclients);
     audit_log_close(&log);
     return rc == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    struct args a;
+    int code;
+    if (parse_args(argc, argv, &a, &code) != 0)
+        return code;
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, SIG_IGN); /* ends when the gateway closes the sockets */
+    if (geteuid() == 0 && drop_privileges(a.user) != 0)
+        return 1;
+    env_overrides(&a.cfg);
+    return serve(&a);
 }
