@@ -47,6 +47,7 @@
 
 #include "box_internal.h"
 #include "log.h"
+#include "moat_limits.h"
 #include "sockio.h"
 
 #define BOX_STACK_SIZE (256 * 1024)
@@ -163,9 +164,18 @@ int box_prepare(const struct cg_system *cg, const struct seccomp_prog *seccomp, 
             goto out;
         }
 
-    /* a static copy per slot: the child reads it after clone */
-    static struct init_args args[256];
-    struct init_args *a = &args[s->index & 255];
+    /*
+     * A static copy per slot: the child reads it after clone (no malloc
+     * there), and a slot prepares one box at a time.  pool_init() keeps slot
+     * indexes below MAX_SLOTS (-j is capped there too); checked again here
+     * rather than masked, so a bad index fails instead of sharing a copy.
+     */
+    static struct init_args args[MAX_SLOTS];
+    if (s->index < 0 || s->index >= MAX_SLOTS) {
+        errf(e, "slot index %d out of range 0..%d", s->index, MAX_SLOTS - 1);
+        goto out;
+    }
+    struct init_args *a = &args[s->index];
     memset(a, 0, sizeof(*a));
     a->slot = s;
     a->seccomp = seccomp;

@@ -7,6 +7,11 @@
  * Templates may use "{file}" (the first file's name), "{files}" (every file
  * name, one argv element each) and "{args}" (the request's arguments, one
  * element each).
+ *
+ * language_parse() reads a manifest in named steps (manifest_fields_known,
+ * _identity, _extension, _aliases, _stages, _runtime, _env, then the limits),
+ * each failing with the manifest's path and the field; a manifest is taken
+ * whole or skipped (languages_load logs why), never half-registered.
  */
 #include "language.h"
 
@@ -185,94 +190,107 @@ static void default_limits(struct language *lang)
     lang->compile_limits = server_compile;
 }
 
-int language_parse(struct language *lang, const char *path, struct errbuf *e)
+/* ---- one manifest, field by field ------------------------------------------ */
+
+/* Every top-level field must be one this code reads: a typo is an error, not a default. */
+static int manifest_fields_known(json_t *root, const char *path, struct errbuf *e)
 {
     static const char *const known[] = {"language", "version", "version_package", "aliases",  "compile", "run",
                                         "runtime",  "env",     "limits",          "extension"};
-    json_error_t jerr;
-    json_t *root = NULL, *v;
     const char *key;
-    char **ro = NULL;
-    size_t nro = 0;
+    json_t *v;
 
-    memset(lang, 0, sizeof(*lang));
-    default_limits(lang);
-    root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL)
-        return errf(e, "%s:%d: %s", path, jerr.line, jerr.text);
-    if (!json_is_object(root)) {
-        errf(e, "%s: not a JSON object", path);
-        goto fail;
-    }
+    if (!json_is_object(root))
+        return errf(e, "%s: not a JSON object", path);
     json_object_foreach(root, key, v)
     {
         int ok = 0;
         for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
             ok |= strcmp(key, known[i]) == 0;
-        if (!ok) {
-            errf(e, "%s: unknown field \"%s\"", path, key);
-            goto fail;
-        }
+        if (!ok)
+            return errf(e, "%s: unknown field \"%s\"", path, key);
     }
-    v = json_object_get(root, "language");
-    if (!json_is_string(v) || !valid_token(json_string_value(v))) {
-        errf(e, "%s: language must be a short name", path);
-        goto fail;
-    }
+    return 0;
+}
+
+/* language and version; an installed version_package's version wins over the manifest's. */
+static int manifest_identity(struct language *lang, json_t *root, const char *path, struct errbuf *e)
+{
+    json_t *v = json_object_get(root, "language");
+
+    if (!json_is_string(v) || !valid_token(json_string_value(v)))
+        return errf(e, "%s: language must be a short name", path);
     lang->name = strdup(json_string_value(v));
     v = json_object_get(root, "version");
-    if (!json_is_string(v) || !valid_token(json_string_value(v))) {
-        errf(e, "%s: version must be a version string", path);
-        goto fail;
-    }
+    if (!json_is_string(v) || !valid_token(json_string_value(v)))
+        return errf(e, "%s: version must be a version string", path);
     lang->version = strdup(json_string_value(v));
     if ((v = json_object_get(root, "version_package")) != NULL) {
         char pv[64];
-        if (!json_is_string(v)) {
-            errf(e, "%s: version_package must be a package name", path);
-            goto fail;
-        }
-        /* the installed package's version wins over the manifest's */
+        if (!json_is_string(v))
+            return errf(e, "%s: version_package must be a package name", path);
         if (package_version(DPKG_STATUS, json_string_value(v), pv, sizeof(pv)) == 0 && valid_token(pv)) {
             free(lang->version);
             lang->version = strdup(pv);
         }
     }
-    if (lang->name == NULL || lang->version == NULL) {
-        errf(e, "out of memory");
-        goto fail;
-    }
-    if ((v = json_object_get(root, "extension")) != NULL) {
-        const char *ext = json_is_string(v) ? json_string_value(v) : "";
-        if (ext[0] != '.' || !valid_token(ext + 1) || strchr(ext + 1, '.') != NULL) {
-            errf(e, "%s: extension must look like \".go\"", path);
-            goto fail;
-        }
-        if ((lang->extension = strdup(ext)) == NULL) {
-            errf(e, "out of memory");
-            goto fail;
-        }
-    }
-    if ((v = json_object_get(root, "aliases")) != NULL) {
-        if (strv_from_json(v, "aliases", &lang->aliases, &lang->naliases, e) != 0)
-            goto fail;
-        if (lang->naliases > MOAT_MAX_ALIASES) {
-            errf(e, "%s: too many aliases", path);
-            goto fail;
-        }
-    }
-    v = json_object_get(root, "compile");
+    if (lang->name == NULL || lang->version == NULL)
+        return errf(e, "out of memory");
+    return 0;
+}
+
+/* extension (optional): ".go", one dot and a token. */
+static int manifest_extension(struct language *lang, json_t *root, const char *path, struct errbuf *e)
+{
+    json_t *v = json_object_get(root, "extension");
+    const char *ext;
+
+    if (v == NULL)
+        return 0;
+    ext = json_is_string(v) ? json_string_value(v) : "";
+    if (ext[0] != '.' || !valid_token(ext + 1) || strchr(ext + 1, '.') != NULL)
+        return errf(e, "%s: extension must look like \".go\"", path);
+    if ((lang->extension = strdup(ext)) == NULL)
+        return errf(e, "out of memory");
+    return 0;
+}
+
+/* aliases (optional): at most MOAT_MAX_ALIASES strings. */
+static int manifest_aliases(struct language *lang, json_t *root, const char *path, struct errbuf *e)
+{
+    json_t *v = json_object_get(root, "aliases");
+
+    if (v == NULL)
+        return 0;
+    if (strv_from_json(v, "aliases", &lang->aliases, &lang->naliases, e) != 0)
+        return -1;
+    if (lang->naliases > MOAT_MAX_ALIASES)
+        return errf(e, "%s: too many aliases", path);
+    return 0;
+}
+
+/* compile (optional, may be null) and run: argv templates whose programs are installed. */
+static int manifest_stages(struct language *lang, json_t *root, struct errbuf *e)
+{
+    json_t *v = json_object_get(root, "compile");
+
     if (v != NULL && !json_is_null(v) && argv_template(v, "compile", &lang->compile_argv, e) != 0)
-        goto fail;
-    if (argv_template(json_object_get(root, "run"), "run", &lang->run_argv, e) != 0)
-        goto fail;
+        return -1;
+    return argv_template(json_object_get(root, "run"), "run", &lang->run_argv, e);
+}
+
+/* runtime: the host paths mounted read-only in the box; absolute, not "/", without "..". */
+static int manifest_runtime(struct language *lang, json_t *root, const char *path, struct errbuf *e)
+{
+    char **ro = NULL;
+    size_t nro = 0;
+
     if (strv_from_json(json_object_get(root, "runtime"), "runtime", &ro, &nro, e) != 0)
-        goto fail;
+        return -1;
     lang->ro = calloc(nro ? nro : 1, sizeof(*lang->ro));
     if (lang->ro == NULL) {
         free_strv(ro);
-        errf(e, "out of memory");
-        goto fail;
+        return errf(e, "out of memory");
     }
     for (size_t i = 0; i < nro; i++) {
         lang->ro[i].path = ro[i];
@@ -280,33 +298,54 @@ int language_parse(struct language *lang, const char *path, struct errbuf *e)
             for (size_t j = i + 1; j < nro; j++)
                 free(ro[j]);
             free(ro);
-            lang->nro = i + 1;
-            errf(e, "%s: runtime path \"%s\" must be absolute, not / and without ..", path, lang->ro[i].path);
-            goto fail;
+            lang->nro = i + 1; /* language_free() frees ro[0..i], now lang's */
+            return errf(e, "%s: runtime path \"%s\" must be absolute, not / and without ..", path, lang->ro[i].path);
         }
     }
     lang->nro = nro;
     free(ro);
-    if ((v = json_object_get(root, "env")) != NULL) {
-        if (strv_from_json(v, "env", &lang->env, NULL, e) != 0)
-            goto fail;
-        for (size_t i = 0; lang->env[i]; i++)
-            if (strchr(lang->env[i], '=') == NULL || lang->env[i][0] == '=') {
-                errf(e, "%s: env entry \"%s\" is not KEY=VALUE", path, lang->env[i]);
-                goto fail;
-            }
-    } else if ((lang->env = calloc(1, sizeof(char *))) == NULL) {
-        errf(e, "out of memory");
-        goto fail;
+    return 0;
+}
+
+/* env (optional): KEY=VALUE strings; an empty list when omitted. */
+static int manifest_env(struct language *lang, json_t *root, const char *path, struct errbuf *e)
+{
+    json_t *v = json_object_get(root, "env");
+
+    if (v == NULL) {
+        if ((lang->env = calloc(1, sizeof(char *))) == NULL)
+            return errf(e, "out of memory");
+        return 0;
     }
-    if (limits_apply(json_object_get(root, "limits"), &lang->run_limits, &lang->compile_limits, e) != 0)
-        goto fail;
+    if (strv_from_json(v, "env", &lang->env, NULL, e) != 0)
+        return -1;
+    for (size_t i = 0; lang->env[i]; i++)
+        if (strchr(lang->env[i], '=') == NULL || lang->env[i][0] == '=')
+            return errf(e, "%s: env entry \"%s\" is not KEY=VALUE", path, lang->env[i]);
+    return 0;
+}
+
+int language_parse(struct language *lang, const char *path, struct errbuf *e)
+{
+    json_error_t jerr;
+    json_t *root;
+
+    memset(lang, 0, sizeof(*lang));
+    default_limits(lang);
+    root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        return errf(e, "%s:%d: %s", path, jerr.line, jerr.text);
+    if (manifest_fields_known(root, path, e) != 0 || manifest_identity(lang, root, path, e) != 0 ||
+        manifest_extension(lang, root, path, e) != 0 || manifest_aliases(lang, root, path, e) != 0 ||
+        manifest_stages(lang, root, e) != 0 || manifest_runtime(lang, root, path, e) != 0 ||
+        manifest_env(lang, root, path, e) != 0 ||
+        limits_apply(json_object_get(root, "limits"), &lang->run_limits, &lang->compile_limits, e) != 0) {
+        json_decref(root);
+        language_free(lang);
+        return -1;
+    }
     json_decref(root);
     return 0;
-fail:
-    json_decref(root);
-    language_free(lang);
-    return -1;
 }
 
 /*

@@ -356,144 +356,198 @@ static long parse_limit_opt(const char *name, const char *v)
     return x;
 }
 
+/* One server option (both modes); 1 if ch is not one. */
+static int server_option(struct options *o, int ch, char *arg)
+{
+    long n;
+
+    switch (ch) {
+    case 's':
+        o->socket_path = arg;
+        return 0;
+    case 'r':
+        o->run_dir = arg;
+        return 0;
+    case 'L':
+        o->lang_dir = arg;
+        return 0;
+    case 'u':
+        add_allowed(o, arg);
+        return 0;
+    case 'g':
+        o->group = arg;
+        return 0;
+    case 'j':
+        if (parse_uint(arg, MAX_SLOTS, &n) != 0 || n < 1)
+            fatalx("--slots: expected 1..%d", MAX_SLOTS);
+        o->slots = (int)n;
+        return 0;
+    case 'q':
+        if (parse_uint(arg, 100000, &n) != 0)
+            fatalx("--queue: expected 0..100000");
+        o->queue = (int)n;
+        return 0;
+    case 'n':
+        o->cg_name = arg;
+        return 0;
+    case 'o':
+        add_limit(o, arg);
+        return 0;
+    case 'v':
+        o->verbose = 1;
+        return 0;
+    case OPT_IDLE_TIMEOUT:
+        o->idle_ms = parse_limit_opt("idle-timeout", arg);
+        return 0;
+    }
+    return 1;
+}
+
+/* One run option (the one-shot request); 1 if ch is not one. */
+static int run_option(struct moat_exec_request *req, int ch, char *arg)
+{
+    switch (ch) {
+    case 'l':
+        req->language = arg;
+        return 0;
+    case 'V':
+        req->version = arg;
+        return 0;
+    case 'c':
+        if (req->nfiles >= MOAT_MAX_FILES)
+            fatalx("too many files");
+        req->files[req->nfiles].name = strdup("main.code");
+        req->files[req->nfiles].content = (uint8_t *)strdup(arg);
+        req->files[req->nfiles].content_len = strlen(arg);
+        req->nfiles++;
+        return 0;
+    case 'i':
+        req->stdin_data = (uint8_t *)arg;
+        req->stdin_len = strlen(arg);
+        return 0;
+    case 'a':
+        if (req->nargs >= MOAT_MAX_ARGS)
+            fatalx("too many --arg");
+        req->args[req->nargs++] = arg;
+        return 0;
+    case OPT_RUN_TIMEOUT:
+        req->run_timeout_ms = parse_limit_opt("run-timeout", arg);
+        return 0;
+    case OPT_RUN_MEMORY:
+        req->run_memory_bytes = parse_limit_opt("run-memory", arg);
+        return 0;
+    case OPT_COMPILE_TIMEOUT:
+        req->compile_timeout_ms = parse_limit_opt("compile-timeout", arg);
+        return 0;
+    case OPT_COMPILE_MEMORY:
+        req->compile_memory_bytes = parse_limit_opt("compile-memory", arg);
+        return 0;
+    }
+    return 1;
+}
+
+/*
+ * Every option, into o and req.  0 to go on, or -1 with *status set when
+ * main should exit now (0 after --help, 2 after a bad option).
+ */
+static int parse_options(int argc, char **argv, struct options *o, struct moat_exec_request *req, int *status)
+{
+    int ch;
+
+    while ((ch = getopt_long(argc, argv, "s:r:L:u:g:j:q:n:o:vhl:V:c:i:a:", long_opts, NULL)) != -1) {
+        if (ch == 'h') {
+            usage(stdout);
+            *status = 0;
+            return -1;
+        }
+        if (server_option(o, ch, optarg) != 0 && run_option(req, ch, optarg) != 0) {
+            usage(stderr);
+            *status = 2;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The one-shot request before any option: no files, version "*", every limit the server's. */
+static void request_init(struct moat_exec_request *req)
+{
+    static struct moat_file files[MOAT_MAX_FILES];
+    static char *args[MOAT_MAX_ARGS];
+
+    memset(req, 0, sizeof(*req));
+    req->files = files;
+    req->args = args;
+    req->version = (char *)(uintptr_t) "*";
+    req->run_timeout_ms = req->compile_timeout_ms = req->run_memory_bytes = req->compile_memory_bytes = -1;
+}
+
+/* Defaults that depend on the machine or on other options: 2 slots a CPU, 4 queued a slot. */
+static void resolve_defaults(struct options *o)
+{
+    if (o->slots == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        o->slots = cpus > 0 ? (int)(cpus * 2 > MAX_SLOTS ? MAX_SLOTS : cpus * 2) : 2;
+    }
+    if (o->queue < 0)
+        o->queue = o->slots * 4;
+}
+
+/* After server_serve returns: stop listening, let in-flight jobs finish (bounded), tear down. */
+static void shutdown_server(struct server *srv, struct backend *b, const struct options *o)
+{
+    close(srv->listen_fd);
+    unlink(o->socket_path);
+    for (int i = 0; i < SHUTDOWN_WAIT_S * 10 && __atomic_load_n(&srv->active, __ATOMIC_SEQ_CST) > 0; i++) {
+        struct timespec ts = {0, 100000000L};
+        nanosleep(&ts, NULL);
+    }
+    pool_shutdown(&b->pool);
+    cg_teardown_instance(&b->cg);
+    log_info("stopped");
+}
+
+/* Serve on the socket until SIGTERM/SIGINT: the setup steps in order, then the accept loop. */
+static int serve(struct backend *b, struct options *o)
+{
+    struct server srv;
+    int sig_fd = setup_signals();
+
+    setup_languages(b, o);
+    setup_cgroups(b, o);
+    setup_seccomp(b);
+    setup_slots(b, o);
+    setup_socket(&srv, b, o);
+    log_info("ready: %d slots, queue %d", o->slots, o->queue);
+    server_serve(&srv, sig_fd);
+    shutdown_server(&srv, b, o);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct options o = {DEFAULT_SOCKET, DEFAULT_RUN_DIR, MOAT_LANGUAGES_DIR, DEFAULT_CG_NAME, NULL, {0}, 0, 0, -1, 0, 0, NULL};
     struct moat_exec_request req;
-    static struct moat_file files[MOAT_MAX_FILES];
-    static char *args[MOAT_MAX_ARGS];
     static struct backend b;
-    int run_mode = 0, ch;
-    long n;
+    int run_mode = 0, status;
 
-    memset(&req, 0, sizeof(req));
-    req.files = files;
-    req.args = args;
-    req.version = (char *)(uintptr_t) "*";
-    req.run_timeout_ms = req.compile_timeout_ms = req.run_memory_bytes = req.compile_memory_bytes = -1;
-
+    request_init(&req);
     if (argc > 1 && strcmp(argv[1], "run") == 0) {
         run_mode = 1;
         argv++;
         argc--;
     }
-    while ((ch = getopt_long(argc, argv, "s:r:L:u:g:j:q:n:o:vhl:V:c:i:a:", long_opts, NULL)) != -1) {
-        switch (ch) {
-        case 's':
-            o.socket_path = optarg;
-            break;
-        case 'r':
-            o.run_dir = optarg;
-            break;
-        case 'L':
-            o.lang_dir = optarg;
-            break;
-        case 'u':
-            add_allowed(&o, optarg);
-            break;
-        case 'g':
-            o.group = optarg;
-            break;
-        case 'j':
-            if (parse_uint(optarg, MAX_SLOTS, &n) != 0 || n < 1)
-                fatalx("--slots: expected 1..%d", MAX_SLOTS);
-            o.slots = (int)n;
-            break;
-        case 'q':
-            if (parse_uint(optarg, 100000, &n) != 0)
-                fatalx("--queue: expected 0..100000");
-            o.queue = (int)n;
-            break;
-        case 'n':
-            o.cg_name = optarg;
-            break;
-        case 'o':
-            add_limit(&o, optarg);
-            break;
-        case 'v':
-            o.verbose = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        case 'l':
-            req.language = optarg;
-            break;
-        case 'V':
-            req.version = optarg;
-            break;
-        case 'c':
-            if (req.nfiles >= MOAT_MAX_FILES)
-                fatalx("too many files");
-            files[req.nfiles].name = strdup("main.code");
-            files[req.nfiles].content = (uint8_t *)strdup(optarg);
-            files[req.nfiles].content_len = strlen(optarg);
-            req.nfiles++;
-            break;
-        case 'i':
-            req.stdin_data = (uint8_t *)optarg;
-            req.stdin_len = strlen(optarg);
-            break;
-        case 'a':
-            if (req.nargs >= MOAT_MAX_ARGS)
-                fatalx("too many --arg");
-            args[req.nargs++] = optarg;
-            break;
-        case OPT_RUN_TIMEOUT:
-            req.run_timeout_ms = parse_limit_opt("run-timeout", optarg);
-            break;
-        case OPT_RUN_MEMORY:
-            req.run_memory_bytes = parse_limit_opt("run-memory", optarg);
-            break;
-        case OPT_COMPILE_TIMEOUT:
-            req.compile_timeout_ms = parse_limit_opt("compile-timeout", optarg);
-            break;
-        case OPT_COMPILE_MEMORY:
-            req.compile_memory_bytes = parse_limit_opt("compile-memory", optarg);
-            break;
-        case OPT_IDLE_TIMEOUT:
-            o.idle_ms = parse_limit_opt("idle-timeout", optarg);
-            break;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
+    if (parse_options(argc, argv, &o, &req, &status) != 0)
+        return status;
     log_init("moat-backend", o.verbose);
     if (geteuid() != 0)
         fatalx("must run as root (it creates namespaces, mounts and cgroups)");
-    if (o.slots == 0) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        o.slots = cpus > 0 ? (int)(cpus * 2 > MAX_SLOTS ? MAX_SLOTS : cpus * 2) : 2;
-    }
-    if (o.queue < 0)
-        o.queue = o.slots * 4;
+    resolve_defaults(&o);
     signal(SIGPIPE, SIG_IGN);
 
     if (run_mode)
         return cmd_run(&b, &o, &req, argc, argv, optind);
     if (optind != argc)
         fatalx("unexpected argument %s (see --help)", argv[optind]);
-
-    int sig_fd = setup_signals();
-    setup_languages(&b, &o);
-    setup_cgroups(&b, &o);
-    setup_seccomp(&b);
-    setup_slots(&b, &o);
-    struct server srv;
-    setup_socket(&srv, &b, &o);
-    log_info("ready: %d slots, queue %d", o.slots, o.queue);
-
-    server_serve(&srv, sig_fd);
-
-    close(srv.listen_fd);
-    unlink(o.socket_path);
-    for (int i = 0; i < SHUTDOWN_WAIT_S * 10 && __atomic_load_n(&srv.active, __ATOMIC_SEQ_CST) > 0; i++) {
-        struct timespec ts = {0, 100000000L};
-        nanosleep(&ts, NULL);
-    }
-    pool_shutdown(&b.pool);
-    cg_teardown_instance(&b.cg);
-    log_info("stopped");
-    return 0;
+    return serve(&b, &o);
 }
