@@ -2,12 +2,8 @@ add_executable(moat-audit ${CMAKE_CURRENT_LIST_DIR}/moat_audit_main.c)
 target_link_libraries(moat-audit PRIVATE moat_audit)
 
 if(MOAT_TESTS)
-    # The writer's core and the verifier against SECURITY-CHECKS.md A1-A7
-    # (cmocka; temp dirs under $TMPDIR; needs root for chattr +a and for
-    # the A6 setuid to the `moat` user).
-    add_executable(test_audit_log ${CMAKE_CURRENT_LIST_DIR}/test_audit_log.c)
-    target_link_libraries(test_audit_log PRIVATE moat_audit PkgConfig::CMOCKA)
-    add_test(NAME unit_audit_log COMMAND test_audit_log)
+    # The writer's core and the verifier: tests/unit/test_audit_log.c
+    # (ctest unit_audit_log), registered in tests/CMakeLists.txt.
 
     # The writer process and the moat-audit CLI, black box: kill -9 mid-stream,
     # hostile strings, group commit with 8 clients, disk full on a small

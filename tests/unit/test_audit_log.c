@@ -1,8 +1,8 @@
 /*
- * test_audit_log.c - the audit writer's core (audit_log.c) driven directly,
- * and the verifier (audit_verify.c) against the attacks of
- * SECURITY-CHECKS.md A1-A7, each checked by the exact record it reports
- * and the reason text.
+ * test_audit_log.c - the audit writer's core (audit/audit_log.c and the
+ * files beside it) driven directly, and the verifier (audit_verify.c)
+ * against the attacks of SECURITY-CHECKS.md A1-A7, each checked by the
+ * exact record it reports and the reason text.
  *
  * Every test makes its own directory under $TMPDIR (or /tmp) with small
  * epoch, checkpoint and rotation settings.  The log files get chattr +a
@@ -1202,125 +1202,134 @@ static void test_text_fast_and_slow_agree(void **state)
     expect_ok(f);
 }
 
+/* 40 arrays deep: deeper than json_scan goes. */
+#define OPEN10  "[[[[[[[[[["
+#define CLOSE10 "]]]]]]]]]]"
+#define DEEP    "{\"d\":" OPEN10 OPEN10 OPEN10 OPEN10 CLOSE10 CLOSE10 CLOSE10 CLOSE10 "}"
+
+/* Bodies the fast path must refuse or take exactly as jansson does. */
+static const struct text_case rejection_cases[] = {
+    /* duplicates, at the top and nested */
+    {"{\"a\":1,\"a\":2}", 0, 0},
+    {"{\"a\":1,\"b\":2,\"a\":1}", 0, 0},
+    {"{\"x\":{\"a\":1,\"a\":1}}", 0, 0},
+    {"{\"x\":[1,{\"y\":{\"b\":[],\"b\":[]}}]}", 0, 0},
+    {"{\"x\":[{\"a\":1},{\"a\":2}],\"a\":3}", 0, 1}, /* the same key in other objects */
+    {"{\"a\":{\"b\":1},\"b\":{\"a\":2}}", 0, 1},
+    {"{\"a\":1,\"\\u0061\":2}", 0, 0}, /* a duplicate only once decoded */
+    /* the writer's names and types */
+    {"{\"seq\":5}", 0, 0},
+    {"{\"type\":\"request\",\"mac\":\"00\"}", 0, 0},
+    {"{\"packet\":\"00\"}", 0, 0},
+    {"{\"type\":\"result\",\"packet_at\":\"audit-0000000000000001.pack:0:1\"}", 0, 0},
+    {"{\"time\":1,\"x\":2}", 0, 0},
+    {"{\"se\\u0071\":5}", 0, 0},
+    {"{\"type\":\"checkpoint\",\"head_seq\":1}", 0, 0},
+    {"{\"type\":\"repair\"}", 0, 0},
+    {"{\"type\":\"start\"}", 0, 0},
+    {"{\"type\":\"star\\u0074\"}", 0, 0},
+    {"{\"type\":\"start\\u0000x\"}", 0, 0},
+    {"{\"type\":\"started\"}", 0, 1},
+    {"{\"type\":1}", 0, 1},
+    {"{\"x\":{\"seq\":1,\"mac\":2,\"type\":\"checkpoint\"}}", 0, 1}, /* nested: fine */
+    {"{\"sequence\":1,\"pack\":2}", 0, 1},
+    /* not JSON, or not an object */
+    {"", 0, 0},
+    {"{", 0, 0},
+    {"{\"a\":1", 0, 0},
+    {"{\"a\":\"x", 0, 0},
+    {"{\"a\":1}x", 0, 0},
+    {"{\"a\":1}{}", 0, 0},
+    {"{\"a\":1} ", 0, 0}, /* trailing space: jansson takes it */
+    {"[1,2]", 0, 0},
+    {"\"s\"", 0, 0},
+    {"{\"a\":\"b\x01"
+     "c\"}",
+     0, 0},
+    {"{\"a\":\"b\nc\"}", 0, 0},
+    {"{\"a\":\"b\x00"
+     "c\"}",
+     11, 0},
+    {"{\"a\":\"\\x\"}", 0, 0},
+    {"{\"a\":\"\\u12\"}", 0, 0},
+    {"{\"a\":\"\\u12g4\"}", 0, 0},
+    {"{\"a\":\"\\ud800\"}", 0, 0},
+    {"{\"a\":\"\\udc00x\"}", 0, 0},
+    {"{\"a\":\"\\ud800\\u0041\"}", 0, 0},
+    {"{\"a\":\"\\u0000\"}", 0, 1},
+    {"{\"a\":\"\\u00FF\\uFFFF\"}", 0, 1},
+    {"{\"a\":\"\xff\"}", 0, 0},
+    {"{\"a\":01}", 0, 0},
+    {"{\"a\":-}", 0, 0},
+    {"{\"a\":1.}", 0, 0},
+    {"{\"a\":.5}", 0, 0},
+    {"{\"a\":1e}", 0, 0},
+    {"{\"a\":+1}", 0, 0},
+    {"{\"a\":1E+99,\"b\":-0.0e-01}", 0, 1},
+    {"{\"a\":1e999}", 0, 0},
+    {"{\"a\":99999999999999999999}", 0, 0},
+    {"{\"a\":-9223372036854775808}", 0, 0}, /* fits, but 19 digits: jansson decides */
+    {"{\"a\":tru}", 0, 0},
+    {"{\"a\":truex}", 0, 0},
+    {"{\"a\":nul}", 0, 0},
+    {"{\"a\":True}", 0, 0},
+    {"{\"a\":1,}", 0, 0},
+    {"{,}", 0, 0},
+    {"{\"a\"}", 0, 0},
+    {"{\"a\":1\"b\":2}", 0, 0},
+    {"{\"a\":[1,]}", 0, 0},
+    {"{\"a\":[1 2]}", 0, 0},
+    {"{\"a\":}", 0, 0},
+    {"{1:2}", 0, 0},
+    {"{\"a\":1]", 0, 0},
+    {"{\"a\":[}", 0, 0},
+    {DEEP, 0, 0}, /* deeper than the scanner goes: jansson takes it */
+    {"{\"caf\xc3\xa9\":1}", 0, 0},
+    {"{\"a\":\"\xc3\"}", 0, 0},
+};
+
+/* One case: refused or taken as json_loadb + audit_log_append would; a
+ * refusal leaves the log as it was. */
+static void check_rejection_case(struct fixture *f, size_t i, const struct text_case *c)
+{
+    char err[256];
+    size_t len = case_len(c);
+    int scanned = audit_json_scan(c->body, len, NULL, NULL) == 0;
+    int takes = jansson_takes(c->body, len);
+    json_error_t jerr;
+    json_t *j = json_loadb(c->body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    /* what the fast path rests on: the scanner accepts only what jansson does */
+    if (scanned && !json_is_object(j))
+        fail_msg("case %zu: the scanner accepts what jansson refuses: %s", i, c->body);
+    json_decref(j);
+    if (c->fast)
+        assert_true(scanned);
+    uint64_t before = f->log.seq;
+    errno = 0;
+    uint64_t seq = audit_log_append_text(&f->log, c->body, len, NULL, 0, err, sizeof(err));
+    if ((seq != 0) != takes)
+        fail_msg("case %zu (%s): seq %llu, the jansson path %s: %s", i, c->body, (unsigned long long)seq,
+                 takes ? "takes it" : "refuses it", err);
+    if (seq == 0) {
+        assert_int_equal(errno, EINVAL);
+        assert_int_equal(f->log.seq, before);
+        print_message("    case %zu refused: %s\n", i, err);
+    } else {
+        char *line = line_of(f, seq);
+        assert_printable_line(line);
+        free(line);
+    }
+}
+
 /* Refused or taken exactly as json_loadb + audit_log_append would; a
  * refusal leaves the log as it was. */
 static void test_text_rejections(void **state)
 {
     struct fixture *f = *state;
-    char deep[100] = "{\"d\":"; /* 40 arrays deep */
-    memset(deep + 5, '[', 40);
-    memset(deep + 45, ']', 40);
-    memcpy(deep + 85, "}", 2);
-    const struct text_case cases[] = {
-        /* duplicates, at the top and nested */
-        {"{\"a\":1,\"a\":2}", 0, 0},
-        {"{\"a\":1,\"b\":2,\"a\":1}", 0, 0},
-        {"{\"x\":{\"a\":1,\"a\":1}}", 0, 0},
-        {"{\"x\":[1,{\"y\":{\"b\":[],\"b\":[]}}]}", 0, 0},
-        {"{\"x\":[{\"a\":1},{\"a\":2}],\"a\":3}", 0, 1}, /* the same key in other objects */
-        {"{\"a\":{\"b\":1},\"b\":{\"a\":2}}", 0, 1},
-        {"{\"a\":1,\"\\u0061\":2}", 0, 0}, /* a duplicate only once decoded */
-        /* the writer's names and types */
-        {"{\"seq\":5}", 0, 0},
-        {"{\"type\":\"request\",\"mac\":\"00\"}", 0, 0},
-        {"{\"packet\":\"00\"}", 0, 0},
-        {"{\"type\":\"result\",\"packet_at\":\"audit-0000000000000001.pack:0:1\"}", 0, 0},
-        {"{\"time\":1,\"x\":2}", 0, 0},
-        {"{\"se\\u0071\":5}", 0, 0},
-        {"{\"type\":\"checkpoint\",\"head_seq\":1}", 0, 0},
-        {"{\"type\":\"repair\"}", 0, 0},
-        {"{\"type\":\"start\"}", 0, 0},
-        {"{\"type\":\"star\\u0074\"}", 0, 0},
-        {"{\"type\":\"start\\u0000x\"}", 0, 0},
-        {"{\"type\":\"started\"}", 0, 1},
-        {"{\"type\":1}", 0, 1},
-        {"{\"x\":{\"seq\":1,\"mac\":2,\"type\":\"checkpoint\"}}", 0, 1}, /* nested: fine */
-        {"{\"sequence\":1,\"pack\":2}", 0, 1},
-        /* not JSON, or not an object */
-        {"", 0, 0},
-        {"{", 0, 0},
-        {"{\"a\":1", 0, 0},
-        {"{\"a\":\"x", 0, 0},
-        {"{\"a\":1}x", 0, 0},
-        {"{\"a\":1}{}", 0, 0},
-        {"{\"a\":1} ", 0, 0}, /* trailing space: jansson takes it */
-        {"[1,2]", 0, 0},
-        {"\"s\"", 0, 0},
-        {"{\"a\":\"b\x01"
-         "c\"}",
-         0, 0},
-        {"{\"a\":\"b\nc\"}", 0, 0},
-        {"{\"a\":\"b\x00"
-         "c\"}",
-         11, 0},
-        {"{\"a\":\"\\x\"}", 0, 0},
-        {"{\"a\":\"\\u12\"}", 0, 0},
-        {"{\"a\":\"\\u12g4\"}", 0, 0},
-        {"{\"a\":\"\\ud800\"}", 0, 0},
-        {"{\"a\":\"\\udc00x\"}", 0, 0},
-        {"{\"a\":\"\\ud800\\u0041\"}", 0, 0},
-        {"{\"a\":\"\\u0000\"}", 0, 1},
-        {"{\"a\":\"\\u00FF\\uFFFF\"}", 0, 1},
-        {"{\"a\":\"\xff\"}", 0, 0},
-        {"{\"a\":01}", 0, 0},
-        {"{\"a\":-}", 0, 0},
-        {"{\"a\":1.}", 0, 0},
-        {"{\"a\":.5}", 0, 0},
-        {"{\"a\":1e}", 0, 0},
-        {"{\"a\":+1}", 0, 0},
-        {"{\"a\":1E+99,\"b\":-0.0e-01}", 0, 1},
-        {"{\"a\":1e999}", 0, 0},
-        {"{\"a\":99999999999999999999}", 0, 0},
-        {"{\"a\":-9223372036854775808}", 0, 0}, /* fits, but 19 digits: jansson decides */
-        {"{\"a\":tru}", 0, 0},
-        {"{\"a\":truex}", 0, 0},
-        {"{\"a\":nul}", 0, 0},
-        {"{\"a\":True}", 0, 0},
-        {"{\"a\":1,}", 0, 0},
-        {"{,}", 0, 0},
-        {"{\"a\"}", 0, 0},
-        {"{\"a\":1\"b\":2}", 0, 0},
-        {"{\"a\":[1,]}", 0, 0},
-        {"{\"a\":[1 2]}", 0, 0},
-        {"{\"a\":}", 0, 0},
-        {"{1:2}", 0, 0},
-        {"{\"a\":1]", 0, 0},
-        {"{\"a\":[}", 0, 0},
-        {deep, 0, 0}, /* deeper than the scanner goes: jansson takes it */
-        {"{\"caf\xc3\xa9\":1}", 0, 0},
-        {"{\"a\":\"\xc3\"}", 0, 0},
-    };
     char err[256];
     log_open(f);
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        const struct text_case *c = &cases[i];
-        size_t len = case_len(c);
-        int scanned = audit_json_scan(c->body, len, NULL, NULL) == 0;
-        int takes = jansson_takes(c->body, len);
-        json_error_t jerr;
-        json_t *j = json_loadb(c->body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
-        /* what the fast path rests on: the scanner accepts only what jansson does */
-        if (scanned && !json_is_object(j))
-            fail_msg("case %zu: the scanner accepts what jansson refuses: %s", i, c->body);
-        json_decref(j);
-        if (c->fast)
-            assert_true(scanned);
-        uint64_t before = f->log.seq;
-        errno = 0;
-        uint64_t seq = audit_log_append_text(&f->log, c->body, len, NULL, 0, err, sizeof(err));
-        if ((seq != 0) != takes)
-            fail_msg("case %zu (%s): seq %llu, the jansson path %s: %s", i, c->body, (unsigned long long)seq,
-                     takes ? "takes it" : "refuses it", err);
-        if (seq == 0) {
-            assert_int_equal(errno, EINVAL);
-            assert_int_equal(f->log.seq, before);
-            print_message("    case %zu refused: %s\n", i, err);
-        } else {
-            char *line = line_of(f, seq);
-            assert_printable_line(line);
-            free(line);
-        }
-    }
+    for (size_t i = 0; i < sizeof(rejection_cases) / sizeof(rejection_cases[0]); i++)
+        check_rejection_case(f, i, &rejection_cases[i]);
     /* the messages the writer logs */
     assert_int_equal(audit_log_append_text(&f->log, "{\"a\":", 5, NULL, 0, err, sizeof(err)), 0);
     assert_non_null(strstr(err, "body is not JSON: "));
