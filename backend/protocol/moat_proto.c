@@ -97,46 +97,6 @@ static uint64_t get_u64(const uint8_t *p)
     return v;
 }
 
-/* ---- output buffer ---------------------------------------------------- */
-
-void moat_buf_free(struct moat_buf *b)
-{
-    free(b->data);
-    b->data = NULL;
-    b->len = b->cap = 0;
-}
-
-static int buf_reserve(struct moat_buf *b, size_t extra)
-{
-    if (extra > SIZE_MAX - b->len)
-        return -1;
-    size_t need = b->len + extra;
-    if (need <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < need) {
-        if (cap > SIZE_MAX / 2)
-            return -1;
-        cap *= 2;
-    }
-    uint8_t *p = realloc(b->data, cap);
-    if (p == NULL)
-        return -1;
-    b->data = p;
-    b->cap = cap;
-    return 0;
-}
-
-static int buf_append(struct moat_buf *b, const void *data, size_t len)
-{
-    if (buf_reserve(b, len) != 0)
-        return -1;
-    if (len)
-        memcpy(b->data + b->len, data, len);
-    b->len += len;
-    return 0;
-}
-
 /* ---- writers ---------------------------------------------------------- */
 
 /* An encoder writes into *b; on any failure the caller rewinds b->len. */
@@ -165,7 +125,7 @@ static void w_tlv(struct writer *w, uint16_t tag, const void *data, size_t len)
     }
     put_u16(hdr, tag);
     put_u32(hdr + 2, (uint32_t)len);
-    if (buf_append(w->b, hdr, sizeof(hdr)) != 0 || buf_append(w->b, data, len) != 0)
+    if (moat_buf_append(w->b, hdr, sizeof(hdr)) != 0 || moat_buf_append(w->b, data, len) != 0)
         w_fail(w, "out of memory");
 }
 
@@ -234,7 +194,7 @@ static size_t frame_begin(struct writer *w, uint8_t type, uint64_t job_id)
     hdr[0] = MOAT_PROTO_VERSION;
     hdr[1] = type;
     put_u64(hdr + 8, job_id);
-    if (buf_append(w->b, hdr, sizeof(hdr)) != 0)
+    if (moat_buf_append(w->b, hdr, sizeof(hdr)) != 0)
         w_fail(w, "out of memory");
     return at;
 }
@@ -423,43 +383,6 @@ static int once(uint32_t *seen, uint16_t tag, const char **why)
     }
     *seen |= 1u << tag;
     return 0;
-}
-
-int moat_utf8_valid(const uint8_t *s, size_t len)
-{
-    size_t i = 0;
-    while (i < len) {
-        uint8_t c = s[i];
-        size_t n;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            n = 1;
-            cp = c & 0x1F;
-        } else if ((c & 0xF0) == 0xE0) {
-            n = 2;
-            cp = c & 0x0F;
-        } else if ((c & 0xF8) == 0xF0) {
-            n = 3;
-            cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if (len - i <= n)
-            return 0;
-        for (size_t k = 1; k <= n; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
-            (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += n + 1;
-    }
-    return 1;
 }
 
 /* A NUL-free UTF-8 string of at most max bytes, copied and terminated. */

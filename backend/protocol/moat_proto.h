@@ -14,6 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "moat_buf.h"
+#include "moat_utf8.h" /* moat_utf8_valid: string fields are checked with it */
+
 #define MOAT_PROTO_VERSION     1
 #define MOAT_FRAME_HEADER_SIZE 16
 #define MOAT_FRAME_MAX_PAYLOAD (16u * 1024u * 1024u)
@@ -134,14 +137,8 @@ struct moat_runtimes {
     size_t count;
 };
 
-/* A growable output buffer for encoders. */
-struct moat_buf {
-    uint8_t *data;
-    size_t len;
-    size_t cap;
-};
-
-void moat_buf_free(struct moat_buf *b);
+/* Encoders append to a struct moat_buf (moat_buf.h, in moat_common): start
+ * it {0}, free it with moat_buf_free(). */
 
 /*
  * Header handling.  moat_frame_parse_header() reads the first
@@ -176,10 +173,6 @@ void moat_exec_request_free(struct moat_exec_request *r);
 void moat_exec_result_free(struct moat_exec_result *r);
 void moat_error_free(struct moat_error *e);
 void moat_runtimes_free(struct moat_runtimes *rt);
-
-/* 1 if s[0..len) is well-formed UTF-8 (no overlongs, surrogates or values
- * past U+10FFFF), else 0.  The codec's own check, shared with the gateway. */
-int moat_utf8_valid(const uint8_t *s, size_t len);
 
 /* "RE", "SG", ... or NULL for MOAT_STATUS_OK; ML maps to "SG" (Piston shape). */
 const char *moat_status_piston(uint8_t status);
