@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "box_internal.h"
+#include "moat_io.h"
 #include "moat_limits.h"
 
 #define BOX_ROOT_TMPFS_OPTS "size=1m,nr_inodes=1024,mode=0755"
@@ -229,20 +230,6 @@ static void setup_generic_mounts(const struct init_args *a)
 
 /* ---- the plan ------------------------------------------------------------- */
 
-static int read_full(int fd, void *buf, size_t len)
-{
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = read(fd, (uint8_t *)buf + off, len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        off += (size_t)n;
-    }
-    return 0;
-}
-
 struct cursor {
     const uint8_t *p;
     size_t len, off;
@@ -302,14 +289,14 @@ static char **take_strv(struct cursor *c, uint32_t n)
 static void read_plan(struct parsed_plan *pp)
 {
     uint32_t hdr[2], stage_mask;
-    if (read_full(FD_CTL, hdr, sizeof(hdr)) != 0)
+    if (moat_read_full(FD_CTL, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr))
         _exit(0); /* the host discarded this box before using it */
     if (hdr[0] != PLAN_MAGIC || hdr[1] > PLAN_MAX_BYTES) {
         errno = EINVAL;
         child_die("plan: bad header");
     }
     uint8_t *body = map_or_die(hdr[1]);
-    if (read_full(FD_CTL, body, hdr[1]) != 0)
+    if (moat_read_full(FD_CTL, body, hdr[1]) != (ssize_t)hdr[1])
         child_die("plan: short read");
     struct cursor c = {body, hdr[1], 0};
 

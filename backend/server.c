@@ -21,7 +21,7 @@
 
 #include "job.h"
 #include "log.h"
-#include "sockio.h"
+#include "moat_io.h"
 
 struct conn {
     struct server *srv;
@@ -30,27 +30,13 @@ struct conn {
     pid_t pid;
 };
 
-static int read_full(int fd, void *buf, size_t len)
-{
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = read(fd, (uint8_t *)buf + off, len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return off == 0 && n == 0 ? 0 : -1; /* 0: clean EOF before a frame */
-        off += (size_t)n;
-    }
-    return 1;
-}
-
 static int send_error(int fd, uint64_t job_id, uint16_t code, const char *message)
 {
     struct moat_buf out = {0};
     const char *why;
     int rc = -1;
     if (moat_encode_error(&out, job_id, code, message, &why) == 0)
-        rc = send_full(fd, out.data, out.len);
+        rc = moat_send_full(fd, out.data, out.len);
     else
         log_warnx("%s: %s", __func__, why);
     moat_buf_free(&out);
@@ -87,7 +73,7 @@ static int handle_exec(struct conn *c, const struct moat_frame_header *h, const 
         return send_error(c->fd, h->job_id, MOAT_ERR_INTERNAL, "result could not be encoded");
     }
     moat_exec_result_free(&res);
-    rc = send_full(c->fd, out.data, out.len);
+    rc = moat_send_full(c->fd, out.data, out.len);
     moat_buf_free(&out);
     return rc;
 }
@@ -111,7 +97,7 @@ static int handle_runtimes(struct conn *c, const struct moat_frame_header *h)
         log_warnx("%s: %s", __func__, why);
         return send_error(c->fd, h->job_id, MOAT_ERR_INTERNAL, "runtimes could not be encoded");
     }
-    rc = send_full(c->fd, out.data, out.len);
+    rc = moat_send_full(c->fd, out.data, out.len);
     moat_buf_free(&out);
     return rc;
 }
@@ -124,8 +110,8 @@ static void *conn_main(void *arg)
     for (;;) {
         struct moat_frame_header h;
         const char *why;
-        int r = read_full(c->fd, hdr, sizeof(hdr));
-        if (r <= 0)
+        /* end of file (between frames or inside a header) or an error */
+        if (moat_read_full(c->fd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr))
             break;
         if (moat_frame_parse_header(hdr, sizeof(hdr), &h, &why) != 0) {
             log_warnx("%s: peer pid %ld: bad frame: %s", __func__, (long)c->pid, why);
@@ -137,7 +123,7 @@ static void *conn_main(void *arg)
             send_error(c->fd, h.job_id, MOAT_ERR_INTERNAL, "out of memory");
             break;
         }
-        if (h.length && read_full(c->fd, payload, h.length) != 1) {
+        if (h.length && moat_read_full(c->fd, payload, h.length) != (ssize_t)h.length) {
             log_warnx("%s: peer pid %ld: truncated frame", __func__, (long)c->pid);
             free(payload);
             break;

@@ -1,13 +1,16 @@
 /*
- * sockio.h - whole-buffer socket writes for the backend (the Unix socket to
- * the gateway, and a box's control socket).
+ * sockio.h - the backend's whole-buffer socket write, now moat_send_full in
+ * moat_common (backend/common/moat_io.h).  Kept only while backend/box.c
+ * still calls it send_full; new code includes moat_io.h.
  */
 #ifndef MOAT_SOCKIO_H
 #define MOAT_SOCKIO_H
 
-#include <stddef.h>
+#include "moat_io.h"
 
-/* Sends all of buf (no SIGPIPE); 0, or -1 with errno set. */
-int send_full(int fd, const void *buf, size_t len);
+static inline int send_full(int fd, const void *buf, size_t len)
+{
+    return moat_send_full(fd, buf, len);
+}
 
 #endif
