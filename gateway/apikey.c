@@ -14,51 +14,9 @@
 #define APIKEY_SECRET_OFF   (APIKEY_ID_OFF + APIKEY_ID_LEN + 1)
 #define APIKEY_CHECKSUM_OFF (APIKEY_SECRET_OFF + APIKEY_SECRET_LEN + 1)
 
-void hex_encode(const uint8_t *in, size_t len, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    size_t i;
-
-    for (i = 0; i < len; i++) {
-        out[2 * i] = digits[in[i] >> 4];
-        out[2 * i + 1] = digits[in[i] & 0xf];
-    }
-    out[2 * len] = '\0';
-}
-
-static int hex_lower_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
-static int is_lower_hex(const char *s, size_t len)
-{
-    size_t i;
-
-    for (i = 0; i < len; i++)
-        if (hex_lower_value(s[i]) < 0)
-            return 0;
-    return 1;
-}
-
-int hex_decode_lower(const char *in, size_t inlen, uint8_t *out, size_t outlen)
-{
-    size_t i;
-
-    if (inlen != 2 * outlen || !is_lower_hex(in, inlen))
-        return -1;
-    for (i = 0; i < outlen; i++)
-        out[i] = (uint8_t)(hex_lower_value(in[2 * i]) << 4 | hex_lower_value(in[2 * i + 1]));
-    return 0;
-}
-
 int apikey_valid_id(const char *s, size_t len)
 {
-    return s != NULL && len == APIKEY_ID_LEN && is_lower_hex(s, len);
+    return s != NULL && len == APIKEY_ID_LEN && moat_hex_valid(s, len, MOAT_HEX_LOWER);
 }
 
 static EVP_MD *fetched_sha256;
@@ -92,7 +50,7 @@ static int apikey_checksum(const char *token, char out[APIKEY_CHECKSUM_LEN + 1])
 
     if (apikey_digest(token, APIKEY_CHECKSUM_OFF - 1, digest) != 0)
         return -1;
-    hex_encode(digest, APIKEY_CHECKSUM_LEN / 2, out);
+    moat_hex_encode(digest, APIKEY_CHECKSUM_LEN / 2, out);
     return 0;
 }
 
@@ -109,7 +67,7 @@ int apikey_generate(const char *id, char token[APIKEY_TOKEN_LEN + 1], const char
             *why = "RAND_bytes failed";
             return -1;
         }
-        hex_encode(rid, sizeof(rid), idbuf);
+        moat_hex_encode(rid, sizeof(rid), idbuf);
         id = idbuf;
     } else if (!apikey_valid_id(id, strlen(id))) {
         *why = "key id must be 12 lowercase hex characters";
@@ -119,7 +77,7 @@ int apikey_generate(const char *id, char token[APIKEY_TOKEN_LEN + 1], const char
         *why = "RAND_bytes failed";
         return -1;
     }
-    hex_encode(secret, sizeof(secret), secret_hex);
+    moat_hex_encode(secret, sizeof(secret), secret_hex);
     OPENSSL_cleanse(secret, sizeof(secret));
 
     memcpy(token, APIKEY_PREFIX, APIKEY_PREFIX_LEN);
@@ -154,8 +112,9 @@ int apikey_parse(const char *token, size_t len, char id[APIKEY_ID_LEN + 1], cons
         *why = "malformed token";
         return -1;
     }
-    if (!is_lower_hex(token + APIKEY_ID_OFF, APIKEY_ID_LEN) || !is_lower_hex(token + APIKEY_SECRET_OFF, APIKEY_SECRET_LEN) ||
-        !is_lower_hex(token + APIKEY_CHECKSUM_OFF, APIKEY_CHECKSUM_LEN)) {
+    if (!moat_hex_valid(token + APIKEY_ID_OFF, APIKEY_ID_LEN, MOAT_HEX_LOWER) ||
+        !moat_hex_valid(token + APIKEY_SECRET_OFF, APIKEY_SECRET_LEN, MOAT_HEX_LOWER) ||
+        !moat_hex_valid(token + APIKEY_CHECKSUM_OFF, APIKEY_CHECKSUM_LEN, MOAT_HEX_LOWER)) {
         *why = "token is not lowercase hex";
         return -1;
     }

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "moat_hex.h"
+
 #define APIKEY_PREFIX       "moat_"
 #define APIKEY_PREFIX_LEN   5
 #define APIKEY_ID_LEN       12
@@ -28,10 +30,19 @@
 #define APIKEY_DIGEST_LEN   32
 #define APIKEY_DIGEST_HEX   (2 * APIKEY_DIGEST_LEN)
 
-/* Lowercase hex of len bytes into out (2 * len + 1 bytes, terminated). */
-void hex_encode(const uint8_t *in, size_t len, char *out);
-/* Strict lowercase hex of exactly 2 * outlen characters; 0 or -1. */
-int hex_decode_lower(const char *in, size_t inlen, uint8_t *out, size_t outlen);
+/* Hex is moat_hex.h's (moat_common).  hex_encode is the old name of
+ * moat_hex_encode, kept until its last callers (pipeline.c,
+ * tests/fuzz/fuzz_apikey.c) use the new one. */
+static inline void hex_encode(const uint8_t *in, size_t len, char *out)
+{
+    moat_hex_encode(in, len, out);
+}
+/* Strict lowercase hex of exactly 2 * outlen characters (a key id, a digest
+ * in the config); 0 or -1. */
+static inline int hex_decode_lower(const char *in, size_t inlen, uint8_t *out, size_t outlen)
+{
+    return inlen == 2 * outlen ? moat_hex_decode(in, inlen, out, MOAT_HEX_LOWER) : -1;
+}
 /* 1 if s[0..len) is exactly APIKEY_ID_LEN lowercase hex characters. */
 int apikey_valid_id(const char *s, size_t len);
 

@@ -32,27 +32,13 @@ struct gw_audit_entry {
     void *arg;
 };
 
-static int out_append(struct gw_audit_buf *b, const void *p, size_t n)
+/* A batch's buffer starts at 4 KiB (many records, one allocation) and
+ * doubles from there. */
+static int out_append(struct moat_buf *b, const void *p, size_t n)
 {
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n)
-            cap *= 2;
-        uint8_t *g = realloc(b->data, cap);
-        if (g == NULL)
-            return -1;
-        b->data = g;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-    return 0;
-}
-
-static void out_free(struct gw_audit_buf *b)
-{
-    free(b->data);
-    memset(b, 0, sizeof(*b));
+    if (b->cap == 0 && moat_buf_reserve(b, n > 4096 ? n : 4096) != 0)
+        return -1;
+    return moat_buf_append(b, p, n);
 }
 
 static uint64_t loop_now(struct gw_audit *a)
@@ -100,7 +86,7 @@ static void on_write(h2o_socket_t *sock, const char *err)
     if (a == NULL)
         return;
     a->writing = 0;
-    out_free(&a->flight);
+    moat_buf_free(&a->flight);
     if (err != NULL) {
         disconnect(a, "write to the audit writer failed");
         return;

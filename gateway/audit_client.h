@@ -12,6 +12,8 @@
 #endif
 #include <h2o.h>
 
+#include "moat_buf.h"
+
 #define GW_AUDIT_ACK_TIMEOUT_MS 5000
 #define GW_AUDIT_FLUSH_BYTES    (64 * 1024)
 /* Records nobody waits for (denials) are sent at most this much later, with
@@ -30,19 +32,14 @@ typedef void (*gw_audit_cb)(void *arg, int ok, uint64_t seq);
 
 struct gw_audit_entry;
 
-struct gw_audit_buf {
-    uint8_t *data;
-    size_t len, cap;
-};
-
 struct gw_audit {
     h2o_loop_t *loop;
     h2o_socket_t *sock; /* NULL: no writer (every submit fails) */
     int fd;
     int enabled;
     int writing;
-    struct gw_audit_buf out, flight;
-    int out_waited; /* out holds a record somebody waits for */
+    struct moat_buf out, flight; /* records queued; records being written */
+    int out_waited;              /* out holds a record somebody waits for */
     struct gw_audit_entry *head, *tail;
     uint64_t next_tag;
     h2o_timeout_t timeout;

@@ -11,24 +11,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/evp.h>
-
 #include "apikey.h"
+#include "moat_base64.h"
+#include "moat_hex.h"
+#include "moat_json_escape.h"
 #include "piston_json.h"
 
-static void sha256_hex(const void *data, size_t len, char out[65])
+static void sha256_hex(const void *data, size_t len, char out[APIKEY_DIGEST_HEX + 1])
 {
-    static const char digits[] = "0123456789abcdef";
     uint8_t h[APIKEY_DIGEST_LEN];
     /* SHA-256 fetched once, a context per thread (EVP_sha256() is looked up
      * on every call) */
     if (apikey_digest(data, len, h) != 0)
         memset(h, 0, sizeof(h));
-    for (size_t i = 0; i < 32; i++) {
-        out[2 * i] = digits[h[i] >> 4];
-        out[2 * i + 1] = digits[h[i] & 15];
-    }
-    out[64] = '\0';
+    moat_hex_encode(h, sizeof(h), out);
 }
 
 /* A JSON string from bytes that may not be valid UTF-8: invalid bytes
@@ -85,7 +81,7 @@ void gw_audit_add_decision(json_t *b, const char *decision, const char *reason, 
 
 void gw_audit_add_request(json_t *b, const struct moat_exec_request *q, const void *canonical, size_t canonical_len)
 {
-    char hex[65];
+    char hex[APIKEY_DIGEST_HEX + 1];
     json_t *files = json_array(), *limits = json_object();
 
     json_object_set_new(b, "language", safe_string(q->language, strlen(q->language)));
@@ -112,7 +108,7 @@ void gw_audit_add_request(json_t *b, const struct moat_exec_request *q, const vo
 
 static json_t *stage(const struct moat_stage_result *st)
 {
-    char hex[65];
+    char hex[APIKEY_DIGEST_HEX + 1];
     json_t *s = json_object();
     json_object_set_new(s, "status", json_string(moat_status_name(st->status)));
     json_object_set_new(s, "code", st->has_code ? json_integer(st->code) : json_null());
@@ -139,12 +135,11 @@ void gw_audit_add_result(json_t *b, const struct moat_exec_result *res)
 
 static json_t *b64(const uint8_t *data, size_t len)
 {
-    size_t cap = 4 * ((len + 2) / 3) + 1;
-    char *out = malloc(cap);
+    char *out = malloc(MOAT_BASE64_ENCODED_LEN(len) + 1);
     if (out == NULL)
         return json_null();
-    int n = EVP_EncodeBlock((unsigned char *)out, data ? data : (const uint8_t *)"", (int)len);
-    json_t *j = json_stringn(out, n > 0 ? (size_t)n : 0);
+    size_t n = moat_base64_encode(data ? data : (const uint8_t *)"", len, out);
+    json_t *j = json_stringn(out, n);
     free(out);
     return j ? j : json_null();
 }
@@ -199,30 +194,13 @@ static int fast_put(char *b, size_t size, size_t *off, const char *s, size_t n)
  * name is a literal of ours. */
 static int fast_str(char *b, size_t size, size_t *off, const char *name, const char *v, size_t vlen)
 {
-    static const char hex[] = "0123456789abcdef";
     if ((*off > 1 && fast_put(b, size, off, ",", 1)) || fast_put(b, size, off, "\"", 1) ||
         fast_put(b, size, off, name, strlen(name)) || fast_put(b, size, off, "\":", 2))
         return -1;
     if (v == NULL)
         return fast_put(b, size, off, "null", 4);
-    if (fast_put(b, size, off, "\"", 1))
+    if (fast_put(b, size, off, "\"", 1) || moat_json_escape(b, size, off, v, vlen, MOAT_JSON_ASCII_ONLY) != 0)
         return -1;
-    for (size_t i = 0; i < vlen; i++) {
-        unsigned char c = (unsigned char)v[i];
-        if (c >= 0x80 || *off + 8 >= size)
-            return -1;
-        if (c == '"' || c == '\\') {
-            b[(*off)++] = '\\';
-            b[(*off)++] = (char)c;
-        } else if (c < 0x20 || c == 0x7f) {
-            memcpy(b + *off, "\\u00", 4);
-            *off += 4;
-            b[(*off)++] = hex[c >> 4];
-            b[(*off)++] = hex[c & 15];
-        } else {
-            b[(*off)++] = (char)c;
-        }
-    }
     return fast_put(b, size, off, "\"", 1);
 }
 

@@ -8,6 +8,7 @@
  * its SHA-256.
  */
 #include "apikey.h"
+#include "moat_hex.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -42,7 +43,7 @@ static int key_new(int argc, char **argv)
         fprintf(stderr, "moatctl: cannot create a key: %s\n", why != NULL ? why : "SHA-256 failed");
         return 1;
     }
-    hex_encode(digest, sizeof(digest), hex);
+    moat_hex_encode(digest, sizeof(digest), hex);
     printf("token: %s\nid: %s sha256: %s\n", token, id, hex);
     OPENSSL_cleanse(token, sizeof(token));
     return fflush(stdout) == 0 ? 0 : 1;
@@ -66,7 +67,7 @@ static int key_hash(int argc, char **argv)
         fprintf(stderr, "moatctl: SHA-256 failed\n");
         return 1;
     }
-    hex_encode(digest, sizeof(digest), hex);
+    moat_hex_encode(digest, sizeof(digest), hex);
     printf("%s %s\n", id, hex);
     return fflush(stdout) == 0 ? 0 : 1;
 }

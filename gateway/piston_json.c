@@ -18,6 +18,10 @@
 
 #include <jansson.h>
 
+#include "moat_base64.h"
+#include "moat_hex.h"
+#include "moat_utf8.h"
+
 /* ---------------------------------------------------------------- helpers */
 
 __attribute__((format(printf, 3, 4))) static int bad(char *err, size_t errlen, const char *fmt, ...)
@@ -65,93 +69,28 @@ static char *dup_bytes(const char *s, size_t len)
     return p;
 }
 
-static int b64_value(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
-}
-
-/* Strict RFC 4648 base64 with padding; no whitespace.  0, -1 bad input, -2 no memory. */
-static int base64_decode(const char *in, size_t len, uint8_t **out, size_t *outlen)
-{
-    size_t i, o = 0, pad = 0;
-    uint8_t *buf;
-
-    if (len % 4 != 0)
-        return -1;
-    if (len > 0 && in[len - 1] == '=')
-        pad = len > 1 && in[len - 2] == '=' ? 2 : 1;
-    if ((buf = malloc(len / 4 * 3 + 1)) == NULL)
-        return -2;
-    for (i = 0; i < len; i += 4) {
-        int v[4], k;
-        int last = i + 4 == len;
-        for (k = 0; k < 4; k++) {
-            if (last && k >= 4 - (int)pad) {
-                v[k] = 0;
-                continue;
-            }
-            if ((v[k] = b64_value((unsigned char)in[i + k])) < 0) {
-                free(buf);
-                return -1;
-            }
-        }
-        buf[o++] = (uint8_t)(v[0] << 2 | v[1] >> 4);
-        if (!last || pad < 2)
-            buf[o++] = (uint8_t)((v[1] & 0xf) << 4 | v[2] >> 2);
-        if (!last || pad < 1)
-            buf[o++] = (uint8_t)((v[2] & 0x3) << 6 | v[3]);
-        /* Non-canonical encodings carry stray bits in the last symbol: refuse them. */
-        if (last && ((pad == 1 && (v[2] & 0x3) != 0) || (pad == 2 && (v[1] & 0xf) != 0))) {
-            free(buf);
-            return -1;
-        }
-    }
-    *out = buf;
-    *outlen = o;
-    return 0;
-}
-
-static int hex_value(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* Hex in either case.  0, -1 bad input, -2 no memory. */
-static int hex_decode_any(const char *in, size_t len, uint8_t **out, size_t *outlen)
+/* Strict base64 (moat_base64.h) or hex in either case (moat_hex.h) into a
+ * new buffer.  0, -1 bad input, -2 no memory. */
+static int decode_content(const char *in, size_t len, int base64, uint8_t **out, size_t *outlen)
 {
     uint8_t *buf;
-    size_t i;
+    int rc;
 
-    if (len % 2 != 0)
+    if (len % (base64 ? 4 : 2) != 0)
         return -1;
-    if ((buf = malloc(len / 2 + 1)) == NULL)
+    if ((buf = malloc((base64 ? MOAT_BASE64_DECODED_MAX(len) : len / 2) + 1)) == NULL)
         return -2;
-    for (i = 0; i < len; i += 2) {
-        int hi = hex_value((unsigned char)in[i]), lo = hex_value((unsigned char)in[i + 1]);
-        if (hi < 0 || lo < 0) {
-            free(buf);
-            return -1;
-        }
-        buf[i / 2] = (uint8_t)(hi << 4 | lo);
+    if (base64) {
+        rc = moat_base64_decode(in, len, buf, outlen);
+    } else {
+        rc = moat_hex_decode(in, len, buf, MOAT_HEX_ANY_CASE);
+        *outlen = len / 2;
+    }
+    if (rc != 0) {
+        free(buf);
+        return -1;
     }
     *out = buf;
-    *outlen = len / 2;
     return 0;
 }
 
@@ -227,10 +166,9 @@ static int parse_file(json_t *obj, size_t idx, struct moat_file *f, char *err, s
     if (!json_is_string(content))
         return bad(err, errlen, "files[%zu].content must be a string", idx);
 
-    if (strcmp(enc, "base64") == 0)
-        rc = base64_decode(json_string_value(content), json_string_length(content), &f->content, &f->content_len);
-    else if (strcmp(enc, "hex") == 0)
-        rc = hex_decode_any(json_string_value(content), json_string_length(content), &f->content, &f->content_len);
+    if (strcmp(enc, "base64") == 0 || strcmp(enc, "hex") == 0)
+        rc = decode_content(json_string_value(content), json_string_length(content), strcmp(enc, "base64") == 0, &f->content,
+                            &f->content_len);
     else {
         f->content_len = json_string_length(content);
         f->content = (uint8_t *)dup_bytes(json_string_value(content), f->content_len);
@@ -383,42 +321,6 @@ void piston_exec_request_free(struct moat_exec_request *r)
 
 /* ---------------------------------------------------------------- responses */
 
-/* Length of the valid UTF-8 sequence at in[0..len), or 0 if invalid; *bad gets the maximal invalid subpart. */
-static size_t utf8_seq(const uint8_t *in, size_t len, size_t *bad_len)
-{
-    uint8_t c = in[0], lo = 0x80, hi = 0xbf;
-    size_t need, i;
-
-    *bad_len = 1;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf)
-        need = 1;
-    else if (c >= 0xe0 && c <= 0xef) {
-        need = 2;
-        if (c == 0xe0)
-            lo = 0xa0;
-        else if (c == 0xed)
-            hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        need = 3;
-        if (c == 0xf0)
-            lo = 0x90;
-        else if (c == 0xf4)
-            hi = 0x8f;
-    } else
-        return 0;
-    for (i = 1; i <= need; i++) {
-        if (i >= len || in[i] < lo || in[i] > hi) {
-            *bad_len = i;
-            return 0;
-        }
-        lo = 0x80;
-        hi = 0xbf;
-    }
-    return need + 1;
-}
-
 char *piston_utf8_sanitize(const uint8_t *in, size_t len, size_t *outlen)
 {
     size_t i = 0, o = 0;
@@ -429,7 +331,8 @@ char *piston_utf8_sanitize(const uint8_t *in, size_t len, size_t *outlen)
     if ((out = malloc(len * 3 + 1)) == NULL)
         return NULL;
     while (i < len) {
-        size_t bad_len, n = utf8_seq(in + i, len - i, &bad_len);
+        uint32_t cp;
+        size_t bad_len, n = moat_utf8_decode(in + i, len - i, &cp, &bad_len);
         if (n > 0) {
             memcpy(out + o, in + i, n);
             o += n;

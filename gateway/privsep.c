@@ -33,8 +33,11 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "moat_io.h"
 
 #define RESTART_BACKOFF_MS 500
+
+_Static_assert(GW_PRIVSEP_MAX_FDS <= MOAT_IO_MAX_FDS, "one moat_send_fds carries every worker's socket");
 
 const struct gw_audit_tuning_spec gw_audit_tuning_specs[GW_AUDIT_NTUNING] = {
     [GW_AUDIT_CHECKPOINT_RECORDS] = {"checkpoint_records", "--checkpoint-records", 1, 10000000},
@@ -111,56 +114,9 @@ static pid_t spawn_writer(const struct gw_audit_config *ac, int nfds, int *gatew
     return pid;
 }
 
-static int send_fds(int ctl, const int *fds, int n)
-{
-    char data = 'F';
-    struct iovec iov = {&data, 1};
-    union {
-        char buf[CMSG_SPACE(sizeof(int) * GW_PRIVSEP_MAX_FDS)];
-        struct cmsghdr align;
-    } u;
-    struct msghdr msg;
-    memset(&msg, 0, sizeof(msg));
-    memset(&u, 0, sizeof(u));
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = u.buf;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n);
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)n);
-    ssize_t w;
-    while ((w = sendmsg(ctl, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR)
-        ;
-    return w == 1 ? 0 : -1;
-}
-
 int gw_privsep_recv_fds(int ctl, int *fds, int n)
 {
-    char data;
-    struct iovec iov = {&data, 1};
-    union {
-        char buf[CMSG_SPACE(sizeof(int) * GW_PRIVSEP_MAX_FDS)];
-        struct cmsghdr align;
-    } u;
-    struct msghdr msg;
-    memset(&msg, 0, sizeof(msg));
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = u.buf;
-    msg.msg_controllen = sizeof(u.buf);
-    ssize_t r;
-    while ((r = recvmsg(ctl, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
-        ;
-    if (r != 1 || data != 'F')
-        return -1;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    if (c == NULL || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int) * (size_t)n))
-        return -1;
-    memcpy(fds, CMSG_DATA(c), sizeof(int) * (size_t)n);
-    return 0;
+    return n < 1 ? -1 : moat_recv_fds(ctl, fds, (size_t)n);
 }
 
 static void sleep_ms(long ms)
@@ -214,7 +170,7 @@ static __attribute__((noreturn)) void supervise(const struct gw_audit_config *ac
                     sleep_ms(RESTART_BACKOFF_MS);
                     writer = spawn_writer(ac, nfds, ends);
                 }
-                if (send_fds(ctl, ends, nfds) != 0)
+                if (moat_send_fds(ctl, ends, (size_t)nfds) != 0)
                     log_warn("supervisor: cannot hand the new audit sockets to the gateway");
                 for (int i = 0; i < nfds; i++)
                     close(ends[i]);

@@ -28,7 +28,7 @@ static void fix_checksum(char *token)
     size_t body = APIKEY_TOKEN_LEN - APIKEY_CHECKSUM_LEN - 1;
 
     assert_int_equal(apikey_digest(token, body, d), 0);
-    hex_encode(d, 4, hex);
+    moat_hex_encode(d, 4, hex);
     memcpy(token + body + 1, hex, APIKEY_CHECKSUM_LEN);
 }
 
@@ -151,7 +151,7 @@ static void test_hex(void **state)
     assert_int_equal(hex_decode_lower("0aff", 4, out, 2), 0);
     assert_int_equal(out[0], 0x0a);
     assert_int_equal(out[1], 0xff);
-    hex_encode(out, 2, hex);
+    moat_hex_encode(out, 2, hex);
     assert_string_equal(hex, "0aff");
     assert_int_equal(hex_decode_lower("0AFF", 4, out, 2), -1);
     assert_int_equal(hex_decode_lower("0af", 3, out, 2), -1);
