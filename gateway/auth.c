@@ -1,14 +1,42 @@
 /*
- * auth.c - API key authentication for the public routes.
+ * auth.c - step 4 of the request path: who is asking.
+ *
+ * One Authorization header, one Bearer parser.  A token holding a '.' and
+ * not starting "moat_" is a JWT (three base64url segments): jwt_auth.c
+ * verifies it against the configured issuers and the tenant comes from its
+ * tenant claim.  Anything else is an API key: shape and checksum first,
+ * then the key id's table entry and a constant-time comparison of SHA-256
+ * digests.  A connection that re-sends the key it authenticated with under
+ * the same configuration generation skips the parse and the digests
+ * (conn.c's cache, compared in constant time).
  */
 #include "auth.h"
+#include "conn.h"
+#include "http.h"
 
+#include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include <openssl/crypto.h>
 
 #define BEARER     "Bearer"
 #define BEARER_LEN 6
+
+int auth_bearer_token(const char *value, size_t len, const char **token, size_t *toklen)
+{
+    size_t i;
+
+    if (value == NULL || len <= BEARER_LEN || strncasecmp(value, BEARER, BEARER_LEN) != 0 || value[BEARER_LEN] != ' ')
+        return -1;
+    for (i = BEARER_LEN; i < len && value[i] == ' '; i++)
+        ;
+    if (i == len)
+        return -1;
+    *token = value + i;
+    *toklen = len - i;
+    return 0;
+}
 
 const struct gw_key *auth_bearer(const struct gw_config *cfg, const char *value, size_t len, const char **why)
 {
@@ -16,22 +44,16 @@ const struct gw_key *auth_bearer(const struct gw_config *cfg, const char *value,
     uint8_t digest[APIKEY_DIGEST_LEN];
     const struct gw_key *key;
     const char *token;
-    size_t i;
     int equal;
 
     if (value == NULL) {
         *why = "no Authorization header";
         return NULL;
     }
-    /* The scheme name is case-insensitive (RFC 9110 11.1); one or more spaces follow. */
-    if (len <= BEARER_LEN || strncasecmp(value, BEARER, BEARER_LEN) != 0 || value[BEARER_LEN] != ' ') {
+    if (auth_bearer_token(value, len, &token, &len) != 0) {
         *why = "not a Bearer credential";
         return NULL;
     }
-    for (i = BEARER_LEN; i < len && value[i] == ' '; i++)
-        ;
-    token = value + i;
-    len -= i;
     if (apikey_parse(token, len, id, why) != 0)
         return NULL;
     if ((key = gw_config_find_key(cfg, id)) == NULL) {
@@ -49,4 +71,78 @@ const struct gw_key *auth_bearer(const struct gw_config *cfg, const char *value,
         return NULL;
     }
     return key;
+}
+
+static enum gw_flow unauthorized(struct gw_request *r, const char *why, const char *challenge, const char *message)
+{
+    r->note = why;
+    gw_add_header(r, "www-authenticate", challenge);
+    return gw_deny(r, 401, GW_REASON_AUTH, message);
+}
+
+static int is_jwt(const char *token, size_t len)
+{
+    return !(len >= 5 && memcmp(token, "moat_", 5) == 0) && memchr(token, '.', len) != NULL;
+}
+
+/* A JWT from a configured issuer: the tenant comes from its tenant claim. */
+static enum gw_flow authenticate_jwt(struct gw_request *r, const char *token, size_t len)
+{
+    struct jwt_identity id;
+    const char *why = NULL;
+    const struct gw_tenant *t;
+
+    if (r->cfg->nissuers == 0 || jwt_verify(r->cfg->issuers, r->cfg->nissuers, token, len, time(NULL), &id, &why) != 0)
+        return unauthorized(r, why != NULL ? why : "no JWT issuers configured", "Bearer", "invalid or missing bearer token");
+    if ((t = gw_config_find_tenant(r->cfg, id.tenant)) == NULL)
+        return unauthorized(r, "JWT names an unknown tenant", "Bearer", "invalid or missing bearer token");
+    snprintf(r->key_id, sizeof(r->key_id), "jwt:%.32s/%.32s", id.issuer->name, id.kid);
+    r->tenant_cfg = t;
+    r->tenant = t->name;
+    r->scopes = POLICY_EP_ALL;
+    return GW_NEXT;
+}
+
+/* An API key, from the connection's cache when it is the same token again. */
+static const struct gw_key *api_key(struct gw_request *r, h2o_iovec_t v, const char *token, size_t toklen, const char **why)
+{
+    unsigned serial = r->gen->serial;
+    const struct gw_key *key = token != NULL ? gw_conn_cached_key(r->conn, serial, token, toklen) : NULL;
+
+    if (key != NULL)
+        return key;
+    key = auth_bearer(r->cfg, v.base, v.len, why);
+    if (key != NULL && token != NULL)
+        gw_conn_cache_key(r->conn, serial, token, toklen, key);
+    return key;
+}
+
+enum gw_flow gw_authenticate(struct gw_request *r)
+{
+    h2o_req_t *req = r->req;
+    const struct gw_key *key;
+    const char *why = NULL, *token = NULL;
+    size_t toklen = 0;
+    ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
+
+    if (i != -1 && h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, i) != -1)
+        return unauthorized(r, "more than one Authorization header", "Bearer", "invalid or missing API key");
+    if (i == -1) {
+        key = auth_bearer(r->cfg, NULL, 0, &why);
+    } else {
+        h2o_iovec_t v = req->headers.entries[i].value;
+        if (auth_bearer_token(v.base, v.len, &token, &toklen) == 0 && is_jwt(token, toklen))
+            return authenticate_jwt(r, token, toklen);
+        key = api_key(r, v, token, toklen, &why);
+    }
+    if (key == NULL)
+        return unauthorized(r, why, "Bearer", "invalid or missing API key");
+    _Static_assert(sizeof(key->id) <= sizeof(r->key_id), "a key id fits");
+    memcpy(r->key_id, key->id, sizeof(key->id)); /* NUL-terminated at load */
+    if (key->expires != 0 && time(NULL) >= key->expires)
+        return unauthorized(r, "key expired", "Bearer error=\"invalid_token\"", "API key expired");
+    r->tenant_cfg = &r->cfg->tenants[key->tenant];
+    r->tenant = r->tenant_cfg->name;
+    r->scopes = key->scopes;
+    return GW_NEXT;
 }

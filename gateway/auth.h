@@ -1,5 +1,5 @@
 /*
- * auth.h - turn an Authorization header into an authenticated key.
+ * auth.h - step 4 of the request path: who is asking.
  */
 #ifndef GW_AUTH_H
 #define GW_AUTH_H
@@ -7,14 +7,29 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "pipeline.h"
 
 /*
- * Check "Bearer <token>" against the key table.  value may be NULL (header
- * missing).  Returns the matching key, or NULL with *why set to a static
- * reason for the log (never containing token bytes).  The token shape and
- * checksum are verified before any lookup; digests are compared in constant
- * time.
+ * The one parser of "Bearer <token>" (RFC 6750 2.1): the scheme name in any
+ * case, one or more spaces, then the token, which must not be empty.
+ * 0 with *token and *toklen set, or -1.
+ */
+int auth_bearer_token(const char *value, size_t len, const char **token, size_t *toklen);
+
+/*
+ * Check an Authorization header value against the key table.  value may be
+ * NULL (header missing).  Returns the matching key, or NULL with *why set
+ * to a static reason for the log (never containing token bytes).  The token
+ * shape and checksum are verified before any lookup; digests are compared
+ * in constant time.
  */
 const struct gw_key *auth_bearer(const struct gw_config *cfg, const char *value, size_t len, const char **why);
+
+/*
+ * Step 4: authenticate r from its Authorization header, an API key or a JWT
+ * from a configured issuer.  GW_NEXT with r->tenant, r->tenant_cfg,
+ * r->scopes and r->key_id set, or GW_DENY (401 with WWW-Authenticate).
+ */
+enum gw_flow gw_authenticate(struct gw_request *r);
 
 #endif /* GW_AUTH_H */

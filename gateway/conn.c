@@ -13,7 +13,7 @@
  *               the socket is closed before the TLS handshake.  The state is
  *               hung on h2o's sock->on_close hook, which h2o calls when it
  *               frees the socket: that uncounts the address.
- *   requests -> guard.c reports each request's start and end: requests in
+ *   requests -> the pipeline (step 1) reports each request's start and end: requests in
  *               flight, requests whose whole response was sent, activity.
  *   watchdog -> every GW_WATCHDOG_MS each worker walks its connections:
  *               HTTP/1 between requests: idle (idle_ms), request headers
@@ -56,9 +56,8 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
-/* The HTTP/2 connection struct (needs klib's khash.h: from libhts-dev, see CMakeLists.txt). */
-#include <h2o/http2.h>
-#include <h2o/http2_internal.h>
+#include "h2o_compat.h"
+#include <h2o/http2.h> /* H2O_HTTP2_ERROR_* (public) */
 
 #if H2O_VERSION_MAJOR != 2 || H2O_VERSION_MINOR != 2
 #error "conn.c reads libh2o 2.2's HTTP/2 connection state: check it against this version"
@@ -348,23 +347,19 @@ static void close_http1(struct gw_conn *gc, const char *why)
  * flight are done (a RST_STREAM for an ignored stream makes it close at
  * once).  The watchdog shuts the descriptor if that takes too long.
  */
-static void close_h2(struct gw_conn *gc, h2o_http2_conn_t *h2, int errnum, const char *why)
+static void close_h2(struct gw_conn *gc, h2o_conn_t *conn, int errnum, const char *why)
 {
     condemn(gc);
     log_info("connection: closing HTTP/2 connection from %s: %s", gc->peer, why);
-    if (h2->state < H2O_HTTP2_CONN_STATE_HALF_CLOSED) {
-        h2o_http2_encode_goaway_frame(&h2->_write.buf, h2->pull_stream_ids.max_open, errnum, h2o_iovec_init(why, strlen(why)));
-        h2o_http2_conn_request_write(h2);
-        h2->state = H2O_HTTP2_CONN_STATE_HALF_CLOSED;
-    }
+    gw_h2_goaway(conn, errnum, why);
 }
 
 /* Streams the client opened that ended without a complete response, beyond what it has earned. */
-static int h2_over_budget(const struct gw_conn *gc, const h2o_http2_conn_t *h2)
+static int h2_over_budget(const struct gw_conn *gc, const struct gw_h2_view *h2)
 {
     unsigned budget = gc->worker->cfg->http2_reset_budget;
-    uint64_t opened = ((uint64_t)h2->pull_stream_ids.max_open + 1) / 2;
-    uint64_t settled = gc->completed + h2->num_streams.pull.open;
+    uint64_t opened = ((uint64_t)h2->max_open + 1) / 2;
+    uint64_t settled = gc->completed + h2->open;
 
     if (budget == 0 || opened <= settled)
         return 0;
@@ -385,9 +380,13 @@ const char *gw_conn_request_start(struct gw_conn *gc, h2o_req_t *req)
     }
     if (gc->condemned)
         return "this connection is being closed";
-    if (gc->is_h2 && h2_over_budget(gc, (h2o_http2_conn_t *)req->conn)) {
-        close_h2(gc, (h2o_http2_conn_t *)req->conn, H2O_HTTP2_ERROR_ENHANCE_YOUR_CALM, "too many reset streams");
-        return "too many cancelled streams on this connection";
+    if (gc->is_h2) {
+        struct gw_h2_view v;
+        gw_h2_view(req->conn, &v);
+        if (h2_over_budget(gc, &v)) {
+            close_h2(gc, req->conn, H2O_HTTP2_ERROR_ENHANCE_YOUR_CALM, "too many reset streams");
+            return "too many cancelled streams on this connection";
+        }
     }
     return NULL;
 }
@@ -453,14 +452,18 @@ static void check_http1(struct gw_conn *gc, const struct gw_config *cfg, uint64_
         close_http1(gc, "request body not received within timeouts.body_ms");
 }
 
-static void check_h2(struct gw_conn *gc, h2o_http2_conn_t *h2, const struct gw_config *cfg, uint64_t now)
+static void check_h2(struct gw_conn *gc, h2o_conn_t *conn, const struct gw_config *cfg, uint64_t now)
 {
-    uint32_t open = h2->num_streams.pull.open, busy = h2->num_streams.pull.half_closed;
+    struct gw_h2_view h2;
+    uint32_t open, busy;
 
-    if (h2->state >= H2O_HTTP2_CONN_STATE_HALF_CLOSED)
+    gw_h2_view(conn, &h2);
+    open = h2.open;
+    busy = h2.half_closed;
+    if (h2.closing)
         return; /* h2o is closing it already */
-    if (h2_over_budget(gc, h2)) {
-        close_h2(gc, h2, H2O_HTTP2_ERROR_ENHANCE_YOUR_CALM, "too many reset streams");
+    if (h2_over_budget(gc, &h2)) {
+        close_h2(gc, conn, H2O_HTTP2_ERROR_ENHANCE_YOUR_CALM, "too many reset streams");
         return;
     }
     /* a stream still receiving its headers or body, while requests are not queued behind the cap */
@@ -470,14 +473,30 @@ static void check_h2(struct gw_conn *gc, h2o_http2_conn_t *h2, const struct gw_c
             gc->recv_since_ms = now;
         since = gc->recv_since_ms > gc->last_progress_ms ? gc->recv_since_ms : gc->last_progress_ms;
         if (now - since > cfg->body_timeout_ms) {
-            close_h2(gc, h2, H2O_HTTP2_ERROR_NONE, "request not received within timeouts.body_ms");
+            close_h2(gc, conn, H2O_HTTP2_ERROR_NONE, "request not received within timeouts.body_ms");
             return;
         }
     } else {
         gc->recv_since_ms = 0;
     }
     if (open == 0 && gc->inflight == 0 && now - gc->last_activity > cfg->idle_timeout_ms)
-        close_h2(gc, h2, H2O_HTTP2_ERROR_NONE, "idle timeout");
+        close_h2(gc, conn, H2O_HTTP2_ERROR_NONE, "idle timeout");
+}
+
+struct watch_h2 {
+    struct gw_worker *w;
+    uint64_t now;
+};
+
+static void watch_h2_conn(h2o_conn_t *conn, h2o_socket_t *sock, void *p)
+{
+    struct watch_h2 *a = p;
+    struct gw_conn *gc = conn_of_sock(sock);
+
+    if (gc == NULL || gc->condemned)
+        return;
+    gc->is_h2 = 1;
+    check_h2(gc, conn, a->w->cfg, a->now);
 }
 
 static void on_watchdog(h2o_timeout_entry_t *entry)
@@ -488,14 +507,8 @@ static void on_watchdog(h2o_timeout_entry_t *entry)
 
     gw_worker_refresh(w);
     /* HTTP/2 first: h2o's own list holds only connections it has not freed */
-    for (node = w->ctx.http2._conns.next; node != &w->ctx.http2._conns; node = node->next) {
-        h2o_http2_conn_t *h2 = H2O_STRUCT_FROM_MEMBER(h2o_http2_conn_t, _conns, node);
-        struct gw_conn *gc = conn_of_sock(h2->sock);
-        if (gc == NULL || gc->condemned)
-            continue;
-        gc->is_h2 = 1;
-        check_h2(gc, h2, w->cfg, now);
-    }
+    struct watch_h2 arg = {w, now};
+    gw_h2_foreach(&w->ctx, watch_h2_conn, &arg);
     /* the rest: HTTP/1.1, or still in the TLS handshake (which h2o times out itself) */
     for (node = w->conns.next; node != &w->conns; node = node->next) {
         struct gw_conn *gc = H2O_STRUCT_FROM_MEMBER(struct gw_conn, link, node);

@@ -1,19 +1,16 @@
 /*
- * http.c - request context, response helpers and the access log line.
+ * http.c - step 11 of the request path: response helpers and the request's
+ * one log line.  Error bodies and the log line are built without printf or
+ * an allocation: the deny path is the hot path under attack.
  */
 #include "http.h"
-#include "conn.h"
 #include "log.h"
 #include "piston_json.h"
+#include "pipeline.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <openssl/rand.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
 
 static const char *reason_phrase(int status)
 {
@@ -51,14 +48,6 @@ static const char *reason_phrase(int status)
     }
 }
 
-void gw_request_release(struct gw_request *r, uint64_t cpu_ms)
-{
-    if (!r->admitted)
-        return;
-    r->admitted = 0;
-    rl_release(r->worker->server->limiter, r->tenant, cpu_ms, rl_monotonic_ms());
-}
-
 /* A header whose name is a literal and whose value is formatted into the
  * request's pool: no copies of the name, one small allocation for the value. */
 static void add_number_header(struct gw_request *r, const char *name, size_t name_len, const h2o_token_t *token,
@@ -87,146 +76,6 @@ void gw_add_ratelimit_headers(struct gw_request *r, const struct rl_decision *d)
     add_number_header(r, H2O_STRLIT("ratelimit-reset"), NULL, (d->reset_ms + 999) / 1000);
     if (!d->allowed && d->retry_after_ms != RL_RETRY_NEVER)
         add_number_header(r, NULL, 0, H2O_TOKEN_RETRY_AFTER, (d->retry_after_ms + 999) / 1000);
-}
-
-static const char *reason_for_status(int status)
-{
-    switch (status) {
-    case 401:
-        return "auth";
-    case 403:
-    case 404:
-    case 405:
-        return "endpoint";
-    case 422:
-        return "content";
-    case 429:
-        return "rate";
-    default:
-        return status >= 500 ? "backend" : "filter";
-    }
-}
-
-void gw_audit_who(struct gw_request *r, struct gw_audit_who *who, char *client, size_t clientlen)
-{
-    const struct gw_conn *gc = gw_conn_of(r->req);
-
-    client[0] = '\0';
-    if (gc != NULL) {
-        /* taken once, at accept */
-        const char *peer = gw_conn_peer(gc);
-        size_t n = strlen(peer);
-        if (n < clientlen)
-            memcpy(client, peer, n + 1);
-    } else {
-        struct sockaddr_storage ss;
-        socklen_t len = r->req->conn->callbacks->get_peername(r->req->conn, (struct sockaddr *)&ss);
-        if (len > 0 && ss.ss_family == AF_INET)
-            inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, client, (socklen_t)clientlen);
-        else if (len > 0 && ss.ss_family == AF_INET6)
-            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, client, (socklen_t)clientlen);
-    }
-    who->request_id = r->request_id;
-    who->tenant = r->tenant;
-    who->key_id = r->key_id;
-    who->client = client;
-    who->method = r->req->method.base;
-    who->method_len = r->req->method.len;
-    who->path = r->req->path_normalized.base;
-    who->path_len = r->req->path_normalized.len;
-}
-
-void gw_audit_decision(struct gw_request *r, int status, const char *message)
-{
-    struct gw_audit_who who;
-    char client[INET6_ADDRSTRLEN], fast[GW_AUDIT_FAST_MAX];
-    size_t len;
-    const char *type, *decision, *reason = NULL;
-
-    if (!r->worker->audit.enabled || r->audit_skip || (r->audited && !r->executing))
-        return;
-    gw_audit_who(r, &who, client, sizeof(client));
-    type = r->executing ? "result" : "request";
-    if (status < 400) {
-        decision = "allowed";
-        message = NULL;
-    } else {
-        decision = r->executing ? "failed" : "denied";
-        reason = r->reason ? r->reason : reason_for_status(status);
-    }
-    /* the common case, every denial under attack included: no jansson, no
-     * allocation; a record is sent and not waited for (the request is
-     * refused either way) */
-    if (gw_audit_fast_decision(&who, type, decision, reason, status < 400 ? NULL : r->rule, status, message, fast, sizeof(fast),
-                               &len) == 0) {
-        gw_audit_submit(&r->worker->audit, fast, len, NULL, 0, NULL, NULL);
-    } else {
-        json_t *b = gw_audit_base(&who, type);
-        if (b == NULL)
-            return;
-        if (status < 400)
-            gw_audit_add_decision(b, decision, NULL, NULL, status, NULL);
-        else
-            gw_audit_add_decision(b, decision, reason, r->rule, status, message);
-        char *text = gw_audit_dump(b, &len);
-        json_decref(b);
-        if (text != NULL)
-            gw_audit_submit(&r->worker->audit, text, len, NULL, 0, NULL, NULL);
-        free(text);
-    }
-    r->audited = 1;
-    r->executing = 0;
-}
-
-static void on_request_dispose(void *p)
-{
-    struct gw_request *r = p;
-
-    if (r->audit_entry != NULL) {
-        gw_audit_cancel(r->audit_entry); /* its callback must not touch r */
-        r->audit_entry = NULL;
-    }
-    /* a client that went away mid-run, or any path that did not release */
-    gw_request_release(r, 0);
-    if (r->worker->inflight > 0)
-        r->worker->inflight--;
-}
-
-/* Request ids from a per-thread pool refilled 4 KiB at a time: one
- * RAND_bytes call per 512 requests instead of one each. */
-static void random_bytes(uint8_t *out, size_t n)
-{
-    static __thread uint8_t pool[4096];
-    static __thread size_t left;
-    if (left < n) {
-        if (RAND_bytes(pool, sizeof(pool)) != 1) {
-            log_warnx("%s: RAND_bytes failed, request id is zero", __func__);
-            memset(out, 0, n);
-            return;
-        }
-        left = sizeof(pool);
-    }
-    memcpy(out, pool + sizeof(pool) - left, n);
-    left -= n;
-}
-
-struct gw_request *gw_request_new(h2o_req_t *req)
-{
-    struct gw_request *r = h2o_mem_alloc_shared(&req->pool, sizeof(*r), on_request_dispose);
-    uint8_t rnd[GW_REQUEST_ID_LEN / 2];
-
-    if (r == NULL)
-        return NULL;
-    memset(r, 0, sizeof(*r));
-    r->req = req;
-    r->worker = gw_worker_of(req->conn->ctx);
-    r->cfg = r->worker->cfg;
-    r->worker->inflight++;
-    /* room for every header a response of ours carries, in one allocation */
-    h2o_vector_reserve(&req->pool, &req->res.headers, 8);
-    random_bytes(rnd, sizeof(rnd));
-    hex_encode(rnd, sizeof(rnd), r->request_id);
-    return r;
 }
 
 void gw_add_header(struct gw_request *r, const char *name, const char *value)
@@ -284,9 +133,9 @@ static void log_request(const struct gw_request *r, int status)
     puts_(&l, r->tenant != NULL ? r->tenant : "-");
     puts_(&l, " key=");
     puts_(&l, r->key_id[0] != '\0' ? r->key_id : "-");
-    if (r->reason) {
+    if (status >= 400 && gw_reason_name(r->reason) != NULL) {
         puts_(&l, " reason=");
-        puts_(&l, r->reason);
+        puts_(&l, gw_reason_name(r->reason));
     }
     if (r->note) {
         puts_(&l, ": ");
@@ -300,8 +149,6 @@ void gw_respond(struct gw_request *r, int status, const char *body)
     h2o_req_t *req = r->req;
     size_t len = strlen(body);
 
-    if (status < 400)
-        gw_audit_decision(r, status, NULL); /* allowed requests that are not executions */
     log_request(r, status);
     req->res.status = status;
     req->res.reason = reason_phrase(status);
@@ -348,7 +195,6 @@ void gw_respond_error(struct gw_request *r, int status, const char *message)
     static const char head[] = "{\"message\":\"";
     int off, high;
 
-    gw_audit_decision(r, status, message);
     /* the error body is built here without an allocation: the deny path
      * is the hot path under attack */
     memcpy(body, head, sizeof(head) - 1);

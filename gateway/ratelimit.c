@@ -70,14 +70,86 @@ void *rl_impl(struct rl_limiter *l)
     return l->impl;
 }
 
+/* What the front keeps for an admission a deferred backend answers later. */
+struct rl_pending {
+    struct rl_limiter *l;
+    rl_cb cb;
+    void *arg;
+    int execution;
+    int in_admit;  /* the backend's admit has not returned yet */
+    int answered;  /* the answer came while in_admit */
+    int cancelled; /* the caller went away */
+    char tenant[RL_MAX_TENANT_NAME + 1];
+};
+
+/* A deferred backend's answer.  Frees the handle, unless rl_admit_on is
+ * still inside the backend's admit (then it frees it on return). */
+static void deliver(void *arg, const struct rl_decision *d)
+{
+    struct rl_pending *t = arg;
+
+    if (t->cancelled) {
+        /* nobody waits: an in-flight slot taken for a vanished caller goes back */
+        if (d->allowed && t->execution)
+            t->l->ops->release(t->l, t->tenant, 0, rl_monotonic_ms());
+        free(t);
+        return;
+    }
+    t->cb(t->arg, d);
+    if (t->in_admit)
+        t->answered = 1;
+    else
+        free(t);
+}
+
+struct rl_pending *rl_admit_on(struct rl_limiter *l, struct st_h2o_evloop_t *loop, int execution, const char *tenant,
+                               const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg)
+{
+    void (*admit)(struct rl_limiter *, struct st_h2o_evloop_t *, const char *, const struct rl_params *, uint64_t, rl_cb, void *) =
+        execution ? l->ops->admit : l->ops->admit_rate;
+    struct rl_pending *t;
+    size_t n = tenant != NULL ? strlen(tenant) : 0;
+
+    if (!l->ops->deferred) {
+        admit(l, loop, tenant, p, now_ms, cb, arg); /* answered before it returns */
+        return NULL;
+    }
+    if ((t = calloc(1, sizeof(*t))) == NULL || n > RL_MAX_TENANT_NAME) {
+        struct rl_decision d = {0, RL_BACKEND_ERROR, RL_RETRY_NEVER, 0, 0, 0};
+        free(t);
+        if (cb != NULL)
+            cb(arg, &d);
+        return NULL;
+    }
+    t->l = l;
+    t->cb = cb;
+    t->arg = arg;
+    t->execution = execution;
+    memcpy(t->tenant, tenant, n);
+    t->in_admit = 1;
+    admit(l, loop, tenant, p, now_ms, deliver, t);
+    t->in_admit = 0;
+    if (t->answered) {
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+void rl_cancel(struct rl_pending *pending)
+{
+    if (pending != NULL)
+        pending->cancelled = 1; /* freed when the answer comes */
+}
+
 void rl_admit(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg)
 {
-    l->ops->admit(l, tenant, p, now_ms, cb, arg);
+    (void)rl_admit_on(l, NULL, 1, tenant, p, now_ms, cb, arg);
 }
 
 void rl_admit_rate_only(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg)
 {
-    l->ops->admit_rate(l, tenant, p, now_ms, cb, arg);
+    (void)rl_admit_on(l, NULL, 0, tenant, p, now_ms, cb, arg);
 }
 
 void rl_release(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms)
@@ -433,13 +505,14 @@ static void mem_decide(struct rl_limiter *l, const char *tenant, const struct rl
     cb(arg, &d);
 }
 
-static void mem_admit(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg)
+static void mem_admit(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
+                      uint64_t now_ms, rl_cb cb, void *arg)
 {
     mem_decide(l, tenant, p, now_ms, cb, arg, 1);
 }
 
-static void mem_admit_rate(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb,
-                           void *arg)
+static void mem_admit_rate(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
+                           uint64_t now_ms, rl_cb cb, void *arg)
 {
     mem_decide(l, tenant, p, now_ms, cb, arg, 0);
 }

@@ -17,8 +17,16 @@
  * Redis backend (hiredis async on the worker's own loop, one Lua script per
  * decision) can replace the in-memory one without changing callers.  The
  * in-memory backend calls the callback before rl_admit returns; a Redis one
- * calls it later, on the same thread, from the loop.  Callers must handle
- * both.  The tenant string and params need only live for the call.
+ * calls it later, on the same thread, from the caller's event loop (which
+ * rl_admit_on passes down).  Callers must handle both.  The tenant string
+ * and params need only live for the call.
+ *
+ * Cancelling: a caller that goes away while an answer is pending (an HTTP
+ * client that disconnects) calls rl_cancel() on the handle rl_admit_on()
+ * returned; its callback is then never called, and an allowed answer that
+ * arrives afterwards gives its in-flight slot back by itself.  Handles exist
+ * only for backends that answer later (rl_ops.deferred): the in-memory one
+ * allocates nothing per decision.
  *
  * Nothing here blocks beyond a short critical section, and nothing reads a
  * clock: callers pass a monotonic time in milliseconds (rl_monotonic_ms()),
@@ -72,18 +80,28 @@ struct rl_decision {
 
 typedef void (*rl_cb)(void *arg, const struct rl_decision *d);
 
-struct rl_limiter; /* opaque */
+struct rl_limiter;      /* opaque */
+struct rl_pending;      /* an admission whose answer has not come yet */
+struct st_h2o_evloop_t; /* h2o_loop_t: the caller's event loop */
 
 /* The vtable a backend implements.  Its state is reached with rl_impl(l). */
 struct rl_ops {
-    /* rate + concurrency + quota; on allow, takes one in-flight slot and one rate token */
-    void (*admit)(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg);
+    /* rate + concurrency + quota; on allow, takes one in-flight slot and one rate token.
+     * loop: the caller's event loop, on which a deferred backend answers (may be NULL
+     * for a backend that answers at once).  Every admit must be answered exactly once,
+     * also at destroy (RL_BACKEND_ERROR). */
+    void (*admit)(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
+                  uint64_t now_ms, rl_cb cb, void *arg);
     /* rate only (non-execute endpoints): no slot taken, quota not consulted */
-    void (*admit_rate)(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg);
+    void (*admit_rate)(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
+                       uint64_t now_ms, rl_cb cb, void *arg);
     /* ends an execution: frees the in-flight slot and charges cpu_ms */
     void (*release)(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms);
     /* frees the backend's state (not the rl_limiter itself) */
     void (*destroy)(struct rl_limiter *l);
+    /* 1: may answer after admit returns (a shared store); the front then keeps a
+     * cancellable handle per pending admission */
+    int deferred;
 };
 
 /*
@@ -106,6 +124,16 @@ struct rl_limiter *rl_memory_new_capped(size_t max_tenants);
 void rl_admit(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg);
 void rl_admit_rate_only(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg);
 void rl_release(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms);
+/*
+ * The gateway's form: execution (1: rl_admit, 0: rl_admit_rate_only) on
+ * the worker's loop.  Returns NULL when cb has already been called, else a
+ * handle for rl_cancel, valid until cb runs.  Out of memory: cb is called
+ * at once with RL_BACKEND_ERROR (the caller fails closed).
+ */
+struct rl_pending *rl_admit_on(struct rl_limiter *l, struct st_h2o_evloop_t *loop, int execution, const char *tenant,
+                               const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg);
+/* The caller went away: cb will not be called for this admission. */
+void rl_cancel(struct rl_pending *pending);
 void rl_destroy(struct rl_limiter *l);
 
 /* Backends.  rl_new wraps ops + impl in a limiter (NULL on failure). */

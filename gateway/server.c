@@ -26,10 +26,9 @@
  */
 #include "server.h"
 #include "conn.h"
-#include "guard.h"
 #include "gw_limits.h"
 #include "log.h"
-#include "router.h"
+#include "pipeline.h"
 #include "tls.h"
 
 #include <errno.h>
@@ -157,8 +156,7 @@ static void worker_h2o_config(struct gw_worker *w)
     w->h2o.server_name = h2o_iovec_init(H2O_STRLIT("moat"));
     hostconf = h2o_config_register_host(&w->h2o, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     pathconf = h2o_config_register_path(hostconf, "/", 0);
-    gw_guard_register(pathconf);
-    gw_router_register(pathconf);
+    gw_pipeline_register(pathconf);
 }
 
 int gw_server_init(struct gw_server *srv, struct gw_config *cfg, SSL_CTX *ssl_ctx, const char *config_path)

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "ratelimit.h"
 #include "audit_client.h"
+#include "moat_proto.h"
 
 struct gw_server;
 struct gw_conn_table;
@@ -65,8 +66,10 @@ struct gw_worker {
     size_t inflight; /* requests not yet disposed; touched by this thread only */
     unsigned index;
     pthread_t tid;
-    struct gw_audit audit; /* this worker's connection to the audit writer */
-    int audit_pending_fd;  /* a replacement writer socket from the main thread (atomic; -1 none) */
+    struct gw_audit audit;         /* this worker's connection to the audit writer */
+    struct moat_runtimes runtimes; /* the backend's runtime table, as last listed (runtime_table.c) */
+    uint64_t runtimes_ms;          /* when (loop time); 0: never */
+    int audit_pending_fd;          /* a replacement writer socket from the main thread (atomic; -1 none) */
 };
 
 struct gw_server {

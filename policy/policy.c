@@ -285,6 +285,26 @@ static int check_endpoint(const struct tenant_policy *p, const struct policy_req
     return 0;
 }
 
+/*
+ * Does policy entry l name the language?  "*" names every language; else
+ * the entry must equal the name the client sent, or any name (canonical or
+ * alias) of the runtime it resolves to.  The same test decides what
+ * /api/v2/runtimes lists, so a tenant may send any name it is shown.
+ */
+static int entry_names(const struct policy_lang *l, const char *language, const struct policy_runtime *rt)
+{
+    if (strcmp(l->language, "*") == 0 || (language != NULL && strcmp(l->language, language) == 0))
+        return 1;
+    if (rt == NULL)
+        return 0;
+    if (rt->language != NULL && strcmp(l->language, rt->language) == 0)
+        return 1;
+    for (size_t j = 0; j < rt->naliases; j++)
+        if (rt->aliases[j] != NULL && strcmp(l->language, rt->aliases[j]) == 0)
+            return 1;
+    return 0;
+}
+
 static int check_language(const struct tenant_policy *p, const struct policy_request *r, struct policy_verdict *v)
 {
     struct quoted ql, qv;
@@ -294,7 +314,7 @@ static int check_language(const struct tenant_policy *p, const struct policy_req
         return deny(v, POLICY_DENY_INPUT, "language is required");
     for (size_t i = 0; i < p->nlangs; i++) {
         const struct policy_lang *l = &p->langs[i];
-        if (strcmp(l->language, "*") != 0 && strcmp(l->language, r->language) != 0)
+        if (!entry_names(l, r->language, r->runtime))
             continue;
         named = 1;
         if (policy_version_matches(r->version, l->version))
@@ -304,6 +324,19 @@ static int check_language(const struct tenant_policy *p, const struct policy_req
         return deny(v, POLICY_DENY_LANGUAGE, "version \"%s\" of language \"%s\" is not allowed for this tenant",
                     quote(&qv, r->version != NULL && r->version[0] != '\0' ? r->version : "*"), quote(&ql, r->language));
     return deny(v, POLICY_DENY_LANGUAGE, "language \"%s\" is not allowed for this tenant", quote(&ql, r->language));
+}
+
+int policy_runtime_allowed(const struct tenant_policy *p, const struct policy_runtime *rt)
+{
+    const char *what;
+    size_t at;
+
+    if (p == NULL || rt == NULL || rt->language == NULL || policy_problem(p, &what, &at) != NULL)
+        return 0;
+    for (size_t i = 0; i < p->nlangs; i++)
+        if (entry_names(&p->langs[i], NULL, rt) && policy_version_matches(rt->version, p->langs[i].version))
+            return 1;
+    return 0;
 }
 
 static int check_input(const struct policy_limits *c, const struct policy_request *r, struct policy_verdict *v)
@@ -423,6 +456,31 @@ int policy_evaluate(const struct tenant_policy *p, const struct policy_request *
         v->run_timeout_ms = v->compile_timeout_ms = 0;
         v->run_memory_bytes = v->compile_memory_bytes = 0;
     }
+    v->allow = 1;
+    v->reason = POLICY_OK;
+    v->http_status = POLICY_HTTP_OK;
+    return 0;
+}
+
+int policy_authorize(const struct tenant_policy *p, unsigned endpoint, unsigned scopes, struct policy_verdict *v)
+{
+    const char *what;
+    size_t at;
+
+    if (v == NULL)
+        return -1;
+    v->rule = NULL;
+    v->message[0] = '\0';
+    v->run_timeout_ms = v->compile_timeout_ms = 0;
+    v->run_memory_bytes = v->compile_memory_bytes = 0;
+    if (p == NULL || policy_problem(p, &what, &at) != NULL)
+        return deny(v, POLICY_DENY_NO_POLICY, "no policy for this tenant");
+    if (endpoint == 0 || (endpoint & (endpoint - 1)) != 0 || (endpoint & ~(unsigned)POLICY_EP_ALL) != 0)
+        return deny(v, POLICY_DENY_ENDPOINT, "unknown endpoint");
+    if ((p->endpoints & endpoint) == 0)
+        return deny(v, POLICY_DENY_ENDPOINT, "this endpoint is not allowed for this tenant");
+    if ((scopes & endpoint) == 0)
+        return deny(v, POLICY_DENY_ENDPOINT, "this endpoint is outside the credential's scopes");
     v->allow = 1;
     v->reason = POLICY_OK;
     v->http_status = POLICY_HTTP_OK;

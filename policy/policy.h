@@ -38,10 +38,13 @@
  *
  * Language and version matching (policy_version_matches):
  *
- *   - A policy entry's language is the name as the backend calls it, or "*"
- *     for every language.  Names compare exactly (case-sensitive): an alias
- *     the client sends ("py") does not match a policy entry "python" unless
- *     the policy lists the alias too.  Mismatches deny; they never allow.
+ *   - A policy entry's language is a name of a runtime (canonical or an
+ *     alias), or "*" for every language.  Names compare exactly
+ *     (case-sensitive).  An entry names the request's language when it
+ *     equals the name sent, or any name of the runtime that name resolves to
+ *     (request.runtime, from the backend's runtime table): a policy "py"
+ *     allows "python" and "python3" too.  Without request.runtime only the
+ *     name sent counts.  Mismatches deny; they never allow.
  *   - A policy version selector is "*" (any version) or dotted components
  *     ("3", "3.11"); a component "x", "X" or "*" and everything after it is a
  *     wildcard, so "3.x" means "3" and "x" means "*".  What is left is the
@@ -158,20 +161,32 @@ struct policy_file {
     size_t len;             /* bytes of content (after any base64 decoding) */
 };
 
+/*
+ * An installed runtime as the backend lists it: its canonical name, its
+ * aliases and its concrete version.  Borrowed; nothing is kept.
+ */
+struct policy_runtime {
+    const char *language;
+    const char *const *aliases;
+    size_t naliases;
+    const char *version;
+};
+
 /* A parsed request, borrowed from the gateway; nothing here is kept. */
 struct policy_request {
-    unsigned endpoint;               /* exactly one POLICY_EP_* bit */
-    const char *language;            /* execute: language as the client sent it */
-    const char *version;             /* execute: version selector as sent; NULL or "" means "*" */
-    const struct policy_file *files; /* execute: nfiles entries */
-    size_t nfiles;                   /* execute: number of files */
-    size_t stdin_len;                /* execute: bytes of stdin */
-    size_t nargs;                    /* execute: number of arguments */
-    const size_t *arg_lens;          /* execute: nargs lengths in bytes; may be NULL when nargs is 0 */
-    int64_t run_timeout_ms;          /* requested limit, or -1 for the tenant's ceiling */
-    int64_t compile_timeout_ms;      /* requested limit, or -1 for the tenant's ceiling */
-    int64_t run_memory_bytes;        /* requested limit, or -1 for the tenant's ceiling */
-    int64_t compile_memory_bytes;    /* requested limit, or -1 for the tenant's ceiling */
+    unsigned endpoint;                    /* exactly one POLICY_EP_* bit */
+    const char *language;                 /* execute: language as the client sent it */
+    const char *version;                  /* execute: version selector as sent; NULL or "" means "*" */
+    const struct policy_runtime *runtime; /* execute: the runtime `language` names, if known; NULL: exact names only */
+    const struct policy_file *files;      /* execute: nfiles entries */
+    size_t nfiles;                        /* execute: number of files */
+    size_t stdin_len;                     /* execute: bytes of stdin */
+    size_t nargs;                         /* execute: number of arguments */
+    const size_t *arg_lens;               /* execute: nargs lengths in bytes; may be NULL when nargs is 0 */
+    int64_t run_timeout_ms;               /* requested limit, or -1 for the tenant's ceiling */
+    int64_t compile_timeout_ms;           /* requested limit, or -1 for the tenant's ceiling */
+    int64_t run_memory_bytes;             /* requested limit, or -1 for the tenant's ceiling */
+    int64_t compile_memory_bytes;         /* requested limit, or -1 for the tenant's ceiling */
 };
 
 /* The decision.  policy_evaluate() sets every field, allowed or not. */
@@ -193,6 +208,22 @@ struct policy_verdict {
  * written when v is NULL.  Pointers in v refer to p and stay valid while p does.
  */
 int policy_evaluate(const struct tenant_policy *p, const struct policy_request *r, struct policy_verdict *v);
+
+/*
+ * Step 5 of the request path: may a credential with `scopes` (POLICY_EP_*
+ * bits) of the tenant with policy p call `endpoint` (one POLICY_EP_* bit)?
+ * The tenant's endpoint allow-list first, then the credential's scopes;
+ * both deny POLICY_DENY_ENDPOINT, 403.  0 allowed, -1 denied (v says why).
+ */
+int policy_authorize(const struct tenant_policy *p, unsigned endpoint, unsigned scopes, struct policy_verdict *v);
+
+/*
+ * 1 if the tenant may use runtime rt: some langs[] entry names it ("*",
+ * its canonical name or one of its aliases) and allows its version.  This
+ * decides what /api/v2/runtimes lists, and it agrees with policy_evaluate():
+ * any name of a listed runtime is allowed for execute (given rt there).
+ */
+int policy_runtime_allowed(const struct tenant_policy *p, const struct policy_runtime *rt);
 
 /*
  * Check a loaded policy before it is put to use (config load): a tenant name,

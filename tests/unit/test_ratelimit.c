@@ -609,7 +609,8 @@ struct deferred {
     int pending, released, destroyed;
 };
 
-static void def_admit(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg)
+static void def_admit(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
+                      uint64_t now_ms, rl_cb cb, void *arg)
 {
     struct deferred *d = rl_impl(l);
 
@@ -632,7 +633,7 @@ static void def_destroy(struct rl_limiter *l)
     d->destroyed = 1;
 }
 
-static const struct rl_ops def_ops = {def_admit, def_admit, def_release, def_destroy};
+static const struct rl_ops def_ops = {def_admit, def_admit, def_release, def_destroy, 1};
 
 static void test_deferred_backend(void **state)
 {
@@ -641,7 +642,7 @@ static void test_deferred_backend(void **state)
     struct rl_params p = rate_params(1.0, 1);
     struct rl_decision err = {0, RL_BACKEND_ERROR, 0, 1, 0, 0};
     struct capture c = {0};
-    static const struct rl_ops incomplete = {def_admit, NULL, def_release, def_destroy};
+    static const struct rl_ops incomplete = {def_admit, NULL, def_release, def_destroy, 1};
 
     assert_non_null(l);
     assert_null(rl_new(&incomplete, &impl));
@@ -656,6 +657,52 @@ static void test_deferred_backend(void **state)
     assert_int_equal(impl.released, 1);
     rl_destroy(l);
     assert_int_equal(impl.destroyed, 1);
+}
+
+/* A caller that goes away while the answer is pending (the client
+ * disconnected): its callback never runs, and an allowed answer that comes
+ * afterwards gives the in-flight slot back by itself. */
+static void test_deferred_cancel(void **state)
+{
+    struct deferred impl = {0};
+    struct rl_limiter *l = rl_new(&def_ops, &impl);
+    struct rl_params p = rate_params(1.0, 1);
+    struct rl_decision ok = {1, RL_OK, 0, 1, 0, 0};
+    struct capture c = {0};
+    struct rl_pending *h;
+
+    assert_non_null(l);
+    h = rl_admit_on(l, NULL, 1, "t", &p, 0, capture_cb, &c);
+    assert_non_null(h); /* pending: a handle to cancel */
+    rl_cancel(h);
+    impl.cb(impl.arg, &ok); /* the store answers: allowed */
+    assert_int_equal(c.calls, 0);
+    assert_int_equal(impl.released, 1); /* the slot went back */
+    /* rate-only admissions hold no slot: nothing to give back */
+    h = rl_admit_on(l, NULL, 0, "t", &p, 0, capture_cb, &c);
+    assert_non_null(h);
+    rl_cancel(h);
+    impl.cb(impl.arg, &ok);
+    assert_int_equal(c.calls, 0);
+    assert_int_equal(impl.released, 1);
+    /* not cancelled: answered once, no release */
+    h = rl_admit_on(l, NULL, 1, "t", &p, 0, capture_cb, &c);
+    assert_non_null(h);
+    impl.cb(impl.arg, &ok);
+    assert_int_equal(c.calls, 1);
+    assert_int_equal(impl.released, 1);
+    rl_destroy(l);
+}
+
+static void test_memory_answers_at_once(void **state)
+{
+    struct rl_limiter *l = rl_memory_new();
+    struct rl_params p = rate_params(1.0, 1);
+    struct capture c = {0};
+
+    assert_null(rl_admit_on(l, NULL, 1, "m", &p, 0, capture_cb, &c)); /* no handle, nothing allocated */
+    assert_int_equal(c.calls, 1);
+    rl_destroy(l);
 }
 
 static void test_misc(void **state)
@@ -673,6 +720,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_burst_then_refused),
+        cmocka_unit_test(test_deferred_cancel),
+        cmocka_unit_test(test_memory_answers_at_once),
         cmocka_unit_test(test_steady_rate),
         cmocka_unit_test(test_retry_after_is_exact),
         cmocka_unit_test(test_tenants_isolated),

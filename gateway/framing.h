@@ -1,8 +1,8 @@
 /*
- * guard.h - the first handler every request meets, before the router.
+ * framing.h - step 2 of the request path: message framing checks.
  */
-#ifndef GW_GUARD_H
-#define GW_GUARD_H
+#ifndef GW_FRAMING_H
+#define GW_FRAMING_H
 
 #include <stddef.h>
 
@@ -11,8 +11,8 @@
 #endif
 #include <h2o.h>
 
-/* Register the guard on pathconf; it must come before the router. */
-void gw_guard_register(h2o_pathconf_t *pathconf);
+/* Step 2 for req (HTTP/1 or HTTP/2): NULL if acceptable, else the reason. */
+const char *gw_framing_check(h2o_req_t *req);
 
 /*
  * Check the framing headers of an HTTP/1.x request head (buf holds the
@@ -23,4 +23,4 @@ void gw_guard_register(h2o_pathconf_t *pathconf);
  */
 const char *gw_http1_check_framing(const char *buf, size_t len);
 
-#endif /* GW_GUARD_H */
+#endif /* GW_FRAMING_H */

@@ -1,0 +1,43 @@
+/*
+ * h2o_compat.h - the only door to libh2o 2.2.5's private state.
+ *
+ * The gateway needs a few things h2o 2.2.5 keeps in internal structs (the
+ * HTTP/2 connection's stream counters, its write buffer for a GOAWAY, the
+ * worker's list of HTTP/2 connections, and the raw HTTP/1 request head).
+ * Every such access is here, each with why and the version it was checked
+ * against, so an h2o upgrade is one file to re-check.  Nothing else in the
+ * gateway includes h2o/http2_internal.h.
+ */
+#ifndef GW_H2O_COMPAT_H
+#define GW_H2O_COMPAT_H
+
+#include <stdint.h>
+
+#ifndef H2O_USE_LIBUV
+#define H2O_USE_LIBUV 0
+#endif
+#include <h2o.h>
+
+/* What the gateway reads of an HTTP/2 connection. */
+struct gw_h2_view {
+    uint32_t max_open;    /* the highest stream id the client opened */
+    uint32_t open;        /* client streams open now */
+    uint32_t half_closed; /* of those, fully received and being answered */
+    int closing;          /* h2o sent or received GOAWAY: it will close by itself */
+};
+
+/* The HTTP/1 request head of req as received (request line to the empty
+ * line, maybe more), or {NULL, 0} when h2o no longer holds it. */
+h2o_iovec_t gw_h1_request_head(h2o_req_t *req);
+
+/* Fill *v for an HTTP/2 connection (conn must be one: req->version >= 0x200). */
+void gw_h2_view(h2o_conn_t *conn, struct gw_h2_view *v);
+
+/* Send GOAWAY(errnum, why) and stop h2o from opening streams on conn;
+ * h2o closes it once the requests in flight are done. */
+void gw_h2_goaway(h2o_conn_t *conn, int errnum, const char *why);
+
+/* Call fn for every HTTP/2 connection h2o has not freed on ctx's loop. */
+void gw_h2_foreach(h2o_context_t *ctx, void (*fn)(h2o_conn_t *conn, h2o_socket_t *sock, void *arg), void *arg);
+
+#endif /* GW_H2O_COMPAT_H */

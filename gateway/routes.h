@@ -1,0 +1,39 @@
+/*
+ * routes.h - the route table: every path the gateway answers.
+ */
+#ifndef GW_ROUTES_H
+#define GW_ROUTES_H
+
+#include <stddef.h>
+
+#include "pipeline.h"
+
+enum gw_route_flags {
+    GW_ROUTE_NO_AUDIT = 1u << 0,  /* opt out of the audit trail (healthz); audited otherwise */
+    GW_ROUTE_NO_ADMIT = 1u << 1,  /* not counted by the tenant's limiter */
+    GW_ROUTE_EXECUTION = 1u << 2, /* admission takes an in-flight slot; a result record follows */
+};
+
+struct gw_route {
+    const char *path;   /* exact, after h2o's normalisation */
+    const char *method; /* the one method it answers */
+    unsigned endpoint;  /* POLICY_EP_* the tenant and the credential must allow; 0: public, no authentication */
+    unsigned flags;     /* GW_ROUTE_* */
+    const struct gw_handler *handler;
+};
+
+/* The handlers of the routes (handler_*.c). */
+extern const struct gw_handler gw_handler_healthz, gw_handler_runtimes, gw_handler_execute;
+
+/* The route for path, or NULL; *method_ok says whether method matches it. */
+const struct gw_route *gw_route_find(const char *path, size_t path_len, const char *method, size_t method_len, int *method_ok);
+
+/*
+ * A test build may link extra routes (tests/unit: a route written without
+ * any audit code, to show the pipeline audits it): a weak symbol, absent
+ * from the shipped binaries.
+ */
+extern const struct gw_route gw_test_routes[] __attribute__((weak));
+extern const size_t gw_test_nroutes __attribute__((weak));
+
+#endif /* GW_ROUTES_H */

@@ -1,0 +1,112 @@
+/*
+ * runtime_table.c - each worker's copy of the backend's runtime table.
+ *
+ * The backend knows which languages are installed and their aliases; the
+ * tenant's policy may name a language by any of them.  So that the same
+ * rule decides what /api/v2/runtimes lists and what execute accepts
+ * (policy_runtime_allowed, policy_evaluate), each worker keeps the table
+ * from the backend's last runtimes reply: every /api/v2/runtimes answer
+ * refreshes it, and an execute on a worker whose table is missing or older
+ * than GW_RUNTIME_TABLE_TTL_MS asks the backend first.  The table only
+ * widens a policy entry to the other names of the same runtime; the backend
+ * validates the language again either way.  Worker thread only: no locks.
+ */
+#include "runtime_table.h"
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void table_free(struct moat_runtimes *t)
+{
+    for (size_t i = 0; t->items != NULL && i < t->count; i++) {
+        free(t->items[i].language);
+        free(t->items[i].version);
+        for (size_t j = 0; j < t->items[i].naliases; j++)
+            free(t->items[i].aliases[j]);
+        free(t->items[i].aliases);
+    }
+    free(t->items);
+    t->items = NULL;
+    t->count = 0;
+}
+
+/* A deep copy of one runtime; 0 or -1 (out of memory, dst partly filled). */
+static int runtime_copy(struct moat_runtime *dst, const struct moat_runtime *src)
+{
+    memset(dst, 0, sizeof(*dst));
+    if ((dst->language = strdup(src->language)) == NULL || (dst->version = strdup(src->version)) == NULL)
+        return -1;
+    if (src->naliases > 0 && (dst->aliases = calloc(src->naliases, sizeof(char *))) == NULL)
+        return -1;
+    for (size_t j = 0; j < src->naliases; j++, dst->naliases++)
+        if ((dst->aliases[j] = strdup(src->aliases[j])) == NULL)
+            return -1;
+    dst->compiled = src->compiled;
+    return 0;
+}
+
+int gw_runtime_table_fresh(struct gw_worker *w)
+{
+    return w->runtimes_ms != 0 && h2o_now(w->ctx.loop) - w->runtimes_ms < GW_RUNTIME_TABLE_TTL_MS;
+}
+
+void gw_runtime_table_store(struct gw_worker *w, const struct moat_runtimes *rt)
+{
+    struct moat_runtimes t = {NULL, 0};
+
+    if (rt->count > 0 && (t.items = calloc(rt->count, sizeof(*t.items))) == NULL)
+        return;
+    for (size_t i = 0; i < rt->count; i++, t.count++) {
+        if (runtime_copy(&t.items[i], &rt->items[i]) != 0) {
+            t.count++;
+            table_free(&t);
+            log_warnx("%s: out of memory: the runtime table stays as it was", __func__);
+            return;
+        }
+    }
+    table_free(&w->runtimes);
+    w->runtimes = t;
+    w->runtimes_ms = h2o_now(w->ctx.loop);
+}
+
+const struct policy_runtime *gw_runtime_table_find(struct gw_worker *w, const char *language, struct policy_runtime *out)
+{
+    for (size_t i = 0; language != NULL && i < w->runtimes.count; i++) {
+        const struct moat_runtime *rt = &w->runtimes.items[i];
+        int named = strcmp(rt->language, language) == 0;
+        for (size_t j = 0; !named && j < rt->naliases; j++)
+            named = strcmp(rt->aliases[j], language) == 0;
+        if (named) {
+            *out = (struct policy_runtime){rt->language, (const char *const *)rt->aliases, rt->naliases, rt->version};
+            return out;
+        }
+    }
+    return NULL;
+}
+
+static void on_table(void *data, enum backend_status status, const struct backend_reply *reply)
+{
+    struct gw_request *r = data;
+
+    if (status != BACKEND_OK || reply->hdr.type != MOAT_MSG_RUNTIMES) {
+        gw_step_done(r, gw_backend_failure(r, status, reply));
+        return;
+    }
+    gw_runtime_table_store(r->worker, &reply->u.runtimes);
+    gw_step_done(r, GW_REPEAT);
+}
+
+enum gw_flow gw_runtime_table_fetch(struct gw_request *r)
+{
+    struct moat_buf frame = {NULL, 0, 0};
+    uint64_t job = backend_next_job_id();
+    const char *why = NULL;
+
+    if (moat_encode_runtimes_query(&frame, job, &why) != 0) {
+        log_warnx("%s: id=%s: %s", __func__, r->request_id, why);
+        return gw_deny(r, 500, GW_REASON_BACKEND, "cannot encode the backend request");
+    }
+    gw_backend_call(r, &frame, job, on_table, r);
+    return GW_WAIT;
+}
