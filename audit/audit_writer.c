@@ -210,8 +210,10 @@ static int drain(struct writer *w, int ci)
         append_request(w, ci, &rq, c->buf + off + sizeof(rq));
         off += need;
     }
-    memmove(c->buf, c->buf + off, c->len - off);
-    c->len -= off;
+    if (off > 0) { /* (a client not heard from yet has no buffer at all) */
+        memmove(c->buf, c->buf + off, c->len - off);
+        c->len -= off;
+    }
     return 0;
 }
 
