@@ -5,6 +5,7 @@
  */
 #include "http.h"
 #include "log.h"
+#include "moat_json_escape.h"
 #include "piston_json.h"
 #include "pipeline.h"
 
@@ -159,47 +160,16 @@ void gw_respond(struct gw_request *r, int status, const char *body)
     h2o_send_inline(req, body, len); /* copies body into req->pool */
 }
 
-/* Appends s as the inside of a JSON string (ASCII; \uXXXX for control
- * characters, quotes and backslashes escaped; other bytes as they are, and
- * *high set: the caller checks that such a message is valid UTF-8).
- * Returns the new length or -1 if full. */
-static int json_escape_into(char *out, size_t size, size_t off, const char *s, int *high)
-{
-    static const char hex[] = "0123456789abcdef";
-    *high = 0;
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        *high |= c >= 0x80;
-        if (off + 7 >= size)
-            return -1;
-        if (c == '"' || c == '\\') {
-            out[off++] = '\\';
-            out[off++] = (char)c;
-        } else if (c < 0x20 || c == 0x7f) {
-            out[off++] = '\\';
-            out[off++] = 'u';
-            out[off++] = '0';
-            out[off++] = '0';
-            out[off++] = hex[c >> 4];
-            out[off++] = hex[c & 15];
-        } else {
-            out[off++] = (char)c;
-        }
-    }
-    return (int)off;
-}
-
 void gw_respond_error(struct gw_request *r, int status, const char *message)
 {
     char body[2048];
-    static const char head[] = "{\"message\":\"";
-    int off, high;
+    static const char head[] = "{\"message\":\"", mid[] = "\",\"request_id\":\"";
+    size_t off = sizeof(head) - 1, idlen = strlen(r->request_id);
 
     /* the error body is built here without an allocation: the deny path
-     * is the hot path under attack */
-    memcpy(body, head, sizeof(head) - 1);
-    off = json_escape_into(body, sizeof(body) - 64, sizeof(head) - 1, message, &high);
-    if (off < 0 || (high && !moat_utf8_valid((const uint8_t *)message, strlen(message)))) {
+     * is the hot path under attack; UTF-8 goes out as it is (valid only) */
+    memcpy(body, head, off);
+    if (moat_json_escape(body, sizeof(body) - 64, &off, message, strlen(message), MOAT_JSON_UTF8_RAW) != 0) {
         char *slow = piston_error_json(message, r->request_id);
         if (slow == NULL) {
             gw_respond(r, 500, "{\"message\":\"out of memory\"}");
@@ -209,12 +179,10 @@ void gw_respond_error(struct gw_request *r, int status, const char *message)
         free(slow);
         return;
     }
-    static const char mid[] = "\",\"request_id\":\"";
-    size_t idlen = strlen(r->request_id);
     memcpy(body + off, mid, sizeof(mid) - 1);
-    off += (int)(sizeof(mid) - 1);
+    off += sizeof(mid) - 1;
     memcpy(body + off, r->request_id, idlen);
-    off += (int)idlen;
+    off += idlen;
     memcpy(body + off, "\"}", 3);
     gw_respond(r, status, body);
 }

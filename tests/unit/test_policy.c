@@ -172,6 +172,14 @@ static const char long_lang[] =
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 
+/* Runtimes as the backend lists them (canonical name, aliases, version). */
+static const char *const py_aliases[] = {"py", "py3", "python3"};
+static const char *const js_aliases[] = {"node", "js"};
+static const struct policy_runtime rt_python = {"python", py_aliases, 3, "3.11.2"};
+static const struct policy_runtime rt_python2 = {"python", py_aliases, 3, "2.7.18"};
+static const struct policy_runtime rt_js = {"javascript", js_aliases, 2, "18.13.0"};
+static const struct policy_runtime rt_cobol = {"cobol", NULL, 0, "3.1.2"};
+
 /*
  * A request row starts from a valid python 3.11 execute request with every
  * limit at -1 and overrides what it tests.  Overriding a designated
@@ -247,6 +255,15 @@ static const struct row rows[] = {
     {"client string is quoted safely", P_BASE, REQ(.language = "co\"b\\o\nl\x7f"), POLICY_DENY_LANGUAGE, 403,
      "language \"co?b?o?l?\" is not allowed", NULL},
     {"long client string is cut", P_BASE, REQ(.language = long_lang), POLICY_DENY_LANGUAGE, 403, "aaaa...\" is not allowed", NULL},
+    /* a name of the runtime the language resolves to (policy lists "python" and "node") */
+    {"alias allowed via its runtime", P_BASE, REQ(.language = "py3", .runtime = &rt_python), POLICY_OK, 200, ALLOW},
+    {"alias without the table: exact names only", P_BASE, REQ(.language = "py3"), POLICY_DENY_LANGUAGE, 403, "\"py3\"", NULL},
+    {"canonical name via a listed alias", P_BASE, REQ(.language = "javascript", .version = "18.1", .runtime = &rt_js), POLICY_OK,
+     200, ALLOW},
+    {"alias names another runtime", P_BASE, REQ(.language = "cobol", .runtime = &rt_cobol), POLICY_DENY_LANGUAGE, 403, "\"cobol\"",
+     NULL},
+    {"runtime does not widen the version", P_BASE, REQ(.language = "js", .version = "19", .runtime = &rt_js), POLICY_DENY_LANGUAGE,
+     403, "version \"19\"", NULL},
     {"language beats input", P_BASE, REQ(.language = "cobol", .nfiles = 0), POLICY_DENY_LANGUAGE, 403, "cobol", NULL},
 
     /* input structure */
@@ -377,6 +394,84 @@ static void test_table(void **state)
             assert_null(v.rule);
         check_invariants(&t->req, &v, rc);
     }
+}
+
+/* Step 5: the tenant's endpoints, then the credential's scopes. */
+static void test_authorize(void **state)
+{
+    static const struct {
+        const char *what;
+        enum fixture policy;
+        unsigned endpoint, scopes;
+        enum policy_reason reason;
+        const char *msg;
+    } cases[] = {
+        {"allowed and in scope", P_BASE, POLICY_EP_EXECUTE, POLICY_EP_ALL, POLICY_OK, ""},
+        {"scope narrower than the tenant", P_BASE, POLICY_EP_EXECUTE, POLICY_EP_RUNTIMES, POLICY_DENY_ENDPOINT,
+         "outside the credential's scopes"},
+        {"tenant narrower than the scope", P_RUNTIMES, POLICY_EP_EXECUTE, POLICY_EP_ALL, POLICY_DENY_ENDPOINT,
+         "not allowed for this tenant"},
+        {"tenant beats scope", P_RUNTIMES, POLICY_EP_EXECUTE, 0, POLICY_DENY_ENDPOINT, "not allowed for this tenant"},
+        {"no scopes", P_BASE, POLICY_EP_RUNTIMES, 0, POLICY_DENY_ENDPOINT, "scopes"},
+        {"two endpoints at once", P_BASE, POLICY_EP_ALL, POLICY_EP_ALL, POLICY_DENY_ENDPOINT, "unknown endpoint"},
+        {"no endpoint", P_BASE, 0, POLICY_EP_ALL, POLICY_DENY_ENDPOINT, "unknown endpoint"},
+        {"no policy", P_NULL, POLICY_EP_EXECUTE, POLICY_EP_ALL, POLICY_DENY_NO_POLICY, "no policy"},
+        {"broken policy fails closed", P_NOCEIL, POLICY_EP_EXECUTE, POLICY_EP_ALL, POLICY_DENY_NO_POLICY, "no policy"},
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct policy_verdict v;
+        int rc = policy_authorize(fixture(cases[i].policy), cases[i].endpoint, cases[i].scopes, &v);
+        print_message("[ authorize %zu ] %s\n", i, cases[i].what);
+        assert_int_equal(rc, cases[i].reason == POLICY_OK ? 0 : -1);
+        assert_int_equal(v.allow, cases[i].reason == POLICY_OK);
+        assert_int_equal(v.reason, cases[i].reason);
+        assert_int_equal(v.http_status, cases[i].reason == POLICY_OK ? 200 : 403);
+        assert_non_null(strstr(v.message, cases[i].msg));
+    }
+    assert_int_equal(policy_authorize(fixture(P_BASE), POLICY_EP_EXECUTE, POLICY_EP_ALL, NULL), -1);
+}
+
+/* What /api/v2/runtimes lists: the same rule execute is judged by. */
+static void test_runtime_allowed(void **state)
+{
+    static const char *const alias_langs[] = {"py", "3"};
+    struct tenant_policy aliased;
+    static const struct {
+        const char *what;
+        enum fixture policy; /* P_COUNT: the aliased policy */
+        const struct policy_runtime *rt;
+        int allowed;
+    } cases[] = {
+        {"canonical name listed", P_BASE, &rt_python, 1},
+        {"version outside the entry", P_BASE, &rt_python2, 0},
+        {"listed by an alias (node)", P_BASE, &rt_js, 1},
+        {"not listed", P_BASE, &rt_cobol, 0},
+        {"wildcard", P_ANY, &rt_cobol, 1},
+        {"no languages", P_RUNTIMES, &rt_python, 0},
+        {"no policy", P_NULL, &rt_python, 0},
+        {"policy names only an alias", P_COUNT, &rt_python, 1},
+        {"alias policy, other version", P_COUNT, &rt_python2, 0},
+        {"alias policy, other runtime", P_COUNT, &rt_js, 0},
+    };
+    (void)state;
+    make_policy(&aliased, "aliased", POLICY_EP_ALL, alias_langs, 1, NULL, 0);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const struct tenant_policy *p = cases[i].policy == P_COUNT ? &aliased : fixture(cases[i].policy);
+        print_message("[ runtime %zu ] %s\n", i, cases[i].what);
+        assert_int_equal(policy_runtime_allowed(p, cases[i].rt), cases[i].allowed);
+        /* agreement: a listed runtime may be run by each of its names */
+        if (cases[i].allowed && (p->endpoints & POLICY_EP_EXECUTE)) {
+            for (size_t j = 0; j <= cases[i].rt->naliases; j++) {
+                struct policy_request r = REQ(.language = j == 0 ? cases[i].rt->language : cases[i].rt->aliases[j - 1],
+                                              .version = cases[i].rt->version, .runtime = cases[i].rt);
+                struct policy_verdict v;
+                assert_int_equal(policy_evaluate(p, &r, &v), 0);
+            }
+        }
+    }
+    assert_int_equal(policy_runtime_allowed(fixture(P_BASE), NULL), 0);
+    tenant_policy_free(&aliased);
 }
 
 static void test_version_matches(void **state)
@@ -641,6 +736,8 @@ int main(void)
     /* clang-format off */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
+        cmocka_unit_test(test_authorize),
+        cmocka_unit_test(test_runtime_allowed),
         cmocka_unit_test(test_version_matches),
         cmocka_unit_test(test_reason_names),
         cmocka_unit_test(test_endpoint_names),
