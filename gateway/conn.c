@@ -100,7 +100,7 @@ struct gw_conn {
     /* HTTP/2 */
     uint64_t recv_since_ms;    /* some stream is being received since */
     uint64_t last_progress_ms; /* a request reached the handlers */
-    /* the API key this connection last authenticated with (router.c) */
+    /* the API key this connection last authenticated with (auth.c) */
     char auth_token[APIKEY_TOKEN_LEN];
     unsigned auth_serial; /* the config generation it was checked against (serials never repeat) */
     const void *auth_key; /* its entry in that config */
