@@ -30,34 +30,37 @@ ssize_t moat_read_full(int fd, void *buf, size_t len)
 
 /* The loop of moat_write_full and moat_send_full: write(2), or send(2)
  * with MSG_NOSIGNAL on a socket. */
-static int put_full(int fd, const void *buf, size_t len, int sock)
+static int put_full(int fd, const void *buf, size_t len, int sock, size_t *done)
 {
     size_t off = 0;
+    int rc = 0;
 
     while (off < len) {
         const uint8_t *p = (const uint8_t *)buf + off;
         ssize_t n = sock ? send(fd, p, len - off, MSG_NOSIGNAL) : write(fd, p, len - off);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0)
-            return -1;
-        if (n == 0) {
-            errno = EIO;
-            return -1;
+        if (n <= 0) {
+            if (n == 0)
+                errno = sock ? EIO : ENOSPC;
+            rc = -1;
+            break;
         }
         off += (size_t)n;
     }
-    return 0;
+    if (done != NULL)
+        *done = off;
+    return rc;
 }
 
-int moat_write_full(int fd, const void *buf, size_t len)
+int moat_write_full(int fd, const void *buf, size_t len, size_t *done)
 {
-    return put_full(fd, buf, len, 0);
+    return put_full(fd, buf, len, 0, done);
 }
 
 int moat_send_full(int sock, const void *buf, size_t len)
 {
-    return put_full(sock, buf, len, 1);
+    return put_full(sock, buf, len, 1, NULL);
 }
 
 /* Control buffer large enough for MOAT_IO_MAX_FDS, aligned for cmsghdr. */

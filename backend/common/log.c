@@ -48,7 +48,7 @@ void log_buffer_thread(void)
 void log_flush(void)
 {
     if (tlen > 0)
-        (void)moat_write_full(STDERR_FILENO, tbuf, tlen);
+        (void)moat_write_full(STDERR_FILENO, tbuf, tlen, NULL);
     tlen = 0;
 }
 
@@ -67,7 +67,7 @@ static void emit(const char *line, size_t len, int buffer)
     }
     if (tlen)
         log_flush();
-    (void)moat_write_full(STDERR_FILENO, line, len);
+    (void)moat_write_full(STDERR_FILENO, line, len, NULL);
 }
 
 void log_info_raw(const char *text, size_t len)

@@ -20,9 +20,11 @@
  * end of file: 0 when it came before the first byte), or -1 with errno. */
 ssize_t moat_read_full(int fd, void *buf, size_t len);
 
-/* Writes all of buf with write(2): 0, or -1 with errno (EIO when the
- * descriptor takes no more bytes). */
-int moat_write_full(int fd, const void *buf, size_t len);
+/* Writes all of buf with write(2): 0, or -1 with errno (ENOSPC when the
+ * descriptor takes no more bytes).  done (may be NULL) gets how many bytes
+ * went out, on failure too: a log writer rolls back to its last whole
+ * record with it. */
+int moat_write_full(int fd, const void *buf, size_t len, size_t *done);
 
 /* Sends all of buf on a socket with MSG_NOSIGNAL: a peer that went away is
  * -1 with EPIPE, never SIGPIPE.  0, or -1 with errno. */

@@ -595,7 +595,7 @@ static void transfer(int use_send)
     r.fd = sv[1];
     assert_int_equal(pthread_create(&t, NULL, slow_reader, &r), 0);
     assert_int_equal(setitimer(ITIMER_REAL, &tv, NULL), 0);
-    int rc = use_send ? moat_send_full(sv[0], data, len) : moat_write_full(sv[0], data, len);
+    int rc = use_send ? moat_send_full(sv[0], data, len) : moat_write_full(sv[0], data, len, NULL);
     assert_int_equal(rc, 0);
     pthread_join(t, NULL);
     setitimer(ITIMER_REAL, &off, NULL);
@@ -622,7 +622,9 @@ static void test_io_eof_and_errors(void **state)
 
     (void)state;
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    assert_int_equal(moat_write_full(sv[0], "0123456789", 10), 0);
+    size_t done = 99;
+    assert_int_equal(moat_write_full(sv[0], "0123456789", 10, &done), 0);
+    assert_int_equal(done, 10);
     close(sv[0]);
     /* end of file after 10 of 20 bytes, then at once */
     assert_int_equal(moat_read_full(sv[1], buf, 20), 10);
@@ -636,8 +638,21 @@ static void test_io_eof_and_errors(void **state)
     errno = 0;
     assert_int_equal(moat_read_full(sv[1], buf, 1), -1);
     assert_int_equal(errno, EBADF);
-    assert_int_equal(moat_write_full(sv[1], buf, 1), -1);
+    assert_int_equal(moat_write_full(sv[1], buf, 1, &done), -1);
     assert_int_equal(errno, EBADF);
+    assert_int_equal(done, 0);
+
+    /* cut short: done says how much went out */
+    static uint8_t big[1 << 20];
+    int small = 4096;
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+    assert_int_equal(moat_write_full(sv[0], big, sizeof(big), &done), -1);
+    assert_int_equal(errno, EAGAIN);
+    assert_true(done > 0 && done < sizeof(big));
+    assert_int_equal(moat_read_full(sv[1], big, done), (ssize_t)done);
+    close(sv[0]);
+    close(sv[1]);
 }
 
 static void test_io_pass_fds(void **state)
@@ -654,7 +669,7 @@ static void test_io_pass_fds(void **state)
     assert_int_equal(moat_recv_fds(sv[1], got, 2), 0);
     assert_true(got[0] != p[1] && got[1] != q[1]);
     assert_int_equal(fcntl(got[0], F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
-    assert_int_equal(moat_write_full(got[1], "q", 1), 0);
+    assert_int_equal(moat_write_full(got[1], "q", 1, NULL), 0);
     assert_int_equal(moat_read_full(q[0], &c, 1), 1);
     assert_int_equal(c, 'q');
     close(got[0]);
