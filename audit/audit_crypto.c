@@ -10,36 +10,11 @@
 #include <openssl/crypto.h>
 #include <openssl/params.h>
 
-void audit_hex(const uint8_t *in, size_t len, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < len; i++) {
-        out[2 * i] = digits[in[i] >> 4];
-        out[2 * i + 1] = digits[in[i] & 15];
-    }
-    out[2 * len] = '\0';
-}
-
-static int nibble(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
 int audit_unhex(const char *in, size_t hexlen, uint8_t *out, size_t outlen)
 {
     if (hexlen != 2 * outlen)
         return -1;
-    for (size_t i = 0; i < outlen; i++) {
-        int hi = nibble(in[2 * i]), lo = nibble(in[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        out[i] = (uint8_t)(hi << 4 | lo);
-    }
-    return 0;
+    return moat_hex_decode(in, hexlen, out, MOAT_HEX_LOWER);
 }
 
 /* SHA-256 fetched once, and one context reused: the writer and the verifier

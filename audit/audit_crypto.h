@@ -10,14 +10,17 @@
 
 #include <openssl/evp.h>
 
+#include "moat_hex.h"
+
 #define AUDIT_KEY_LEN  32
 #define AUDIT_HASH_LEN 32
 #define AUDIT_HEX_LEN  64
 #define AUDIT_SIG_LEN  64
 #define AUDIT_PUB_LEN  32
 
-void audit_hex(const uint8_t *in, size_t len, char *out);                    /* out: 2*len+1 */
-int audit_unhex(const char *in, size_t hexlen, uint8_t *out, size_t outlen); /* 0 or -1 */
+/* Hex is moat_hex.h's (moat_hex_encode writes lowercase).  A field of the
+ * trail is exactly outlen bytes as 2 * outlen lowercase digits: 0 or -1. */
+int audit_unhex(const char *in, size_t hexlen, uint8_t *out, size_t outlen);
 void audit_sha256(const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN]);
 int audit_hmac(const uint8_t key[AUDIT_KEY_LEN], const void *data, size_t len, uint8_t out[AUDIT_HASH_LEN]);
 

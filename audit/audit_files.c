@@ -181,7 +181,7 @@ int alog_store_packet(struct audit_log *l, const void *packet, size_t len, struc
     if (l->pack_fd < 0 && open_pack(l, name, err, errlen) != 0)
         return -1;
     audit_sha256(packet, len, h);
-    audit_hex(h, sizeof(h), ref->hex);
+    moat_hex_encode(h, sizeof(h), ref->hex);
     snprintf(ref->at, sizeof(ref->at), "%s:%llu:%zu", name, (unsigned long long)l->pack_bytes, len);
     int rc = alog_write_all(l->pack_fd, packet, len, &done);
     l->pack_bytes += done;

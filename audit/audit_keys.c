@@ -66,7 +66,7 @@ static int write_file_at(int dirfd, const char *name, const void *data, size_t l
 static int format_state(const struct audit_log *l, char text[STATE_SIZE], char *err, size_t errlen)
 {
     char hex[AUDIT_HEX_LEN + 1];
-    audit_hex(l->key, AUDIT_KEY_LEN, hex);
+    moat_hex_encode(l->key, AUDIT_KEY_LEN, hex);
     int n = snprintf(text, STATE_SIZE, "moat-audit-state v1\nepoch %llu\nkey %s\nepoch_started %lld\n",
                      (unsigned long long)l->epoch, hex, (long long)l->epoch_started);
     OPENSSL_cleanse(hex, sizeof(hex));
@@ -229,10 +229,10 @@ int alog_checkpoint(struct audit_log *l, char *err, size_t errlen)
     uint8_t sig[AUDIT_SIG_LEN];
     uint64_t head_seq = l->seq;
 
-    audit_hex(l->prev, sizeof(l->prev), head);
+    moat_hex_encode(l->prev, sizeof(l->prev), head);
     if (audit_checkpoint_text(text, sizeof(text), head_seq, head) != 0 || audit_sign(l->signing, text, sig) != 0)
         return alog_fail(err, errlen, "cannot sign a checkpoint");
-    audit_hex(sig, sizeof(sig), sighex);
+    moat_hex_encode(sig, sizeof(sig), sighex);
     json_t *body =
         json_pack("{s:s, s:I, s:s, s:s}", "type", "checkpoint", "head_seq", (json_int_t)head_seq, "head", head, "sig", sighex);
     if (body == NULL)
@@ -306,8 +306,8 @@ static int make_signing_key(struct audit_log *l, struct new_keys *k, char *err, 
 static int write_verifier_key(struct audit_log *l, const struct new_keys *k, char *err, size_t errlen)
 {
     char k0hex[AUDIT_HEX_LEN + 1], pubhex[2 * AUDIT_PUB_LEN + 1], text[512];
-    audit_hex(k->k0, sizeof(k->k0), k0hex);
-    audit_hex(k->pub, sizeof(k->pub), pubhex);
+    moat_hex_encode(k->k0, sizeof(k->k0), k0hex);
+    moat_hex_encode(k->pub, sizeof(k->pub), pubhex);
     int n = snprintf(text, sizeof(text), "moat-audit verifier v1\nk0 %s\npublic %s\n", k0hex, pubhex);
     int rc = write_file_at(l->dirfd, VERIFIER_FILE, text, (size_t)n, err, errlen);
     OPENSSL_cleanse(k0hex, sizeof(k0hex));

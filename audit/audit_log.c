@@ -110,7 +110,7 @@ static char *put_u64(char *p, uint64_t v)
 
 static char *put_hex(char *p, const uint8_t *in, size_t len)
 {
-    audit_hex(in, len, p); /* its '\0' is overwritten next */
+    moat_hex_encode(in, len, p); /* its '\0' is overwritten next */
     return p + 2 * len;
 }
 

@@ -135,7 +135,7 @@ static int fragment_is_next_record(const char *frag, size_t len, uint64_t seq, c
     json_error_t jerr;
     if (len < 2 || frag[0] != '{' || frag[len - 1] != '}' || strlen(frag) != len || line_seq(frag, &s) != 0 || s != seq + 1)
         return 0;
-    audit_hex(prev, AUDIT_HASH_LEN, hex);
+    moat_hex_encode(prev, AUDIT_HASH_LEN, hex);
     snprintf(want, sizeof(want), ",\"prev\":\"%s\"", hex);
     if (strstr(frag, want) == NULL || strstr(frag, ",\"mac\":\"") == NULL)
         return 0;
@@ -232,7 +232,7 @@ static int finish_torn(struct audit_log *l, char *err, size_t errlen)
     char hex[AUDIT_HEX_LEN + 1];
     if (l->torn_newline && end_line(l, "a torn audit line", err, errlen) != 0)
         return -1;
-    audit_hex(l->torn_hash, sizeof(l->torn_hash), hex);
+    moat_hex_encode(l->torn_hash, sizeof(l->torn_hash), hex);
     json_t *b = json_pack("{s:s, s:I, s:s}", "type", "repair", "torn_bytes", (json_int_t)l->torn_pending, "torn_sha256", hex);
     if (b == NULL)
         return alog_fail(err, errlen, "out of memory");

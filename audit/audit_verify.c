@@ -278,7 +278,7 @@ static int check_checkpoint_record(struct walk *w, const struct record *rec)
     json_int_t head_seq = json_integer_value(json_object_get(rec->j, "head_seq"));
     uint8_t sigb[AUDIT_SIG_LEN];
     char text[160], prevhex[AUDIT_HEX_LEN + 1];
-    audit_hex(w->c.prev, sizeof(w->c.prev), prevhex);
+    moat_hex_encode(w->c.prev, sizeof(w->c.prev), prevhex);
     if (head == NULL || sig == NULL || (uint64_t)head_seq != w->c.seq || strcmp(head, prevhex) != 0 ||
         audit_unhex(sig, strlen(sig), sigb, sizeof(sigb)) != 0 ||
         audit_checkpoint_text(text, sizeof(text), (uint64_t)head_seq, head) != 0 || audit_verify_sig(w->pub, text, sigb) != 0)

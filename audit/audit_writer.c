@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "moat_io.h"
 #include "wire/audit_wire.h"
 
 #define TICK_MS        1000
@@ -62,26 +63,6 @@ struct writer {
     size_t np; /* requests in this pass's batch */
     struct audit_wire_ack acks[MAX_BATCH];
 };
-
-static int send_all(int fd, const void *p, size_t len)
-{
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = write(fd, (const char *)p + off, len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EAGAIN) {
-            struct pollfd pfd = {fd, POLLOUT, 0};
-            if (poll(&pfd, 1, 1000) <= 0)
-                return -1;
-            continue;
-        }
-        if (n <= 0)
-            return -1;
-        off += (size_t)n;
-    }
-    return 0;
-}
 
 static uint64_t now_ms(void)
 {
@@ -267,7 +248,7 @@ static void send_acks(struct writer *w)
             if (pe->client == ci && !pe->noack)
                 w->acks[na++] = (struct audit_wire_ack){pe->tag, pe->seq, pe->err, 0};
         }
-        if (na > 0 && c->fd >= 0 && send_all(c->fd, w->acks, na * sizeof(w->acks[0])) != 0)
+        if (na > 0 && c->fd >= 0 && moat_send_full(c->fd, w->acks, na * sizeof(w->acks[0])) != 0)
             close_client(w, c);
     }
 }

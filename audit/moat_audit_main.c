@@ -30,9 +30,11 @@
 
 #include <jansson.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 
 #include "audit_log.h"
+#include "moat_base64.h"
+#include "moat_hex.h"
+#include "moat_utf8.h"
 #include "wire/audit_wire.h"
 #include "audit_verify.h"
 
@@ -207,52 +209,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 
 /* ---- printing strings from the log safely --------------------------------------- */
 
-/* Length of the UTF-8 sequence at s (1..4) and its code point, or 0 when
- * invalid. */
-static size_t utf8_next(const unsigned char *s, size_t len, unsigned *cp)
-{
-    unsigned c = s[0];
-    size_t n;
-    unsigned min;
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    if (c >= 0xc2 && c <= 0xdf) {
-        n = 2, *cp = c & 0x1f, min = 0x80;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        n = 3, *cp = c & 0x0f, min = 0x800;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 4, *cp = c & 0x07, min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (len < n)
-        return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        *cp = (*cp << 6) | (s[i] & 0x3f);
-    }
-    if (*cp < min || *cp > 0x10ffff || (*cp >= 0xd800 && *cp <= 0xdfff))
-        return 0;
-    return n;
-}
-
-static int valid_utf8(const unsigned char *s, size_t len)
-{
-    unsigned cp;
-    for (size_t i = 0; i < len;) {
-        size_t n = utf8_next(s + i, len - i, &cp);
-        if (n == 0)
-            return 0;
-        i += n;
-    }
-    return 1;
-}
-
 /* Characters a terminal or an editor would act on rather than show. */
-static int dangerous(unsigned cp)
+static int dangerous(uint32_t cp)
 {
     return cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 ||
            (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200e || cp == 0x200f || cp == 0xfeff;
@@ -264,8 +222,8 @@ static void put_safe(FILE *f, const char *s, size_t len, int block)
 {
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < len;) {
-        unsigned cp;
-        size_t n = utf8_next(u + i, len - i, &cp);
+        uint32_t cp;
+        size_t n = moat_utf8_decode(u + i, len - i, &cp, NULL);
         if (n == 0) {
             fprintf(f, "\\x%02x", u[i]);
             i++;
@@ -284,7 +242,7 @@ static void put_safe(FILE *f, const char *s, size_t len, int block)
         else if (cp == '\t')
             fputs("\\t", f);
         else if (dangerous(cp))
-            fprintf(f, "\\u%04x", cp);
+            fprintf(f, "\\u%04x", (unsigned)cp);
         else
             fwrite(u + i, 1, n, f);
         i += n;
@@ -597,28 +555,14 @@ static void indent(int n)
         fputs("  ", stdout);
 }
 
-/* Decodes standard base64 (with padding); NULL when it is not base64. */
+/* The bytes of canonical base64 text (malloc'd), or NULL when it is not. */
 static unsigned char *unbase64(const char *in, size_t len, size_t *outlen)
 {
-    if (len % 4 != 0)
-        return NULL;
-    for (size_t i = 0; i < len; i++) {
-        char c = in[i];
-        int ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '/' ||
-                 (c == '=' && i >= len - 2);
-        if (!ok || (c == '=' && i == len - 2 && in[len - 1] != '='))
-            return NULL;
-    }
-    unsigned char *out = malloc(len / 4 * 3 + 1);
-    if (out == NULL)
-        return NULL;
-    int n = len ? EVP_DecodeBlock(out, (const unsigned char *)in, (int)len) : 0;
-    if (n < 0) {
+    unsigned char *out = malloc(MOAT_BASE64_DECODED_MAX(len) + 1);
+    if (out != NULL && moat_base64_decode(in, len, out, outlen) != 0) {
         free(out);
-        return NULL;
+        out = NULL;
     }
-    size_t pad = len >= 2 ? (in[len - 1] == '=') + (in[len - 2] == '=') : 0;
-    *outlen = (size_t)n - pad;
     return out;
 }
 
@@ -659,7 +603,7 @@ static void put_string_value(const char *key, const char *s, size_t len, int dep
     if (klen >= 6 && strcmp(key + klen - 6, "base64") == 0) {
         size_t n = 0;
         unsigned char *raw = unbase64(s, len, &n);
-        if (raw != NULL && valid_utf8(raw, n)) {
+        if (raw != NULL && moat_utf8_valid(raw, n)) {
             printf(" (base64, decoded: %zu bytes of UTF-8 text)\n", n);
             put_block((const char *)raw, n, depth + 1);
             free(raw);
@@ -674,7 +618,7 @@ static void put_string_value(const char *key, const char *s, size_t len, int dep
             return;
         }
     }
-    if (memchr(s, '\n', len) != NULL && valid_utf8((const unsigned char *)s, len)) {
+    if (memchr(s, '\n', len) != NULL && moat_utf8_valid((const uint8_t *)s, len)) {
         printf(" (%zu bytes of text)\n", len);
         put_block(s, len, depth + 1);
         return;
@@ -724,12 +668,7 @@ static void put_json(const char *key, json_t *v, int depth)
 
 static int is_hex64(const char *s)
 {
-    if (s == NULL || strlen(s) != AUDIT_HEX_LEN)
-        return 0;
-    for (const char *p = s; *p; p++)
-        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-            return 0;
-    return 1;
+    return s != NULL && strlen(s) == AUDIT_HEX_LEN && moat_hex_valid(s, AUDIT_HEX_LEN, MOAT_HEX_LOWER);
 }
 
 /* A packet in a pack: at is "audit-<16 digits>.pack:<offset>:<length>",
@@ -772,7 +711,7 @@ static void print_packet(const char *ref, const char *buf, size_t len)
         else
             put_json(NULL, j, 1);
         json_decref(j);
-    } else if (valid_utf8((const unsigned char *)buf, len)) {
+    } else if (moat_utf8_valid((const uint8_t *)buf, len)) {
         printf("  (not JSON: %s)\n", jerr.text);
         put_block(buf, len, 1);
     } else {
@@ -794,7 +733,7 @@ static int show_packet(const char *dir, const char *ref, const char *at, int raw
     if (read_packet_pack(dir, at, path, sizeof(path), &buf, &len) != 0)
         return 1;
     audit_sha256(buf, len, h);
-    audit_hex(h, sizeof(h), hex);
+    moat_hex_encode(h, sizeof(h), hex);
     if (strcmp(hex, ref) != 0) {
         free(buf);
         return die(1, "show: packet %s at %s does not match the record's reference (its SHA-256 is %s): tampered", path,

@@ -276,13 +276,13 @@ static char *reseal(const char *line, const uint8_t *prev, const uint8_t key[AUD
     if (prev != NULL) {
         p = strstr(s, ",\"prev\":\"");
         assert_non_null(p);
-        audit_hex(prev, AUDIT_HASH_LEN, hex);
+        moat_hex_encode(prev, AUDIT_HASH_LEN, hex);
         memcpy(p + 9, hex, AUDIT_HEX_LEN);
     }
     p = strstr(s, ",\"mac\":\"");
     assert_non_null(p);
     assert_int_equal(audit_hmac(key, s, (size_t)(p - s), mac), 0);
-    audit_hex(mac, sizeof(mac), hex);
+    moat_hex_encode(mac, sizeof(mac), hex);
     memcpy(p + 8, hex, AUDIT_HEX_LEN);
     return s;
 }
@@ -844,7 +844,7 @@ static void test_a7_ratchet_and_rotation(void **state)
             memcpy(prevk, f->k0, sizeof(prevk));
             for (uint64_t e = 0; e + 1 < seen_epoch; e++)
                 audit_ratchet(prevk);
-            audit_hex(prevk, sizeof(prevk), prevhex);
+            moat_hex_encode(prevk, sizeof(prevk), prevhex);
             assert_int_equal(read_state_text(f, raw, sizeof(raw)), 256);
             assert_null(strstr(raw, prevhex));
         }
@@ -990,7 +990,7 @@ static void test_packets_stored_exactly(void **state)
     for (size_t i = 0; i < sizeof(bin); i++)
         bin[i] = (uint8_t)(i * 7 + (i >> 8));
     audit_sha256(bin, sizeof(bin), h);
-    audit_hex(h, sizeof(h), hex);
+    moat_hex_encode(h, sizeof(h), hex);
     log_open(f);
     uint64_t seq[3];
     for (int i = 0; i < 3; i++) { /* binary, then text, then the binary again */
