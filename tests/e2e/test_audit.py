@@ -5,7 +5,7 @@ stats/export.
 
 The writer is started the way moat-gateway starts it: as root with one end
 of a socketpair per client on descriptors 3.. (--clients N); it drops to
-the moat-audit user.  The client below speaks audit/audit_wire.h.  Log
+the moat-audit user.  The client below speaks audit/wire/audit_wire.h.  Log
 files get chattr +a, so scratch directories are cleaned with chattr -a.
 Only Debian's python3 standard library is used; needs root.
 """
@@ -25,6 +25,8 @@ import tempfile
 import threading
 import time
 import unittest
+
+from moat_harness import wait_until
 
 BUILD = os.environ.get("MOAT_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
 WRITER = os.path.join(BUILD, "audit", "moat-audit-writer")
@@ -220,7 +222,8 @@ class AuditTest(unittest.TestCase):
         threads = [threading.Thread(target=pump, args=(c, k)) for k, c in enumerate(w.clients)]
         for t in threads:
             t.start()
-        time.sleep(1.5)
+        # mid-stream: well past several epochs (50 records) and checkpoints (40) while both clients still send
+        wait_until(lambda: len(acked) >= 1000, "1000 records acknowledged")
         w.kill9()
         stop.set()
         for t in threads:
