@@ -140,6 +140,32 @@ void box_discard(struct slot *s)
     warm_reset(w);
 }
 
+/*
+ * Slot s's init_args, cleared and filled but for the descriptors: a static
+ * copy per slot, because init reads it after clone() (no malloc there) and a
+ * slot prepares one box at a time.  pool_init() keeps slot indexes below
+ * MAX_SLOTS (-j is capped there too); checked again here rather than
+ * masked, so a bad index fails instead of sharing another slot's copy.
+ */
+static struct init_args *slot_init_args(const struct slot *s, const struct seccomp_prog *seccomp, struct errbuf *e)
+{
+    static struct init_args args[MAX_SLOTS];
+    struct init_args *a;
+
+    if (s->index < 0 || s->index >= MAX_SLOTS) {
+        errf(e, "slot index %d out of range 0..%d", s->index, MAX_SLOTS - 1);
+        return NULL;
+    }
+    a = &args[s->index];
+    memset(a, 0, sizeof(*a));
+    a->slot = s;
+    a->seccomp = seccomp;
+    snprintf(a->etc_passwd, sizeof(a->etc_passwd), "root:x:0:0:root:/:/usr/sbin/nologin\nbox:x:%u:%u:box:/box:/bin/sh\n",
+             (unsigned)s->uid, (unsigned)s->gid);
+    snprintf(a->etc_group, sizeof(a->etc_group), "root:x:0:\nbox:x:%u:\n", (unsigned)s->gid);
+    return a;
+}
+
 int box_prepare(const struct cg_system *cg, const struct seccomp_prog *seccomp, struct slot *s, struct errbuf *e)
 {
     struct warm_box *w = &s->warm;
@@ -164,30 +190,15 @@ int box_prepare(const struct cg_system *cg, const struct seccomp_prog *seccomp, 
             goto out;
         }
 
-    /*
-     * A static copy per slot: the child reads it after clone (no malloc
-     * there), and a slot prepares one box at a time.  pool_init() keeps slot
-     * indexes below MAX_SLOTS (-j is capped there too); checked again here
-     * rather than masked, so a bad index fails instead of sharing a copy.
-     */
-    static struct init_args args[MAX_SLOTS];
-    if (s->index < 0 || s->index >= MAX_SLOTS) {
-        errf(e, "slot index %d out of range 0..%d", s->index, MAX_SLOTS - 1);
+    struct init_args *a = slot_init_args(s, seccomp, e);
+    if (a == NULL)
         goto out;
-    }
-    struct init_args *a = &args[s->index];
-    memset(a, 0, sizeof(*a));
-    a->slot = s;
-    a->seccomp = seccomp;
     a->fds[FD_RUN_IN] = in[0];
     a->fds[FD_RUN_OUT] = out[BOX_STAGE_RUN][1];
     a->fds[FD_RUN_ERR] = err[BOX_STAGE_RUN][1];
     a->fds[FD_CTL] = ctl[1];
     a->fds[FD_COMPILE_OUT] = out[BOX_STAGE_COMPILE][1];
     a->fds[FD_COMPILE_ERR] = err[BOX_STAGE_COMPILE][1];
-    snprintf(a->etc_passwd, sizeof(a->etc_passwd), "root:x:0:0:root:/:/usr/sbin/nologin\nbox:x:%u:%u:box:/box:/bin/sh\n",
-             (unsigned)s->uid, (unsigned)s->gid);
-    snprintf(a->etc_group, sizeof(a->etc_group), "root:x:0:\nbox:x:%u:\n", (unsigned)s->gid);
 
     pid_t pid = clone(box_init_main, (char *)s->stack + s->stack_size,
                       CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD, a);
