@@ -17,6 +17,7 @@
 /* The parsed request, kept for the records and the packet. */
 struct exec_job {
     struct moat_exec_request ereq;
+    int asked_table; /* the runtime table was fetched once for this request */
 };
 
 static void job_dispose(void *p)
@@ -113,8 +114,10 @@ static enum gw_flow prepare(struct gw_request *r)
     if (job == NULL && (f = parse(r)) != GW_NEXT)
         return f;
     job = r->job;
-    if (!gw_runtime_table_fresh(r->worker))
+    if (!gw_runtime_table_fresh(r->worker) && !job->asked_table) {
+        job->asked_table = 1; /* once: a table that could not be kept leaves exact names only */
         return gw_runtime_table_fetch(r); /* then this step again */
+    }
     if ((f = judge(r, &job->ereq)) != GW_NEXT)
         return f;
     r->job_id = backend_next_job_id();
