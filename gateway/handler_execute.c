@@ -115,7 +115,7 @@ static enum gw_flow prepare(struct gw_request *r)
         return f;
     job = r->job;
     if (!gw_runtime_table_fresh(r->worker) && !job->asked_table) {
-        job->asked_table = 1; /* once: a table that could not be kept leaves exact names only */
+        job->asked_table = 1;             /* once: a table that could not be kept leaves exact names only */
         return gw_runtime_table_fetch(r); /* then this step again */
     }
     if ((f = judge(r, &job->ereq)) != GW_NEXT)
