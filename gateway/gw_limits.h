@@ -65,7 +65,6 @@
 #define GW_DEFAULT_AUDIT_WRITER "/usr/local/libexec/moat/moat-audit-writer"
 #endif
 
-#define GW_LOG_LINE_MAX 2048
 #define GW_LOG_PATH_MAX 256 /* request path bytes written to the log */
 #define GW_ERR_MSG_MAX  256 /* 400 messages built by the JSON parser */
 

@@ -93,7 +93,7 @@ void gw_add_header(struct gw_request *r, const char *name, const char *value)
 }
 
 struct line {
-    char buf[GW_LOG_LINE_MAX - 64];
+    char buf[MOAT_LOG_LINE_MAX - 64];
     size_t len;
 };
 

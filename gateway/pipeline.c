@@ -48,6 +48,7 @@
 #include "framing.h"
 #include "http.h"
 #include "log.h"
+#include "moat_hex.h"
 #include "routes.h"
 
 #include <stdlib.h>
@@ -531,7 +532,7 @@ static struct gw_request *request_new(h2o_req_t *req)
     /* room for every header a response of ours carries, in one allocation */
     h2o_vector_reserve(&req->pool, &req->res.headers, 8);
     random_bytes(rnd, sizeof(rnd));
-    hex_encode(rnd, sizeof(rnd), r->request_id);
+    moat_hex_encode(rnd, sizeof(rnd), r->request_id);
     return r;
 }
 

@@ -114,11 +114,6 @@ static pid_t spawn_writer(const struct gw_audit_config *ac, int nfds, int *gatew
     return pid;
 }
 
-int gw_privsep_recv_fds(int ctl, int *fds, int n)
-{
-    return n < 1 ? -1 : moat_recv_fds(ctl, fds, (size_t)n);
-}
-
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};

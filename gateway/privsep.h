@@ -48,8 +48,7 @@ struct gw_audit_config {
  */
 int gw_privsep_start(const struct gw_audit_config *ac, int nfds, int *audit_fds, int *ctl_fd, char *err, size_t errlen);
 
-/* In the gateway: reads a new set of n writer sockets sent by the
- * supervisor after it restarted the writer. */
-int gw_privsep_recv_fds(int ctl_fd, int *fds, int n);
+/* In the gateway, a new set of writer sockets sent by the supervisor after
+ * it restarted the writer arrives with moat_recv_fds() (moat_io.h). */
 
 #endif

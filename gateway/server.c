@@ -28,6 +28,7 @@
 #include "conn.h"
 #include "gw_limits.h"
 #include "log.h"
+#include "moat_io.h"
 #include "pipeline.h"
 #include "tls.h"
 
@@ -461,7 +462,7 @@ int gw_server_run(struct gw_server *srv)
         }
         if (srv->audit_ctl >= 0 && (pfd[1].revents & (POLLIN | POLLHUP))) {
             int fds[GW_PRIVSEP_MAX_FDS];
-            if (gw_privsep_recv_fds(srv->audit_ctl, fds, (int)srv->nworkers) == 0) {
+            if (moat_recv_fds(srv->audit_ctl, fds, srv->nworkers) == 0) {
                 for (i = 0; i < srv->nworkers; i++) {
                     int old = __atomic_exchange_n(&srv->workers[i].audit_pending_fd, fds[i], __ATOMIC_ACQ_REL);
                     if (old >= 0)
