@@ -6,6 +6,7 @@ cgroup names, and talk to them over real TLS.  Only Debian's python3
 standard library is used.
 """
 
+import glob
 import http.client
 import json
 import os
@@ -26,6 +27,31 @@ MOAT_AUDIT = os.path.join(BUILD, "audit", "moat-audit")
 AUDIT_WRITER = os.path.join(BUILD, "audit", "moat-audit-writer")
 
 
+# ---- waiting for a condition, never for a fixed time ----------------------
+
+# How long wait_until() waits by default: generous, so that a slow or busy
+# machine only makes a test slower, never makes it fail.
+DEADLINE_S = float(os.environ.get("MOAT_E2E_DEADLINE_S", "120"))
+
+
+def wait_until(predicate, what, timeout=None, detail=None):
+    """Polls predicate() until it returns a true value, and returns that value.
+    After timeout seconds (default DEADLINE_S) raises AssertionError naming
+    `what` (and detail(), if given: a log tail, say).  For readiness only: a
+    socket accepting, a file appearing, a log line, a process state, a
+    counter.  Never to measure how long something takes."""
+    deadline = time.monotonic() + (DEADLINE_S if timeout is None else timeout)
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError("gave up after %g s waiting for %s%s"
+                                 % (DEADLINE_S if timeout is None else timeout, what,
+                                    ": " + detail() if detail else ""))
+        time.sleep(0.02)  # the polling interval
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -43,6 +69,70 @@ def backend_run(code, language="python", extra=(), timeout=60, tag=None):
     return json.loads(p.stdout)
 
 
+# ---- a program held in its box until the test lets it go -------------------
+#
+# A test that needs a job running while it does something else (a slot taken,
+# a request in flight) runs held_program(): it makes /tmp/moat-held in its box
+# and then waits for /tmp/moat-release.  The test waits for the first with
+# wait_held(tag) and writes the second with release(root), both from the host
+# through /proc/<pid>/root of a process in the box (found by its cgroup, named
+# after the run's tag).  Nothing depends on how long anything takes; give the
+# job a run timeout of LONG_WALL_MS.
+
+# A run timeout far above any deadline of the tests, for jobs whose end must
+# not depend on the machine's load (a held job, a CPU spin that must finish);
+# the backend needs "-o run_timeout=%d" % LONG_WALL_MS to allow it.
+LONG_WALL_MS = 600000
+
+
+def held_program(then="print('released')"):
+    """Python source: announce, wait to be released (polling), then run `then`."""
+    return ("import os, time\nopen('/tmp/moat-held', 'w').close()\n"
+            "while not os.path.exists('/tmp/moat-release'):\n    time.sleep(0.01)\n" + then + "\n")
+
+
+def box_pids(tag):
+    """Pids in the cgroups of the boxes of run tag `tag` (every controller, v1 or v2)."""
+    pids = set()
+    for procs in glob.glob("/sys/fs/cgroup/**/%s/**/cgroup.procs" % tag, recursive=True):
+        try:
+            with open(procs) as f:
+                pids.update(int(p) for p in f.read().split())
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
+def held_roots(tag):
+    """The roots (/proc/<pid>/root) of the boxes of `tag` whose program is held, one per box."""
+    roots, seen = [], set()
+    for pid in sorted(box_pids(tag)):
+        root = "/proc/%d/root" % pid
+        try:
+            st = os.stat(os.path.join(root, "tmp", "moat-held"))
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            roots.append(root)
+    return roots
+
+
+def wait_held(tag, count=1):
+    """Waits until `count` boxes of `tag` hold a held_program(); returns their roots."""
+    return wait_until(lambda: len(held_roots(tag)) >= count and held_roots(tag), "%d held job(s) in %s" % (count, tag))
+
+
+def release(root):
+    """Lets the held_program() in the box whose root is `root` go on."""
+    open(os.path.join(root, "tmp", "moat-release"), "w").close()
+
+
+def release_all(tag):
+    for root in held_roots(tag):
+        release(root)
+
+
 class Stack:
     """A backend and a gateway on a free port, torn down by stop()."""
 
@@ -50,10 +140,12 @@ class Stack:
     # limit tests configure their own.
     DEFAULT_TENANT_EXTRA = "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\n"
 
-    def __init__(self, tenant="demo", backend_args=(), tenants=None, extra_config="", audit=True, audit_extra=""):
+    def __init__(self, tenant="demo", backend_args=(), tenants=None, extra_config="", audit=True, audit_extra="",
+                 gateway_args=()):
         if tenants is None:
             tenants = [(tenant, self.DEFAULT_TENANT_EXTRA, "")]
         self.backend_args = list(backend_args)
+        self.gateway_args = list(gateway_args)
         self.tmp = tempfile.mkdtemp(prefix="moat-e2e-")
         os.chmod(self.tmp, 0o755)
         self.tag = "moat-e2e-%d" % os.getpid()
@@ -110,14 +202,19 @@ workers: 2
             [BACKEND, "-s", self.socket, "-r", self.run_dir, "-u", "moat", "-g", "moat", "-n", self.tag, "-j", "4",
              *self.backend_args],
             stdout=self.backend_log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            if os.path.exists(self.socket):
-                return
-            if self.backend.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError("backend did not start: " + self.log("backend"))
+        # up once its socket accepts; dead if it exited
+        wait_until(lambda: self.backend.poll() is not None or self.backend_accepts(), "the backend to start",
+                   detail=lambda: self.log("backend"))
+        if self.backend.poll() is not None:
+            raise AssertionError("backend did not start: " + self.log("backend"))
+
+    def backend_accepts(self):
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(self.socket)
+                return True
+            except OSError:
+                return False
 
     def stop_backend(self, sig=signal.SIGTERM):
         if self.backend and self.backend.poll() is None:
@@ -130,20 +227,19 @@ workers: 2
 
     def start_gateway(self):
         self.gateway_log = open(os.path.join(self.tmp, "gateway.log"), "ab")
-        self.gateway = subprocess.Popen([GATEWAY, "-c", self.config], stdout=self.gateway_log,
+        self.gateway = subprocess.Popen([GATEWAY, *self.gateway_args, "-c", self.config], stdout=self.gateway_log,
                                         stderr=subprocess.STDOUT)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                status, _, _ = self.request("GET", "/healthz", token=None)
-                if status == 200:
-                    return
-            except OSError:
-                pass
-            if self.gateway.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError("gateway did not start: " + self.log("gateway"))
+        # up once it answers /healthz over TLS; dead if it exited
+        wait_until(lambda: self.gateway.poll() is not None or self.healthy(), "the gateway to start",
+                   detail=lambda: self.log("gateway"))
+        if self.gateway.poll() is not None:
+            raise AssertionError("gateway did not start: " + self.log("gateway"))
+
+    def healthy(self):
+        try:
+            return self.request("GET", "/healthz", token=None, timeout=10)[0] == 200
+        except OSError:
+            return False
 
     def start(self):
         self.start_backend()

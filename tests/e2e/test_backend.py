@@ -8,11 +8,10 @@ import os
 import socket
 import struct
 import threading
-import time
 import unittest
 
-from moat_harness import (MSG_ERROR, MSG_EXEC_REQUEST, MSG_EXEC_RESULT, Stack, error_of, exec_request, frame,
-                          read_frame, run_stage_of, tlv)
+from moat_harness import (LONG_WALL_MS, MSG_ERROR, MSG_EXEC_REQUEST, MSG_EXEC_RESULT, Stack, error_of, exec_request,
+                          frame, held_program, read_frame, release_all, run_stage_of, tlv, wait_held, wait_until)
 
 
 def connect(stack):
@@ -133,23 +132,26 @@ class BackendSocketTest(unittest.TestCase):
 
 class BusyTest(unittest.TestCase):
     def test_busy_when_every_slot_and_queue_place_is_taken(self):
-        stack = Stack(backend_args=["-j", "1", "-q", "0"])
+        stack = Stack(backend_args=["-j", "1", "-q", "0", "-o", "run_timeout=%d" % LONG_WALL_MS])
         try:
             stack.start_backend()
             results = {}
 
             def slow():
                 with connect(stack) as s:
-                    s.sendall(exec_request(1, "python", "import time; time.sleep(1.5)"))
+                    s.sendall(exec_request(1, "python", held_program(), run_timeout=LONG_WALL_MS))
                     results["slow"] = read_frame(s)
 
             t = threading.Thread(target=slow)
             t.start()
-            time.sleep(0.5)
-            with connect(stack) as s:
-                s.sendall(exec_request(2, "python", "print(1)"))
-                typ, _, body = read_frame(s)
-            t.join()
+            try:
+                wait_held(stack.tag)  # the one slot is taken
+                with connect(stack) as s:
+                    s.sendall(exec_request(2, "python", "print(1)"))
+                    typ, _, body = read_frame(s)
+            finally:
+                release_all(stack.tag)
+                t.join()
             self.assertEqual(typ, MSG_ERROR)
             code, message = error_of(body)
             self.assertEqual(code, 4)
@@ -166,20 +168,30 @@ class NothingLeftBehindTest(unittest.TestCase):
             stack.start_backend()
             with connect(stack) as s:
                 for i in range(200):
-                    # every run leaves a background process and a file behind
+                    # every run leaves a background process (asleep for longer than the test) and a file behind
                     s.sendall(exec_request(i, "python", "import os\nif os.fork() == 0:\n    import time; time.sleep(60)\n"
                                                         "open('/tmp/x', 'w').write('x')\nprint('ok')"))
                     typ, job, body = read_frame(s)
                     self.assertEqual((typ, job, run_stage_of(body)["stdout"]), (MSG_EXEC_RESULT, i, b"ok\n"))
-            time.sleep(0.5)  # the maintenance threads discard the last boxes
-            groups = [d for d in glob.glob("/sys/fs/cgroup/*/**/%s/*" % stack.tag, recursive=True)
-                      if os.path.isdir(d)]
+
+            def boxes():
+                groups = [d for d in glob.glob("/sys/fs/cgroup/*/**/%s/*" % stack.tag, recursive=True)
+                          if os.path.isdir(d)]
+                procs = set()
+                for d in groups:
+                    try:
+                        with open(os.path.join(d, "cgroup.procs")) as f:
+                            procs.update(f.read().split())
+                    except OSError:  # removed meanwhile
+                        pass
+                return sorted({os.path.basename(d) for d in groups}), procs
+
+            # the maintenance threads discard the last boxes and warm new ones
+            wait_until(lambda: boxes()[0] == ["slot0", "slot1"] and len(boxes()[1]) == 2,
+                       "only the two warm boxes left", detail=lambda: repr(boxes()))
+            names, procs = boxes()
             # one warm box per slot, in each v1 controller, and nothing else
-            self.assertEqual(sorted({os.path.basename(d) for d in groups}), ["slot0", "slot1"])
-            procs = set()
-            for d in groups:
-                with open(os.path.join(d, "cgroup.procs")) as f:
-                    procs.update(f.read().split())
+            self.assertEqual(names, ["slot0", "slot1"])
             self.assertEqual(len(procs), 2, procs)  # the two waiting inits, no program
             for pid in procs:
                 with open("/proc/%s/status" % pid) as f:

@@ -39,12 +39,15 @@ class BoxTest(unittest.TestCase):
         self.assertLess(r["wall_time"], 2000)
 
     def test_sleep_hits_wall_limit(self):
+        # the program's sleep is what is tested: it outlasts the wall limit ten times over
         r = run("import time; time.sleep(10)", "python", "--run-timeout", "1000")
         self.assertEqual(r["status"], "TO")
         self.assertLess(r["wall_time"], 2000)
         self.assertLess(r["cpu_time"], 500)
 
     def test_idle_clock(self):
+        # the program's sleeps are what is tested: output 0.3 s apart keeps it alive under a 500 ms idle
+        # limit, then silence trips it
         r = run('import time\nprint("a", flush=True)\ntime.sleep(0.3)\nprint("b", flush=True)\ntime.sleep(10)',
                 "python", "--idle-timeout", "500")
         self.assertEqual(r["status"], "TO")
@@ -90,6 +93,7 @@ class BoxTest(unittest.TestCase):
         self.assertLessEqual(r["memory"], 256 * 1024 * 1024)
 
     def test_fork_bomb_stops_at_pids_limit(self):
+        # the children sleep to hold their pids while the parent forks (the sleep is the program under test)
         code = ("import os, time\nn = 0\n"
                 "try:\n    while True:\n        if os.fork() == 0:\n            time.sleep(5); os._exit(0)\n"
                 "        n += 1\nexcept OSError as e:\n    print(n, e.errno)\n")
@@ -174,6 +178,7 @@ class BoxTest(unittest.TestCase):
 
     def test_no_box_left_behind(self):
         for _ in range(5):
+            # each run leaves a child asleep for longer than the test: the box must not leave it behind
             run("import os\nif os.fork() == 0:\n    import time; time.sleep(30)\nprint('parent done')")
         tag = "moat-t%d" % os.getpid()
         leftovers = [d for d in glob.glob("/sys/fs/cgroup/*/**/%s/*" % tag, recursive=True) if os.path.isdir(d)]

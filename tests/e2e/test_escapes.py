@@ -11,7 +11,7 @@ import subprocess
 import threading
 import unittest
 
-from moat_harness import backend_run
+from moat_harness import DEADLINE_S, LONG_WALL_MS, backend_run, held_program, release_all, wait_held
 
 PRELUDE = r"""
 import ctypes, errno, json, os
@@ -291,20 +291,17 @@ class ProbeDiffTest(unittest.TestCase):
 
 class ConcurrentBoxesTest(unittest.TestCase):
     def test_s13_two_boxes_cannot_reach_each_other(self):
-        # box A listens on an abstract unix socket and reports its pid;
-        # box B, running at the same time, tries to connect and to signal
+        # box A listens on an abstract unix socket; box B, running at the same
+        # time, tries to connect and to signal.  The test orders them from the
+        # host (held_program): B starts once A listens, A ends once B is done.
         a_code = PRELUDE + """
-import socket, time
+import socket
 s = socket.socket(socket.AF_UNIX)
 s.bind('\\0moat-s13')
 s.listen(1)
-open('/tmp/ready', 'w').close()
-time.sleep(1.5)
-print('alive')
-"""
-        b_code = PRELUDE + """
-import socket, time
-time.sleep(0.5)
+""" + held_program(then="print('alive')")
+        b_code = PRELUDE + held_program(then="""
+import socket
 s = socket.socket(socket.AF_UNIX)
 try:
     s.connect('\\0moat-s13'); print('connected')
@@ -313,18 +310,28 @@ except OSError as e:
 others = [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]
 print('visible', len(others))
 print('kill', sc(62, -1, 9))
-"""
+""")
         results = {}
+        tags = {name: "moat-t%d-%s" % (os.getpid(), name) for name in "ab"}
+        long_run = ("-o", "run_timeout=%d" % LONG_WALL_MS, "--run-timeout", str(LONG_WALL_MS))
 
         def run(name, code):
-            results[name] = backend_run(code, tag="moat-t%d-%s" % (os.getpid(), name))["run"]
+            results[name] = backend_run(code, tag=tags[name], extra=long_run, timeout=4 * DEADLINE_S)["run"]
 
         ta = threading.Thread(target=run, args=("a", a_code))
         tb = threading.Thread(target=run, args=("b", b_code))
         ta.start()
         tb.start()
-        ta.join()
-        tb.join()
+        try:
+            wait_held(tags["a"])  # A listens
+            wait_held(tags["b"])
+            release_all(tags["b"])
+            tb.join()
+        finally:
+            release_all(tags["b"])
+            release_all(tags["a"])
+            ta.join()
+            tb.join()
         self.assertEqual(results["a"]["stdout"], "alive\n", results["a"])
         lines = results["b"]["stdout"].splitlines()
         self.assertEqual(lines[0], "refused 111")  # ECONNREFUSED: separate network namespace
