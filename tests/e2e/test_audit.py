@@ -1,5 +1,5 @@
 """Black-box tests of the audit writer process (moat-audit-writer) and the
-reviewers' CLI (moat-audit): SECURITY-CHECKS.md A4 (kill -9), A5 (hostile
+reviewers' CLI (moat-audit): tests/SECURITY-CHECKS.md A4 (kill -9), A5 (hostile
 strings), A6 (ownership), group commit, disk full, packets, query/show/
 stats/export.
 

@@ -4,7 +4,7 @@ starts them): one `request` record per request with the right decision and
 reason on every deny path; an allowed execution's request and result records
 with hashes that match what the client sent and got; packets that round-trip
 byte for byte; fail closed on a full audit disk (nothing runs) and recovery
-without a restart; the writer killed under the gateway (SECURITY-CHECKS.md
+without a restart; the writer killed under the gateway (tests/SECURITY-CHECKS.md
 F8) with no acknowledged record lost; concurrent workers with an intact
 chain; and A6 (the gateway's user cannot rewrite the log).
 

@@ -1,4 +1,4 @@
-"""Security checks from SECURITY-CHECKS.md (S-series) run inside real boxes.
+"""Security checks from tests/SECURITY-CHECKS.md (S-series) run inside real boxes.
 
 Probes are Python programs that make raw system calls through ctypes, so
 each check reaches the kernel exactly as hostile native code would.  Every

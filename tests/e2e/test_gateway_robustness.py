@@ -1,4 +1,4 @@
-"""Robustness of moat-gateway's front end (SECURITY-CHECKS G12, G14-G20), graceful
+"""Robustness of moat-gateway's front end (tests/SECURITY-CHECKS.md G12, G14-G20), graceful
 shutdown and SIGHUP reload.
 
 Each test class starts its own backend + gateway with the settings it needs.  HTTP/1.1

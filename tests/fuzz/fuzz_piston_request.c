@@ -2,7 +2,7 @@
  * fuzz_piston_request.c - libFuzzer target for the gateway's request filter
  * (piston_parse_exec_request in gateway/piston_json.c), which turns a
  * client's POST /api/v2/execute body into the typed message sent to the
- * backend (F4 of SECURITY-CHECKS.md).
+ * backend (F4 of tests/SECURITY-CHECKS.md).
  *
  * For every input:
  *

@@ -1,7 +1,7 @@
 /*
  * test_audit_log.c - the audit writer's core (audit/audit_log.c and the
  * files beside it) driven directly, and the verifier (audit_verify.c)
- * against the attacks of SECURITY-CHECKS.md A1-A7, each checked by the
+ * against the attacks of tests/SECURITY-CHECKS.md A1-A7, each checked by the
  * exact record it reports and the reason text.
  *
  * Every test makes its own directory under $TMPDIR (or /tmp) with small
