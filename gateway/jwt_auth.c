@@ -1,6 +1,14 @@
 /*
  * jwt_auth.c - JWT verification with pinned algorithms and configured keys.
  * See jwt_auth.h for the order of checks and why libjwt is not trusted alone.
+ *
+ * jwt_verify() runs those checks as a table of short steps (verify_steps[])
+ * over one struct verification: split the token, decode and check the
+ * header, decode the payload, pick the issuer by iss and the key by kid
+ * within it, check the signature's shape, verify it (HS256 here, then libjwt
+ * with a configured, non-empty key, the algorithm re-checked after decode),
+ * check exp/nbf/iat and aud, pick tenant and sub, and only then fill *out.
+ * Each step returns NULL or a static reason; the first reason ends the run.
  */
 #include "jwt_auth.h"
 
@@ -313,76 +321,55 @@ static const char *check_header(const json_t *hdr, enum jwt_alg_pin *alg, const 
     return NULL;
 }
 
-static const char *check_claims(const json_t *payload, const struct jwt_issuer *is, time_t now, struct jwt_identity *out)
+/* ---- the verification steps ---------------------------------------------- */
+
+/*
+ * One verification in progress: the caller's arguments, then what each step
+ * found, for the steps after it.  token, issuers and out are the caller's;
+ * hdr and payload are owned here and released by verify_inner(); kid points
+ * into hdr, tenant and sub into payload.
+ */
+struct verification {
+    const struct jwt_issuer *issuers;
+    size_t nissuers;
+    const char *token;
+    size_t len;
+    time_t now;
+    struct jwt_identity *out;
+
+    const char *head, *body, *sig; /* split_token: the three segments, in token */
+    size_t headlen, bodylen, siglen;
+    size_t signed_len; /* "header.payload", the signing input */
+    json_t *hdr;       /* decode_header */
+    enum jwt_alg_pin alg;
+    const char *kid;
+    size_t kidlen;
+    json_t *payload;             /* decode_payload */
+    const struct jwt_issuer *is; /* select_issuer */
+    const struct jwt_key *key;   /* select_key */
+    json_int_t exp;              /* check_times */
+    const json_t *tenant, *sub;  /* pick_tenant, pick_subject (sub may be NULL) */
+};
+
+static const char *check_arguments(struct verification *v)
 {
-    long long t = (long long)now;
-    long long lw = (long long)is->leeway_s;
-    json_int_t exp = 0, nbf = 0, iat = 0;
-
-    int r = int_claim(payload, "exp", &exp);
-    if (r == 1)
-        return "exp missing";
-    if (r < 0)
-        return "exp not an integer";
-    if (t - lw > exp) /* now > exp + leeway, without overflowing exp + leeway */
-        return "token expired";
-    if (exp > LONG_MAX || exp < LONG_MIN)
-        return "exp out of range";
-
-    r = int_claim(payload, "nbf", &nbf);
-    if (r < 0)
-        return "nbf not an integer";
-    if (r == 0 && t + lw < nbf)
-        return "token not yet valid (nbf)";
-
-    r = int_claim(payload, "iat", &iat);
-    if (r < 0)
-        return "iat not an integer";
-    if (r == 0 && iat > t + lw)
-        return "token issued in the future (iat)";
-
-    const json_t *aud = json_object_get(payload, "aud");
-    if (aud == NULL)
-        return "aud missing";
-    if (!aud_matches(aud, is->aud))
-        return "aud mismatch";
-
-    const json_t *ten = json_object_get(payload, is->tenant_claim);
-    if (ten == NULL)
-        return "tenant claim missing";
-    if (!json_is_string(ten) || !tenant_valid(json_string_value(ten), json_string_length(ten)))
-        return "tenant claim malformed";
-
-    const json_t *sub = json_object_get(payload, "sub");
-    if (sub != NULL && (!json_is_string(sub) || !subject_valid(json_string_value(sub), json_string_length(sub))))
-        return "sub malformed";
-
-    memcpy(out->tenant, json_string_value(ten), json_string_length(ten));
-    out->tenant[json_string_length(ten)] = '\0';
-    if (sub != NULL) {
-        memcpy(out->subject, json_string_value(sub), json_string_length(sub));
-        out->subject[json_string_length(sub)] = '\0';
-    }
-    out->exp = (long)exp;
+    if (v->issuers == NULL || v->nissuers == 0)
+        return "no issuers configured";
+    if (v->token == NULL || v->len == 0)
+        return "empty token";
+    if (v->len > JWT_MAX_TOKEN_LEN)
+        return "token too long";
+    if (v->now < 0)
+        return "invalid clock";
     return NULL;
 }
 
-static const char *verify_inner(const struct jwt_issuer *issuers, size_t nissuers, const char *token, size_t len, time_t now,
-                                struct jwt_identity *out)
+/* Exactly three segments, base64url characters only (this also rules out NUL, spaces, '=' padding). */
+static const char *split_token(struct verification *v)
 {
-    if (issuers == NULL || nissuers == 0)
-        return "no issuers configured";
-    if (token == NULL || len == 0)
-        return "empty token";
-    if (len > JWT_MAX_TOKEN_LEN)
-        return "token too long";
-    if (now < 0)
-        return "invalid clock";
-
-    /* Exactly three segments, base64url characters only (this also rules out NUL, spaces, '=' padding). */
     size_t dots[2], ndots = 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)token[i];
+    for (size_t i = 0; i < v->len; i++) {
+        unsigned char c = (unsigned char)v->token[i];
         if (c == '.') {
             if (ndots == 2)
                 return "token must have exactly three segments";
@@ -393,127 +380,235 @@ static const char *verify_inner(const struct jwt_issuer *issuers, size_t nissuer
     }
     if (ndots != 2)
         return "token must have exactly three segments";
-    const char *h = token, *p = token + dots[0] + 1, *s = token + dots[1] + 1;
-    size_t hl = dots[0], pl = dots[1] - dots[0] - 1, sl = len - dots[1] - 1;
-    if (hl == 0 || pl == 0)
+    v->head = v->token;
+    v->headlen = dots[0];
+    v->body = v->token + dots[0] + 1;
+    v->bodylen = dots[1] - dots[0] - 1;
+    v->sig = v->token + dots[1] + 1;
+    v->siglen = v->len - dots[1] - 1;
+    v->signed_len = dots[1];
+    if (v->headlen == 0 || v->bodylen == 0)
         return "empty header or payload segment";
-    if (sl == 0)
+    if (v->siglen == 0)
         return "empty signature (unsigned token)";
+    return NULL;
+}
 
-    const char *why = NULL;
-    json_t *hdr = b64url_json_object(h, hl);
-    json_t *payload = NULL;
-    char *copy = NULL;
-    if (hdr == NULL) {
-        why = "header is not a base64url JSON object (or has duplicate keys)";
-        goto done;
-    }
-    enum jwt_alg_pin alg = 0;
-    const char *kid = NULL;
-    size_t kidlen = 0;
-    why = check_header(hdr, &alg, &kid, &kidlen);
-    if (why != NULL)
-        goto done;
+static const char *decode_header(struct verification *v)
+{
+    v->hdr = b64url_json_object(v->head, v->headlen);
+    if (v->hdr == NULL)
+        return "header is not a base64url JSON object (or has duplicate keys)";
+    return check_header(v->hdr, &v->alg, &v->kid, &v->kidlen);
+}
 
-    payload = b64url_json_object(p, pl);
-    if (payload == NULL) {
-        why = "payload is not a base64url JSON object (or has duplicate keys)";
-        goto done;
-    }
+static const char *decode_payload(struct verification *v)
+{
+    v->payload = b64url_json_object(v->body, v->bodylen);
+    if (v->payload == NULL)
+        return "payload is not a base64url JSON object (or has duplicate keys)";
+    return NULL;
+}
 
-    /* Issuer by the payload's iss; ambiguity is a configuration error, refuse. */
-    const json_t *iss = json_object_get(payload, "iss");
-    if (!json_is_string(iss)) {
-        why = "iss missing or not a string";
-        goto done;
-    }
+/*
+ * Issuer by the payload's iss; ambiguity is a configuration error, refuse.
+ * The issuer's cheap invariants are re-checked (it may not have passed
+ * jwt_issuers_check()), and its pinned algorithm must be the header's.
+ */
+static const char *select_issuer(struct verification *v)
+{
+    const json_t *iss = json_object_get(v->payload, "iss");
+    if (!json_is_string(iss))
+        return "iss missing or not a string";
     const struct jwt_issuer *is = NULL;
-    for (size_t i = 0; i < nissuers; i++) {
-        if (issuers[i].iss != NULL && json_str_eq(iss, issuers[i].iss)) {
-            if (is != NULL) {
-                why = "iss matches more than one configured issuer";
-                goto done;
-            }
-            is = &issuers[i];
+    for (size_t i = 0; i < v->nissuers; i++) {
+        if (v->issuers[i].iss != NULL && json_str_eq(iss, v->issuers[i].iss)) {
+            if (is != NULL)
+                return "iss matches more than one configured issuer";
+            is = &v->issuers[i];
         }
     }
-    if (is == NULL) {
-        why = "unknown iss";
-        goto done;
-    }
-    if (!pin_valid(is->alg) || is->aud == NULL || is->tenant_claim == NULL || is->leeway_s > JWT_MAX_LEEWAY_S) {
-        why = "issuer configuration invalid";
-        goto done;
-    }
-    if (alg != is->alg) {
-        why = "alg not allowed for this issuer";
-        goto done;
-    }
+    if (is == NULL)
+        return "unknown iss";
+    if (!pin_valid(is->alg) || is->aud == NULL || is->tenant_claim == NULL || is->leeway_s > JWT_MAX_LEEWAY_S)
+        return "issuer configuration invalid";
+    if (v->alg != is->alg)
+        return "alg not allowed for this issuer";
+    v->is = is;
+    return NULL;
+}
 
-    /* Key by kid within this issuer only. */
-    const struct jwt_key *key = NULL;
+/* The key named kid among this issuer's keys only, or NULL. */
+static const struct jwt_key *find_key(const struct jwt_issuer *is, const char *kid, size_t kidlen)
+{
     for (size_t i = 0; is->keys != NULL && i < is->nkeys; i++) {
         const char *k = is->keys[i].kid;
-        if (k != NULL && strlen(k) == kidlen && memcmp(k, kid, kidlen) == 0) {
-            key = &is->keys[i];
-            break;
-        }
+        if (k != NULL && strlen(k) == kidlen && memcmp(k, kid, kidlen) == 0)
+            return &is->keys[i];
     }
-    if (key == NULL) {
-        why = "unknown kid for this issuer";
-        goto done;
-    }
+    return NULL;
+}
+
+static const char *select_key(struct verification *v)
+{
+    const struct jwt_key *key = find_key(v->is, v->kid, v->kidlen);
+    if (key == NULL)
+        return "unknown kid for this issuer";
     /* G3 guard: never let libjwt see a NULL or empty key (it would skip verification). */
-    if (key->material == NULL || key->len == 0) {
-        why = "configured key is empty; refusing to verify";
-        goto done;
-    }
-    if (key->len > JWT_MAX_KEY_LEN || (alg == JWT_PIN_HS256 && key->len < JWT_MIN_HMAC_KEY_LEN)) {
-        why = "configured key has invalid length";
-        goto done;
-    }
+    if (key->material == NULL || key->len == 0)
+        return "configured key is empty; refusing to verify";
+    if (key->len > JWT_MAX_KEY_LEN || (v->alg == JWT_PIN_HS256 && key->len < JWT_MIN_HMAC_KEY_LEN))
+        return "configured key has invalid length";
+    v->key = key;
+    return NULL;
+}
 
-    /* Cheap signature-shape checks before any crypto. */
-    size_t siglen = 0;
-    unsigned char *sig = b64url_decode(s, sl, &siglen);
-    if (sig == NULL) {
-        why = "signature is not canonical base64url";
-        goto done;
-    }
+/* Cheap signature-shape checks before any crypto. */
+static const char *check_signature_shape(struct verification *v)
+{
+    size_t n = 0;
+    unsigned char *sig = b64url_decode(v->sig, v->siglen, &n);
+    if (sig == NULL)
+        return "signature is not canonical base64url";
     free(sig);
-    if ((alg == JWT_PIN_HS256 && siglen != HS256_MAC_LEN) || (alg == JWT_PIN_ES256 && siglen != ES256_SIG_LEN) ||
-        siglen > MAX_SIG_LEN) {
-        why = "signature has wrong length";
-        goto done;
-    }
-    if (alg == JWT_PIN_HS256 && !hs256_check(key->material, key->len, token, dots[1], s, sl)) {
-        why = "signature verification failed";
-        goto done;
-    }
+    if ((v->alg == JWT_PIN_HS256 && n != HS256_MAC_LEN) || (v->alg == JWT_PIN_ES256 && n != ES256_SIG_LEN) || n > MAX_SIG_LEN)
+        return "signature has wrong length";
+    return NULL;
+}
 
-    /* libjwt needs a NUL-terminated copy; the character scan above ruled out embedded NULs. */
-    copy = malloc(len + 1);
-    if (copy == NULL) {
-        why = "out of memory";
-        goto done;
-    }
-    memcpy(copy, token, len);
-    copy[len] = '\0';
-    if (jwt_decode_pinned(copy, key->material, key->len, is->alg, &why) != 0)
-        goto done;
-
-    /* Claims come from our own strict parse of the payload the signature covers. */
-    why = check_claims(payload, is, now, out);
-    if (why != NULL)
-        goto done;
-    memcpy(out->kid, kid, kidlen);
-    out->kid[kidlen] = '\0';
-    out->issuer = is;
-
-done:
+/*
+ * HS256 is recomputed here and compared in constant time; then libjwt checks
+ * the signature with the configured key for every algorithm, and
+ * jwt_decode_pinned() re-checks the algorithm after decoding (and refuses a
+ * NULL or empty key itself, G3).
+ */
+static const char *verify_signature(struct verification *v)
+{
+    if (v->alg == JWT_PIN_HS256 && !hs256_check(v->key->material, v->key->len, v->token, v->signed_len, v->sig, v->siglen))
+        return "signature verification failed";
+    /* libjwt needs a NUL-terminated copy; split_token ruled out embedded NULs. */
+    char *copy = malloc(v->len + 1);
+    if (copy == NULL)
+        return "out of memory";
+    memcpy(copy, v->token, v->len);
+    copy[v->len] = '\0';
+    const char *why = NULL;
+    int rc = jwt_decode_pinned(copy, v->key->material, v->key->len, v->is->alg, &why);
     free(copy);
-    json_decref(payload);
-    json_decref(hdr);
+    if (rc != 0)
+        return why != NULL ? why : "signature verification failed";
+    return NULL;
+}
+
+/* exp required, nbf and iat optional; all integers, compared with the issuer's leeway. */
+static const char *check_times(struct verification *v)
+{
+    long long t = (long long)v->now;
+    long long lw = (long long)v->is->leeway_s;
+    json_int_t nbf = 0, iat = 0;
+
+    int r = int_claim(v->payload, "exp", &v->exp);
+    if (r == 1)
+        return "exp missing";
+    if (r < 0)
+        return "exp not an integer";
+    if (t - lw > v->exp) /* now > exp + leeway, without overflowing exp + leeway */
+        return "token expired";
+    if (v->exp > LONG_MAX || v->exp < LONG_MIN)
+        return "exp out of range";
+
+    r = int_claim(v->payload, "nbf", &nbf);
+    if (r < 0)
+        return "nbf not an integer";
+    if (r == 0 && t + lw < nbf)
+        return "token not yet valid (nbf)";
+
+    r = int_claim(v->payload, "iat", &iat);
+    if (r < 0)
+        return "iat not an integer";
+    if (r == 0 && iat > t + lw)
+        return "token issued in the future (iat)";
+    return NULL;
+}
+
+static const char *check_audience(struct verification *v)
+{
+    const json_t *aud = json_object_get(v->payload, "aud");
+    if (aud == NULL)
+        return "aud missing";
+    if (!aud_matches(aud, v->is->aud))
+        return "aud mismatch";
+    return NULL;
+}
+
+static const char *pick_tenant(struct verification *v)
+{
+    const json_t *ten = json_object_get(v->payload, v->is->tenant_claim);
+    if (ten == NULL)
+        return "tenant claim missing";
+    if (!json_is_string(ten) || !tenant_valid(json_string_value(ten), json_string_length(ten)))
+        return "tenant claim malformed";
+    v->tenant = ten;
+    return NULL;
+}
+
+static const char *pick_subject(struct verification *v)
+{
+    const json_t *sub = json_object_get(v->payload, "sub");
+    if (sub != NULL && (!json_is_string(sub) || !subject_valid(json_string_value(sub), json_string_length(sub))))
+        return "sub malformed";
+    v->sub = sub;
+    return NULL;
+}
+
+/* Only once every check has passed; the lengths were bounded by pick_tenant, pick_subject and check_header. */
+static const char *fill_identity(struct verification *v)
+{
+    struct jwt_identity *out = v->out;
+    memcpy(out->tenant, json_string_value(v->tenant), json_string_length(v->tenant));
+    out->tenant[json_string_length(v->tenant)] = '\0';
+    if (v->sub != NULL) {
+        memcpy(out->subject, json_string_value(v->sub), json_string_length(v->sub));
+        out->subject[json_string_length(v->sub)] = '\0';
+    }
+    out->exp = (long)v->exp;
+    memcpy(out->kid, v->kid, v->kidlen);
+    out->kid[v->kidlen] = '\0';
+    out->issuer = v->is;
+    return NULL;
+}
+
+/*
+ * The order of checks of jwt_auth.h, one step a row.  Each step passes the
+ * token on (NULL) or rejects it with a static reason; the first reason wins.
+ */
+typedef const char *verify_step(struct verification *v);
+
+static verify_step *const verify_steps[] = {
+    check_arguments,       /* 1. issuers, token length, clock */
+    split_token,           /* 1. three non-empty base64url segments */
+    decode_header,         /* 2. strict JSON; alg one of the pins; typ, kid; no key sources */
+    decode_payload,        /* 3. strict JSON */
+    select_issuer,         /* 3. iss picks one issuer; header alg is its pinned alg */
+    select_key,            /* 3, 4. kid among that issuer's keys; no NULL or empty key (G3) */
+    check_signature_shape, /* 5. canonical base64url, right length for the alg */
+    verify_signature,      /* 5. HS256 here, then libjwt with the key; alg re-checked */
+    check_times,           /* 6. exp, nbf, iat */
+    check_audience,        /* 6. aud */
+    pick_tenant,           /* 6. the issuer's tenant claim */
+    pick_subject,          /* 6. sub */
+    fill_identity,         /* *out, from the signed payload */
+};
+
+static const char *verify_inner(const struct jwt_issuer *issuers, size_t nissuers, const char *token, size_t len, time_t now,
+                                struct jwt_identity *out)
+{
+    struct verification v = {.issuers = issuers, .nissuers = nissuers, .token = token, .len = len, .now = now, .out = out};
+    const char *why = NULL;
+    for (size_t i = 0; why == NULL && i < sizeof(verify_steps) / sizeof(verify_steps[0]); i++)
+        why = verify_steps[i](&v);
+    json_decref(v.payload);
+    json_decref(v.hdr);
     return why;
 }
 

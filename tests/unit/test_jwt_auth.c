@@ -1016,7 +1016,7 @@ static void expect_config_error(const struct jwt_issuer *is, const char *needle)
         fail_msg("expected config error containing \"%s\", got \"%s\"", needle, err);
 }
 
-static void test_issuer_check(void **state)
+static void test_issuer_check_fixtures(void **state)
 {
     (void)state;
     char err[512];
@@ -1025,29 +1025,42 @@ static void test_issuer_check(void **state)
             fail_msg("issuer %d: %s", who, err);
     }
     assert_int_equal(jwt_issuers_check(issuers, 3, err, sizeof(err)), 0);
+}
 
-    struct jwt_issuer is;
-    struct jwt_key k;
-
+static void test_issuer_check_hs256_secret_length(void **state)
+{
+    (void)state;
+    char err[512];
     /* HS256 secret of 31 bytes. */
-    is = issuers[HS];
-    k = (struct jwt_key){kid_hs, hs_secret, JWT_MIN_HMAC_KEY_LEN - 1};
+    struct jwt_issuer is = issuers[HS];
+    struct jwt_key k = {kid_hs, hs_secret, JWT_MIN_HMAC_KEY_LEN - 1};
     is.keys = &k;
     expect_config_error(&is, "shorter than 32");
     k.len = JWT_MIN_HMAC_KEY_LEN;
     assert_int_equal(jwt_issuer_check(&is, err, sizeof(err)), 0);
+}
 
-    /* RS256 issuer with an EC key, ES256 issuer with an RSA key. */
-    is = issuers[RS];
-    k = (struct jwt_key){kid_rs1, (unsigned char *)ec1_pub, ec1_pub_len};
+/* Issuer `who` with one key, the given material, in place of its configured keys. */
+static void expect_pem_key_error(int who, char *kid, unsigned char *material, size_t len, const char *needle)
+{
+    struct jwt_issuer is = issuers[who];
+    struct jwt_key k = {kid, material, len};
     is.keys = &k;
     is.nkeys = 1;
-    expect_config_error(&is, "not an RSA public key");
-    is = issuers[ES];
-    k = (struct jwt_key){kid_es, (unsigned char *)rsa1_pub, rsa1_pub_len};
-    is.keys = &k;
-    expect_config_error(&is, "not an EC public key");
+    expect_config_error(&is, needle);
+}
 
+static void test_issuer_check_key_type(void **state)
+{
+    (void)state;
+    /* RS256 issuer with an EC key, ES256 issuer with an RSA key. */
+    expect_pem_key_error(RS, kid_rs1, (unsigned char *)ec1_pub, ec1_pub_len, "not an RSA public key");
+    expect_pem_key_error(ES, kid_es, (unsigned char *)rsa1_pub, rsa1_pub_len, "not an EC public key");
+}
+
+static void test_issuer_check_key_strength(void **state)
+{
+    (void)state;
     /* ES256 with a P-384 key, RS256 with a 1024-bit key. */
     EVP_PKEY *p384 = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-384");
     EVP_PKEY *r1024 = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)1024);
@@ -1058,26 +1071,26 @@ static void test_issuer_check(void **state)
     char *pem1024 = keep(pem_of(r1024, 0, &l1024));
     EVP_PKEY_free(p384);
     EVP_PKEY_free(r1024);
-    k = (struct jwt_key){kid_es, (unsigned char *)pem384, l384};
-    expect_config_error(&is, "not on P-256");
-    is = issuers[RS];
-    is.nkeys = 1;
-    k = (struct jwt_key){kid_rs1, (unsigned char *)pem1024, l1024};
-    is.keys = &k;
-    expect_config_error(&is, "shorter than 2048");
+    expect_pem_key_error(ES, kid_es, (unsigned char *)pem384, l384, "not on P-256");
+    expect_pem_key_error(RS, kid_rs1, (unsigned char *)pem1024, l1024, "shorter than 2048");
+}
 
+static void test_issuer_check_not_a_public_key(void **state)
+{
+    (void)state;
     /* Private key, garbage and truncated PEM where a public key belongs. */
-    k = (struct jwt_key){kid_rs1, (unsigned char *)rsa1_priv, rsa1_priv_len};
-    expect_config_error(&is, "not a PEM public key");
-    k = (struct jwt_key){kid_rs1, hs_secret, sizeof(hs_secret) - 1};
-    expect_config_error(&is, "not a PEM public key");
-    k = (struct jwt_key){kid_rs1, (unsigned char *)rsa1_pub, rsa1_pub_len / 2};
-    expect_config_error(&is, "not a PEM public key");
+    expect_pem_key_error(RS, kid_rs1, (unsigned char *)rsa1_priv, rsa1_priv_len, "not a PEM public key");
+    expect_pem_key_error(RS, kid_rs1, hs_secret, sizeof(hs_secret) - 1, "not a PEM public key");
+    expect_pem_key_error(RS, kid_rs1, (unsigned char *)rsa1_pub, rsa1_pub_len / 2, "not a PEM public key");
+}
 
+static void test_issuer_check_kid(void **state)
+{
+    (void)state;
     /* kid syntax and duplicates. */
-    is = issuers[HS];
+    struct jwt_issuer is = issuers[HS];
     char badkid[] = "../../etc/passwd";
-    k = (struct jwt_key){badkid, hs_secret, sizeof(hs_secret) - 1};
+    struct jwt_key k = {badkid, hs_secret, sizeof(hs_secret) - 1};
     is.keys = &k;
     expect_config_error(&is, "kid must be");
     k.kid = NULL;
@@ -1086,9 +1099,13 @@ static void test_issuer_check(void **state)
     is.keys = two;
     is.nkeys = 2;
     expect_config_error(&is, "duplicate kid");
+}
 
-    /* Leeway, alg, names, key count. */
-    is = issuers[HS];
+static void test_issuer_check_leeway_and_alg(void **state)
+{
+    (void)state;
+    char err[512];
+    struct jwt_issuer is = issuers[HS];
     is.leeway_s = JWT_MAX_LEEWAY_S + 1;
     expect_config_error(&is, "leeway");
     is.leeway_s = JWT_MAX_LEEWAY_S;
@@ -1098,7 +1115,12 @@ static void test_issuer_check(void **state)
     expect_config_error(&is, "alg must be");
     is.alg = (enum jwt_alg_pin)99;
     expect_config_error(&is, "alg must be");
-    is = issuers[HS];
+}
+
+static void test_issuer_check_names_and_keys(void **state)
+{
+    (void)state;
+    struct jwt_issuer is = issuers[HS];
     is.iss = NULL;
     expect_config_error(&is, "iss");
     is = issuers[HS];
@@ -1115,7 +1137,12 @@ static void test_issuer_check(void **state)
     is.nkeys = 1;
     expect_config_error(&is, "keys");
     expect_config_error(NULL, "NULL");
+}
 
+static void test_issuers_check_set(void **state)
+{
+    (void)state;
+    char err[512];
     /* Issuer sets: duplicate iss, empty set. */
     struct jwt_issuer dup[2] = {issuers[HS], issuers[HS]};
     char other_name[] = "hs-copy";
@@ -1123,14 +1150,22 @@ static void test_issuer_check(void **state)
     assert_int_equal(jwt_issuers_check(dup, 2, err, sizeof(err)), -1);
     assert_non_null(strstr(err, "share iss"));
     assert_int_equal(jwt_issuers_check(issuers, 0, err, sizeof(err)), -1);
+}
+
+static void test_verify_refuses_unchecked_config(void **state)
+{
+    (void)state;
     /* Unchecked duplicate config at runtime is still refused, not resolved by order. */
+    struct jwt_issuer dup[2] = {issuers[HS], issuers[HS]};
+    char other_name[] = "hs-copy";
+    dup[1].name = other_name;
     char *t = lj_token(HS);
     struct jwt_identity id;
     const char *why;
     assert_int_equal(jwt_verify(dup, 2, t, strlen(t), NOW, &id, &why), -1);
     assert_non_null(strstr(why, "more than one"));
     /* Unchecked out-of-bound leeway at runtime is refused too. */
-    is = issuers[HS];
+    struct jwt_issuer is = issuers[HS];
     is.leeway_s = 100000;
     assert_int_equal(jwt_verify(&is, 1, t, strlen(t), NOW, &id, &why), -1);
     assert_non_null(strstr(why, "issuer configuration invalid"));
@@ -1226,7 +1261,16 @@ int main(void)
         cmocka_unit_test_teardown(test_aud, arena_free),
         cmocka_unit_test_teardown(test_tenant_claim, arena_free),
         cmocka_unit_test_teardown(test_subject, arena_free),
-        cmocka_unit_test_teardown(test_issuer_check, arena_free),
+        cmocka_unit_test_teardown(test_issuer_check_fixtures, arena_free),
+        cmocka_unit_test_teardown(test_issuer_check_hs256_secret_length, arena_free),
+        cmocka_unit_test_teardown(test_issuer_check_key_type, arena_free),
+        cmocka_unit_test_teardown(test_issuer_check_key_strength, arena_free),
+        cmocka_unit_test_teardown(test_issuer_check_not_a_public_key, arena_free),
+        cmocka_unit_test_teardown(test_issuer_check_kid, arena_free),
+        cmocka_unit_test_teardown(test_issuer_check_leeway_and_alg, arena_free),
+        cmocka_unit_test_teardown(test_issuer_check_names_and_keys, arena_free),
+        cmocka_unit_test_teardown(test_issuers_check_set, arena_free),
+        cmocka_unit_test_teardown(test_verify_refuses_unchecked_config, arena_free),
         cmocka_unit_test_teardown(test_g3_empty_key_never_decoded, arena_free),
         cmocka_unit_test_teardown(test_decode_only_after_prechecks, arena_free),
     };
