@@ -4,11 +4,10 @@ policy decides one way for /api/v2/runtimes and execute (a runtime a tenant
 is shown may be run under any of its names)."""
 
 import os
-import time
 import unittest
 
 import moat_harness
-from moat_harness import BUILD, Stack
+from moat_harness import BUILD, Stack, wait_until
 
 TEST_GATEWAY = os.path.join(BUILD, "tests", "moat-gateway-test-routes")
 BIG = "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\n"
@@ -30,12 +29,8 @@ class NewRouteIsAuditedTest(unittest.TestCase):
     def records_for(self, request_id):
         # a denial's record is not waited for: it reaches the log within
         # about 10 ms, so poll for it (with a generous deadline)
-        deadline = time.monotonic() + 30
-        while True:
-            recs = [r for r in self.stack.audit_records() if r.get("request_id") == request_id]
-            if recs or time.monotonic() > deadline:
-                return recs
-            time.sleep(0.05)
+        return wait_until(lambda: [r for r in self.stack.audit_records() if r.get("request_id") == request_id],
+                          "the audit record of request %s" % request_id)
 
     def test_allowed_request_on_the_new_route_is_recorded(self):
         st, headers, data = self.stack.request("POST", "/test/echo", {"x": "hello"})
