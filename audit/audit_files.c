@@ -35,6 +35,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "moat_io.h"
+
 int alog_log_name(char *buf, size_t size, uint64_t first_seq)
 {
     int n = snprintf(buf, size, "audit-%016llu.log", (unsigned long long)first_seq);
@@ -183,7 +185,7 @@ int alog_store_packet(struct audit_log *l, const void *packet, size_t len, struc
     audit_sha256(packet, len, h);
     moat_hex_encode(h, sizeof(h), ref->hex);
     snprintf(ref->at, sizeof(ref->at), "%s:%llu:%zu", name, (unsigned long long)l->pack_bytes, len);
-    int rc = alog_write_all(l->pack_fd, packet, len, &done);
+    int rc = moat_write_full(l->pack_fd, packet, len, &done);
     l->pack_bytes += done;
     l->pack_dirty |= done > 0;
     if (rc != 0)

@@ -36,6 +36,8 @@
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 
+#include "moat_io.h"
+
 /* The state is one block of STATE_SIZE bytes (the text, padded with
  * newlines): the writer overwrites it in place with a single pwrite of less
  * than a sector, which a device writes whole or not at all, then
@@ -51,7 +53,7 @@ static int write_file_at(int dirfd, const char *name, const void *data, size_t l
     int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return alog_fail(err, errlen, "create %s: %s", name, strerror(errno));
-    if (alog_write_all(fd, data, len, NULL) != 0 || fsync(fd) != 0) {
+    if (moat_write_full(fd, data, len, NULL) != 0 || fsync(fd) != 0) {
         int saved = errno;
         close(fd);
         return alog_fail(err, errlen, "write %s: %s", name, strerror(saved));
@@ -211,7 +213,7 @@ static int append_checkpoint_line(struct audit_log *l, uint64_t head_seq, const 
     if (fstat(l->ckpt_fd, &st) != 0)
         return alog_fail(err, errlen, "stat checkpoints.log: %s", strerror(errno));
     l->ckpt_dirty = 1;
-    if (alog_write_all(l->ckpt_fd, line, (size_t)n, &done) != 0) {
+    if (moat_write_full(l->ckpt_fd, line, (size_t)n, &done) != 0) {
         int saved = errno;
         /* no partial line may stay in checkpoints.log (the verifier would
          * take it for a forged checkpoint); the checkpoint record itself is

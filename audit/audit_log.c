@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "json_scan.h"
+#include "moat_io.h"
 
 static const char *const reserved[] = {"seq", "time", "epoch", "prev", "mac", "packet", "packet_at"};
 static const char *const own_types[] = {"checkpoint", "repair", "start"};
@@ -62,27 +63,6 @@ __attribute__((format(printf, 3, 4))) static int refuse(char *err, size_t errlen
     va_end(ap);
     errno = EINVAL;
     return -1;
-}
-
-int alog_write_all(int fd, const void *buf, size_t len, size_t *done)
-{
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = write(fd, (const char *)buf + off, len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            if (n == 0)
-                errno = ENOSPC;
-            if (done)
-                *done = off;
-            return -1;
-        }
-        off += (size_t)n;
-    }
-    if (done)
-        *done = off;
-    return 0;
 }
 
 /* ---- building a line ---------------------------------------------------------------- */
@@ -198,7 +178,7 @@ int alog_flush(struct audit_log *l, char *err, size_t errlen)
 
     if (l->wlen == 0)
         return 0;
-    if (alog_write_all(l->fd, l->wbuf, l->wlen, &done) == 0) {
+    if (moat_write_full(l->fd, l->wbuf, l->wlen, &done) == 0) {
         l->wlen = l->nmarks = 0;
         return 0;
     }

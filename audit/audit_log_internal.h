@@ -54,9 +54,6 @@ struct log_tail {
 
 /* ---- audit_log.c ---- */
 __attribute__((format(printf, 3, 4))) int alog_fail(char *err, size_t errlen, const char *fmt, ...); /* returns -1 */
-/* write(2) until done; *done (when set) says how far it got.  0 or -1 (errno;
- * ENOSPC for a write of 0 bytes). */
-int alog_write_all(int fd, const void *buf, size_t len, size_t *done);
 /* Seals body (jansson's encoding of it, plus pk's members) as the next record. */
 uint64_t alog_seal(struct audit_log *l, json_t *body, const struct packet_ref *pk, char *err, size_t errlen);
 /* Writes the batch with one write(2); after a short one, seq and prev are

@@ -32,6 +32,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "moat_io.h"
+
 /* ---- reading the end of a log file ---------------------------------------------------- */
 
 /* The last bytes of a log file, enough for a whole line and a torn one after
@@ -218,7 +220,7 @@ out:
 static int end_line(struct audit_log *l, const char *what, char *err, size_t errlen)
 {
     char nl = '\n';
-    if (alog_write_all(l->fd, &nl, 1, NULL) != 0)
+    if (moat_write_full(l->fd, &nl, 1, NULL) != 0)
         return alog_fail(err, errlen, "end %s: %s", what, strerror(errno));
     l->torn_newline = 0;
     l->file_bytes++;

@@ -27,6 +27,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "moat_hex.h"
+
 struct key_span {
     uint32_t off, len;
 };
@@ -45,17 +47,6 @@ static int scan_value(struct scan *s);
 static int is_digit(char c)
 {
     return c >= '0' && c <= '9';
-}
-
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 /* An escape at *pp (the backslash); moves *pp past it. */
@@ -80,7 +71,7 @@ static int scan_escape(const char **pp, const char *end)
         if (end - p < 5)
             return -1;
         for (int i = 1; i <= 4; i++) {
-            int h = hex_value(p[i]);
+            int h = moat_hex_digit((unsigned char)p[i], MOAT_HEX_ANY_CASE);
             if (h < 0)
                 return -1;
             v = v << 4 | (unsigned)h;

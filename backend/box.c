@@ -47,8 +47,9 @@
 
 #include "box_internal.h"
 #include "log.h"
+#include "moat_buf.h"
+#include "moat_io.h"
 #include "moat_limits.h"
-#include "sockio.h"
 
 #define BOX_STACK_SIZE (256 * 1024)
 #define CPU_POLL_MS    20
@@ -239,9 +240,10 @@ out:
 
 /* ---- the plan --------------------------------------------------------------- */
 
+/* The plan under construction: the first failure (too large, out of
+ * memory) sticks, so box_start checks once at the end. */
 struct plan_buf {
-    uint8_t *data;
-    size_t len, cap;
+    struct moat_buf buf;
     int failed;
 };
 
@@ -249,24 +251,8 @@ static void put(struct plan_buf *b, const void *p, size_t n)
 {
     if (b->failed)
         return;
-    if (b->len + n > PLAN_MAX_BYTES) {
+    if (n > PLAN_MAX_BYTES - b->buf.len || moat_buf_append(&b->buf, p, n) != 0)
         b->failed = 1;
-        return;
-    }
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n)
-            cap *= 2;
-        uint8_t *d = realloc(b->data, cap);
-        if (d == NULL) {
-            b->failed = 1;
-            return;
-        }
-        b->data = d;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
 }
 
 static void put_u32(struct plan_buf *b, uint32_t v)
@@ -311,7 +297,7 @@ static uint32_t count_strv(char *const *v)
 int box_start(struct slot *s, const struct box_job *job, struct errbuf *e)
 {
     struct warm_box *w = &s->warm;
-    struct plan_buf b = {NULL, 0, 0, 0};
+    struct plan_buf b = {{NULL, 0, 0}, 0};
     uint32_t mask = 0;
 
     if (!w->ready)
@@ -347,13 +333,13 @@ int box_start(struct slot *s, const struct box_job *job, struct errbuf *e)
         put_strv(&b, st->envp);
     }
     if (b.failed) {
-        free(b.data);
+        moat_buf_free(&b.buf);
         return errf(e, "plan too large or out of memory");
     }
-    uint32_t body = (uint32_t)(b.len - 8);
-    memcpy(b.data + 4, &body, sizeof(body));
-    int rc = send_full(w->ctl, b.data, b.len);
-    free(b.data);
+    uint32_t body = (uint32_t)(b.buf.len - 8);
+    memcpy(b.buf.data + 4, &body, sizeof(body));
+    int rc = moat_send_full(w->ctl, b.buf.data, b.buf.len);
+    moat_buf_free(&b.buf);
     if (rc != 0)
         return errf_errno(e, "send plan to slot %d", s->index);
     return 0;
@@ -650,7 +636,7 @@ int box_run_stage(struct slot *s, int stage, const struct box_stage *st, const u
     uint64_t start = now_ms();
     h.last_activity_ms = start;
     char go = (char)('0' + stage);
-    if (send_full(w->ctl, &go, 1) != 0) {
+    if (moat_send_full(w->ctl, &go, 1) != 0) {
         errf_errno(e, "start stage in slot %d", s->index);
         kill_now(w);
         goto out;

@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "moat_io.h"
+
 static const char *const v1_names[CG_NCTRL] = {"memory", "pids", "cpuacct", "freezer"};
 
 /* ---- small file helpers ---------------------------------------------- */
@@ -50,23 +52,15 @@ static ssize_t read_file(const char *dir, const char *file, char *buf, size_t si
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return errf_errno(e, "open %s", path);
-    size_t off = 0;
-    while (off + 1 < size) {
-        ssize_t n = read(fd, buf + off, size - 1 - off);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            errf_errno(e, "read %s", path);
-            close(fd);
-            return -1;
-        }
-        if (n == 0)
-            break;
-        off += (size_t)n;
+    ssize_t n = moat_read_full(fd, buf, size - 1);
+    if (n < 0) {
+        errf_errno(e, "read %s", path);
+        close(fd);
+        return -1;
     }
-    buf[off] = '\0';
+    buf[n] = '\0';
     close(fd);
-    return (ssize_t)off;
+    return n;
 }
 
 static int read_u64(const char *dir, const char *file, uint64_t *v, struct errbuf *e)

@@ -18,6 +18,8 @@
  * `moat-backend run` runs one job locally without a socket and prints the
  * result as JSON, for debugging and benchmarks.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
 #include <jansson.h>
@@ -33,6 +35,8 @@
 
 #include "job.h"
 #include "log.h"
+#include "moat_buf.h"
+#include "moat_io.h"
 #include "server.h"
 
 #ifndef MOAT_LANGUAGES_DIR
@@ -42,6 +46,7 @@
 #define DEFAULT_SOCKET  "/run/moat/backend.sock"
 #define DEFAULT_CG_NAME "moat"
 #define SHUTDOWN_WAIT_S 30
+#define RUN_FILE_CHUNK  4096 /* read_whole_file grows by at least this */
 
 struct options {
     const char *socket_path;
@@ -227,42 +232,43 @@ static const struct option long_opts[] = {
 
 /* ---- one-shot run ------------------------------------------------------------ */
 
+/* A source file for `run`: the whole of it in *data (malloc'ed), or -1 with
+ * errno (EFBIG once it reaches MAX_CODE_BYTES, which job.c refuses anyway). */
 static int read_whole_file(const char *path, uint8_t **data, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
+    struct moat_buf b = {NULL, 0, 0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
         return -1;
-    size_t cap = 4096, n = 0;
-    uint8_t *buf = malloc(cap);
-    while (buf) {
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (n < cap)
+    for (;;) {
+        if (moat_buf_reserve(&b, RUN_FILE_CHUNK) != 0) {
+            errno = ENOMEM;
             break;
-        if (cap >= MAX_CODE_BYTES) {
-            free(buf);
-            buf = NULL;
+        }
+        size_t want = b.cap - b.len;
+        if (want > MAX_CODE_BYTES - b.len)
+            want = MAX_CODE_BYTES - b.len;
+        ssize_t r = moat_read_full(fd, b.data + b.len, want);
+        if (r < 0)
+            break;
+        b.len += (size_t)r;
+        if ((size_t)r < want) { /* end of file */
+            close(fd);
+            *data = b.data;
+            *len = b.len;
+            return 0;
+        }
+        if (b.len == MAX_CODE_BYTES) {
             errno = EFBIG;
             break;
         }
-        uint8_t *nb = realloc(buf, cap * 2);
-        if (nb == NULL) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
     }
-    int err = ferror(f);
-    fclose(f);
-    if (buf == NULL || err) {
-        free(buf);
-        return -1;
-    }
-    *data = buf;
-    *len = n;
-    return 0;
+    int saved = errno;
+    close(fd);
+    moat_buf_free(&b);
+    errno = saved;
+    return -1;
 }
 
 static json_t *bytes_json(const uint8_t *data, size_t len)

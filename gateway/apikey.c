@@ -10,6 +10,8 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
+#include "moat_hex.h"
+
 #define APIKEY_ID_OFF       APIKEY_PREFIX_LEN
 #define APIKEY_SECRET_OFF   (APIKEY_ID_OFF + APIKEY_ID_LEN + 1)
 #define APIKEY_CHECKSUM_OFF (APIKEY_SECRET_OFF + APIKEY_SECRET_LEN + 1)

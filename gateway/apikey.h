@@ -10,15 +10,13 @@
  *          rejected before any table lookup.
  *
  * The server stores only SHA-256 of the whole token and compares digests in
- * constant time.
+ * constant time.  The hex is moat_hex.h's (moat_hex_encode, MOAT_HEX_LOWER).
  */
 #ifndef GW_APIKEY_H
 #define GW_APIKEY_H
 
 #include <stddef.h>
 #include <stdint.h>
-
-#include "moat_hex.h"
 
 #define APIKEY_PREFIX       "moat_"
 #define APIKEY_PREFIX_LEN   5
@@ -30,19 +28,6 @@
 #define APIKEY_DIGEST_LEN   32
 #define APIKEY_DIGEST_HEX   (2 * APIKEY_DIGEST_LEN)
 
-/* Hex is moat_hex.h's (moat_common).  hex_encode is the old name of
- * moat_hex_encode, kept until its last callers (pipeline.c,
- * tests/fuzz/fuzz_apikey.c) use the new one. */
-static inline void hex_encode(const uint8_t *in, size_t len, char *out)
-{
-    moat_hex_encode(in, len, out);
-}
-/* Strict lowercase hex of exactly 2 * outlen characters (a key id, a digest
- * in the config); 0 or -1. */
-static inline int hex_decode_lower(const char *in, size_t inlen, uint8_t *out, size_t outlen)
-{
-    return inlen == 2 * outlen ? moat_hex_decode(in, inlen, out, MOAT_HEX_LOWER) : -1;
-}
 /* 1 if s[0..len) is exactly APIKEY_ID_LEN lowercase hex characters. */
 int apikey_valid_id(const char *s, size_t len);
 

@@ -22,12 +22,16 @@
 
 #include <openssl/crypto.h>
 
-/* Reads a key file (PEM public key or HS256 secret) that others cannot write. */
+#include "moat_io.h"
+
+/* Reads a key file (PEM public key or HS256 secret) that others cannot write.
+ * One allocation of JWT_MAX_KEY_LEN + 1 bytes: a longer file is refused
+ * here, and no copy of the material is left behind by a realloc. */
 static int read_key_file(struct parse_ctx *pc, const yaml_node_t *n, const char *path, unsigned char **out, size_t *len)
 {
     char err[512];
-    unsigned char *buf = NULL;
-    size_t cap = 0, used = 0;
+    unsigned char *buf;
+    ssize_t got;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 
     if (fd == -1)
@@ -36,32 +40,22 @@ static int read_key_file(struct parse_ctx *pc, const yaml_node_t *n, const char 
         close(fd);
         return cfg_fail(pc, n, "%s", err);
     }
-    for (;;) {
-        if (used == cap) {
-            unsigned char *grown;
-            if (cap >= JWT_MAX_KEY_LEN + 1 || (grown = realloc(buf, cap ? cap * 2 : 4096)) == NULL) {
-                free(buf);
-                close(fd);
-                return cfg_fail(pc, n, "key file %s is too large", path);
-            }
-            buf = grown;
-            cap = cap ? cap * 2 : 4096;
-        }
-        ssize_t r = read(fd, buf + used, cap - used);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            free(buf);
-            close(fd);
-            return cfg_fail(pc, n, "key file %s: %s", path, strerror(errno));
-        }
-        if (r == 0)
-            break;
-        used += (size_t)r;
+    if ((buf = malloc(JWT_MAX_KEY_LEN + 1)) == NULL) {
+        close(fd);
+        return cfg_fail(pc, n, "key file %s: out of memory", path);
     }
+    got = moat_read_full(fd, buf, JWT_MAX_KEY_LEN + 1);
+    int saved = errno;
     close(fd);
+    if (got < 0 || got > JWT_MAX_KEY_LEN) {
+        OPENSSL_cleanse(buf, JWT_MAX_KEY_LEN + 1);
+        free(buf);
+        if (got < 0)
+            return cfg_fail(pc, n, "key file %s: %s", path, strerror(saved));
+        return cfg_fail(pc, n, "key file %s is too large", path);
+    }
     *out = buf;
-    *len = used;
+    *len = (size_t)got;
     return 0;
 }
 

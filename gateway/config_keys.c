@@ -14,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "moat_hex.h"
+
 /* "2027-01-31T00:00:00Z" (UTC) or seconds since the epoch. */
 static int parse_time(struct parse_ctx *pc, const yaml_node_t *n, const char *name, time_t *out)
 {
@@ -59,7 +61,8 @@ static int key_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void
     if (strcmp(key, "sha256") == 0) {
         if (cfg_want_scalar(pc, v, "key sha256") != 0)
             return -1;
-        if (hex_decode_lower(cfg_scalar(v), v->data.scalar.length, ks->key.sha256, APIKEY_DIGEST_LEN) != 0)
+        if (v->data.scalar.length != APIKEY_DIGEST_HEX ||
+            moat_hex_decode(cfg_scalar(v), APIKEY_DIGEST_HEX, ks->key.sha256, MOAT_HEX_LOWER) != 0)
             return cfg_fail(pc, v, "key sha256 must be %d lowercase hex characters", APIKEY_DIGEST_HEX);
         ks->sha256 = 1;
         return 0;

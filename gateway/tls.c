@@ -113,7 +113,8 @@ SSL_CTX *gw_tls_create(const struct gw_config *cfg, char *err, size_t errlen)
         ssl_error(err, errlen, "cannot set the cipher list", NULL);
         goto fail;
     }
-    if (SSL_CTX_set1_groups_list(ctx, GW_TLS_GROUPS) != 1) {
+    char groups[] = GW_TLS_GROUPS; /* OpenSSL's macro casts away const (clang's -Wcast-qual) */
+    if (SSL_CTX_set1_groups_list(ctx, groups) != 1) {
         ssl_error(err, errlen, "cannot set the key exchange groups", NULL);
         goto fail;
     }

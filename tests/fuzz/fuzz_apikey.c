@@ -12,8 +12,9 @@
  *   - the same input with its checksum field recomputed (so the fuzzer gets
  *     past SHA-256 and explores the shape checks) must then parse iff the
  *     shape is right;
- *   - hex_decode_lower and apikey_valid_id agree with a plain definition,
- *     and decoding round-trips through hex_encode;
+ *   - moat_hex_decode (MOAT_HEX_LOWER, as the config reads digests) and
+ *     apikey_valid_id agree with a plain definition, and decoding
+ *     round-trips through moat_hex_encode;
  *   - auth_bearer, with a table holding one key, accepts exactly
  *     "Bearer" (any case) + one or more spaces + that key's token.
  *
@@ -30,6 +31,7 @@
 #include "apikey.h"
 #include "auth.h"
 #include "config.h"
+#include "moat_hex.h"
 
 #define CHECK(cond)                                                                                                                \
     do {                                                                                                                           \
@@ -73,7 +75,7 @@ static void checksum_of(const uint8_t *t, char out[APIKEY_CHECKSUM_LEN + 1])
     uint8_t d[APIKEY_DIGEST_LEN];
 
     CHECK(apikey_digest((const char *)t, SUM_OFF - 1, d) == 0);
-    hex_encode(d, APIKEY_CHECKSUM_LEN / 2, out);
+    moat_hex_encode(d, APIKEY_CHECKSUM_LEN / 2, out);
 }
 
 static void check_parse(const uint8_t *t, size_t len)
@@ -106,16 +108,15 @@ static void check_hex(const uint8_t *data, size_t size)
 {
     uint8_t out[64];
     char back[2 * sizeof(out) + 1];
-    size_t n = size / 2;
 
-    if (n > sizeof(out))
-        n = sizeof(out);
-    int want = size == 2 * n && is_lower_hex(data, size);
-    int rc = hex_decode_lower((const char *)data, size, out, n);
-    CHECK((rc == 0) == want);
-    if (rc == 0) {
-        hex_encode(out, n, back);
-        CHECK(memcmp(back, data, size) == 0 && back[size] == '\0');
+    if (size <= 2 * sizeof(out)) {
+        int want = size % 2 == 0 && is_lower_hex(data, size);
+        int rc = moat_hex_decode((const char *)data, size, out, MOAT_HEX_LOWER);
+        CHECK((rc == 0) == want);
+        if (rc == 0) {
+            moat_hex_encode(out, size / 2, back);
+            CHECK(memcmp(back, data, size) == 0 && back[size] == '\0');
+        }
     }
     CHECK(apikey_valid_id((const char *)data, size) == (size == APIKEY_ID_LEN && is_lower_hex(data, size)));
 }
@@ -134,7 +135,7 @@ static void setup(void)
     memcpy(known_token, APIKEY_PREFIX, APIKEY_PREFIX_LEN);
     memcpy(known_token + ID_OFF, known_id, APIKEY_ID_LEN);
     known_token[SECRET_OFF - 1] = '_';
-    hex_encode(secret, sizeof(secret), known_token + SECRET_OFF);
+    moat_hex_encode(secret, sizeof(secret), known_token + SECRET_OFF);
     known_token[SUM_OFF - 1] = '_';
     checksum_of((const uint8_t *)known_token, sum);
     memcpy(known_token + SUM_OFF, sum, sizeof(sum)); /* with the terminator */
