@@ -277,11 +277,6 @@ static const char *const allowed[] = {
     "getcpu",
 };
 
-/* Namespace flags: clone may create none of them (S10, S20). */
-#define CLONE_NS_FLAGS                                                                                                             \
-    (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP |                   \
-     0x00000080ULL /* CLONE_NEWTIME */)
-
 /* Calls with their own action, or allowed only with harmless arguments. */
 static const struct seccomp_rule rules[] = {
     /* denied with a specific errno so runtimes fall back gracefully */
@@ -289,7 +284,7 @@ static const struct seccomp_rule rules[] = {
     {"io_uring_setup", SCMP_ACT_ERRNO(ENOSYS), {0}},
     {"statmount", SCMP_ACT_ERRNO(ENOSYS), {0}},
     /* clone: no namespace flags (S10, S20) */
-    {"clone", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_MASKED_EQ, CLONE_NS_FLAGS, 0)},
+    {"clone", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_MASKED_EQ, SECCOMP_CLONE_NS_FLAGS, 0)},
     /* socket: unix, inet and inet6 only (S22) */
     {"socket", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_EQ, AF_UNIX, 0)},
     {"socket", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_EQ, AF_INET, 0)},

@@ -9,6 +9,8 @@
  *   -> build the TLS context (reads the private key, so still privileged)
  *   -> bind one listening socket per worker (SO_REUSEPORT)
  *   -> drop to the configured user (fatal on any failure)
+ *   -> confine every thread to the gateway's system calls (confine.c:
+ *      no_new_privs and a seccomp allow-list; fatal on any failure)
  *   -> start the worker threads and wait for SIGTERM/SIGINT.
  *
  * Each worker thread owns one h2o event loop, its listener, and its timers;
@@ -39,6 +41,7 @@
  * requests in flight, and the process exits 0.
  */
 #include "config.h"
+#include "confine.h"
 #include "privsep.h"
 #include "log.h"
 #include "privdrop.h"
@@ -146,6 +149,8 @@ int main(int argc, char **argv)
     }
     if (gw_drop_privileges(server.user, err, sizeof(err)) != 0)
         fatalx("%s: privilege drop: %s", __func__, err);
+    if (gw_confine(err, sizeof(err)) != 0)
+        fatalx("%s: confinement: %s", __func__, err);
     if (geteuid() != 0)
         log_debug("%s: running as uid %u", __func__, (unsigned)geteuid());
 

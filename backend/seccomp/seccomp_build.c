@@ -41,6 +41,9 @@ scmp_filter_ctx seccomp_build(const struct seccomp_spec *spec, char *err, size_t
     for (size_t i = 0; i < spec->nallow; i++)
         if (add_rule(ctx, SCMP_ACT_ALLOW, spec->allow[i], NULL, err, errlen) != 0)
             goto fail;
+    for (size_t i = 0; i < spec->nkill; i++)
+        if (add_rule(ctx, SCMP_ACT_KILL_PROCESS, spec->kill[i], NULL, err, errlen) != 0)
+            goto fail;
     for (size_t i = 0; i < spec->nrules; i++) {
         const struct seccomp_rule *r = &spec->rules[i];
         if (add_rule(ctx, r->action, r->name, r->arg.op != 0 ? &r->arg : NULL, err, errlen) != 0)

@@ -9,6 +9,7 @@
 #ifndef MOAT_SECCOMP_BUILD_H
 #define MOAT_SECCOMP_BUILD_H
 
+#include <linux/sched.h>
 #include <seccomp.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,12 +30,19 @@ struct seccomp_rule {
         .arg = (index), .op = (cmp), .datum_a = (a), .datum_b = (b)                                                                \
     }
 
+/* Every namespace flag of clone: a rule on clone masks them all. */
+#define SECCOMP_CLONE_NS_FLAGS                                                                                                     \
+    (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP |                   \
+     0x00000080ULL /* CLONE_NEWTIME */)
+
 /* A whole policy: what happens to calls no row names, then the rows. */
 struct seccomp_spec {
     uint32_t default_action;
     const char *const *allow; /* allowed with any arguments */
     size_t nallow;
-    const struct seccomp_rule *rules; /* added after allow, in order */
+    const char *const *kill; /* kill the process, whatever the arguments */
+    size_t nkill;
+    const struct seccomp_rule *rules; /* added last, in order */
     size_t nrules;
 };
 

@@ -1,0 +1,208 @@
+/*
+ * confine.c - what the internet-facing process may still ask of the kernel.
+ *
+ * After the privilege drop the gateway only serves: h2o event loops on
+ * epoll, TLS in memory, connections it accepts on listeners bound before
+ * the drop, Unix sockets it connects to the backend, audit writer sockets
+ * that arrive by SCM_RIGHTS, and on SIGHUP the configuration, certificate
+ * and key files read again.  A
+ * process that does only that never needs to start a program, trace or
+ * read another process, create a process, mount, enter or make namespaces,
+ * load modules or BPF, or use keyrings, so an attacker who takes over a
+ * worker cannot either.
+ *
+ * Three kinds of answer:
+ *   - allowed: the calls the gateway and its libraries (glibc, OpenSSL,
+ *     libh2o, jansson, libyaml, libjwt) were seen to make after the drop,
+ *     running the whole test suite, plus a few for paths the tests do not
+ *     reach (abort, signal handlers, large reallocs);
+ *   - killed (SIGSYS): calls that only an attacker would make from here;
+ *     the process dies at once and the kernel logs the call;
+ *   - EPERM for everything else, logged by the kernel too (the filter's
+ *     log flag): a library that starts using a new call gets an error it
+ *     can handle instead of taking the service down, and the log names
+ *     the call to add.
+ * clone3 answers ENOSYS: its flags are in memory where the filter cannot
+ * look, and glibc then falls back to clone, whose flags it can.
+ */
+#include "confine.h"
+
+#include <errno.h>
+#include <linux/sched.h>
+#include <seccomp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+
+#include "seccomp_build.h"
+
+/*
+ * Allowed with any arguments.  Each call was seen after the drop, by
+ * strace -f over the e2e suite and the benchmarks (requests on both HTTP
+ * versions, reloads with new certificates, audit writer restarts), unless
+ * its comment gives another reason.
+ */
+static const char *const allowed[] = {
+    /* descriptors and files (SIGHUP reads config, certificate and key again);
+     * fstat: what newfstatat(fd, "", AT_EMPTY_PATH) does, for other libc builds */
+    "read",
+    "write",
+    "writev",
+    "openat",
+    "close",
+    "newfstatat",
+    "fstat",
+    "lseek",
+    "fcntl",
+    "pipe2",
+    /* event loops and the main thread's signal wait; restart_syscall: a poll
+     * or sleep resumed after SIGSTOP/SIGCONT */
+    "epoll_create",
+    "epoll_ctl",
+    "epoll_wait",
+    "poll",
+    "signalfd4",
+    "pause",
+    "restart_syscall",
+    /* memory; mremap: realloc of a large (mmapped) buffer */
+    "mmap",
+    "munmap",
+    "mprotect",
+    "madvise",
+    "brk",
+    "mremap",
+    /* threads (clone itself is below); exit: a thread's end */
+    "futex",
+    "set_robust_list",
+    "rseq",
+    "exit",
+    "exit_group",
+    /* signals, and abort() raising SIGABRT; rt_sigreturn: the end of any signal
+     * handler; sigaltstack: AddressSanitizer sets one up in each new thread */
+    "rt_sigaction",
+    "rt_sigprocmask",
+    "rt_sigreturn",
+    "sigaltstack",
+    "getpid",
+    "gettid",
+    "tgkill",
+    "geteuid",
+    /* sockets (socket itself is below); recvmsg takes the audit writer's new
+     * sockets from the supervisor */
+    "accept4",
+    "connect",
+    "recvmsg",
+    "shutdown",
+    "getsockopt",
+    "setsockopt",
+    "getpeername",
+    /* time and randomness; clock_gettime and gettimeofday are the vDSO's
+     * fallback when the clock source has no vDSO read */
+    "clock_gettime",
+    "gettimeofday",
+    "getrandom",
+    /* system facts, asked on reload: sysinfo by qsort() of a large array (OpenSSL
+     * sorts), sched_getaffinity by sysconf(_SC_NPROCESSORS_ONLN) when /sys is
+     * not readable */
+    "sysinfo",
+    "sched_getaffinity",
+};
+
+/* Calls with their own action, or allowed only with some arguments. */
+static const struct seccomp_rule rules[] = {
+    /* threads, never processes: clone with CLONE_THREAD and no namespace */
+    {"clone", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_MASKED_EQ, CLONE_THREAD | SECCOMP_CLONE_NS_FLAGS, CLONE_THREAD)},
+    {"clone", SCMP_ACT_KILL_PROCESS, SECCOMP_ARG(0, SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0)},
+    {"clone3", SCMP_ACT_ERRNO(ENOSYS), {0}},
+    /* sockets: unix only (the backend); the listeners were made before the
+     * drop, so a worker cannot open a connection into the network.  An
+     * outbound client (Redis over TCP, webhooks) needs rows for AF_INET and
+     * AF_INET6 here, and for whatever its resolver calls. */
+    {"socket", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_EQ, AF_UNIX, 0)},
+};
+
+/* Calls that only an attacker would make from here: the process is killed. */
+static const char *const killed[] = {
+    /* new programs and processes (clone without CLONE_THREAD is above) */
+    "execve",
+    "execveat",
+    "fork",
+    "vfork",
+    /* other processes' memory */
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "pidfd_getfd",
+    "kcmp",
+    /* mounts, roots and namespaces */
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "unshare",
+    "setns",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    /* the kernel itself */
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "iopl",
+    "ioperm",
+    "reboot",
+    "open_by_handle_at",
+};
+
+static const struct seccomp_spec gateway_spec = {
+    .default_action = SCMP_ACT_ERRNO(EPERM),
+    .allow = allowed,
+    .nallow = sizeof(allowed) / sizeof(allowed[0]),
+    .kill = killed,
+    .nkill = sizeof(killed) / sizeof(killed[0]),
+    .rules = rules,
+    .nrules = sizeof(rules) / sizeof(rules[0]),
+};
+
+int gw_confine(char *err, size_t errlen)
+{
+    scmp_filter_ctx ctx;
+    int rc;
+
+    /* no_new_privs first (bubblewrap's order): the filter needs it without
+     * CAP_SYS_ADMIN, and no exec could gain privileges afterwards anyway */
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) {
+        snprintf(err, errlen, "no_new_privs: %s", strerror(errno));
+        return -1;
+    }
+    if ((ctx = seccomp_build(&gateway_spec, err, errlen)) == NULL)
+        return -1;
+    /* every thread, not only this one; no_new_privs is already set */
+    if (seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1) != 0 || seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0) != 0) {
+        snprintf(err, errlen, "seccomp: cannot set the thread-sync attribute");
+        seccomp_release(ctx);
+        return -1;
+    }
+    /* log denials too, where the kernel can (4.14 and later): the kills are logged regardless */
+    (void)seccomp_attr_set(ctx, SCMP_FLTATR_CTL_LOG, 1);
+    rc = seccomp_load(ctx);
+    seccomp_release(ctx);
+    if (rc != 0) {
+        snprintf(err, errlen, "seccomp: cannot load the filter: %s", strerror(-rc));
+        return -1;
+    }
+    return 0;
+}

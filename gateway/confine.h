@@ -1,0 +1,17 @@
+/*
+ * confine.h - the gateway's system call allow-list (pledge's role here).
+ */
+#ifndef GW_CONFINE_H
+#define GW_CONFINE_H
+
+#include <stddef.h>
+
+/*
+ * Set no_new_privs and install the gateway's seccomp filter on every thread
+ * of the process (TSYNC).  Called once, after the privilege drop and before
+ * the worker threads start; threads created later inherit the filter.
+ * 0, or -1 with err set; the caller must treat -1 as fatal.
+ */
+int gw_confine(char *err, size_t errlen);
+
+#endif /* GW_CONFINE_H */
