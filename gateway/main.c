@@ -14,19 +14,13 @@
  *   -> start the worker threads and wait for SIGTERM/SIGINT.
  *
  * Each worker thread owns one h2o event loop, its listener, and its timers;
- * nothing on a loop ever blocks.  A request flows through router.c:
- *
- *   guard.c: pick up a reloaded configuration, connection limits and
- *   HTTP/2 reset budget (conn.c), message framing checks (else 400)
- *   -> router.c: exact-path allow-list (else 404) -> method (else 405)
- *   -> API key authentication for /api/v2/ routes (else 401)
- *   -> handler: /healthz answers at once; runtimes and execute validate the
- *      input, build a typed moat_proto frame (never forwarding client bytes
- *      as they came) and hand it to backend_client.c
- *   -> backend_client.c connects to moat-backend's Unix socket on the same
- *      loop, writes the frame, reads exactly one reply frame, and calls back
- *   -> the handler maps the reply to Piston JSON, and http.c sends it with
- *      X-Request-Id and writes the one access log line.
+ * nothing on a loop ever blocks.  A request is driven by pipeline.c through
+ * the README's numbered steps (caps, framing, route, authenticate,
+ * authorize, admit, prepare, decision record, backend, result record,
+ * respond); routes.c is the table of routes, and each route's handler only
+ * translates the validated request into a typed moat_proto frame (never
+ * forwarding client bytes as they came) and the reply into a body.
+ * backend_client.c talks to moat-backend's Unix socket on the same loop.
  *
  * Every piece of per-request state lives in the request's memory pool, so
  * a client that disappears mid-call frees the call too: its dispose
