@@ -1,7 +1,7 @@
 /*
  * fuzz_apikey.c - libFuzzer target for the API key parser (gateway/apikey.c)
  * and the Authorization header check built on it (gateway/auth.c): the first
- * code the gateway runs on a credential (F1 of SECURITY-CHECKS.md).
+ * code the gateway runs on a credential (F1 of tests/SECURITY-CHECKS.md).
  *
  * Every input is checked against the harness's own reading of the token
  * format in apikey.h (a differential oracle):
