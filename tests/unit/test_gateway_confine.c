@@ -11,6 +11,7 @@
  * exit code otherwise.  Without the filter every denied probe succeeds (the
  * tests run as root or not) and its test fails.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -32,6 +33,11 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#ifndef H2O_USE_LIBUV
+#define H2O_USE_LIBUV 0
+#endif
+#include <h2o.h>
 
 #include "confine.h"
 
@@ -183,6 +189,37 @@ static int probe_allowed(void)
     return PROBE_OK;
 }
 
+/*
+ * h2o's buffers past a threshold (32 MiB for sockets) move into a file:
+ * mkstemp, unlink, posix_fallocate, mmap (lib/common/memory.c).  Here the
+ * threshold is 64 KiB and the file goes into a directory of the test's.
+ */
+static char h2o_tmpdir[512];
+
+static int probe_h2o_large_buffer(void)
+{
+    static h2o_buffer_mmap_settings_t settings = {.threshold = 64 * 1024};
+    static h2o_buffer_prototype_t prototype = {
+        .allocator = {.max = 16}, ._initial_buf = {.capacity = 4096}, .mmap_settings = &settings};
+    h2o_buffer_t *buf;
+    h2o_iovec_t room;
+
+    snprintf(settings.fn_template, sizeof(settings.fn_template), "%s/h2o.b.XXXXXX", h2o_tmpdir);
+    h2o_buffer_init(&buf, &prototype);
+    room = h2o_buffer_reserve(&buf, 4096);
+    if (room.base == NULL)
+        return PROBE_BROKEN;
+    memset(room.base, 'a', 4096);
+    buf->size += 4096;
+    room = h2o_buffer_reserve(&buf, 256 * 1024); /* past the threshold: into a file */
+    if (room.base == NULL || buf->_fd < 0)
+        return PROBE_BROKEN;
+    memset(room.base, 'b', 256 * 1024);
+    buf->size += 256 * 1024;
+    h2o_buffer_dispose(&buf);
+    return PROBE_OK;
+}
+
 /* ---------------------------------------------------------------- tests */
 
 static void test_execve_is_killed(void **state)
@@ -206,6 +243,32 @@ static void test_unlisted_call_gets_eperm(void **state)
     assert_exited_ok(confined_status(probe_unlisted, THREAD_BEFORE));
 }
 
+static void test_h2o_large_buffer_works(void **state)
+{
+    const char *tmp = getenv("TMPDIR");
+    DIR *d;
+    struct dirent *de;
+    int status, left = 0;
+
+    snprintf(h2o_tmpdir, sizeof(h2o_tmpdir), "%s/moat-confine-XXXXXX", tmp != NULL ? tmp : "/tmp");
+    assert_non_null(mkdtemp(h2o_tmpdir));
+    status = confined_status(probe_h2o_large_buffer, THREAD_AFTER);
+    /* the file must be gone: a refused unlink would leave one per buffer */
+    assert_non_null(d = opendir(h2o_tmpdir));
+    while ((de = readdir(d)) != NULL) {
+        char path[1024];
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", h2o_tmpdir, de->d_name);
+        unlink(path);
+        left++;
+    }
+    closedir(d);
+    rmdir(h2o_tmpdir);
+    assert_exited_ok(status);
+    assert_int_equal(left, 0);
+}
+
 static void test_allowed_calls_work(void **state)
 {
     assert_exited_ok(confined_status(probe_allowed, THREAD_BEFORE));
@@ -217,7 +280,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_execve_is_killed),   cmocka_unit_test(test_ptrace_is_killed),
         cmocka_unit_test(test_fork_is_killed),     cmocka_unit_test(test_unlisted_call_gets_eperm),
-        cmocka_unit_test(test_allowed_calls_work),
+        cmocka_unit_test(test_allowed_calls_work), cmocka_unit_test(test_h2o_large_buffer_works),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
