@@ -10,11 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "moat_io.h"
 
 #define LOG_THREAD_BUF 16384
+#define LOG_STAMP_LEN  25 /* "2026-12-01T02:50:00.123Z " */
 
 static const char *log_progname;
 static int log_debug_level;
@@ -30,6 +32,40 @@ static const char *progname(void)
 {
     /* before log_init: the program's file name (moat-backend, moatctl, ...) */
     return log_progname != NULL ? log_progname : program_invocation_short_name;
+}
+
+/*
+ * Every line starts with its time, RFC 3339 in UTC with milliseconds
+ * ("2026-12-01T02:50:00.123Z "), so lines from the backend, the gateway
+ * and the writer interleave in order.  The date part is formatted once per
+ * second per thread (gmtime_r), the rest by hand: the request log line of
+ * the deny path pays two clock reads, not a strftime.
+ */
+static __thread time_t stamp_sec = (time_t)-1;
+static __thread char stamp_day[20]; /* "YYYY-MM-DDTHH:MM:SS" */
+
+static size_t stamp(char out[LOG_STAMP_LEN])
+{
+    struct timespec ts;
+    struct tm tm;
+    unsigned ms;
+
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0)
+        ts.tv_sec = 0, ts.tv_nsec = 0;
+    if (ts.tv_sec != stamp_sec) {
+        if (gmtime_r(&ts.tv_sec, &tm) == NULL || strftime(stamp_day, sizeof(stamp_day), "%Y-%m-%dT%H:%M:%S", &tm) != 19)
+            memcpy(stamp_day, "0000-00-00T00:00:00", 20);
+        stamp_sec = ts.tv_sec;
+    }
+    ms = (unsigned)(ts.tv_nsec / 1000000);
+    memcpy(out, stamp_day, 19);
+    out[19] = '.';
+    out[20] = (char)('0' + ms / 100);
+    out[21] = (char)('0' + ms / 10 % 10);
+    out[22] = (char)('0' + ms % 10);
+    out[23] = 'Z';
+    out[24] = ' ';
+    return LOG_STAMP_LEN;
 }
 
 /*
@@ -74,13 +110,14 @@ void log_info_raw(const char *text, size_t len)
 {
     char line[MOAT_LOG_LINE_MAX];
     const char *name = progname();
-    size_t p = strlen(name);
+    size_t n = strlen(name), p = stamp(line);
 
-    if (p > sizeof(line) / 2)
-        p = sizeof(line) / 2;
-    if (p + 2 + len + 1 > sizeof(line))
-        len = sizeof(line) - p - 3;
-    memcpy(line, name, p);
+    if (n > sizeof(line) / 2)
+        n = sizeof(line) / 2;
+    if (p + n + 2 + len + 1 > sizeof(line))
+        len = sizeof(line) - p - n - 3;
+    memcpy(line + p, name, n);
+    p += n;
     line[p++] = ':';
     line[p++] = ' ';
     memcpy(line + p, text, len);
@@ -89,15 +126,16 @@ void log_info_raw(const char *text, size_t len)
     emit(line, p, 1);
 }
 
-/* Formats one line: "progname: level" fmt [": " strerror(errnum)] "\n". */
+/* Formats one line: time "progname: level" fmt [": " strerror(errnum)] "\n". */
 __attribute__((format(printf, 4, 0))) static void vline(const char *level, int errnum, int buffer, const char *fmt, va_list ap)
 {
     char line[MOAT_LOG_LINE_MAX];
     size_t off;
     int n;
 
-    n = snprintf(line, sizeof(line), "%s: %s", progname(), level);
-    off = n < 0 ? 0 : (size_t)n;
+    off = stamp(line);
+    n = snprintf(line + off, sizeof(line) - off, "%s: %s", progname(), level);
+    off += n < 0 ? 0 : (size_t)n;
     if (off >= sizeof(line))
         off = sizeof(line) - 1;
     n = vsnprintf(line + off, sizeof(line) - off, fmt, ap);

@@ -4,7 +4,8 @@
  *
  * Callers start each message with __func__.  log_warn and fatal append
  * ": strerror(errno)" (when errno is set), log_warnx and fatalx do not;
- * fatal and fatalx exit(1).  Every line is "progname: [level: ]message\n",
+ * fatal and fatalx exit(1).  Every line is "TIME progname: [level: ]message\n"
+ * (TIME: RFC 3339 UTC with milliseconds, "2026-12-01T02:50:00.123Z"),
  * at most MOAT_LOG_LINE_MAX bytes (longer messages are cut), written with
  * one write(2) so threads never interleave.  errno is preserved.
  *
@@ -28,7 +29,7 @@ void log_init(const char *progname, int debug);
 void log_buffer_thread(void);
 void log_flush(void);
 
-/* An info line already assembled (no format): "progname: " + text. */
+/* An info line already assembled (no format): "TIME progname: " + text. */
 void log_info_raw(const char *text, size_t len);
 
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
