@@ -19,6 +19,34 @@ const char *gw_reason_name(enum gw_reason r)
     return names[r];
 }
 
+/* First matching row wins: a status with a reason, then the status alone
+ * (GW_REASON_NONE matches any reason). */
+static const struct {
+    int status;
+    enum gw_reason reason;
+    const char *code;
+} codes[] = {
+    {400, GW_REASON_LIMIT, "limit_exceeded"},        {400, GW_REASON_NONE, "invalid_request"},
+    {401, GW_REASON_NONE, "invalid_token"},          {403, GW_REASON_LANGUAGE, "language_not_allowed"},
+    {403, GW_REASON_NONE, "endpoint_not_allowed"},   {404, GW_REASON_NONE, "not_found"},
+    {405, GW_REASON_NONE, "method_not_allowed"},     {413, GW_REASON_NONE, "body_too_large"},
+    {415, GW_REASON_NONE, "unsupported_media_type"}, {422, GW_REASON_NONE, "content_rejected"},
+    {431, GW_REASON_NONE, "headers_too_large"},      {429, GW_REASON_CONCURRENCY, "too_many_in_flight"},
+    {429, GW_REASON_QUOTA, "cpu_quota_exhausted"},   {429, GW_REASON_FILTER, "connection_closing"},
+    {429, GW_REASON_NONE, "rate_limited"},           {500, GW_REASON_NONE, "internal_error"},
+    {502, GW_REASON_NONE, "bad_backend_reply"},      {503, GW_REASON_LIMITER, "limiter_unavailable"},
+    {503, GW_REASON_AUDIT, "audit_unavailable"},     {503, GW_REASON_NONE, "backend_unavailable"},
+    {504, GW_REASON_NONE, "backend_timeout"},
+};
+
+const char *gw_error_code(enum gw_reason r, int status)
+{
+    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
+        if (codes[i].status == status && (codes[i].reason == r || codes[i].reason == GW_REASON_NONE))
+            return codes[i].code;
+    return status >= 500 ? "internal_error" : "invalid_request";
+}
+
 enum gw_reason gw_reason_of_policy(enum policy_reason r)
 {
     switch (r) {

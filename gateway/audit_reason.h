@@ -37,6 +37,13 @@ enum gw_reason {
 /* The audit string of a reason; NULL for GW_REASON_NONE. */
 const char *gw_reason_name(enum gw_reason r);
 
+/*
+ * The stable, machine-readable `code` of an error body for a refusal with
+ * this reason and HTTP status ("rate_limited", "invalid_token", ...): the
+ * README lists them; clients and agents act on them.  Never NULL.
+ */
+const char *gw_error_code(enum gw_reason r, int status);
+
 /* The reason a policy verdict gives. */
 enum gw_reason gw_reason_of_policy(enum policy_reason r);
 

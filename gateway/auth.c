@@ -139,8 +139,10 @@ enum gw_flow gw_authenticate(struct gw_request *r)
         return unauthorized(r, why, "Bearer", "invalid or missing API key");
     _Static_assert(sizeof(key->id) <= sizeof(r->key_id), "a key id fits");
     memcpy(r->key_id, key->id, sizeof(key->id)); /* NUL-terminated at load */
-    if (key->expires != 0 && time(NULL) >= key->expires)
+    if (key->expires != 0 && time(NULL) >= key->expires) {
+        r->code = "token_expired";
         return unauthorized(r, "key expired", "Bearer error=\"invalid_token\"", "API key expired");
+    }
     r->tenant_cfg = &r->cfg->tenants[key->tenant];
     r->tenant = r->tenant_cfg->name;
     r->scopes = key->scopes;

@@ -65,7 +65,8 @@
 #define GW_DEFAULT_AUDIT_WRITER "/usr/local/libexec/moat/moat-audit-writer"
 #endif
 
-#define GW_LOG_PATH_MAX 256 /* request path bytes written to the log */
-#define GW_ERR_MSG_MAX  256 /* 400 messages built by the JSON parser */
+#define GW_RETRY_AFTER_503_S "1" /* seconds, on a 503 that names no better time */
+#define GW_LOG_PATH_MAX      256 /* request path bytes written to the log */
+#define GW_ERR_MSG_MAX       256 /* 400 messages built by the JSON parser */
 
 #endif /* GW_LIMITS_H */

@@ -110,24 +110,73 @@ static void puts_(struct line *l, const char *s)
     put(l, s, strlen(s));
 }
 
+/* The path as the log may show it: a query string keeps its names, never
+ * its values ("?access_token=*&lang=*"), since clients put credentials
+ * there. */
+static void put_path(struct line *l, const h2o_req_t *req)
+{
+    char esc[GW_LOG_PATH_MAX * 4 + 1];
+    size_t plen = req->query_at != SIZE_MAX && req->query_at < req->path.len ? req->query_at : req->path.len;
+
+    log_escape(esc, sizeof(esc), req->path.base, plen, GW_LOG_PATH_MAX);
+    puts_(l, esc);
+    if (plen == req->path.len)
+        return;
+    const char *q = req->path.base + plen + 1, *end = req->path.base + req->path.len;
+    put(l, "?", 1);
+    while (q < end) {
+        const char *name = q;
+        while (q < end && *q != '=' && *q != '&')
+            q++;
+        log_escape(esc, sizeof(esc), name, (size_t)(q - name), 64);
+        puts_(l, esc);
+        if (q < end && *q == '=') {
+            put(l, "=*", 2);
+            while (q < end && *q != '&')
+                q++;
+        }
+        if (q < end) {
+            put(l, "&", 1);
+            q++;
+        }
+    }
+}
+
+/* Decimal digits of v, at least min of them, without printf. */
+static void put_uint(struct line *l, uint64_t v, int min)
+{
+    char d[24];
+    int n = 0;
+
+    do {
+        d[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0 || n < min);
+    while (n > 0)
+        put(l, &d[--n], 1);
+}
+
 /* The request's one log line, assembled without printf: this runs for
  * every request, denials under attack included. */
 static void log_request(const struct gw_request *r, int status)
 {
-    char method[32], path[GW_LOG_PATH_MAX * 4 + 1],
-        st[4] = {(char)('0' + status / 100 % 10), (char)('0' + status / 10 % 10), (char)('0' + status % 10), 0};
+    char method[32], st[4] = {(char)('0' + status / 100 % 10), (char)('0' + status / 10 % 10), (char)('0' + status % 10), 0};
     const h2o_req_t *req = r->req;
+    uint64_t us = (gw_monotonic_ns() - r->started_ns) / 1000;
     struct line l;
 
     l.len = 0;
     log_escape(method, sizeof(method), req->method.base, req->method.len, 16);
-    log_escape(path, sizeof(path), req->path.base, req->path.len, GW_LOG_PATH_MAX);
     puts_(&l, "request: ");
     puts_(&l, method);
     puts_(&l, " ");
-    puts_(&l, path);
+    put_path(&l, req);
     puts_(&l, " ");
     puts_(&l, st);
+    puts_(&l, " ms=");
+    put_uint(&l, us / 1000, 1);
+    put(&l, ".", 1);
+    put_uint(&l, us % 1000, 3);
     puts_(&l, " id=");
     puts_(&l, r->request_id);
     puts_(&l, " tenant=");
@@ -160,27 +209,35 @@ void gw_respond(struct gw_request *r, int status, const char *body)
     h2o_send_inline(req, body, len); /* copies body into req->pool */
 }
 
-void gw_respond_error(struct gw_request *r, int status, const char *message)
+void gw_respond_error(struct gw_request *r, int status, const char *code, const char *message)
 {
     char body[2048];
-    static const char head[] = "{\"message\":\"", mid[] = "\",\"request_id\":\"";
-    size_t off = sizeof(head) - 1, idlen = strlen(r->request_id);
+    static const char head[] = "{\"message\":\"", mid1[] = "\",\"code\":\"", mid2[] = "\",\"request_id\":\"";
+    size_t off = sizeof(head) - 1, clen = strlen(code), idlen = strlen(r->request_id);
 
+    /* every 503 says when to come back */
+    if (status == 503 && h2o_find_header(&r->req->res.headers, H2O_TOKEN_RETRY_AFTER, -1) == -1)
+        h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT(GW_RETRY_AFTER_503_S));
     /* the error body is built here without an allocation: the deny path
-     * is the hot path under attack; UTF-8 goes out as it is (valid only) */
+     * is the hot path under attack; UTF-8 goes out as it is (valid only);
+     * code is one of ours (audit_reason.c), plain ASCII */
     memcpy(body, head, off);
-    if (moat_json_escape(body, sizeof(body) - 64, &off, message, strlen(message), MOAT_JSON_UTF8_RAW) != 0) {
-        char *slow = piston_error_json(message, r->request_id);
+    if (moat_json_escape(body, sizeof(body) - 128, &off, message, strlen(message), MOAT_JSON_UTF8_RAW) != 0 || clen > 48) {
+        char *slow = piston_error_json(message, code, r->request_id);
         if (slow == NULL) {
-            gw_respond(r, 500, "{\"message\":\"out of memory\"}");
+            gw_respond(r, 500, "{\"message\":\"out of memory\",\"code\":\"internal_error\"}");
             return;
         }
         gw_respond(r, status, slow);
         free(slow);
         return;
     }
-    memcpy(body + off, mid, sizeof(mid) - 1);
-    off += sizeof(mid) - 1;
+    memcpy(body + off, mid1, sizeof(mid1) - 1);
+    off += sizeof(mid1) - 1;
+    memcpy(body + off, code, clen);
+    off += clen;
+    memcpy(body + off, mid2, sizeof(mid2) - 1);
+    off += sizeof(mid2) - 1;
     memcpy(body + off, r->request_id, idlen);
     off += idlen;
     memcpy(body + off, "\"}", 3);

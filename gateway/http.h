@@ -18,8 +18,9 @@ void gw_add_ratelimit_headers(struct gw_request *r, const struct rl_decision *d)
 /* Send status with a JSON body (NUL-terminated).  Nothing may touch r afterwards. */
 void gw_respond(struct gw_request *r, int status, const char *body);
 
-/* Send {"message": message, "request_id": ...} with status. */
-void gw_respond_error(struct gw_request *r, int status, const char *message);
+/* Send {"message": message, "code": code, "request_id": ...} with status;
+ * a 503 also gets Retry-After (GW_RETRY_AFTER_503_S) unless it has one. */
+void gw_respond_error(struct gw_request *r, int status, const char *code, const char *message);
 
 /* Add a response header before gw_respond*: name (lower case) and value
  * are literals or otherwise outlive the request (h2o keeps the pointers). */

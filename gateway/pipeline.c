@@ -53,6 +53,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -332,6 +333,7 @@ enum gw_flow gw_backend_failure(struct gw_request *r, enum backend_status status
     case MOAT_ERR_LIMIT:
         return gw_deny_copy(r, 400, GW_REASON_BACKEND, msg);
     case MOAT_ERR_BUSY:
+        r->code = "backend_busy";
         return gw_deny_copy(r, 503, GW_REASON_BACKEND, msg);
     case MOAT_ERR_INTERNAL:
         return gw_deny_copy(r, 500, GW_REASON_BACKEND, msg);
@@ -387,7 +389,8 @@ static enum gw_flow step_result(struct gw_request *r)
 static void respond(struct gw_request *r)
 {
     if (r->status >= 400) {
-        gw_respond_error(r, r->status, r->message != NULL ? r->message : "request refused");
+        gw_respond_error(r, r->status, r->code != NULL ? r->code : gw_error_code(r->reason, r->status),
+                         r->message != NULL ? r->message : "request refused");
         return;
     }
     gw_respond(r, 200, r->body != NULL ? r->body : "{}");
@@ -506,6 +509,14 @@ static void random_bytes(uint8_t *out, size_t n)
     left -= n;
 }
 
+uint64_t gw_monotonic_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /*
  * The request's state, in req->pool: it lives exactly as long as the
  * request.  It is the pool's first shared allocation, and h2o frees those
@@ -522,6 +533,7 @@ static struct gw_request *request_new(h2o_req_t *req)
     if ((r = h2o_mem_alloc_shared(&req->pool, sizeof(*r), on_dispose)) == NULL)
         return NULL;
     memset(r, 0, sizeof(*r));
+    r->started_ns = gw_monotonic_ns();
     r->req = req;
     r->worker = w;
     r->gen = w->gen;

@@ -51,6 +51,7 @@ struct gw_request {
     const struct gw_route *route;
     enum gw_step step;
     char request_id[GW_REQUEST_ID_LEN + 1];
+    uint64_t started_ns; /* gw_monotonic_ns() when h2o handed the request over */
     /* step 4: who */
     const char *tenant; /* NULL until authenticated */
     const struct gw_tenant *tenant_cfg;
@@ -72,6 +73,7 @@ struct gw_request {
     int status;            /* 0 until decided; >= 400 refused or failed */
     enum gw_reason reason; /* why, when status >= 400 */
     const char *message;   /* for the client and the record */
+    const char *code;      /* the body's `code` when not gw_error_code(reason, status) */
     const char *rule;      /* the content rule that matched */
     const char *note;      /* for the log line only (static text) */
     /* audit */
@@ -111,6 +113,9 @@ enum gw_flow gw_backend_failure(struct gw_request *r, enum backend_status status
 
 /* Start a backend call for r on its worker's loop (frame is taken). */
 void gw_backend_call(struct gw_request *r, struct moat_buf *frame, uint64_t job_id, backend_done_cb cb, void *data);
+
+/* CLOCK_MONOTONIC in nanoseconds (a request's duration in its log line). */
+uint64_t gw_monotonic_ns(void);
 
 /* Register the one h2o handler that runs every request through the steps. */
 void gw_pipeline_register(h2o_pathconf_t *pathconf);

@@ -471,7 +471,7 @@ char *piston_runtimes_json(const struct moat_runtimes *rt)
     return dump(arr);
 }
 
-char *piston_error_json(const char *message, const char *request_id)
+char *piston_error_json(const char *message, const char *code, const char *request_id)
 {
     json_t *o = json_object();
     int failed = 0;
@@ -479,6 +479,7 @@ char *piston_error_json(const char *message, const char *request_id)
     if (o == NULL)
         return NULL;
     put(o, "message", json_bytes(message, strlen(message)), &failed);
+    put(o, "code", json_string(code), &failed);
     put(o, "request_id", json_string(request_id), &failed);
     if (failed) {
         json_decref(o);

@@ -36,6 +36,7 @@ char *piston_utf8_sanitize(const uint8_t *in, size_t len, size_t *outlen);
  */
 char *piston_exec_result_json(const struct moat_exec_result *res);
 char *piston_runtimes_json(const struct moat_runtimes *rt);
-char *piston_error_json(const char *message, const char *request_id);
+/* {"message", "code", "request_id"}: an error body (the gateway's slow path) */
+char *piston_error_json(const char *message, const char *code, const char *request_id);
 
 #endif /* GW_PISTON_JSON_H */

@@ -3,12 +3,13 @@
 Starts the real moat-backend and moat-gateway (which drops to the `moat`
 user), and talks HTTP/1.1 and HTTP/2 over real TLS with a throwaway CA."""
 
+import os
 import socket
 import ssl
 import unittest
 import warnings
 
-from moat_harness import Stack
+from moat_harness import Stack, wait_until
 
 
 class GatewayTest(unittest.TestCase):
@@ -71,16 +72,20 @@ class GatewayTest(unittest.TestCase):
 
     # ---- authentication and routing -----------------------------------------
 
-    def assert_json_error(self, status, headers, data, want_status):
+    def assert_json_error(self, status, headers, data, want_status, code=None):
         self.assertEqual(status, want_status, data)
         self.assertIsInstance(data, dict)
         self.assertIsInstance(data.get("message"), str)
         self.assertTrue(data["message"])
         self.assertEqual(data.get("request_id"), headers.get("x-request-id"))
+        # a stable machine-readable code beside the message (README: "Error codes")
+        self.assertRegex(data.get("code", ""), r"^[a-z]+(_[a-z]+)*$")
+        if code is not None:
+            self.assertEqual(data["code"], code)
 
     def test_401_without_token(self):
         status, headers, data = self.stack.request("POST", "/api/v2/execute", {"language": "python"}, token=None)
-        self.assert_json_error(status, headers, data, 401)
+        self.assert_json_error(status, headers, data, 401, "invalid_token")
         self.assertIn("bearer", headers.get("www-authenticate", "").lower())
 
     def test_401_with_wrong_token(self):
@@ -114,11 +119,24 @@ class GatewayTest(unittest.TestCase):
     def test_404_for_unknown_path(self):
         for path in ("/", "/api/v2/packages", "/api/v2/execute/../../etc/passwd", "/admin"):
             status, headers, data = self.stack.request("GET", path)
-            self.assert_json_error(status, headers, data, 404)
+            self.assert_json_error(status, headers, data, 404, "not_found")
 
     def test_405_for_wrong_method(self):
         status, headers, data = self.stack.request("GET", "/api/v2/execute")
-        self.assert_json_error(status, headers, data, 405)
+        self.assert_json_error(status, headers, data, 405, "method_not_allowed")
+
+    def test_log_line_has_time_and_duration_and_no_query_values(self):
+        secret = "s3cr3t-query-value-%d" % os.getpid()
+        status, headers, _ = self.stack.request("GET", "/api/v2/runtimes?access_token=%s&x=1&flag" % secret, token=None)
+        self.assertEqual(status, 401)
+        rid = headers["x-request-id"]
+        line = wait_until(lambda: next((l for l in self.stack.log("gateway").splitlines() if "id=" + rid in l), None),
+                          "the request's log line")
+        self.assertNotIn(secret, self.stack.log("gateway"))
+        self.assertIn("/api/v2/runtimes?access_token=*&x=*&flag 401", line)
+        # RFC 3339 UTC time first; the request's duration in ms
+        self.assertRegex(line, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z moat-gateway: request: ")
+        self.assertRegex(line, r" ms=\d+\.\d{3} ")
 
     def test_runtimes(self):
         status, _, data = self.stack.request("GET", "/api/v2/runtimes")
@@ -200,7 +218,9 @@ class BackendOutageTest(unittest.TestCase):
             self.assertEqual(status, 503, data)
             self.assertIsInstance(data, dict)
             self.assertIn("backend", data["message"])
+            self.assertEqual(data["code"], "backend_unavailable")
             self.assertEqual(data["request_id"], headers["x-request-id"])
+            self.assertTrue(headers.get("retry-after", "").isdigit(), headers)  # every 503 says when to retry
         # the gateway keeps serving what does not need the backend
         status, _, _ = self.stack.request("GET", "/healthz", token=None)
         self.assertEqual(status, 200)

@@ -225,10 +225,10 @@ static void filter_idempotent(const struct moat_exec_request *a)
     free(text);
 }
 
-/* A refusal's message is sent as {"message": ..., "request_id": ...}. */
+/* A refusal's message is sent as {"message": ..., "code": ..., "request_id": ...}. */
 static void error_body(const char *err)
 {
-    char *body = piston_error_json(err, "0123456789abcdef");
+    char *body = piston_error_json(err, "invalid_request", "0123456789abcdef");
     json_error_t jerr;
     json_t *o, *m;
     size_t n;
@@ -236,7 +236,8 @@ static void error_body(const char *err)
 
     CHECK(body != NULL);
     o = json_loads(body, JSON_REJECT_DUPLICATES, &jerr);
-    CHECK(o != NULL && json_is_object(o) && json_object_size(o) == 2);
+    CHECK(o != NULL && json_is_object(o) && json_object_size(o) == 3);
+    CHECK(str_eq(json_string_value(json_object_get(o, "code")), "invalid_request"));
     m = json_object_get(o, "message");
     CHECK(json_is_string(m));
     clean = piston_utf8_sanitize((const uint8_t *)err, strlen(err), &n);

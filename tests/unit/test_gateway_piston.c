@@ -285,9 +285,10 @@ static void test_runtimes_and_error_json(void **state)
     assert_string_equal(text, "[{\"language\":\"python\",\"version\":\"3.11.0\",\"aliases\":[\"py\",\"py3\"]}]");
     free(text);
 
-    text = piston_error_json("bad \"thing\"", "0123456789abcdef");
+    text = piston_error_json("bad \"thing\"", "invalid_request", "0123456789abcdef");
     assert_non_null(text);
-    assert_string_equal(text, "{\"message\":\"bad \\\"thing\\\"\",\"request_id\":\"0123456789abcdef\"}");
+    assert_string_equal(text,
+                        "{\"message\":\"bad \\\"thing\\\"\",\"code\":\"invalid_request\",\"request_id\":\"0123456789abcdef\"}");
     free(text);
 }
 
