@@ -27,6 +27,10 @@ int auth_bearer_token(const char *value, size_t len, const char **token, size_t 
 {
     size_t i;
 
+    /* a field value has no leading or trailing white space (RFC 9110 5.5):
+     * h2o keeps trailing SP/HTAB, so they go here */
+    while (value != NULL && len > 0 && (value[len - 1] == ' ' || value[len - 1] == '\t'))
+        len--;
     if (value == NULL || len <= BEARER_LEN || strncasecmp(value, BEARER, BEARER_LEN) != 0 || value[BEARER_LEN] != ' ')
         return -1;
     for (i = BEARER_LEN; i < len && value[i] == ' '; i++)

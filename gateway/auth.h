@@ -10,8 +10,9 @@
 #include "pipeline.h"
 
 /*
- * The one parser of "Bearer <token>" (RFC 6750 2.1): the scheme name in any
- * case, one or more spaces, then the token, which must not be empty.
+ * The one parser of "Bearer <token>" (RFC 6750 2.1, RFC 9110 11.4): the
+ * scheme name in any case, one or more spaces, then the token, which must
+ * not be empty; trailing white space is not part of the field value.
  * 0 with *token and *toklen set, or -1.
  */
 int auth_bearer_token(const char *value, size_t len, const char **token, size_t *toklen);

@@ -110,5 +110,9 @@ static const char *check_h2(h2o_req_t *req)
 
 const char *gw_framing_check(h2o_req_t *req)
 {
+    /* origin-form only (RFC 9112 3.2.1, RFC 9113 8.3.1): h2o routes an
+     * HTTP/2 :path such as "api/v2/execute" as if it had its slash */
+    if (req->path.len == 0 || req->path.base[0] != '/')
+        return "the request target must be an absolute path starting with /";
     return req->version < 0x200 ? check_http1(req) : check_h2(req);
 }

@@ -27,20 +27,55 @@ static void job_dispose(void *p)
     piston_exec_request_free(&job->ereq);
 }
 
-/* "application/json", optionally followed by parameters. */
+/*
+ * "application/json", optionally with parameters (RFC 9110 8.3.1).  JSON is
+ * UTF-8 (RFC 8259 8.1): a charset parameter must say so, any other charset
+ * is refused rather than parsed as UTF-8.
+ */
 static int is_json_content_type(h2o_req_t *req)
 {
     static const char want[] = "application/json";
     const size_t wlen = sizeof(want) - 1;
     ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1);
-    h2o_iovec_t v;
+    const char *p, *end;
 
     if (i == -1)
         return 0;
-    v = req->headers.entries[i].value;
-    if (v.len < wlen || strncasecmp(v.base, want, wlen) != 0)
+    p = req->headers.entries[i].value.base;
+    end = p + req->headers.entries[i].value.len;
+    if ((size_t)(end - p) < wlen || strncasecmp(p, want, wlen) != 0)
         return 0;
-    return v.len == wlen || v.base[wlen] == ';' || v.base[wlen] == ' ' || v.base[wlen] == '\t';
+    for (p += wlen;;) {
+        const char *name, *val;
+        size_t nlen, vlen;
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        if (p == end)
+            return 1;
+        if (*p++ != ';')
+            return 0;
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        for (name = p; p < end && *p != '=' && *p != ';' && *p != ' '; p++)
+            ;
+        nlen = (size_t)(p - name);
+        if (p == end || *p != '=')
+            return 0;
+        p++;
+        if (p < end && *p == '"') {
+            for (val = ++p; p < end && *p != '"'; p++)
+                ;
+            if (p == end)
+                return 0;
+            vlen = (size_t)(p++ - val);
+        } else {
+            for (val = p; p < end && *p != ';' && *p != ' ' && *p != '\t'; p++)
+                ;
+            vlen = (size_t)(p - val);
+        }
+        if (nlen == 7 && strncasecmp(name, "charset", 7) == 0 && !(vlen == 5 && strncasecmp(val, "utf-8", 5) == 0))
+            return 0;
+    }
 }
 
 /* The body, strictly: size, type, Piston JSON. */
@@ -53,7 +88,7 @@ static enum gw_flow parse(struct gw_request *r)
     if (req->entity.len > r->cfg->max_request_entity_size)
         return gw_deny(r, 413, GW_REASON_FILTER, "request body is larger than max_request_entity_size");
     if (!is_json_content_type(req))
-        return gw_deny(r, 415, GW_REASON_FILTER, "Content-Type must be application/json");
+        return gw_deny(r, 415, GW_REASON_FILTER, "Content-Type must be application/json (charset utf-8)");
     job = h2o_mem_alloc_shared(&req->pool, sizeof(*job), job_dispose);
     memset(job, 0, sizeof(*job));
     if (piston_parse_exec_request(req->entity.base, req->entity.len, &job->ereq, err, sizeof(err)) != 0)
