@@ -281,6 +281,11 @@ void gw_audit_flush_all(struct gw_audit *a)
     flush(a);
 }
 
+int gw_audit_connected(const struct gw_audit *a)
+{
+    return a->sock != NULL;
+}
+
 int gw_audit_sending(const struct gw_audit *a)
 {
     return a->sock != NULL && (a->writing || a->out.len > 0);

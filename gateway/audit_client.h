@@ -65,6 +65,8 @@ struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, siz
 void gw_audit_flush(struct gw_audit *a);
 /* Sends everything queued now (at shutdown). */
 void gw_audit_flush_all(struct gw_audit *a);
+/* Is a writer connected (a record submitted now can be written)? */
+int gw_audit_connected(const struct gw_audit *a);
 /* Is anything queued or being written? */
 int gw_audit_sending(const struct gw_audit *a);
 /* The request went away: its callback will not be called. */

@@ -1,17 +1,65 @@
 /*
- * handler_healthz.c - GET /healthz: public, not audited, not admitted
- * (routes.c); answers without the backend.
+ * handler_healthz.c - liveness and readiness, both public, neither audited
+ * nor admitted (routes.c).
+ *
+ *   GET /healthz  liveness: the process is up and its loop turns.  200.
+ *   GET /readyz   readiness: this worker can serve work now: the audit
+ *                 writer is connected (when the trail is on) and the
+ *                 backend answers a runtimes query.  200, or 503 naming the
+ *                 part that is not ready (with Retry-After, like every 503).
+ *                 A success is remembered for GW_READY_CACHE_MS per worker,
+ *                 so a flood of probes costs the backend nothing.
  */
 #include "pipeline.h"
+#include "log.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static enum gw_flow answer(struct gw_request *r, const struct backend_reply *reply)
+#define GW_READY_CACHE_MS 1000
+
+static enum gw_flow answer_live(struct gw_request *r, const struct backend_reply *reply)
 {
     if ((r->body = strdup("{\"status\":\"ok\"}")) == NULL)
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
     return GW_NEXT;
 }
 
-const struct gw_handler gw_handler_healthz = {NULL, NULL, answer};
+const struct gw_handler gw_handler_healthz = {NULL, NULL, answer_live};
+
+/* Step 7: the audit writer first (no I/O), then a backend query unless a
+ * recent one answered. */
+static enum gw_flow prepare_ready(struct gw_request *r)
+{
+    struct gw_worker *w = r->worker;
+    const char *why = NULL;
+
+    if (w->audit.enabled && !gw_audit_connected(&w->audit))
+        return gw_deny(r, 503, GW_REASON_AUDIT, "not ready: audit writer unavailable");
+    if (w->ready_ms != 0 && h2o_now(w->ctx.loop) - w->ready_ms < GW_READY_CACHE_MS)
+        return GW_NEXT; /* answered without the backend */
+    r->job_id = backend_next_job_id();
+    if (moat_encode_runtimes_query(&r->frame, r->job_id, &why) != 0) {
+        log_warnx("%s: id=%s: %s", __func__, r->request_id, why);
+        return gw_deny(r, 500, GW_REASON_BACKEND, "cannot encode the backend request");
+    }
+    return GW_NEXT;
+}
+
+/* Step 9: the backend answered (or a recent probe did). */
+static enum gw_flow answer_ready(struct gw_request *r, const struct backend_reply *reply)
+{
+    struct gw_worker *w = r->worker;
+
+    if (reply != NULL && reply->hdr.type != MOAT_MSG_RUNTIMES)
+        return gw_deny(r, 503, GW_REASON_BACKEND, "not ready: bad reply from backend");
+    if (reply != NULL)
+        w->ready_ms = h2o_now(w->ctx.loop);
+    r->body = strdup(w->audit.enabled ? "{\"status\":\"ready\",\"backend\":\"ok\",\"audit\":\"ok\"}"
+                                      : "{\"status\":\"ready\",\"backend\":\"ok\",\"audit\":\"off\"}");
+    if (r->body == NULL)
+        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    return GW_NEXT;
+}
+
+const struct gw_handler gw_handler_readyz = {prepare_ready, NULL, answer_ready};

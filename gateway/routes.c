@@ -16,6 +16,7 @@
 static const struct gw_route routes[] = {
     /* path, method, endpoint (authorization; 0 public), flags, handler */
     {"/healthz", "GET", 0, GW_ROUTE_NO_AUDIT | GW_ROUTE_NO_ADMIT, &gw_handler_healthz},
+    {"/readyz", "GET", 0, GW_ROUTE_NO_AUDIT | GW_ROUTE_NO_ADMIT, &gw_handler_readyz},
     {"/api/v2/runtimes", "GET", POLICY_EP_RUNTIMES, 0, &gw_handler_runtimes},
     {"/api/v2/execute", "POST", POLICY_EP_EXECUTE, GW_ROUTE_EXECUTION, &gw_handler_execute},
 };

@@ -69,6 +69,7 @@ struct gw_worker {
     struct gw_audit audit;         /* this worker's connection to the audit writer */
     struct moat_runtimes runtimes; /* the backend's runtime table, as last listed (runtime_table.c) */
     uint64_t runtimes_ms;          /* when (loop time); 0: never */
+    uint64_t ready_ms;             /* the last /readyz that found the backend answering (loop time); 0: never */
     int audit_pending_fd;          /* a replacement writer socket from the main thread (atomic; -1 none) */
 };
 

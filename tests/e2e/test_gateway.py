@@ -212,6 +212,8 @@ class BackendOutageTest(unittest.TestCase):
     def test_backend_down_503_then_recovers(self):
         status, _, data = self.stack.execute("python", "print(1)")
         self.assertEqual(status, 200, data)
+        status, _, data = self.stack.request("GET", "/readyz", token=None)
+        self.assertEqual((status, data.get("backend")), (200, "ok"), data)
         self.stack.stop_backend()
         for _ in range(3):
             status, headers, data = self.stack.execute("python", "print(1)")
@@ -221,10 +223,17 @@ class BackendOutageTest(unittest.TestCase):
             self.assertEqual(data["code"], "backend_unavailable")
             self.assertEqual(data["request_id"], headers["x-request-id"])
             self.assertTrue(headers.get("retry-after", "").isdigit(), headers)  # every 503 says when to retry
-        # the gateway keeps serving what does not need the backend
+        # liveness stays 200; readiness is 503 and names the backend (a
+        # success is remembered for up to a second per worker: poll)
         status, _, _ = self.stack.request("GET", "/healthz", token=None)
         self.assertEqual(status, 200)
+        ready = lambda: self.stack.request("GET", "/readyz", token=None)
+        status, headers, data = wait_until(lambda: (lambda g: g if g[0] == 503 else None)(ready()), "/readyz 503")
+        self.assertEqual(data["code"], "backend_unavailable")
+        self.assertIn("backend", data["message"])
+        self.assertTrue(headers.get("retry-after", "").isdigit(), headers)
         self.stack.start_backend()
+        wait_until(lambda: ready()[0] == 200, "/readyz 200 again")
         status, _, data = self.stack.execute("python", "print(2)")
         self.assertEqual(status, 200, data)
         self.assertEqual(data["run"]["stdout"], "2\n")
