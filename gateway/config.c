@@ -55,6 +55,9 @@ static int set_defaults(struct gw_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     cfg->listen_port = GW_DEFAULT_PORT;
+    cfg->unauth_per_second = GW_DEFAULT_UNAUTH_PER_SECOND;
+    cfg->unauth_burst = GW_DEFAULT_UNAUTH_BURST;
+    cfg->unauth_summary_ms = GW_DEFAULT_UNAUTH_SUMMARY_MS;
     cfg->backend_timeout_ms = GW_DEFAULT_BACKEND_TIMEOUT_MS;
     cfg->max_request_entity_size = GW_DEFAULT_MAX_ENTITY;
     cfg->header_timeout_ms = GW_DEFAULT_HEADER_TIMEOUT_MS;
@@ -109,6 +112,8 @@ static int top_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void
         return cfg_parse_issuers(pc, v);
     if (strcmp(key, "audit") == 0)
         return cfg_parse_audit(pc, v);
+    if (strcmp(key, "unauthenticated") == 0)
+        return cfg_parse_unauthenticated(pc, v);
     return cfg_server_field(pc, key, v, arg);
 }
 

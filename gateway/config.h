@@ -59,6 +59,10 @@ struct gw_config {
     /* connection limits, counted at accept */
     unsigned max_connections;
     unsigned max_connections_per_address; /* IPv6: per /64 */
+    /* unauthenticated: refusals before authentication, per client address (IPv6 /64; denials.c) */
+    double unauth_per_second;
+    uint32_t unauth_burst;
+    uint64_t unauth_summary_ms; /* a summary record of what went past the rate, at most this often */
     /* audit: the trail's directory and writer; off when audit_enabled is 0 */
     int audit_enabled;
     struct gw_audit_config audit;

@@ -8,6 +8,7 @@
  * section (config_server.c, config_tenants.c, ...).
  */
 #include "config_parse.h"
+#include "gw_limits.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -171,4 +172,19 @@ int cfg_note(const struct cfg_slot *slots, size_t nslots, void *seen, const char
         }
     }
     return 1;
+}
+
+int cfg_rate(struct parse_ctx *pc, const yaml_node_t *n, const char *name, double *out)
+{
+    char *end;
+    double v;
+
+    if (cfg_want_scalar(pc, n, name) != 0)
+        return -1;
+    errno = 0;
+    v = strtod(cfg_scalar(n), &end);
+    if (errno != 0 || *end != '\0' || end == cfg_scalar(n) || !(v >= 0.0) || v > GW_MAX_RATE_PER_SECOND)
+        return cfg_fail(pc, n, "%s must be a number between 0 and %.0f", name, GW_MAX_RATE_PER_SECOND);
+    *out = v;
+    return 0;
 }

@@ -40,6 +40,12 @@ struct parse_ctx {
 /* Record "PATH:LINE: reason" (or "PATH: reason" when node is NULL) and return -1. */
 __attribute__((format(printf, 3, 4))) int cfg_fail(struct parse_ctx *pc, const yaml_node_t *node, const char *fmt, ...);
 
+/* A rate in requests per second: a number from 0 to GW_MAX_RATE_PER_SECOND. */
+int cfg_rate(struct parse_ctx *pc, const yaml_node_t *n, const char *name, double *out);
+
+/* The `unauthenticated` section (config_unauth.c). */
+int cfg_parse_unauthenticated(struct parse_ctx *pc, yaml_node_t *v);
+
 /* A scalar node's text (check it with cfg_want_scalar first). */
 static inline const char *cfg_scalar(const yaml_node_t *n)
 {

@@ -20,21 +20,6 @@
 #include <string.h>
 
 /* A non-negative decimal number such as 10 or 0.5. */
-static int parse_rate(struct parse_ctx *pc, const yaml_node_t *n, const char *name, double *out)
-{
-    char *end;
-    double v;
-
-    if (cfg_want_scalar(pc, n, name) != 0)
-        return -1;
-    errno = 0;
-    v = strtod(cfg_scalar(n), &end);
-    if (errno != 0 || *end != '\0' || end == cfg_scalar(n) || !(v >= 0.0) || v > GW_MAX_RATE_PER_SECOND)
-        return cfg_fail(pc, n, "%s must be a number between 0 and %.0f", name, GW_MAX_RATE_PER_SECOND);
-    *out = v;
-    return 0;
-}
-
 static int limits_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
 {
     struct policy_limits *l = arg;
@@ -184,7 +169,7 @@ static int rate_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, voi
     struct tenant_policy *p = arg;
     uint64_t n;
     if (strcmp(key, "per_second") == 0)
-        return parse_rate(pc, v, "rate.per_second", &p->rate_per_second);
+        return cfg_rate(pc, v, "rate.per_second", &p->rate_per_second);
     if (strcmp(key, "burst") == 0) {
         if (cfg_uint(pc, v, "rate.burst", 0, 1000000, &n) != 0)
             return -1;

@@ -312,6 +312,11 @@ struct gw_conn *gw_conn_of(h2o_req_t *req)
     return conn_of_sock(req->conn->callbacks->get_socket(req->conn));
 }
 
+const uint8_t *gw_conn_addr_key(const struct gw_conn *gc)
+{
+    return gc->key;
+}
+
 const char *gw_conn_peer(const struct gw_conn *gc)
 {
     return gc->peer;

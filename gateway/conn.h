@@ -26,6 +26,10 @@ int gw_conn_accept(struct gw_worker *w, h2o_socket_t *sock);
 /* The state of req's connection, or NULL (not one of ours). */
 struct gw_conn *gw_conn_of(h2o_req_t *req);
 
+/* The client's address key, taken at accept: 16 bytes, IPv4 as
+ * ::ffff:a.b.c.d, IPv6 cut to its /64 (the unit of per-address limits). */
+const uint8_t *gw_conn_addr_key(const struct gw_conn *gc);
+
 /* The client's address as text, taken at accept ("?" if unknown). */
 const char *gw_conn_peer(const struct gw_conn *gc);
 

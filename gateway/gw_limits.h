@@ -65,8 +65,12 @@
 #define GW_DEFAULT_AUDIT_WRITER "/usr/local/libexec/moat/moat-audit-writer"
 #endif
 
-#define GW_RETRY_AFTER_503_S "1" /* seconds, on a 503 that names no better time */
-#define GW_LOG_PATH_MAX      256 /* request path bytes written to the log */
-#define GW_ERR_MSG_MAX       256 /* 400 messages built by the JSON parser */
+/* unauthenticated and failed requests per client address (IPv6 /64) */
+#define GW_DEFAULT_UNAUTH_PER_SECOND 20.0
+#define GW_DEFAULT_UNAUTH_BURST      200
+#define GW_DEFAULT_UNAUTH_SUMMARY_MS 10000
+#define GW_RETRY_AFTER_503_S         "1" /* seconds, on a 503 that names no better time */
+#define GW_LOG_PATH_MAX              256 /* request path bytes written to the log */
+#define GW_ERR_MSG_MAX               256 /* 400 messages built by the JSON parser */
 
 #endif /* GW_LIMITS_H */

@@ -70,6 +70,11 @@ static void add_number_header(struct gw_request *r, const char *name, size_t nam
         h2o_add_header_by_str(&req->pool, &req->res.headers, name, name_len, 0, NULL, v, (size_t)n);
 }
 
+void gw_add_retry_after(struct gw_request *r, uint64_t ms)
+{
+    add_number_header(r, NULL, 0, H2O_TOKEN_RETRY_AFTER, (ms + 999) / 1000);
+}
+
 void gw_add_ratelimit_headers(struct gw_request *r, const struct rl_decision *d)
 {
     add_number_header(r, H2O_STRLIT("ratelimit-limit"), NULL, d->limit);

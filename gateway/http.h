@@ -12,6 +12,9 @@
 
 struct gw_request;
 
+/* Adds Retry-After: ms rounded up to whole seconds. */
+void gw_add_retry_after(struct gw_request *r, uint64_t ms);
+
 /* Adds RateLimit-Limit/Remaining/Reset (and Retry-After when refused). */
 void gw_add_ratelimit_headers(struct gw_request *r, const struct rl_decision *d);
 

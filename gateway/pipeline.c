@@ -45,6 +45,7 @@
 #include "pipeline.h"
 #include "auth.h"
 #include "conn.h"
+#include "denials.h"
 #include "framing.h"
 #include "http.h"
 #include "log.h"
@@ -293,6 +294,10 @@ static enum gw_flow step_prepare(struct gw_request *r)
  * allowed request waits until its record is durable. */
 static enum gw_flow step_decision(struct gw_request *r)
 {
+    /* a refusal nobody authenticated for is charged to its address: past
+     * the address's rate it is a 429 counted in a summary (denials.c) */
+    if (r->status >= 400 && r->tenant == NULL && !gw_denials_charge(r))
+        return GW_NEXT;
     if (!audited(r) || r->recorded)
         return GW_NEXT;
     if (r->status >= 400) {

@@ -20,6 +20,7 @@
 #include "ratelimit.h"
 #include "audit_client.h"
 #include "moat_proto.h"
+#include "denials.h"
 
 struct gw_server;
 struct gw_conn_table;
@@ -69,6 +70,7 @@ struct gw_worker {
     struct gw_audit audit;         /* this worker's connection to the audit writer */
     struct moat_runtimes runtimes; /* the backend's runtime table, as last listed (runtime_table.c) */
     uint64_t runtimes_ms;          /* when (loop time); 0: never */
+    struct gw_denials denials;     /* summaries of refusals past their address's rate (denials.c) */
     uint64_t ready_ms;             /* the last /readyz that found the backend answering (loop time); 0: never */
     int audit_pending_fd;          /* a replacement writer socket from the main thread (atomic; -1 none) */
 };

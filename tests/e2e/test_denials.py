@@ -1,0 +1,58 @@
+"""Refusals nobody authenticated for are bounded per client address
+(issue 6/11, item 17; gateway/denials.c): within the address's rate each is
+answered and recorded as before; past it the answer is 429
+too_many_failed_requests with Retry-After, and the audit trail gets one
+counted summary record per address and reason instead of a record each.
+Authenticated requests from the same address are never charged."""
+
+import unittest
+
+from moat_harness import Stack, wait_until
+
+FLOOD = 40
+BURST = 5
+
+
+class UnauthenticatedRateTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # a rate no test run can reach between two requests (1 per 1000 s), so
+        # exactly BURST refusals pass whatever the machine's speed
+        cls.stack = Stack(extra_config="unauthenticated: {per_second: 0.001, burst: %d, summary_ms: 200}\n" % BURST)
+        cls.stack.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def test_flood_of_bad_tokens_is_bounded_and_counted(self):
+        statuses, ids = [], []
+        for i in range(FLOOD):
+            st, headers, data = self.stack.request("GET", "/api/v2/runtimes", token="moat_not_a_key_%d" % i)
+            statuses.append(st)
+            ids.append(headers["x-request-id"])
+            if st == 429:
+                self.assertEqual(data["code"], "too_many_failed_requests")
+                self.assertTrue(headers.get("retry-after", "").isdigit(), headers)
+        self.assertEqual(statuses, [401] * BURST + [429] * (FLOOD - BURST))
+        # the tenant's own requests from the same address are not charged
+        st, _, data = self.stack.request("GET", "/api/v2/runtimes")
+        self.assertEqual(st, 200, data)
+
+        def counted():
+            recs = self.stack.audit_records()
+            ours = set(ids)
+            single = [r for r in recs if r.get("type") == "request" and r.get("request_id") in ours]
+            summaries = [r for r in recs if r.get("type") == "denials" and r.get("reason") == "auth"]
+            total = len(single) + sum(r["count"] for r in summaries)
+            return (single, summaries) if total == FLOOD else None
+
+        single, summaries = wait_until(counted, "one record per refusal within the rate, summaries for the rest")
+        self.assertEqual(len(single), BURST)
+        self.assertTrue(all(r["status"] == 401 and r["decision"] == "denied" for r in single))
+        self.assertEqual(sum(r["statuses"].get("429", 0) for r in summaries), FLOOD - BURST)
+        self.assertTrue(all(r["client"] == "127.0.0.1" for r in summaries), summaries)
+
+
+if __name__ == "__main__":
+    unittest.main()
