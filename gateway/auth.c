@@ -121,6 +121,18 @@ static const struct gw_key *api_key(struct gw_request *r, h2o_iovec_t v, const c
     return key;
 }
 
+/* A refused key's id, when the token is well formed: the record of the
+ * refusal says which key was presented (never its secret). */
+static void presented_key_id(struct gw_request *r, const char *token, size_t toklen)
+{
+    char id[APIKEY_ID_LEN + 1];
+    const char *why;
+
+    _Static_assert(sizeof(id) <= sizeof(r->key_id), "a key id fits");
+    if (token != NULL && apikey_parse(token, toklen, id, &why) == 0)
+        memcpy(r->key_id, id, sizeof(id));
+}
+
 enum gw_flow gw_authenticate(struct gw_request *r)
 {
     h2o_req_t *req = r->req;
@@ -139,8 +151,10 @@ enum gw_flow gw_authenticate(struct gw_request *r)
             return authenticate_jwt(r, token, toklen);
         key = api_key(r, v, token, toklen, &why);
     }
-    if (key == NULL)
+    if (key == NULL) {
+        presented_key_id(r, token, toklen);
         return unauthorized(r, why, "Bearer", "invalid or missing API key");
+    }
     _Static_assert(sizeof(key->id) <= sizeof(r->key_id), "a key id fits");
     memcpy(r->key_id, key->id, sizeof(key->id)); /* NUL-terminated at load */
     if (key->expires != 0 && time(NULL) >= key->expires) {

@@ -5,9 +5,11 @@ too_many_failed_requests with Retry-After, and the audit trail gets one
 counted summary record per address and reason instead of a record each.
 Authenticated requests from the same address are never charged."""
 
+import json
+import subprocess
 import unittest
 
-from moat_harness import Stack, wait_until
+from moat_harness import MOATCTL, Stack, wait_until
 
 FLOOD = 40
 BURST = 5
@@ -52,6 +54,29 @@ class UnauthenticatedRateTest(unittest.TestCase):
         self.assertTrue(all(r["status"] == 401 and r["decision"] == "denied" for r in single))
         self.assertEqual(sum(r["statuses"].get("429", 0) for r in summaries), FLOOD - BURST)
         self.assertTrue(all(r["client"] == "127.0.0.1" for r in summaries), summaries)
+
+
+class PresentedKeyIdTest(unittest.TestCase):
+    """A refused API key that is well formed leaves its key id in the
+    denial's record (which key was tried), never its secret."""
+
+    def test_refused_key_id_is_recorded(self):
+        stack = Stack().start()
+        try:
+            out = subprocess.run([MOATCTL, "key", "new"], check=True, capture_output=True, text=True).stdout
+            fields = dict(line.split(": ", 1) for line in out.strip().splitlines())
+            token, kid = fields["token"], fields["id"].partition(" sha256: ")[0]
+            st, headers, _ = stack.request("GET", "/api/v2/runtimes", token=token)  # nobody issued it here
+            self.assertEqual(st, 401)
+            rid = headers["x-request-id"]
+            rec = wait_until(lambda: next((r for r in stack.audit_records() if r.get("request_id") == rid), None),
+                             "the denial's record")
+            self.assertEqual((rec["decision"], rec["reason"], rec["key_id"]), ("denied", "auth", kid))
+            secret = token.split("_")[2]
+            self.assertNotIn(secret, json.dumps(stack.audit_records()))
+            self.assertNotIn(secret, stack.log("gateway"))
+        finally:
+            stack.stop()
 
 
 if __name__ == "__main__":
