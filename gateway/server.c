@@ -308,7 +308,9 @@ static void *worker_main(void *arg)
         h2o_evloop_run(loop, 100), gw_audit_flush(&w->audit), log_flush();
     if (w->inflight > 0)
         log_warnx("%s: worker %u: %zu requests still in flight at exit", __func__, w->index, w->inflight);
-    /* denial records held back to go out together go out now */
+    /* denial records held back to go out together go out now, and the
+     * summaries of refusals past their address's rate */
+    gw_denials_flush(w);
     gw_audit_flush_all(&w->audit);
     while (gw_audit_sending(&w->audit) && h2o_now(loop) < deadline + GW_DRAIN_MS) {
         h2o_evloop_run(loop, 10);
