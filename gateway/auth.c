@@ -89,12 +89,19 @@ static int is_jwt(const char *token, size_t len)
     return !(len >= 5 && memcmp(token, "moat_", 5) == 0) && memchr(token, '.', len) != NULL;
 }
 
-/* A JWT from a configured issuer: the tenant comes from its tenant claim. */
+/*
+ * A JWT from a configured issuer: the tenant comes from its tenant claim (one
+ * the issuer is bound to), the scopes from its scopes claim: the names that
+ * are endpoints in policy's table (others grant nothing, and no claim grants
+ * nothing); policy_authorize() then intersects them with the tenant's.
+ */
 static enum gw_flow authenticate_jwt(struct gw_request *r, const char *token, size_t len)
 {
     struct jwt_identity id;
     const char *why = NULL;
     const struct gw_tenant *t;
+    char *name, *save = NULL;
+    unsigned bit;
 
     if (r->cfg->nissuers == 0 || jwt_verify(r->cfg->issuers, r->cfg->nissuers, token, len, time(NULL), &id, &why) != 0)
         return unauthorized(r, why != NULL ? why : "no JWT issuers configured", "Bearer", "invalid or missing bearer token");
@@ -103,7 +110,10 @@ static enum gw_flow authenticate_jwt(struct gw_request *r, const char *token, si
     snprintf(r->key_id, sizeof(r->key_id), "jwt:%.32s/%.32s", id.issuer->name, id.kid);
     r->tenant_cfg = t;
     r->tenant = t->name;
-    r->scopes = POLICY_EP_ALL;
+    r->scopes = 0;
+    for (name = strtok_r(id.scope, " ", &save); name != NULL; name = strtok_r(NULL, " ", &save))
+        if (policy_endpoint_from_name(name, &bit) == 0)
+            r->scopes |= bit;
     return GW_NEXT;
 }
 

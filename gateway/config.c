@@ -12,8 +12,10 @@
  *   3. walk            the top-level mapping, each key handed to its
  *                      section's parser (top_field below; the sections
  *                      live in config_*.c, see config_parse.h)
- *   4. finish          what only the whole file can tell, MOAT_PORT and
- *                      the worker count (cfg_server_finish)
+ *   4. finish          what only the whole file can tell: every JWT
+ *                      issuer's tenants are configured tenants
+ *                      (issuer_tenants_known), MOAT_PORT and the worker
+ *                      count (cfg_server_finish)
  *
  * Every error names the file and line ("PATH:LINE: reason").  After a
  * load the configuration is read-only; gw_config_free() releases it.
@@ -117,6 +119,19 @@ static int top_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void
     return cfg_server_field(pc, key, v, arg);
 }
 
+/* Step 4: an issuer may only name tenants that exist (a typo would otherwise only show as 401s). */
+static int issuer_tenants_known(struct parse_ctx *pc)
+{
+    const struct gw_config *cfg = pc->cfg;
+
+    for (size_t i = 0; i < cfg->nissuers; i++)
+        for (size_t t = 0; t < cfg->issuers[i].ntenants; t++)
+            if (gw_config_find_tenant(cfg, cfg->issuers[i].tenants[t]) == NULL)
+                return cfg_fail(pc, NULL, "JWT issuer %s: tenant %s is not a configured tenant", cfg->issuers[i].name,
+                                cfg->issuers[i].tenants[t]);
+    return 0;
+}
+
 /* Steps 3 and 4, over the loaded document. */
 static int parse_document(struct parse_ctx *pc)
 {
@@ -124,7 +139,7 @@ static int parse_document(struct parse_ctx *pc)
 
     if (root == NULL)
         return cfg_fail(pc, NULL, "empty configuration");
-    if (cfg_walk_mapping(pc, root, "configuration", top_field, NULL) != 0)
+    if (cfg_walk_mapping(pc, root, "configuration", top_field, NULL) != 0 || issuer_tenants_known(pc) != 0)
         return -1;
     return cfg_server_finish(pc, root);
 }

@@ -3,12 +3,15 @@
  *
  * Each issuer names its iss and aud, the one algorithm it may use (pinned:
  * jwt_auth.c refuses a token that names another), the claim that names the
- * tenant, the clock leeway, and 1 to JWT_MAX_KEYS keys, each a kid and a
- * file.  Key files are read here,
- * at load, and must pass the same secrecy check as the configuration
- * (gw_check_file_secrecy); their material is wiped when the configuration
- * is freed.  jwt_issuer_check() and jwt_issuers_check() (jwt_auth.c) judge
- * each issuer and the set.
+ * tenant and the tenants it may name (required: an issuer speaks for its
+ * own tenants only), the claim that holds the token's scopes, the clock
+ * leeway, the longest lifetime it may give a token, and 1 to JWT_MAX_KEYS
+ * keys, each a kid and a file.  Key files are read here, at load, and must
+ * pass the same secrecy check as the configuration (gw_check_file_secrecy);
+ * their material is wiped when the configuration is freed.
+ * jwt_issuer_check() and jwt_issuers_check() (jwt_auth.c) judge each issuer
+ * and the set; config.c checks, once the whole file is read, that each
+ * issuer's tenants are configured.
  */
 #include "config_parse.h"
 #include "gw_limits.h"
@@ -73,7 +76,7 @@ static int jwt_key_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, 
 }
 
 struct issuer_seen {
-    yaml_node_t *name, *iss, *aud, *algorithm, *tenant_claim, *leeway, *keys;
+    yaml_node_t *name, *iss, *aud, *algorithm, *tenant_claim, *leeway, *keys, *tenants, *scopes_claim, *max_lifetime;
 };
 
 static int issuer_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
@@ -86,6 +89,9 @@ static int issuer_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, v
         {"tenant_claim", offsetof(struct issuer_seen, tenant_claim)},
         {"leeway_s", offsetof(struct issuer_seen, leeway)},
         {"keys", offsetof(struct issuer_seen, keys)},
+        {"tenants", offsetof(struct issuer_seen, tenants)},
+        {"scopes_claim", offsetof(struct issuer_seen, scopes_claim)},
+        {"max_lifetime_s", offsetof(struct issuer_seen, max_lifetime)},
     };
     return cfg_note(slots, sizeof(slots) / sizeof(slots[0]), arg, key, v);
 }
@@ -109,7 +115,47 @@ static int issuer_algorithm(struct parse_ctx *pc, const yaml_node_t *n, enum jwt
     return cfg_fail(pc, n, "algorithm must be HS256, RS256 or ES256");
 }
 
-/* Everything of an issuer but its keys: names, algorithm, tenant claim, leeway. */
+/* A claim name: the one given, or the default. */
+static int claim_name(struct parse_ctx *pc, const yaml_node_t *n, const char *what, const char *dflt, char **out, yaml_node_t *node)
+{
+    if (n != NULL)
+        return cfg_string(pc, n, what, 64, out);
+    if ((*out = strdup(dflt)) == NULL)
+        return cfg_fail(pc, node, "out of memory");
+    return 0;
+}
+
+/* An issuer's list (its tenants, its keys): a sequence of 1 to max entries, and zeroed room for them in *room. */
+static int issuer_list(struct parse_ctx *pc, const yaml_node_t *seq, const char *what, size_t max, size_t size, void **room)
+{
+    size_t count;
+
+    if (seq->type != YAML_SEQUENCE_NODE)
+        return cfg_fail(pc, seq, "%s must be a sequence", what);
+    count = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+    if (count == 0 || count > max)
+        return cfg_fail(pc, seq, "an issuer needs 1 to %zu %s", max, what);
+    if ((*room = calloc(count, size)) == NULL)
+        return cfg_fail(pc, seq, "out of memory");
+    return 0;
+}
+
+/* The issuer's tenants: 1 to JWT_MAX_TENANTS names (config.c checks that they are configured). */
+static int issuer_tenants(struct parse_ctx *pc, struct jwt_issuer *ji, const yaml_node_t *seq)
+{
+    yaml_node_item_t *it;
+    void *room;
+
+    if (issuer_list(pc, seq, "tenants", JWT_MAX_TENANTS, sizeof(*ji->tenants), &room) != 0)
+        return -1;
+    ji->tenants = room;
+    for (it = seq->data.sequence.items.start; it < seq->data.sequence.items.top; it++)
+        if (cfg_string(pc, yaml_document_get_node(pc->doc, *it), "tenant", JWT_MAX_TENANT_LEN, &ji->tenants[ji->ntenants++]) != 0)
+            return -1;
+    return 0;
+}
+
+/* Everything of an issuer but its keys: names, algorithm, tenants, claims, leeway, lifetime. */
 static int issuer_settings(struct parse_ctx *pc, const struct issuer_seen *is, struct jwt_issuer *ji, yaml_node_t *node)
 {
     uint64_t n;
@@ -119,17 +165,22 @@ static int issuer_settings(struct parse_ctx *pc, const struct issuer_seen *is, s
         return -1;
     if (issuer_algorithm(pc, is->algorithm, &ji->alg) != 0)
         return -1;
-    if (is->tenant_claim != NULL) {
-        if (cfg_string(pc, is->tenant_claim, "tenant_claim", 64, &ji->tenant_claim) != 0)
-            return -1;
-    } else if ((ji->tenant_claim = strdup("tenant")) == NULL) {
-        return cfg_fail(pc, node, "out of memory");
-    }
+    if (issuer_tenants(pc, ji, is->tenants) != 0)
+        return -1;
+    if (claim_name(pc, is->tenant_claim, "tenant_claim", "tenant", &ji->tenant_claim, node) != 0 ||
+        claim_name(pc, is->scopes_claim, "scopes_claim", "scope", &ji->scopes_claim, node) != 0)
+        return -1;
     ji->leeway_s = 30;
     if (is->leeway != NULL) {
         if (cfg_uint(pc, is->leeway, "leeway_s", 0, JWT_MAX_LEEWAY_S, &n) != 0)
             return -1;
         ji->leeway_s = (unsigned)n;
+    }
+    ji->max_lifetime_s = JWT_DEFAULT_LIFETIME;
+    if (is->max_lifetime != NULL) {
+        if (cfg_uint(pc, is->max_lifetime, "max_lifetime_s", 1, JWT_MAX_LIFETIME_S, &n) != 0)
+            return -1;
+        ji->max_lifetime_s = (unsigned)n;
     }
     return 0;
 }
@@ -156,19 +207,15 @@ static int add_issuer_key(struct parse_ctx *pc, struct jwt_issuer *ji, yaml_node
     return rc;
 }
 
-/* The issuer's keys sequence: 1 to JWT_MAX_KEYS entries. */
-static int issuer_keys(struct parse_ctx *pc, struct jwt_issuer *ji, const yaml_node_t *keys, yaml_node_t *node)
+/* The issuer's keys: 1 to JWT_MAX_KEYS entries. */
+static int issuer_keys(struct parse_ctx *pc, struct jwt_issuer *ji, const yaml_node_t *keys)
 {
     yaml_node_item_t *it;
-    size_t count;
+    void *room;
 
-    if (keys->type != YAML_SEQUENCE_NODE)
-        return cfg_fail(pc, keys, "keys must be a sequence");
-    count = (size_t)(keys->data.sequence.items.top - keys->data.sequence.items.start);
-    if (count == 0 || count > JWT_MAX_KEYS)
-        return cfg_fail(pc, keys, "an issuer needs 1 to %d keys", JWT_MAX_KEYS);
-    if ((ji->keys = calloc(count, sizeof(*ji->keys))) == NULL)
-        return cfg_fail(pc, node, "out of memory");
+    if (issuer_list(pc, keys, "keys", JWT_MAX_KEYS, sizeof(*ji->keys), &room) != 0)
+        return -1;
+    ji->keys = room;
     for (it = keys->data.sequence.items.start; it < keys->data.sequence.items.top; it++)
         if (add_issuer_key(pc, ji, yaml_document_get_node(pc->doc, *it)) != 0)
             return -1;
@@ -185,14 +232,14 @@ static int add_issuer(struct parse_ctx *pc, yaml_node_t *node)
     memset(&is, 0, sizeof(is));
     if (cfg_walk_mapping(pc, node, "jwt issuer", issuer_field, &is) != 0)
         return -1;
-    if (is.name == NULL || is.iss == NULL || is.aud == NULL || is.algorithm == NULL || is.keys == NULL)
-        return cfg_fail(pc, node, "a JWT issuer needs name, iss, aud, algorithm and keys");
+    if (is.name == NULL || is.iss == NULL || is.aud == NULL || is.algorithm == NULL || is.tenants == NULL || is.keys == NULL)
+        return cfg_fail(pc, node, "a JWT issuer needs name, iss, aud, algorithm, tenants and keys");
     if ((grown = realloc(cfg->issuers, (cfg->nissuers + 1) * sizeof(*grown))) == NULL)
         return cfg_fail(pc, node, "out of memory");
     cfg->issuers = grown;
     ji = &cfg->issuers[cfg->nissuers++];
     memset(ji, 0, sizeof(*ji));
-    if (issuer_settings(pc, &is, ji, node) != 0 || issuer_keys(pc, ji, is.keys, node) != 0)
+    if (issuer_settings(pc, &is, ji, node) != 0 || issuer_keys(pc, ji, is.keys) != 0)
         return -1;
     if (jwt_issuer_check(ji, err, sizeof(err)) != 0)
         return cfg_fail(pc, node, "JWT issuer %s: %s", ji->name, err);
@@ -225,10 +272,14 @@ void cfg_free_issuers(struct gw_config *cfg)
             free(ji->keys[k].material);
         }
         free(ji->keys);
+        for (size_t t = 0; t < ji->ntenants; t++)
+            free(ji->tenants[t]);
+        free(ji->tenants);
         free(ji->name);
         free(ji->iss);
         free(ji->aud);
         free(ji->tenant_claim);
+        free(ji->scopes_claim);
     }
     free(cfg->issuers);
     cfg->issuers = NULL;

@@ -7,7 +7,8 @@
  * header, decode the payload, pick the issuer by iss and the key by kid
  * within it, check the signature's shape, verify it (HS256 here, then libjwt
  * with a configured, non-empty key, the algorithm re-checked after decode),
- * check exp/nbf/iat and aud, pick tenant and sub, and only then fill *out.
+ * check exp/nbf/iat, the lifetime and aud, pick the tenant (one the issuer
+ * is bound to), the scopes and sub, and only then fill *out.
  * Each step returns NULL or a static reason; the first reason ends the run.
  */
 #include "jwt_auth.h"
@@ -112,6 +113,26 @@ static int subject_valid(const char *s, size_t len)
         unsigned char c = (unsigned char)s[i];
         if (c < 0x20 || c == 0x7f)
             return 0;
+    }
+    return 1;
+}
+
+/* RFC 6749 section 3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E ). */
+static int is_scope_char(unsigned char c)
+{
+    return c == 0x21 || (c >= 0x23 && c <= 0x5b) || (c >= 0x5d && c <= 0x7e);
+}
+
+/* A scope string: scope-tokens with exactly one space between, or "" (none). */
+static int scope_string_valid(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == ' ') {
+            if (i == 0 || i + 1 == len || s[i + 1] == ' ')
+                return 0;
+        } else if (!is_scope_char((unsigned char)s[i])) {
+            return 0;
+        }
     }
     return 1;
 }
@@ -344,11 +365,13 @@ struct verification {
     enum jwt_alg_pin alg;
     const char *kid;
     size_t kidlen;
-    json_t *payload;             /* decode_payload */
-    const struct jwt_issuer *is; /* select_issuer */
-    const struct jwt_key *key;   /* select_key */
-    json_int_t exp;              /* check_times */
-    const json_t *tenant, *sub;  /* pick_tenant, pick_subject (sub may be NULL) */
+    json_t *payload;                   /* decode_payload */
+    const struct jwt_issuer *is;       /* select_issuer */
+    const struct jwt_key *key;         /* select_key */
+    json_int_t exp, iat;               /* check_times, check_lifetime */
+    const json_t *tenant, *sub;        /* pick_tenant, pick_subject (sub may be NULL) */
+    char scope[JWT_MAX_SCOPE_LEN + 1]; /* pick_scopes: names, one space between */
+    size_t scopelen;
 };
 
 static const char *check_arguments(struct verification *v)
@@ -430,7 +453,9 @@ static const char *select_issuer(struct verification *v)
     }
     if (is == NULL)
         return "unknown iss";
-    if (!pin_valid(is->alg) || is->aud == NULL || is->tenant_claim == NULL || is->leeway_s > JWT_MAX_LEEWAY_S)
+    if (!pin_valid(is->alg) || is->aud == NULL || is->tenant_claim == NULL || is->leeway_s > JWT_MAX_LEEWAY_S ||
+        is->tenants == NULL || is->ntenants == 0 || is->scopes_claim == NULL || is->max_lifetime_s == 0 ||
+        is->max_lifetime_s > JWT_MAX_LIFETIME_S)
         return "issuer configuration invalid";
     if (v->alg != is->alg)
         return "alg not allowed for this issuer";
@@ -531,6 +556,31 @@ static const char *check_times(struct verification *v)
     return NULL;
 }
 
+/*
+ * iat is required, and the lifetime is capped twice, each at most the
+ * issuer's max_lifetime_s: as issued (exp - iat), and as left (exp - now,
+ * without leeway: no token accepted now outlives now + max_lifetime_s, even
+ * one whose iat lies up to the leeway ahead).  check_times bounded iat
+ * above (now + leeway), so no sum overflows.
+ */
+static const char *check_lifetime(struct verification *v)
+{
+    long long max = (long long)v->is->max_lifetime_s;
+
+    int r = int_claim(v->payload, "iat", &v->iat);
+    if (r == 1)
+        return "iat missing (required to bound the lifetime)";
+    if (r < 0)
+        return "iat not an integer";
+    if (v->exp < v->iat)
+        return "exp before iat";
+    if (v->exp > v->iat + max)
+        return "lifetime (exp - iat) longer than the issuer's max_lifetime_s";
+    if (v->exp > (long long)v->now + max)
+        return "exp further ahead than the issuer's max_lifetime_s";
+    return NULL;
+}
+
 static const char *check_audience(struct verification *v)
 {
     const json_t *aud = json_object_get(v->payload, "aud");
@@ -549,6 +599,65 @@ static const char *pick_tenant(struct verification *v)
     if (!json_is_string(ten) || !tenant_valid(json_string_value(ten), json_string_length(ten)))
         return "tenant claim malformed";
     v->tenant = ten;
+    return NULL;
+}
+
+/* The tenant must be one of those the issuer is bound to: no issuer speaks for every tenant. */
+static const char *check_tenant_bound(struct verification *v)
+{
+    for (size_t i = 0; i < v->is->ntenants; i++)
+        if (v->is->tenants[i] != NULL && json_str_eq(v->tenant, v->is->tenants[i]))
+            return NULL;
+    return "tenant not bound to this issuer";
+}
+
+/* One scope name onto v->scope, a space before all but the first. */
+static const char *append_scope(struct verification *v, const char *s, size_t len)
+{
+    size_t need = len + (v->scopelen > 0);
+    if (len == 0 || need > JWT_MAX_SCOPE_LEN - v->scopelen)
+        return "scope claim too long";
+    if (v->scopelen > 0)
+        v->scope[v->scopelen++] = ' ';
+    memcpy(v->scope + v->scopelen, s, len);
+    v->scopelen += len;
+    v->scope[v->scopelen] = '\0';
+    return NULL;
+}
+
+/*
+ * The issuer's scopes claim: a space-separated string or an array of names
+ * (jwt_auth.h).  Absent means no scopes (fail closed: the token may call
+ * nothing); any other shape is refused.
+ */
+static const char *pick_scopes(struct verification *v)
+{
+    const json_t *c = json_object_get(v->payload, v->is->scopes_claim);
+    v->scopelen = 0;
+    v->scope[0] = '\0';
+    if (c == NULL)
+        return NULL;
+    if (json_is_string(c)) {
+        size_t n = json_string_length(c);
+        if (n > JWT_MAX_SCOPE_LEN)
+            return "scope claim too long";
+        if (!scope_string_valid(json_string_value(c), n))
+            return "scope claim malformed";
+        return n > 0 ? append_scope(v, json_string_value(c), n) : NULL;
+    }
+    if (!json_is_array(c))
+        return "scope claim malformed";
+    if (json_array_size(c) > JWT_MAX_SCOPES)
+        return "scope claim has too many entries";
+    for (size_t i = 0; i < json_array_size(c); i++) {
+        const json_t *e = json_array_get(c, i);
+        if (!json_is_string(e) || json_string_length(e) == 0 || !scope_string_valid(json_string_value(e), json_string_length(e)) ||
+            memchr(json_string_value(e), ' ', json_string_length(e)) != NULL)
+            return "scope claim malformed";
+        const char *why = append_scope(v, json_string_value(e), json_string_length(e));
+        if (why != NULL)
+            return why;
+    }
     return NULL;
 }
 
@@ -572,6 +681,7 @@ static const char *fill_identity(struct verification *v)
         out->subject[json_string_length(v->sub)] = '\0';
     }
     out->exp = (long)v->exp;
+    memcpy(out->scope, v->scope, v->scopelen + 1);
     memcpy(out->kid, v->kid, v->kidlen);
     out->kid[v->kidlen] = '\0';
     out->issuer = v->is;
@@ -594,8 +704,11 @@ static verify_step *const verify_steps[] = {
     check_signature_shape, /* 5. canonical base64url, right length for the alg */
     verify_signature,      /* 5. HS256 here, then libjwt with the key; alg re-checked */
     check_times,           /* 6. exp, nbf, iat */
+    check_lifetime,        /* 6. iat required; exp - iat and exp - now capped */
     check_audience,        /* 6. aud */
     pick_tenant,           /* 6. the issuer's tenant claim */
+    check_tenant_bound,    /* 6. ...naming one of the issuer's tenants */
+    pick_scopes,           /* 6. the issuer's scopes claim */
     pick_subject,          /* 6. sub */
     fill_identity,         /* *out, from the signed payload */
 };
@@ -684,6 +797,30 @@ static int str_ok(const char *s, size_t max)
     return s != NULL && s[0] != '\0' && strlen(s) <= max;
 }
 
+/* The issuer's tenants: 1..JWT_MAX_TENANTS valid, distinct names. */
+static int tenants_check(const struct jwt_issuer *is, const char *name, char *err, size_t errlen)
+{
+    if (is->tenants == NULL || is->ntenants == 0 || is->ntenants > JWT_MAX_TENANTS) {
+        snprintf(err, errlen, "issuer %s: needs 1..%d tenants (the tenants its tokens may name)", name, JWT_MAX_TENANTS);
+        return -1;
+    }
+    for (size_t i = 0; i < is->ntenants; i++) {
+        const char *t = is->tenants[i];
+        if (t == NULL || !tenant_valid(t, strlen(t))) {
+            snprintf(err, errlen, "issuer %s: tenant %zu: must be 1..%d of [A-Za-z0-9._-], not . or ..", name, i,
+                     JWT_MAX_TENANT_LEN);
+            return -1;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(is->tenants[j], t) == 0) {
+                snprintf(err, errlen, "issuer %s: duplicate tenant %s", name, t);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 int jwt_issuer_check(const struct jwt_issuer *is, char *err, size_t errlen)
 {
     char dummy[1];
@@ -721,6 +858,16 @@ int jwt_issuer_check(const struct jwt_issuer *is, char *err, size_t errlen)
         snprintf(err, errlen, "issuer %s: leeway %u s exceeds %d s", name, is->leeway_s, JWT_MAX_LEEWAY_S);
         return -1;
     }
+    if (is->max_lifetime_s == 0 || is->max_lifetime_s > JWT_MAX_LIFETIME_S) {
+        snprintf(err, errlen, "issuer %s: max_lifetime_s must be 1 to %d", name, JWT_MAX_LIFETIME_S);
+        return -1;
+    }
+    if (!str_ok(is->scopes_claim, 64)) {
+        snprintf(err, errlen, "issuer %s: scopes_claim missing or too long", name);
+        return -1;
+    }
+    if (tenants_check(is, name, err, errlen) != 0)
+        return -1;
     if (is->keys == NULL || is->nkeys == 0 || is->nkeys > JWT_MAX_KEYS) {
         snprintf(err, errlen, "issuer %s: needs 1..%d keys", name, JWT_MAX_KEYS);
         return -1;

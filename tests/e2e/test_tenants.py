@@ -3,6 +3,7 @@ per-tenant endpoint and language allow-lists, limit ceilings, content
 rules, key scopes and expiry, GCRA rate limits with RateLimit headers, the
 in-flight cap and the CPU budget, and isolation between tenants."""
 
+import grp
 import os
 import subprocess
 import threading
@@ -152,10 +153,12 @@ class TenantTest(unittest.TestCase):
 
 
 class ConfigCheckTest(unittest.TestCase):
-    def check(self, text, mode=0o600):
+    def check(self, text, mode=0o640):
+        # root:moat 0640 in a directory moat may search: -n also loads it as moat, as SIGHUP will
         path = os.path.join(self.tmp, "gw.conf")
         with open(path, "w") as f:
             f.write(text)
+        os.chown(path, 0, grp.getgrnam("moat").gr_gid)
         os.chmod(path, mode)
         return subprocess.run([GATEWAY, "-n", "-c", path], capture_output=True, text=True), path
 
@@ -164,6 +167,7 @@ class ConfigCheckTest(unittest.TestCase):
         from moat_harness import SOURCE
         self.tmp = tempfile.mkdtemp(prefix="moat-conf-")
         subprocess.run([os.path.join(SOURCE, "certs", "gen-dev-certs.sh"), self.tmp], check=True, capture_output=True)
+        os.chmod(self.tmp, 0o755)
         self.BASE = "tls: {certificate: %s/server.pem, key: %s/server.key}\n" % (self.tmp, self.tmp)
 
     def tearDown(self):
@@ -238,6 +242,7 @@ class JwtTest(unittest.TestCase):
     aud: moat
     algorithm: HS256
     tenant_claim: tenant
+    tenants: [team-a, team-b]
     leeway_s: 5
     keys:
       - {{kid: hs1, file: {cls.keys}/hs.key}}
@@ -245,6 +250,7 @@ class JwtTest(unittest.TestCase):
     iss: https://rs.example
     aud: moat
     algorithm: RS256
+    tenants: [team-a]
     keys:
       - {{kid: rs1, file: {cls.keys}/rsa.pub}}
 """
@@ -271,7 +277,8 @@ class JwtTest(unittest.TestCase):
 
     def claims(self, iss="https://hs.example", tenant="team-a", **extra):
         now = int(time.time())
-        c = {"iss": iss, "aud": "moat", "tenant": tenant, "sub": "agent-7", "exp": now + 300, "iat": now}
+        c = {"iss": iss, "aud": "moat", "tenant": tenant, "sub": "agent-7", "exp": now + 300, "iat": now,
+             "scope": "execute runtimes"}
         c.update(extra)
         return c
 

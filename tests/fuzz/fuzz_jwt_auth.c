@@ -6,7 +6,8 @@
  * process) at a fixed time.  The harness aborts if:
  *   - libjwt's jwt_decode() is ever called with a NULL or empty key (G3;
  *     linked with -Wl,--wrap=jwt_decode);
- *   - a token is accepted whose identity is not well formed;
+ *   - a token is accepted whose identity is not well formed, names a
+ *     tenant its issuer is not bound to, or outlives the lifetime cap;
  *   - a failure comes without a reason.
  *
  * Seeds: one valid token per key of the issuer set (signed with libjwt) and
@@ -52,7 +53,9 @@ static unsigned char fuzz_hs_secret2[] = "fuzz-hs256-secret-two-0123456789abcdef
 static char fuzz_kid_hs1[] = "hs-1", fuzz_kid_hs2[] = "hs-2", fuzz_kid_rs[] = "rs-1", fuzz_kid_es[] = "es-1";
 static char fuzz_name_hs[] = "fuzz-hs", fuzz_name_rs[] = "fuzz-rs", fuzz_name_es[] = "fuzz-es";
 static char fuzz_iss_hs[] = "https://hs.fuzz.moat", fuzz_iss_rs[] = "https://rs.fuzz.moat", fuzz_iss_es[] = "https://es.fuzz.moat";
-static char fuzz_aud[] = "moat", fuzz_tenant_claim[] = "tenant";
+static char fuzz_aud[] = "moat", fuzz_tenant_claim[] = "tenant", fuzz_scopes_claim[] = "scope";
+static char fuzz_tenant_acme[] = "acme";
+static char *fuzz_tenants[] = {fuzz_tenant_acme};
 
 static struct jwt_key fuzz_hs_keys[2], fuzz_rs_keys[1], fuzz_es_keys[1];
 static struct jwt_issuer fuzz_issuers[3];
@@ -82,6 +85,24 @@ static char *fuzz_pem(EVP_PKEY *pk, int priv, size_t *len)
     return out;
 }
 
+/* Every issuer names tenant acme only, with a lifetime cap the seeds (iat - 10 .. + 3600) stay under. */
+static void fuzz_issuer(struct jwt_issuer *is, char *name, char *iss, enum jwt_alg_pin alg, struct jwt_key *keys, size_t nkeys,
+                        unsigned leeway_s)
+{
+    *is = (struct jwt_issuer){.name = name,
+                              .iss = iss,
+                              .aud = fuzz_aud,
+                              .alg = alg,
+                              .keys = keys,
+                              .nkeys = nkeys,
+                              .tenant_claim = fuzz_tenant_claim,
+                              .leeway_s = leeway_s,
+                              .tenants = fuzz_tenants,
+                              .ntenants = 1,
+                              .scopes_claim = fuzz_scopes_claim,
+                              .max_lifetime_s = 7200};
+}
+
 static void fuzz_init(void)
 {
     static int done;
@@ -105,12 +126,9 @@ static void fuzz_init(void)
 
     fuzz_hs_keys[0] = (struct jwt_key){fuzz_kid_hs1, fuzz_hs_secret1, sizeof(fuzz_hs_secret1) - 1};
     fuzz_hs_keys[1] = (struct jwt_key){fuzz_kid_hs2, fuzz_hs_secret2, sizeof(fuzz_hs_secret2) - 1};
-    fuzz_issuers[0] =
-        (struct jwt_issuer){fuzz_name_hs, fuzz_iss_hs, fuzz_aud, JWT_PIN_HS256, fuzz_hs_keys, 2, fuzz_tenant_claim, 60};
-    fuzz_issuers[1] =
-        (struct jwt_issuer){fuzz_name_rs, fuzz_iss_rs, fuzz_aud, JWT_PIN_RS256, fuzz_rs_keys, 1, fuzz_tenant_claim, 60};
-    fuzz_issuers[2] =
-        (struct jwt_issuer){fuzz_name_es, fuzz_iss_es, fuzz_aud, JWT_PIN_ES256, fuzz_es_keys, 1, fuzz_tenant_claim, 0};
+    fuzz_issuer(&fuzz_issuers[0], fuzz_name_hs, fuzz_iss_hs, JWT_PIN_HS256, fuzz_hs_keys, 2, 60);
+    fuzz_issuer(&fuzz_issuers[1], fuzz_name_rs, fuzz_iss_rs, JWT_PIN_RS256, fuzz_rs_keys, 1, 60);
+    fuzz_issuer(&fuzz_issuers[2], fuzz_name_es, fuzz_iss_es, JWT_PIN_ES256, fuzz_es_keys, 1, 0);
 
     char err[256];
     if (jwt_issuers_check(fuzz_issuers, 3, err, sizeof(err)) != 0) {
@@ -148,6 +166,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (strnlen(id.subject, sizeof(id.subject)) >= sizeof(id.subject))
             abort();
         if (id.exp < (long)FUZZ_NOW - (long)id.issuer->leeway_s)
+            abort();
+        /* G24: a bound tenant, a capped lifetime */
+        if (strcmp(id.tenant, fuzz_tenant_acme) != 0 ||
+            id.exp > (long)FUZZ_NOW + (long)id.issuer->leeway_s + (long)id.issuer->max_lifetime_s)
             abort();
     } else if (rc != -1) {
         abort();
@@ -188,7 +210,7 @@ static int accepts(const uint8_t *data, size_t size)
 static void make_seeds(fuzz_add_seed_fn *add)
 {
     static const char claims_fmt[] = "{\"iss\":\"%s\",\"aud\":\"moat\",\"sub\":\"user-1\",\"tenant\":\"acme\","
-                                     "\"exp\":%lld,\"nbf\":%lld,\"iat\":%lld}";
+                                     "\"scope\":\"execute runtimes\",\"exp\":%lld,\"nbf\":%lld,\"iat\":%lld}";
     static const char *const junk[] = {
         "",
         ".",

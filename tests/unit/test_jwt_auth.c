@@ -1,5 +1,5 @@
 /*
- * test_jwt_auth.c - cmocka tests for jwt_auth.c (G3-G8).
+ * test_jwt_auth.c - cmocka tests for jwt_auth.c (G3-G8, G24).
  *
  * Keys are generated at test time (RSA 2048, EC P-256); valid tokens are
  * signed with libjwt (jwt_new, jwt_add_grant*, jwt_set_alg, jwt_encode_str)
@@ -78,11 +78,13 @@ __attribute__((format(printf, 1, 2))) static char *fmt(const char *f, ...)
 
 /* ---- fixtures -------------------------------------------------------------- */
 
-#define NOW    ((time_t)1750000000)
-#define LEEWAY 30
-#define HS     0
-#define RS     1
-#define ES     2
+#define NOW      ((time_t)1750000000)
+#define LEEWAY   30
+#define LIFETIME 3600
+#define IAT      ",\"iat\":1749999900" /* NOW - 100: the iat claim that most payloads here carry */
+#define HS       0
+#define RS       1
+#define ES       2
 
 static EVP_PKEY *rsa1, *rsa2, *ec1;
 static char *rsa1_pub, *rsa1_priv, *rsa2_pub, *rsa2_priv, *ec1_pub, *ec1_priv;
@@ -93,7 +95,10 @@ static unsigned char hs_other[] = "another-hs256-secret-0123456789abcdefg";
 static char kid_hs[] = "hs-1", kid_rs1[] = "rs-1", kid_rs2[] = "rs-2", kid_es[] = "es-1";
 static char n_hs[] = "hs", n_rs[] = "rs", n_es[] = "es";
 static char iss_hs[] = "https://hs.example", iss_rs[] = "https://rs.example", iss_es[] = "https://es.example";
-static char aud[] = "moat-api", tclaim[] = "tenant";
+static char aud[] = "moat-api", tclaim[] = "tenant", sclaim[] = "scope";
+/* The tenants every fixture issuer is bound to (t64 is 64 't's, filled in by group_setup). */
+static char ten_acme[] = "acme", ten_team[] = "Team_1.prod-eu", ten_o1[] = "o1", ten_t64[65];
+static char *tenants_all[] = {ten_acme, ten_team, ten_o1, ten_t64};
 
 static struct jwt_key keys_hs[1], keys_rs[2], keys_es[1];
 static struct jwt_issuer issuers[3];
@@ -118,6 +123,22 @@ static char *pem_of(EVP_PKEY *pk, int priv, size_t *len)
     return out;
 }
 
+static struct jwt_issuer fixture_issuer(char *name, char *iss, enum jwt_alg_pin alg, struct jwt_key *keys, size_t nkeys)
+{
+    return (struct jwt_issuer){.name = name,
+                               .iss = iss,
+                               .aud = aud,
+                               .alg = alg,
+                               .keys = keys,
+                               .nkeys = nkeys,
+                               .tenant_claim = tclaim,
+                               .leeway_s = LEEWAY,
+                               .tenants = tenants_all,
+                               .ntenants = sizeof(tenants_all) / sizeof(tenants_all[0]),
+                               .scopes_claim = sclaim,
+                               .max_lifetime_s = LIFETIME};
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -137,9 +158,10 @@ static int group_setup(void **state)
     keys_rs[0] = (struct jwt_key){kid_rs1, (unsigned char *)rsa1_pub, rsa1_pub_len};
     keys_rs[1] = (struct jwt_key){kid_rs2, (unsigned char *)rsa2_pub, rsa2_pub_len};
     keys_es[0] = (struct jwt_key){kid_es, (unsigned char *)ec1_pub, ec1_pub_len};
-    issuers[HS] = (struct jwt_issuer){n_hs, iss_hs, aud, JWT_PIN_HS256, keys_hs, 1, tclaim, LEEWAY};
-    issuers[RS] = (struct jwt_issuer){n_rs, iss_rs, aud, JWT_PIN_RS256, keys_rs, 2, tclaim, LEEWAY};
-    issuers[ES] = (struct jwt_issuer){n_es, iss_es, aud, JWT_PIN_ES256, keys_es, 1, tclaim, LEEWAY};
+    memset(ten_t64, 't', 64);
+    issuers[HS] = fixture_issuer(n_hs, iss_hs, JWT_PIN_HS256, keys_hs, 1);
+    issuers[RS] = fixture_issuer(n_rs, iss_rs, JWT_PIN_RS256, keys_rs, 2);
+    issuers[ES] = fixture_issuer(n_es, iss_es, JWT_PIN_ES256, keys_es, 1);
     return 0;
 }
 
@@ -257,7 +279,7 @@ static char *lj_token_key(jwt_alg_t alg, const void *key, size_t keylen, const c
     assert_int_equal(jwt_add_grant(j, "sub", "alice"), 0);
     assert_int_equal(jwt_add_grant(j, "tenant", tenant), 0);
     assert_int_equal(jwt_add_grant_int(j, "exp", (long)exp), 0);
-    assert_int_equal(jwt_add_grant_int(j, "iat", (long)NOW - 5), 0);
+    assert_int_equal(jwt_add_grant_int(j, "iat", (long)NOW - 100), 0);
     assert_int_equal(jwt_set_alg(j, alg, key, (int)keylen), 0);
     char *t = jwt_encode_str(j);
     jwt_free(j);
@@ -511,8 +533,8 @@ static void test_tampered_payload(void **state)
     (void)state;
     for (int who = 0; who < 3; who++) {
         char *t = lj_token(who);
-        char *evil = fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"sub\":\"alice\",\"tenant\":\"evil\",\"exp\":%lld}", iss_of[who], aud,
-                         (long long)NOW + 600);
+        char *evil = fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"sub\":\"alice\",\"tenant\":\"evil\",\"exp\":%lld" IAT "}", iss_of[who],
+                         aud, (long long)NOW + 600);
         expect_reject(swap_segment(t, 1, b64s(evil)), "signature verification failed");
         /* Signature from another token of the same issuer. */
         char *other = lj_token_key(who == HS   ? JWT_ALG_HS256
@@ -660,10 +682,10 @@ static void test_duplicate_json_keys(void **state)
                         "duplicate keys");
     expect_reject_early(forge_signed(HS, "HS256", "{\"alg\":\"HS256\",\"kid\":\"nope\",\"kid\":\"hs-1\"}", std_payload(HS)),
                         "duplicate keys");
-    char *p = fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"acme\",\"tenant\":\"evil\",\"exp\":%lld}", iss_hs, aud,
+    char *p = fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"acme\",\"tenant\":\"evil\",\"exp\":%lld" IAT "}", iss_hs, aud,
                   (long long)NOW + 600);
     expect_reject_early(forge_signed(HS, "HS256", std_hdr(HS), p), "duplicate keys");
-    p = fmt("{\"iss\":\"https://evil.example\",\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"acme\",\"exp\":%lld}", iss_hs, aud,
+    p = fmt("{\"iss\":\"https://evil.example\",\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"acme\",\"exp\":%lld" IAT "}", iss_hs, aud,
             (long long)NOW + 600);
     expect_reject_early(forge_signed(HS, "HS256", std_hdr(HS), p), "duplicate keys");
 }
@@ -769,7 +791,7 @@ static void test_oversize(void **state)
     for (size_t n = 5800; n < JWT_MAX_TOKEN_LEN && over == NULL; n++) { /* ~6 allocations per step */
         memset(pad, 'x', n);
         pad[n] = '\0';
-        char *p = fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"acme\",\"exp\":%lld,\"pad\":\"%s\"}", iss_hs, aud,
+        char *p = fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"acme\",\"exp\":%lld" IAT ",\"pad\":\"%s\"}", iss_hs, aud,
                       (long long)NOW + 600, pad);
         char *t = forge_signed(HS, "HS256", std_hdr(HS), p);
         if (strlen(t) <= JWT_MAX_TOKEN_LEN)
@@ -809,9 +831,11 @@ static void test_empty_and_null(void **state)
 /* G6: time claims                                                                      */
 /* ================================================================================ */
 
+/* An HS token with these claims after iss, aud and tenant, and IAT unless they name iat. */
 static char *hs_with(const char *claims_tail)
 {
-    char *p = fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"acme\"%s}", iss_hs, aud, claims_tail);
+    const char *iat = strstr(claims_tail, "\"iat\"") != NULL ? "" : IAT;
+    char *p = fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"acme\"%s%s}", iss_hs, aud, claims_tail, iat);
     return forge_signed(HS, "HS256", std_hdr(HS), p);
 }
 
@@ -829,8 +853,8 @@ static void test_exp(void **state)
     expect_reject(hs_with(fmt(",\"exp\":%lld", (long long)NOW - LEEWAY - 1)), "token expired");
     expect_reject(hs_with(",\"exp\":-9223372036854775808"), "token expired");
     expect_reject(hs_with(",\"exp\":0"), "token expired");
-    /* Far future is fine (max lifetime is the issuer's business); out-of-range integers are not JSON integers. */
-    expect_ok(hs_with(",\"exp\":9223372036854775807"));
+    /* Far future is refused (G24: test_lifetime); out-of-range integers are not JSON integers. */
+    expect_reject(hs_with(",\"exp\":9223372036854775807"), "max_lifetime_s");
     expect_reject(hs_with(",\"exp\":99999999999999999999"), "payload is not");
     /* Expired by leeway + 1 for the other algorithms, signed by libjwt. */
     expect_reject(lj_token_key(JWT_ALG_RS256, rsa1_priv, rsa1_priv_len, kid_rs1, iss_rs, "acme", NOW - LEEWAY - 1),
@@ -875,16 +899,18 @@ static void test_iss(void **state)
     static const char *const bad[] = {"https://evil.example", "https://hs.example/", "https://HS.example", "",
                                       "https://hs.example "};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        char *p = fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"acme\",\"exp\":%lld}", bad[i], aud, exp);
+        char *p = fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"acme\",\"exp\":%lld" IAT "}", bad[i], aud, exp);
         expect_reject_early(forge_signed(HS, "HS256", std_hdr(HS), p), "unknown iss");
     }
-    expect_reject_early(forge_signed(HS, "HS256", std_hdr(HS), fmt("{\"aud\":\"%s\",\"tenant\":\"acme\",\"exp\":%lld}", aud, exp)),
-                        "iss missing");
-    expect_reject_early(forge_signed(HS, "HS256", std_hdr(HS),
-                                     fmt("{\"iss\":[\"%s\"],\"aud\":\"%s\",\"tenant\":\"acme\",\"exp\":%lld}", iss_hs, aud, exp)),
-                        "iss missing or not a string");
+    expect_reject_early(
+        forge_signed(HS, "HS256", std_hdr(HS), fmt("{\"aud\":\"%s\",\"tenant\":\"acme\",\"exp\":%lld" IAT "}", aud, exp)),
+        "iss missing");
+    expect_reject_early(
+        forge_signed(HS, "HS256", std_hdr(HS),
+                     fmt("{\"iss\":[\"%s\"],\"aud\":\"%s\",\"tenant\":\"acme\",\"exp\":%lld" IAT "}", iss_hs, aud, exp)),
+        "iss missing or not a string");
     /* An HS256 token claiming the RS issuer: that issuer pins RS256. */
-    char *p = fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"acme\",\"exp\":%lld}", iss_rs, aud, exp);
+    char *p = fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"acme\",\"exp\":%lld" IAT "}", iss_rs, aud, exp);
     expect_reject_early(forge_signed(HS, "HS256", std_hdr(HS), p), "alg not allowed for this issuer");
     /* libjwt-signed with a foreign iss. */
     expect_reject_early(lj_token_key(JWT_ALG_RS256, rsa1_priv, rsa1_priv_len, kid_rs1, "https://evil.example", "acme", NOW + 600),
@@ -900,13 +926,14 @@ static void test_aud(void **state)
                                       "1",         "null",           "{\"moat-api\":1}"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         expect_reject(forge_signed(HS, "HS256", std_hdr(HS),
-                                   fmt("{\"iss\":\"%s\",\"aud\":%s,\"tenant\":\"acme\",\"exp\":%lld}", iss_hs, bad[i], exp)),
+                                   fmt("{\"iss\":\"%s\",\"aud\":%s,\"tenant\":\"acme\",\"exp\":%lld" IAT "}", iss_hs, bad[i], exp)),
                       "aud mismatch");
-    expect_reject(forge_signed(HS, "HS256", std_hdr(HS), fmt("{\"iss\":\"%s\",\"tenant\":\"acme\",\"exp\":%lld}", iss_hs, exp)),
-                  "aud missing");
+    expect_reject(
+        forge_signed(HS, "HS256", std_hdr(HS), fmt("{\"iss\":\"%s\",\"tenant\":\"acme\",\"exp\":%lld" IAT "}", iss_hs, exp)),
+        "aud missing");
     /* Array containing the right value: accepted, for every algorithm. */
     for (int who = 0; who < 3; who++) {
-        char *p = fmt("{\"iss\":\"%s\",\"aud\":[\"other\",\"%s\"],\"tenant\":\"acme\",\"exp\":%lld}", iss_of[who], aud, exp);
+        char *p = fmt("{\"iss\":\"%s\",\"aud\":[\"other\",\"%s\"],\"tenant\":\"acme\",\"exp\":%lld" IAT "}", iss_of[who], aud, exp);
         expect_ok(forge_signed(who, alg_of[who], std_hdr(who), p));
         /* Same via libjwt's grants JSON. */
         jwt_t *j = NULL;
@@ -928,7 +955,7 @@ static void test_aud(void **state)
     for (int i = 0; i < JWT_MAX_AUD_ENTRIES; i++)
         many = fmt("\"x%d\",%s", i, many);
     expect_reject(forge_signed(HS, "HS256", std_hdr(HS),
-                               fmt("{\"iss\":\"%s\",\"aud\":[%s],\"tenant\":\"acme\",\"exp\":%lld}", iss_hs, many, exp)),
+                               fmt("{\"iss\":\"%s\",\"aud\":[%s],\"tenant\":\"acme\",\"exp\":%lld" IAT "}", iss_hs, many, exp)),
                   "aud mismatch");
 }
 
@@ -948,20 +975,23 @@ static void test_tenant_claim(void **state)
     const char *bad[] = {"\"\"",           "\"a/b\"", "\"..\"", "\".\"",      "\"ac me\"", "\"acme\\n\"",
                          "\"caf\\u00e9\"", "42",      "null",   "[\"acme\"]", "true"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        expect_reject(forge_signed(HS, "HS256", std_hdr(HS),
-                                   fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":%s,\"exp\":%lld}", iss_hs, aud, bad[i], exp)),
-                      "tenant claim malformed");
+        expect_reject(
+            forge_signed(HS, "HS256", std_hdr(HS),
+                         fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":%s,\"exp\":%lld" IAT "}", iss_hs, aud, bad[i], exp)),
+            "tenant claim malformed");
     expect_reject(forge_signed(HS, "HS256", std_hdr(HS),
-                               fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"%s\",\"exp\":%lld}", iss_hs, aud, t65, exp)),
+                               fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"%s\",\"exp\":%lld" IAT "}", iss_hs, aud, t65, exp)),
                   "tenant claim malformed");
-    expect_reject(forge_signed(HS, "HS256", std_hdr(HS), fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"exp\":%lld}", iss_hs, aud, exp)),
-                  "tenant claim missing");
+    expect_reject(
+        forge_signed(HS, "HS256", std_hdr(HS), fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"exp\":%lld" IAT "}", iss_hs, aud, exp)),
+        "tenant claim missing");
     expect_ok(forge_signed(HS, "HS256", std_hdr(HS),
-                           fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"%s\",\"exp\":%lld}", iss_hs, aud, t64, exp)));
+                           fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"%s\",\"exp\":%lld" IAT "}", iss_hs, aud, t64, exp)));
     assert_string_equal(last_id.tenant, t64);
     assert_string_equal(last_id.subject, "");
-    expect_ok(forge_signed(HS, "HS256", std_hdr(HS),
-                           fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"Team_1.prod-eu\",\"exp\":%lld}", iss_hs, aud, exp)));
+    expect_ok(
+        forge_signed(HS, "HS256", std_hdr(HS),
+                     fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"Team_1.prod-eu\",\"exp\":%lld" IAT "}", iss_hs, aud, exp)));
     assert_string_equal(last_id.tenant, "Team_1.prod-eu");
     /* Another issuer's tenant claim name is configurable. */
     struct jwt_issuer is = issuers[HS];
@@ -969,9 +999,9 @@ static void test_tenant_claim(void **state)
     is.tenant_claim = org;
     struct jwt_identity id;
     const char *why;
-    char *t =
-        forge_signed(HS, "HS256", std_hdr(HS),
-                     fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"org\":\"o1\",\"tenant\":\"acme\",\"exp\":%lld}", iss_hs, aud, exp));
+    char *t = forge_signed(
+        HS, "HS256", std_hdr(HS),
+        fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"org\":\"o1\",\"tenant\":\"acme\",\"exp\":%lld" IAT "}", iss_hs, aud, exp));
     assert_int_equal(jwt_verify(&is, 1, t, strlen(t), NOW, &id, &why), 0);
     assert_string_equal(id.tenant, "o1");
 }
@@ -986,21 +1016,232 @@ static void test_subject(void **state)
     memset(s129, 's', 129);
     s129[129] = '\0';
     const char *tail = "\"tenant\":\"acme\"";
-    expect_ok(forge_signed(HS, "HS256", std_hdr(HS),
-                           fmt("{\"iss\":\"%s\",\"aud\":\"%s\",%s,\"sub\":\"%s\",\"exp\":%lld}", iss_hs, aud, tail, s128, exp)));
+    expect_ok(
+        forge_signed(HS, "HS256", std_hdr(HS),
+                     fmt("{\"iss\":\"%s\",\"aud\":\"%s\",%s,\"sub\":\"%s\",\"exp\":%lld" IAT "}", iss_hs, aud, tail, s128, exp)));
     assert_string_equal(last_id.subject, s128);
     expect_ok(forge_signed(
         HS, "HS256", std_hdr(HS),
-        fmt("{\"iss\":\"%s\",\"aud\":\"%s\",%s,\"sub\":\"jos\\u00e9@example.com\",\"exp\":%lld}", iss_hs, aud, tail, exp)));
+        fmt("{\"iss\":\"%s\",\"aud\":\"%s\",%s,\"sub\":\"jos\\u00e9@example.com\",\"exp\":%lld" IAT "}", iss_hs, aud, tail, exp)));
     static const char *const bad[] = {"\"x\\ny\"", "\"x\\u0001\"", "\"x\\u007f\"", "1", "[\"a\"]"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         expect_reject(
             forge_signed(HS, "HS256", std_hdr(HS),
-                         fmt("{\"iss\":\"%s\",\"aud\":\"%s\",%s,\"sub\":%s,\"exp\":%lld}", iss_hs, aud, tail, bad[i], exp)),
+                         fmt("{\"iss\":\"%s\",\"aud\":\"%s\",%s,\"sub\":%s,\"exp\":%lld" IAT "}", iss_hs, aud, tail, bad[i], exp)),
             "sub malformed");
-    expect_reject(forge_signed(HS, "HS256", std_hdr(HS),
-                               fmt("{\"iss\":\"%s\",\"aud\":\"%s\",%s,\"sub\":\"%s\",\"exp\":%lld}", iss_hs, aud, tail, s129, exp)),
-                  "sub malformed");
+    expect_reject(
+        forge_signed(HS, "HS256", std_hdr(HS),
+                     fmt("{\"iss\":\"%s\",\"aud\":\"%s\",%s,\"sub\":\"%s\",\"exp\":%lld" IAT "}", iss_hs, aud, tail, s129, exp)),
+        "sub malformed");
+}
+
+static void expect_config_error(const struct jwt_issuer *is, const char *needle);
+
+/* ================================================================================ */
+/* G24: the issuer's tenants, the token's lifetime, its scopes                          */
+/* ================================================================================ */
+
+/* Issuer who's token for tenant, with these claims after iss, aud and tenant. */
+static char *for_tenant(int who, const char *tenant, const char *tail)
+{
+    return forge_signed(who, alg_of[who], std_hdr(who),
+                        fmt("{\"iss\":\"%s\",\"aud\":\"%s\",\"tenant\":\"%s\"%s}", iss_of[who], aud, tenant, tail));
+}
+
+static void test_tenant_bound_to_issuer(void **state)
+{
+    (void)state;
+    const char *tail = fmt(",\"exp\":%lld" IAT, (long long)NOW + 600);
+    /* A well-formed tenant the issuer is not bound to: refused, for every algorithm, after the signature. */
+    for (int who = 0; who < 3; who++)
+        expect_reject(for_tenant(who, "other", tail), "tenant not bound to this issuer");
+    expect_reject(lj_token_key(JWT_ALG_RS256, rsa1_priv, rsa1_priv_len, kid_rs1, iss_rs, "other", NOW + 600),
+                  "tenant not bound to this issuer");
+    /* Names compare exactly. */
+    expect_reject(for_tenant(HS, "ACME", tail), "tenant not bound to this issuer");
+    expect_reject(for_tenant(HS, "acme.", tail), "tenant not bound to this issuer");
+    /* An issuer bound to o1 alone: its o1 token passes, its acme token (a tenant of other issuers) does not. */
+    char *only_o1[] = {ten_o1};
+    struct jwt_issuer is = issuers[HS];
+    is.tenants = only_o1;
+    is.ntenants = 1;
+    struct jwt_identity id;
+    const char *why;
+    char *t = for_tenant(HS, "o1", tail);
+    assert_int_equal(jwt_verify(&is, 1, t, strlen(t), NOW, &id, &why), 0);
+    assert_string_equal(id.tenant, "o1");
+    t = for_tenant(HS, "acme", tail);
+    assert_int_equal(jwt_verify(&is, 1, t, strlen(t), NOW, &id, &why), -1);
+    assert_string_equal(why, "tenant not bound to this issuer");
+    /* Unchecked configuration without tenants: refused, not "every tenant". */
+    is.tenants = NULL;
+    assert_int_equal(jwt_verify(&is, 1, t, strlen(t), NOW, &id, &why), -1);
+    assert_string_equal(why, "issuer configuration invalid");
+    is.tenants = only_o1;
+    is.ntenants = 0;
+    assert_int_equal(jwt_verify(&is, 1, t, strlen(t), NOW, &id, &why), -1);
+    assert_string_equal(why, "issuer configuration invalid");
+}
+
+static void test_issuer_check_tenants(void **state)
+{
+    (void)state;
+    char err[512];
+    struct jwt_issuer is = issuers[HS];
+    is.tenants = NULL;
+    expect_config_error(&is, "needs 1..256 tenants");
+    is = issuers[HS];
+    is.ntenants = 0;
+    expect_config_error(&is, "needs 1..256 tenants");
+    is.ntenants = JWT_MAX_TENANTS + 1;
+    expect_config_error(&is, "needs 1..256 tenants");
+    char slash[] = "a/b", dots[] = "..", empty[] = "";
+    char *bad[][2] = {{ten_acme, slash}, {ten_acme, dots}, {ten_acme, empty}, {ten_acme, NULL}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        is.tenants = bad[i];
+        is.ntenants = 2;
+        expect_config_error(&is, "tenant 1: must be");
+    }
+    char *dup[] = {ten_acme, ten_o1, ten_acme};
+    is.tenants = dup;
+    is.ntenants = 3;
+    expect_config_error(&is, "duplicate tenant acme");
+    is.ntenants = 2;
+    assert_int_equal(jwt_issuer_check(&is, err, sizeof(err)), 0);
+}
+
+static void test_lifetime(void **state)
+{
+    (void)state;
+    long long now = (long long)NOW;
+    /* iat is required now: without it the lifetime has no start. */
+    expect_reject(for_tenant(HS, "acme", fmt(",\"exp\":%lld", now + 600)), "iat missing");
+    expect_reject(for_tenant(RS, "acme", fmt(",\"exp\":%lld", now + 600)), "iat missing");
+    /* exp - iat: max_lifetime_s is accepted, one second more is not. */
+    expect_ok(hs_with(fmt(",\"iat\":%lld,\"exp\":%lld", now - 100, now - 100 + LIFETIME)));
+    expect_reject(hs_with(fmt(",\"iat\":%lld,\"exp\":%lld", now - 100, now - 100 + LIFETIME + 1)),
+                  "lifetime (exp - iat) longer than the issuer's max_lifetime_s");
+    /* exp - now: an iat up to the leeway ahead passes check_times, but exp may not reach past now + max_lifetime_s. */
+    expect_ok(hs_with(fmt(",\"iat\":%lld,\"exp\":%lld", now, now + LIFETIME)));
+    expect_reject(hs_with(fmt(",\"iat\":%lld,\"exp\":%lld", now + LEEWAY, now + LEEWAY + LIFETIME)),
+                  "exp further ahead than the issuer's max_lifetime_s");
+    expect_reject(hs_with(fmt(",\"iat\":%lld,\"exp\":%lld", now + 1, now + LIFETIME + 1)),
+                  "exp further ahead than the issuer's max_lifetime_s");
+    /* exp at the end of time: refused, whatever iat says, without overflow. */
+    expect_reject(hs_with(",\"exp\":9223372036854775807"), "max_lifetime_s");
+    expect_reject(hs_with(fmt(",\"iat\":%lld,\"exp\":9223372036854775807", now)), "max_lifetime_s");
+    expect_reject(hs_with(",\"iat\":-9223372036854775808,\"exp\":9223372036854775807"), "max_lifetime_s");
+    /* exp before iat. */
+    expect_reject(hs_with(fmt(",\"iat\":%lld,\"exp\":%lld", now, now - 1)), "exp before iat");
+    /* Signed by libjwt, RS256 and ES256 alike (its iat is NOW - 100). */
+    expect_reject(lj_token_key(JWT_ALG_RS256, rsa1_priv, rsa1_priv_len, kid_rs1, iss_rs, "acme", NOW - 100 + LIFETIME + 1),
+                  "max_lifetime_s");
+    expect_reject(lj_token_key(JWT_ALG_ES256, ec1_priv, ec1_priv_len, kid_es, iss_es, "acme", NOW - 100 + LIFETIME + 1),
+                  "max_lifetime_s");
+    /* The cap is the issuer's: one of 60 s refuses the ten-minute fixture token. */
+    struct jwt_issuer is = issuers[HS];
+    is.max_lifetime_s = 60;
+    struct jwt_identity id;
+    const char *why;
+    char *t = lj_token(HS);
+    assert_int_equal(jwt_verify(&is, 1, t, strlen(t), NOW, &id, &why), -1);
+    assert_non_null(strstr(why, "max_lifetime_s"));
+    /* Unchecked configuration without a cap: refused, not "for ever". */
+    is.max_lifetime_s = 0;
+    assert_int_equal(jwt_verify(&is, 1, t, strlen(t), NOW, &id, &why), -1);
+    assert_string_equal(why, "issuer configuration invalid");
+    is.max_lifetime_s = JWT_MAX_LIFETIME_S + 1;
+    assert_int_equal(jwt_verify(&is, 1, t, strlen(t), NOW, &id, &why), -1);
+    /* Configuration: 1 .. JWT_MAX_LIFETIME_S. */
+    char err[512];
+    expect_config_error(&is, "max_lifetime_s must be 1 to 86400");
+    is.max_lifetime_s = 0;
+    expect_config_error(&is, "max_lifetime_s must be 1 to 86400");
+    is.max_lifetime_s = JWT_MAX_LIFETIME_S;
+    assert_int_equal(jwt_issuer_check(&is, err, sizeof(err)), 0);
+}
+
+/* Accepted with this scopes claim (the JSON text of its value, or NULL for none), and the names kept. */
+static void expect_scopes(const char *claim, const char *want)
+{
+    const char *c = claim != NULL ? fmt(",\"scope\":%s", claim) : "";
+    expect_ok(hs_with(fmt(",\"exp\":%lld%s", (long long)NOW + 600, c)));
+    assert_string_equal(last_id.scope, want);
+}
+
+static void test_scopes(void **state)
+{
+    (void)state;
+    /* No claim, or an empty one: no scopes (fail closed: the gateway grants no endpoint). */
+    expect_scopes(NULL, "");
+    expect_scopes("\"\"", "");
+    expect_scopes("[]", "");
+    /* A space-separated string (RFC 6749 3.3, RFC 8693), or an array of names. */
+    expect_scopes("\"runtimes\"", "runtimes");
+    expect_scopes("\"execute runtimes\"", "execute runtimes");
+    expect_scopes("[\"runtimes\",\"execute\"]", "runtimes execute");
+    /* Names for other services are kept here; the gateway keeps only its endpoints. */
+    expect_scopes("\"openid profile runtimes\"", "openid profile runtimes");
+    expect_scopes("\"a!#[]~\"", "a!#[]~");
+    /* The other algorithms. */
+    for (int who = 1; who < 3; who++) {
+        expect_ok(for_tenant(who, "acme", fmt(",\"scope\":\"runtimes\",\"exp\":%lld" IAT, (long long)NOW + 600)));
+        assert_string_equal(last_id.scope, "runtimes");
+    }
+    /* Any other shape is refused, never read as "all". */
+    static const char *const bad[] = {"\" runtimes\"",
+                                      "\"runtimes \"",
+                                      "\"execute  runtimes\"",
+                                      "\"execute\\truntimes\"",
+                                      "\"a\\\"b\"",
+                                      "\"a\\\\b\"",
+                                      "\"caf\\u00e9\"",
+                                      "\"a\\u0000b\"",
+                                      "42",
+                                      "true",
+                                      "null",
+                                      "{\"execute\":1}",
+                                      "[\"a b\"]",
+                                      "[\"\"]",
+                                      "[1]",
+                                      "[[\"execute\"]]",
+                                      "[\"execute\",null]"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *t = hs_with(fmt(",\"exp\":%lld,\"scope\":%s", (long long)NOW + 600, bad[i]));
+        if (verify(t) != -1)
+            fail_msg("scope %s accepted", bad[i]);
+        assert_true(strstr(last_why, "scope claim malformed") != NULL || strstr(last_why, "payload is not") != NULL);
+    }
+    /* Bounds: JWT_MAX_SCOPE_LEN bytes, JWT_MAX_SCOPES entries. */
+    char *longest = keep(calloc(1, JWT_MAX_SCOPE_LEN + 2));
+    memset(longest, 's', JWT_MAX_SCOPE_LEN);
+    expect_scopes(fmt("\"%s\"", longest), longest);
+    longest[JWT_MAX_SCOPE_LEN] = 's';
+    expect_reject(hs_with(fmt(",\"exp\":%lld,\"scope\":\"%s\"", (long long)NOW + 600, longest)), "scope claim too long");
+    char *many = fmt("\"s0\"");
+    for (int i = 1; i < JWT_MAX_SCOPES; i++)
+        many = fmt("%s,\"s%d\"", many, i);
+    expect_ok(hs_with(fmt(",\"exp\":%lld,\"scope\":[%s]", (long long)NOW + 600, many)));
+    expect_reject(hs_with(fmt(",\"exp\":%lld,\"scope\":[%s,\"x\"]", (long long)NOW + 600, many)),
+                  "scope claim has too many entries");
+    char *part = keep(calloc(1, 601));
+    memset(part, 'p', 600);
+    expect_reject(hs_with(fmt(",\"exp\":%lld,\"scope\":[\"%s\",\"%s\"]", (long long)NOW + 600, part, part)),
+                  "scope claim too long");
+    /* The claim's name is the issuer's: scp, say. */
+    struct jwt_issuer is = issuers[HS];
+    char scp[] = "scp";
+    is.scopes_claim = scp;
+    struct jwt_identity id;
+    const char *why;
+    char *t = hs_with(fmt(",\"exp\":%lld,\"scope\":\"execute\",\"scp\":[\"runtimes\"]", (long long)NOW + 600));
+    assert_int_equal(jwt_verify(&is, 1, t, strlen(t), NOW, &id, &why), 0);
+    assert_string_equal(id.scope, "runtimes");
+    /* Unchecked configuration without a claim name: refused. */
+    is.scopes_claim = NULL;
+    assert_int_equal(jwt_verify(&is, 1, t, strlen(t), NOW, &id, &why), -1);
+    assert_string_equal(why, "issuer configuration invalid");
+    expect_config_error(&is, "scopes_claim");
 }
 
 /* ================================================================================ */
@@ -1261,6 +1502,10 @@ int main(void)
         cmocka_unit_test_teardown(test_aud, arena_free),
         cmocka_unit_test_teardown(test_tenant_claim, arena_free),
         cmocka_unit_test_teardown(test_subject, arena_free),
+        cmocka_unit_test_teardown(test_tenant_bound_to_issuer, arena_free),
+        cmocka_unit_test_teardown(test_issuer_check_tenants, arena_free),
+        cmocka_unit_test_teardown(test_lifetime, arena_free),
+        cmocka_unit_test_teardown(test_scopes, arena_free),
         cmocka_unit_test_teardown(test_issuer_check_fixtures, arena_free),
         cmocka_unit_test_teardown(test_issuer_check_hs256_secret_length, arena_free),
         cmocka_unit_test_teardown(test_issuer_check_key_type, arena_free),
