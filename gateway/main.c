@@ -5,8 +5,12 @@
  * -------------------
  * Start-up runs once, in the main thread, as a straight sequence:
  *
- *   parse and check the configuration (-n stops here: "configuration OK")
+ *   parse and check the configuration
  *   -> build the TLS context (reads the private key, so still privileged)
+ *   -> try what a SIGHUP reload will do (check_reload: a child process
+ *      drops to the configured user, confines itself, and loads the
+ *      configuration and the TLS context again; -n fails if that fails,
+ *      a start only warns), then -n stops here: "configuration OK"
  *   -> bind one listening socket per worker (SO_REUSEPORT)
  *   -> drop to the configured user (fatal on any failure)
  *   -> confine every thread to the gateway's system calls (confine.c:
@@ -42,11 +46,15 @@
 #include "server.h"
 #include "tls.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* Static so everything the workers use stays reachable until exit. */
@@ -61,6 +69,100 @@ static void usage(FILE *fp)
                 "  -h, --help           this text\n"
                 "environment: MOAT_PORT overrides listen.port\n"
                 "signals: SIGHUP reloads CONFIG, SIGTERM/SIGINT stop gracefully\n");
+}
+
+/* The configuration's path as a reload will open it: after the drop the working directory is "/". */
+static const char *absolute_path(const char *path)
+{
+    static char abs[PATH_MAX];
+    char cwd[PATH_MAX];
+
+    if (path[0] == '/')
+        return path;
+    if (getcwd(cwd, sizeof(cwd)) == NULL || (size_t)snprintf(abs, sizeof(abs), "%s/%s", cwd, path) >= sizeof(abs))
+        fatal("%s: %s: cannot make the path absolute", __func__, path);
+    return abs;
+}
+
+/* -n reports plainly, like the configuration's own errors; a start logs a warning. */
+__attribute__((format(printf, 2, 3))) static void report(int check_only, const char *fmt, ...)
+{
+    char msg[MOAT_LOG_LINE_MAX];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (check_only)
+        fprintf(stderr, "%s\n", msg);
+    else
+        log_warnx("%s", msg);
+}
+
+/* What check_reload's child found: its exit status. */
+enum reload_check {
+    RELOAD_OK,        /* configuration and TLS context load as the user */
+    RELOAD_FAILS,     /* the configuration does not: a reload would fail */
+    RELOAD_KEEPS_TLS, /* the certificate or key does not: a reload keeps the running ones */
+    RELOAD_UNTRIED,   /* the drop or the confinement failed */
+};
+
+/* In the child: become what the gateway is after the drop, then do what gw_server_reload() does. */
+static enum reload_check reload_child(const char *path, const char *user, int check_only)
+{
+    struct gw_config cfg;
+    SSL_CTX *ssl_ctx;
+    char err[1024];
+
+    if (gw_drop_privileges(user, err, sizeof(err)) != 0 || gw_confine(err, sizeof(err)) != 0) {
+        report(check_only, "%s: cannot try a reload as user %s: %s", path, user, err);
+        return RELOAD_UNTRIED;
+    }
+    if (gw_config_load(path, &cfg, err, sizeof(err)) != 0) {
+        report(check_only,
+               "%s; a SIGHUP reload would fail: after the privilege drop the gateway reads the configuration and its "
+               "key files as user %s (make them readable by it, e.g. owner root, its group, mode 0640, in directories "
+               "it may search)",
+               err, user);
+        return RELOAD_FAILS;
+    }
+    if ((ssl_ctx = gw_tls_create(&cfg, err, sizeof(err))) == NULL) {
+        report(check_only, "%s: a SIGHUP reload would keep the running certificate and key (as user %s: %s)", path, user, err);
+        gw_config_free(&cfg);
+        return RELOAD_KEEPS_TLS;
+    }
+    SSL_CTX_free(ssl_ctx);
+    gw_config_free(&cfg);
+    return RELOAD_OK;
+}
+
+/*
+ * Tried once, as root, before anything starts: -n must not say OK about a
+ * configuration that SIGHUP cannot load (a key revoked in the file would
+ * stay valid).  The child is forked before any thread exists.
+ */
+static enum reload_check check_reload(const char *path, const char *user, int check_only)
+{
+    pid_t pid;
+    int st;
+
+    fflush(NULL);
+    if ((pid = fork()) == -1) {
+        report(check_only, "%s: cannot try a reload: fork: %s", path, strerror(errno));
+        return RELOAD_UNTRIED;
+    }
+    if (pid == 0) {
+        enum reload_check rc = reload_child(path, user, check_only);
+        fflush(NULL);
+        _exit((int)rc);
+    }
+    while (waitpid(pid, &st, 0) == -1)
+        if (errno != EINTR)
+            return RELOAD_UNTRIED;
+    if (WIFEXITED(st) && WEXITSTATUS(st) <= RELOAD_UNTRIED)
+        return (enum reload_check)WEXITSTATUS(st);
+    report(check_only, "%s: the reload check as user %s ended by signal %d", path, user, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    return RELOAD_UNTRIED;
 }
 
 int main(int argc, char **argv)
@@ -101,6 +203,7 @@ int main(int argc, char **argv)
     }
     log_init("moat-gateway", debug);
     signal(SIGPIPE, SIG_IGN);
+    path = absolute_path(path);
 
     if (gw_config_load(path, &config, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s\n", err);
@@ -116,6 +219,14 @@ int main(int argc, char **argv)
     }
     if (config.ntenants == 0 || config.nkeys == 0)
         log_warnx("%s: no API keys configured: every /api/v2/ request will get 401", path);
+    if (geteuid() == 0 || getuid() == 0) {
+        enum reload_check rc = check_reload(path, config.user, check_only);
+        if (check_only && (rc == RELOAD_FAILS || rc == RELOAD_UNTRIED)) {
+            SSL_CTX_free(ssl_ctx);
+            gw_config_free(&config);
+            return 1;
+        }
+    }
     if (check_only) {
         printf("configuration OK\n");
         SSL_CTX_free(ssl_ctx);
