@@ -118,6 +118,28 @@ int audit_checkpoint_text(char *buf, size_t size, uint64_t head_seq, const char 
     return n > 0 && (size_t)n < size ? 0 : -1;
 }
 
+int audit_verifier_text(char *buf, size_t size, const uint8_t k0[AUDIT_KEY_LEN], const uint8_t pub[AUDIT_PUB_LEN])
+{
+    char k0hex[AUDIT_HEX_LEN + 1], pubhex[2 * AUDIT_PUB_LEN + 1];
+    moat_hex_encode(k0, AUDIT_KEY_LEN, k0hex);
+    moat_hex_encode(pub, AUDIT_PUB_LEN, pubhex);
+    int n = snprintf(buf, size, "moat-audit verifier v1\nk0 %s\npublic %s\n", k0hex, pubhex);
+    OPENSSL_cleanse(k0hex, sizeof(k0hex));
+    return n > 0 && (size_t)n < size ? n : -1;
+}
+
+void audit_verifier_fingerprint(const uint8_t k0[AUDIT_KEY_LEN], const uint8_t pub[AUDIT_PUB_LEN],
+                                char out[AUDIT_FINGERPRINT_LEN + 1])
+{
+    char text[256];
+    uint8_t h[AUDIT_HASH_LEN];
+    int n = audit_verifier_text(text, sizeof(text), k0, pub);
+    sha256(text, n > 0 ? (size_t)n : 0, h, 1);
+    OPENSSL_cleanse(text, sizeof(text));
+    memcpy(out, "SHA256:", 7);
+    moat_hex_encode(h, sizeof(h), out + 7);
+}
+
 int audit_sign(EVP_PKEY *key, const char *text, uint8_t sig[AUDIT_SIG_LEN])
 {
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();

@@ -41,6 +41,15 @@ void audit_mac_free(struct audit_mac *m);
 void audit_ratchet(uint8_t key[AUDIT_KEY_LEN]);
 /* The text a checkpoint signs: "moat-audit checkpoint v1 <seq> <head hex>". */
 int audit_checkpoint_text(char *buf, size_t size, uint64_t head_seq, const char *head_hex);
+/* verifier.key's text: "moat-audit verifier v1\nk0 <hex>\npublic <hex>\n".
+ * Its length, or -1 when it does not fit. */
+int audit_verifier_text(char *buf, size_t size, const uint8_t k0[AUDIT_KEY_LEN], const uint8_t pub[AUDIT_PUB_LEN]);
+/* "SHA256:<64 hex>": SHA-256 of that text (what sha256sum says of a
+ * verifier.key moat-audit init wrote).  Names the trust anchor without
+ * giving K0 away. */
+#define AUDIT_FINGERPRINT_LEN (7 + AUDIT_HEX_LEN)
+void audit_verifier_fingerprint(const uint8_t k0[AUDIT_KEY_LEN], const uint8_t pub[AUDIT_PUB_LEN],
+                                char out[AUDIT_FINGERPRINT_LEN + 1]);
 int audit_sign(EVP_PKEY *key, const char *text, uint8_t sig[AUDIT_SIG_LEN]);
 int audit_verify_sig(const uint8_t pub[AUDIT_PUB_LEN], const char *text, const uint8_t sig[AUDIT_SIG_LEN]);
 

@@ -22,6 +22,8 @@
  *              goes after them.
  *   retention: once an hour (audit_log_tick), packs whose last packet is older
  *              than packet_retention_s go whole; never the current file's.
+ *   free space: what statvfs says the writer's user may still use, for the
+ *              writer's disk reserve (audit_writer.c).
  */
 #include "audit_log_internal.h"
 
@@ -33,6 +35,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "moat_io.h"
@@ -95,6 +98,15 @@ static void clear_append_only(int dirfd, const char *name)
         (void)ioctl(fd, FS_IOC_SETFLAGS, &flags);
     }
     close(fd);
+}
+
+int audit_log_free_bytes(const struct audit_log *l, uint64_t *free_bytes)
+{
+    struct statvfs sv;
+    if (fstatvfs(l->dirfd, &sv) != 0)
+        return -1;
+    *free_bytes = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+    return 0;
 }
 
 /* ---- log files -------------------------------------------------------------------- */

@@ -15,9 +15,13 @@
  *   catch up:  on open, a log already in a later epoch than the state (a
  *              ratchet whose state was lost) ratchets forward to it, never
  *              back.
- *   checkpoint: the head signed with the signing key, sealed as a record,
- *              the record written, then one line appended to
- *              checkpoints.log (never a partial one: cut back on failure).
+ *   checkpoint: a torn line ended and repaired, the head signed with the
+ *              signing key, sealed as a record, the record written, then
+ *              one line appended to checkpoints.log (never a partial one:
+ *              cut back on failure).
+ *   init:      K0, the state, the signing key and verifier.key; the writer's
+ *              user gets all but verifier.key (K0 would let it re-MAC every
+ *              epoch).
  *
  * seq and prev are not kept here: the log itself is the truth for them
  * (audit_repair.c).
@@ -229,8 +233,12 @@ int alog_checkpoint(struct audit_log *l, char *err, size_t errlen)
 {
     char head[AUDIT_HEX_LEN + 1], text[160], sighex[2 * AUDIT_SIG_LEN + 1];
     uint8_t sig[AUDIT_SIG_LEN];
-    uint64_t head_seq = l->seq;
 
+    /* a torn line is ended and repaired first: the head signed is the
+     * record right before the checkpoint's, as the verifier checks */
+    if (alog_end_torn(l, err, errlen) != 0)
+        return -1;
+    uint64_t head_seq = l->seq;
     moat_hex_encode(l->prev, sizeof(l->prev), head);
     if (audit_checkpoint_text(text, sizeof(text), head_seq, head) != 0 || audit_sign(l->signing, text, sig) != 0)
         return alog_fail(err, errlen, "cannot sign a checkpoint");
@@ -307,20 +315,21 @@ static int make_signing_key(struct audit_log *l, struct new_keys *k, char *err, 
 /* verifier.key: K0 and the public key, for reviewers. */
 static int write_verifier_key(struct audit_log *l, const struct new_keys *k, char *err, size_t errlen)
 {
-    char k0hex[AUDIT_HEX_LEN + 1], pubhex[2 * AUDIT_PUB_LEN + 1], text[512];
-    moat_hex_encode(k->k0, sizeof(k->k0), k0hex);
-    moat_hex_encode(k->pub, sizeof(k->pub), pubhex);
-    int n = snprintf(text, sizeof(text), "moat-audit verifier v1\nk0 %s\npublic %s\n", k0hex, pubhex);
-    int rc = write_file_at(l->dirfd, VERIFIER_FILE, text, (size_t)n, err, errlen);
-    OPENSSL_cleanse(k0hex, sizeof(k0hex));
+    char text[512];
+    int n = audit_verifier_text(text, sizeof(text), k->k0, k->pub);
+    int rc =
+        n < 0 ? alog_fail(err, errlen, "verifier key text") : write_file_at(l->dirfd, VERIFIER_FILE, text, (size_t)n, err, errlen);
     OPENSSL_cleanse(text, sizeof(text));
     return rc;
 }
 
-/* The writer's user owns everything; the verifier copy is for reviewers. */
+/* The writer's user owns the directory and what the writer uses.  Not
+ * verifier.key: it holds K0, from which every epoch's key derives, so a
+ * writer that could read it could re-MAC the whole log; it stays with
+ * whoever ran init (root), for reviewers to copy off the host. */
 static int give_to_writer(struct audit_log *l, uid_t uid, gid_t gid, char *err, size_t errlen)
 {
-    static const char *const names[] = {".", STATE_FILE, SIGNING_FILE, VERIFIER_FILE};
+    static const char *const names[] = {".", STATE_FILE, SIGNING_FILE};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (fchownat(l->dirfd, names[i], uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
             return alog_fail(err, errlen, "chown %s: %s", names[i], strerror(errno));

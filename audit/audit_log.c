@@ -40,7 +40,7 @@
 #include "moat_io.h"
 
 static const char *const reserved[] = {"seq", "time", "epoch", "prev", "mac", "packet", "packet_at"};
-static const char *const own_types[] = {"checkpoint", "repair", "start"};
+static const char *const own_types[] = {"checkpoint", "repair", "start", "dropped"};
 
 /* The most a body may take of a line, as jansson encodes it (packet included). */
 #define MAX_BODY (AUDIT_MAX_LINE - 256)
@@ -92,6 +92,21 @@ static char *put_hex(char *p, const uint8_t *in, size_t len)
 {
     moat_hex_encode(in, len, p); /* its '\0' is overwritten next */
     return p + 2 * len;
+}
+
+uint64_t alog_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void alog_format_time(const struct timespec *ts, char out[32])
+{
+    struct tm tm = {0};
+    gmtime_r(&ts->tv_sec, &tm);
+    size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, 32 - n, ".%03dZ", (int)(ts->tv_nsec / 1000000));
 }
 
 /* "YYYY-MM-DDTHH:MM:SS.mmmZ", UTC; the part up to the second is formatted
@@ -213,7 +228,8 @@ static uint64_t append_line(struct audit_log *l, const char *line, size_t len, c
     memcpy(l->prev, m->hash, AUDIT_HASH_LEN);
     l->file_bytes += len + 1;
     l->epoch_records++;
-    l->since_checkpoint++;
+    if (l->since_checkpoint++ == 0)
+        l->uncovered_ms = alog_now_ms(); /* a checkpoint is due checkpoint_delay_ms from here */
     l->dirty = 1;
     return l->seq;
 }
@@ -453,6 +469,23 @@ uint64_t audit_log_append_text(struct audit_log *l, const char *body, size_t bod
         audit_json_scan(body, body_len, fast_member, NULL) == 0)
         return append_fast(l, body, body_len, packet, packet_len, err, errlen);
     return append_slow(l, body, body_len, packet, packet_len, err, errlen);
+}
+
+/* The writer's own record of what the disk reserve kept out. */
+uint64_t audit_log_dropped(struct audit_log *l, uint64_t count, const struct timespec *since, const struct timespec *until,
+                           char *err, size_t errlen)
+{
+    char first[32], last[32];
+    alog_format_time(since, first);
+    alog_format_time(until, last);
+    json_t *b = json_pack("{s:s, s:I, s:s, s:s}", "type", "dropped", "count", (json_int_t)count, "since", first, "until", last);
+    if (b == NULL) {
+        alog_fail(err, errlen, "out of memory");
+        return 0;
+    }
+    uint64_t seq = alog_seal(l, b, NULL, err, errlen);
+    json_decref(b);
+    return after_record(l, seq);
 }
 
 /* ---- durability ------------------------------------------------------------------------------ */

@@ -22,16 +22,18 @@
 #define AUDIT_LINE_SLACK 512 /* the line buffer's room past AUDIT_MAX_LINE */
 
 struct audit_config {
-    uint64_t epoch_records;      /* ratchet after this many records (default 1000) */
-    uint64_t epoch_seconds;      /* ... or this many seconds (default 300) */
-    uint64_t checkpoint_records; /* signed checkpoint every N records (default 1000) */
-    uint64_t checkpoint_seconds; /* ... or seconds (default 60) */
-    uint64_t rotate_bytes;       /* new log file past this size (default 64 MiB) */
-    uint64_t rotate_seconds;     /* ... or age (default 86400) */
-    int packets;                 /* store full request/result packets (default on) */
-    uint64_t packet_max_bytes;   /* packets larger than this are not stored (default 8 MiB) */
-    uint64_t packet_retention_s; /* packets older than this are removed (default 30 days; 0 = keep) */
-    int append_only;             /* try chattr +a on log files (default on; "where permitted") */
+    uint64_t epoch_records;       /* ratchet after this many records (default 1000) */
+    uint64_t epoch_seconds;       /* ... or this many seconds (default 300) */
+    uint64_t checkpoint_records;  /* signed checkpoint every N records (default 1000) */
+    uint64_t checkpoint_seconds;  /* ... or seconds (default 60) */
+    uint64_t checkpoint_delay_ms; /* ... and no record waits longer than this for one (default 1000) */
+    uint64_t rotate_bytes;        /* new log file past this size (default 64 MiB) */
+    uint64_t rotate_seconds;      /* ... or age (default 86400) */
+    int packets;                  /* store full request/result packets (default on) */
+    uint64_t packet_max_bytes;    /* packets larger than this are not stored (default 8 MiB) */
+    uint64_t packet_retention_s;  /* packets older than this are removed (default 30 days; 0 = keep) */
+    int append_only;              /* try chattr +a on log files (default on; "where permitted") */
+    uint64_t reserve_bytes;       /* free space kept for records somebody waits for (default 64 MiB; 0: off) */
 };
 
 struct audit_wmark {
@@ -62,6 +64,8 @@ struct audit_log {
     time_t last_expiry;      /* when the packs were last checked against the retention */
     uint64_t since_checkpoint;
     time_t last_checkpoint;
+    uint64_t uncovered_ms;  /* CLOCK_MONOTONIC ms: when the first record after the last checkpoint was sealed */
+    uint64_t ckpt_tried_ms; /* ... and when a checkpoint was last tried (a failed one waits a delay) */
     EVP_PKEY *signing;
     int dirty;           /* appended since the last sync */
     int ckpt_dirty;      /* checkpoints.log written since the last sync */
@@ -129,8 +133,25 @@ int audit_log_write(struct audit_log *l, char *err, size_t errlen);
  * acknowledged then. */
 int audit_log_sync(struct audit_log *l, char *err, size_t errlen);
 
-/* Time-based duties: ratchet, checkpoint, rotation, packet retention. */
+/* Time-based duties: ratchet, checkpoint, rotation, packet retention.  The
+ * checkpoint after checkpoint_delay_ms goes by the monotonic clock, not
+ * now. */
 int audit_log_tick(struct audit_log *l, time_t now, char *err, size_t errlen);
+
+/* Milliseconds until a checkpoint is due by checkpoint_delay_ms (0: now),
+ * or -1 when every record is covered by one already: how long the writer
+ * may sleep. */
+int64_t audit_log_checkpoint_in(const struct audit_log *l);
+
+/* Bytes free to the writer on the audit filesystem (statvfs f_bavail);
+ * 0 or -1. */
+int audit_log_free_bytes(const struct audit_log *l, uint64_t *free_bytes);
+
+/* Seals a "dropped" record: count records nobody waited for were not
+ * written (the disk reserve), the first at since and the last at until
+ * (CLOCK_REALTIME).  Its seq, or 0 with err set. */
+uint64_t audit_log_dropped(struct audit_log *l, uint64_t count, const struct timespec *since, const struct timespec *until,
+                           char *err, size_t errlen);
 
 /* Writes a final checkpoint, syncs and closes. */
 void audit_log_close(struct audit_log *l);

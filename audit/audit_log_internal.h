@@ -54,6 +54,10 @@ struct log_tail {
 
 /* ---- audit_log.c ---- */
 __attribute__((format(printf, 3, 4))) int alog_fail(char *err, size_t errlen, const char *fmt, ...); /* returns -1 */
+/* CLOCK_MONOTONIC in milliseconds. */
+uint64_t alog_now_ms(void);
+/* "YYYY-MM-DDTHH:MM:SS.mmmZ" (RFC 3339, UTC) of a CLOCK_REALTIME time. */
+void alog_format_time(const struct timespec *ts, char out[32]);
 /* Seals body (jansson's encoding of it, plus pk's members) as the next record. */
 uint64_t alog_seal(struct audit_log *l, json_t *body, const struct packet_ref *pk, char *err, size_t errlen);
 /* Writes the batch with one write(2); after a short one, seq and prev are

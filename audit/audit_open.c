@@ -19,6 +19,9 @@
  *
  * audit_log_tick does what time asks: a ratchet after epoch_seconds, a
  * checkpoint after checkpoint_seconds when records came since the last,
+ * or checkpoint_delay_ms after the first record no checkpoint covers yet
+ * (so no record waits longer than that to be covered, whether the log
+ * goes quiet or trickles on; nothing is signed while nothing is written),
  * and once an hour the packs past their retention removed.  Close writes a
  * final checkpoint, syncs, and erases the key.
  */
@@ -40,12 +43,14 @@ void audit_config_defaults(struct audit_config *c)
     c->epoch_seconds = 300;
     c->checkpoint_records = 1000;
     c->checkpoint_seconds = 60;
+    c->checkpoint_delay_ms = 1000;
     c->rotate_bytes = 64ull * 1024 * 1024;
     c->rotate_seconds = 86400;
     c->packets = 1;
     c->packet_max_bytes = 8ull * 1024 * 1024;
     c->packet_retention_s = 30ull * 86400;
     c->append_only = 1;
+    c->reserve_bytes = 64ull * 1024 * 1024;
 }
 
 /* Everything an open log holds, given back; the key erased. */
@@ -142,11 +147,27 @@ static int checkpoint_due(const struct audit_log *l, time_t now)
            (uint64_t)(now - l->last_checkpoint) >= l->cfg.checkpoint_seconds;
 }
 
+int64_t audit_log_checkpoint_in(const struct audit_log *l)
+{
+    if (l->since_checkpoint == 0 || l->cfg.checkpoint_delay_ms == 0)
+        return -1;
+    uint64_t from = l->uncovered_ms > l->ckpt_tried_ms ? l->uncovered_ms : l->ckpt_tried_ms;
+    uint64_t due = from + l->cfg.checkpoint_delay_ms, now = alog_now_ms();
+    return now >= due ? 0 : (int64_t)(due - now);
+}
+
+/* The checkpoint, durable; one that fails is tried again a delay later. */
+static int timed_checkpoint(struct audit_log *l, char *err, size_t errlen)
+{
+    l->ckpt_tried_ms = alog_now_ms();
+    return alog_checkpoint(l, err, errlen) != 0 || alog_sync_files(l, err, errlen) != 0 ? -1 : 0;
+}
+
 int audit_log_tick(struct audit_log *l, time_t now, char *err, size_t errlen)
 {
     if (ratchet_due(l, now) && alog_ratchet(l, err, errlen) != 0)
         return -1;
-    if (checkpoint_due(l, now) && (alog_checkpoint(l, err, errlen) != 0 || alog_sync_files(l, err, errlen) != 0))
+    if ((checkpoint_due(l, now) || audit_log_checkpoint_in(l) == 0) && timed_checkpoint(l, err, errlen) != 0)
         return -1;
     if (now - l->last_expiry >= EXPIRY_EVERY_S) {
         l->last_expiry = now;

@@ -17,11 +17,16 @@
  *      later key made is named as such), a repair record's match with the
  *      torn line before it, a checkpoint record's signature, and the head
  *      a signed checkpoint lists for this seq;
- *   4. the end: not a torn line, and not short of a signed checkpoint.
+ *   4. the end: not a torn line, not short of a signed checkpoint, not
+ *      empty; and how many records at the end no listed checkpoint covers
+ *      yet (their removal alone could not be told from a log that ended
+ *      there).
  *
  * A line that is not a record may be a torn line, but only if a repair
  * record naming it follows.  Each good record goes to the caller's
- * callback, in order; the first bad one stops the walk.
+ * callback, in order; the first bad one stops the walk.  An export (the
+ * lines as stored, in one file) is walked the same way, but may start
+ * after seq 1: its first record's place is then taken as given.
  */
 #include "audit_verify.h"
 
@@ -126,6 +131,8 @@ struct chain {
 /* One walk over a directory: the chain so far, the keys, what to report. */
 struct walk {
     struct chain c;
+    uint64_t max_ckpt;  /* the highest head the checkpoints list signs */
+    int mid_start;      /* an export: the first record may come after seq 1 */
     const uint8_t *pub; /* AUDIT_PUB_LEN bytes */
     struct audit_verify_result *r;
     audit_record_cb cb;
@@ -285,6 +292,8 @@ static int check_checkpoint_record(struct walk *w, const struct record *rec)
         return bad(w->r, "%s: checkpoint seq %lld has a bad signature or head", w->where, (long long)rec->seq);
     w->r->checkpoints++;
     w->r->last_checkpoint_seq = (uint64_t)head_seq;
+    if ((uint64_t)head_seq == w->max_ckpt) /* the list's last: covered up to this record */
+        w->r->covered_seq = (uint64_t)rec->seq;
     return 0;
 }
 
@@ -313,7 +322,8 @@ static void advance(struct walk *w, const struct record *rec, const struct chain
     c->epoch = next->epoch;
     memcpy(c->prev, h, AUDIT_HASH_LEN);
     c->seq = (uint64_t)rec->seq;
-    w->r->records++;
+    if (w->r->records++ == 0)
+        w->r->first_seq = c->seq;
     w->r->last_seq = c->seq;
     w->r->bad_seq = 0;
 }
@@ -417,6 +427,7 @@ static int read_checkpoints(const char *path, const uint8_t pub[AUDIT_PUB_LEN], 
         memcpy(c->ckpt_heads[i], entries + i * ENTRY + sizeof(uint64_t), AUDIT_HASH_LEN);
     }
     c->nckpt = n;
+    r->listed = n;
     free(entries);
     return 0;
 fail:
@@ -471,6 +482,23 @@ static void note_torn(struct walk *w, const char *line, size_t len, size_t linen
     r->torn = 1;
 }
 
+/* An export's first line: the chain starts right before it (its seq and
+ * prev taken as given; the epoch keys are still derived from K0).  A line
+ * that is no record is left to check_line to report. */
+static void start_mid_chain(struct walk *w, const char *line, size_t len)
+{
+    json_error_t jerr;
+    json_t *j = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    json_t *seq = json_object_get(j, "seq");
+    const char *prev = json_string_value(json_object_get(j, "prev"));
+    uint8_t p[AUDIT_HASH_LEN];
+    if (json_is_integer(seq) && json_integer_value(seq) > 1 && prev != NULL && audit_unhex(prev, strlen(prev), p, sizeof(p)) == 0) {
+        w->c.seq = (uint64_t)json_integer_value(seq) - 1;
+        memcpy(w->c.prev, p, sizeof(p));
+    }
+    json_decref(j);
+}
+
 /* One line as getline gave it (n bytes in buf).  0 to go on, -1 to stop. */
 static int walk_line(struct walk *w, char *buf, size_t n, const char *path, size_t lineno)
 {
@@ -481,6 +509,8 @@ static int walk_line(struct walk *w, char *buf, size_t n, const char *path, size
     int ended = n > 0 && buf[n - 1] == '\n';
     if (ended)
         buf[--n] = '\0';
+    if (w->mid_start && r->records == 0 && !w->c.pending_torn)
+        start_mid_chain(w, buf, n);
     if (w->c.pending_torn) /* only a repair record naming the fragment may follow it */
         return check_line(w, buf, n);
     if (ended && check_line(w, buf, n) == 0)
@@ -491,30 +521,37 @@ static int walk_line(struct walk *w, char *buf, size_t n, const char *path, size
     return 0;
 }
 
-/* Every line of audit-<first>.log; buf and cap are getline's, kept across
+/* Every line of f (named path); buf and cap are getline's, kept across
  * files.  0 while the trail verifies. */
+static int walk_stream(struct walk *w, FILE *f, const char *path, char **buf, size_t *cap)
+{
+    size_t lineno = 0;
+    ssize_t n;
+    while (w->r->ok && (n = getline(buf, cap, f)) >= 0)
+        if (walk_line(w, *buf, (size_t)n, path, ++lineno) != 0)
+            break;
+    if (w->r->ok && ferror(f))
+        return bad(w->r, "%s: read error", path);
+    return w->r->ok ? 0 : -1;
+}
+
+/* Every line of audit-<first>.log. */
 static int walk_file(struct walk *w, const char *dir, uint64_t first, char **buf, size_t *cap)
 {
     char path[4096];
-    size_t lineno = 0;
-    ssize_t n;
     snprintf(path, sizeof(path), "%s/audit-%016llu.log", dir, (unsigned long long)first);
     FILE *f = fopen(path, "re");
     if (f == NULL)
         return bad(w->r, "%s: %s", path, strerror(errno));
-    if (check_file_start(w, path, first) != 0) {
-        fclose(f);
-        return -1;
-    }
-    while (w->r->ok && (n = getline(buf, cap, f)) >= 0)
-        if (walk_line(w, *buf, (size_t)n, path, ++lineno) != 0)
-            break;
+    snprintf(w->where, sizeof(w->where), "%s", path);
+    int rc = check_file_start(w, path, first) != 0 ? -1 : walk_stream(w, f, path, buf, cap);
     fclose(f);
-    return w->r->ok ? 0 : -1;
+    return rc;
 }
 
-/* The end of the log: not a torn line, and not short of a signed
- * checkpoint that checkpoints.log (cpath) lists. */
+/* The end of the log: not a torn line, not short of a signed checkpoint
+ * that checkpoints.log (cpath) lists, not empty (the writer's first record
+ * is always "start"); and the records no listed checkpoint covers. */
 static void check_end(struct walk *w, uint64_t max_ckpt, const char *cpath)
 {
     const struct chain *c = &w->c;
@@ -535,38 +572,82 @@ static void check_end(struct walk *w, uint64_t max_ckpt, const char *cpath)
             "log ends at seq %llu without the checkpoint record of seq %llu that %s lists: the tail was truncated "
             "(the last signed checkpoint in the log covers seq %llu)",
             (unsigned long long)c->seq, (unsigned long long)max_ckpt, cpath, (unsigned long long)r->last_checkpoint_seq);
+    } else if (r->ok && r->records == 0) {
+        bad(r, "%s: holds no record at all, but a writer's log always starts with a \"start\" record: emptied", w->where);
     }
+    if (r->covered_seq < max_ckpt)
+        r->covered_seq = max_ckpt;
+    r->uncovered = r->last_seq > r->covered_seq ? r->last_seq - r->covered_seq : 0;
+}
+
+/* A walk's start: nothing verified yet, the chain at K0. */
+static void walk_begin(struct walk *w, const uint8_t k0[AUDIT_KEY_LEN], const uint8_t pub[AUDIT_PUB_LEN],
+                       struct audit_verify_result *r, audit_record_cb cb, void *arg)
+{
+    memset(r, 0, sizeof(*r));
+    memset(w, 0, sizeof(*w));
+    r->ok = 1;
+    w->pub = pub;
+    w->r = r;
+    w->cb = cb;
+    w->arg = arg;
+    memcpy(w->c.key, k0, AUDIT_KEY_LEN);
+}
+
+/* A walk's end: what it held given back, the key erased. */
+static int walk_done(struct walk *w)
+{
+    free(w->c.ckpt_seqs);
+    free(w->c.ckpt_heads);
+    OPENSSL_cleanse(&w->c, sizeof(w->c));
+    return w->r->ok ? 0 : -1;
 }
 
 int audit_verify_dir(const char *dir, const uint8_t k0[AUDIT_KEY_LEN], const uint8_t pub[AUDIT_PUB_LEN], const char *checkpoints,
                      struct audit_verify_result *r, audit_record_cb cb, void *arg)
 {
     struct walk w;
-    uint64_t *files = NULL, max_ckpt = 0;
+    uint64_t *files = NULL;
     size_t nfiles = 0, cap = 0; /* cap: buf's size, kept across files for getline */
     char cpath[4096], *buf = NULL;
 
-    memset(r, 0, sizeof(*r));
-    memset(&w, 0, sizeof(w));
-    r->ok = 1;
-    w.pub = pub;
-    w.r = r;
-    w.cb = cb;
-    w.arg = arg;
-    memcpy(w.c.key, k0, AUDIT_KEY_LEN);
+    walk_begin(&w, k0, pub, r, cb, arg);
     if (checkpoints != NULL)
         snprintf(cpath, sizeof(cpath), "%s", checkpoints);
     else
         snprintf(cpath, sizeof(cpath), "%s/checkpoints.log", dir);
-    if (read_checkpoints(cpath, pub, &max_ckpt, &w.c, r) == 0 && find_logs(dir, &files, &nfiles, r) == 0) {
+    if (read_checkpoints(cpath, pub, &w.max_ckpt, &w.c, r) == 0 && find_logs(dir, &files, &nfiles, r) == 0) {
         for (size_t fi = 0; fi < nfiles && walk_file(&w, dir, files[fi], &buf, &cap) == 0; fi++)
             continue;
-        check_end(&w, max_ckpt, cpath);
+        check_end(&w, w.max_ckpt, cpath);
     }
     free(buf);
     free(files);
-    free(w.c.ckpt_seqs);
-    free(w.c.ckpt_heads);
-    OPENSSL_cleanse(&w.c, sizeof(w.c));
-    return r->ok ? 0 : -1;
+    return walk_done(&w);
+}
+
+int audit_verify_export(const char *path, const uint8_t k0[AUDIT_KEY_LEN], const uint8_t pub[AUDIT_PUB_LEN],
+                        const char *checkpoints, struct audit_verify_result *r, audit_record_cb cb, void *arg)
+{
+    struct walk w;
+    size_t cap = 0;
+    char *buf = NULL;
+    int is_stdin = strcmp(path, "-") == 0;
+
+    walk_begin(&w, k0, pub, r, cb, arg);
+    w.mid_start = 1;
+    snprintf(w.where, sizeof(w.where), "%s", path);
+    if (checkpoints != NULL && read_checkpoints(checkpoints, pub, &w.max_ckpt, &w.c, r) != 0)
+        return walk_done(&w);
+    FILE *f = is_stdin ? stdin : fopen(path, "re");
+    if (f == NULL) {
+        bad(r, "%s: %s", path, strerror(errno));
+        return walk_done(&w);
+    }
+    (void)walk_stream(&w, f, is_stdin ? "(stdin)" : path, &buf, &cap);
+    if (!is_stdin)
+        fclose(f);
+    check_end(&w, w.max_ckpt, checkpoints != NULL ? checkpoints : "");
+    free(buf);
+    return walk_done(&w);
 }

@@ -15,12 +15,16 @@
 struct audit_verify_result {
     int ok;
     uint64_t records;
+    uint64_t first_seq; /* 1, but for an export that starts later */
     uint64_t last_seq;
-    uint64_t checkpoints;
-    uint64_t last_checkpoint_seq;
-    uint64_t repairs; /* torn lines accounted for by repair records */
-    int torn;         /* a torn line was seen */
-    int torn_tail;    /* the log ends with a torn line */
+    uint64_t checkpoints;         /* checkpoint records in the log */
+    uint64_t last_checkpoint_seq; /* the head the last of them signs */
+    uint64_t listed;              /* signed checkpoints in the list read (checkpoints.log or its copy) */
+    uint64_t covered_seq;         /* records up to here are covered by a listed checkpoint: cut, they are missed */
+    uint64_t uncovered;           /* records after covered_seq: removing only these is not detected */
+    uint64_t repairs;             /* torn lines accounted for by repair records */
+    int torn;                     /* a torn line was seen */
+    int torn_tail;                /* the log ends with a torn line */
     char torn_where[4200];
     uint64_t bad_seq; /* seq of the first bad record, when known */
     char bad_file[4096];
@@ -40,5 +44,13 @@ int audit_read_verifier_key(const char *path, uint8_t k0[AUDIT_KEY_LEN], uint8_t
  * NULL for the one in dir. */
 int audit_verify_dir(const char *dir, const uint8_t k0[AUDIT_KEY_LEN], const uint8_t pub[AUDIT_PUB_LEN], const char *checkpoints,
                      struct audit_verify_result *r, audit_record_cb cb, void *arg);
+
+/* The same for an export (moat-audit export: the lines as stored) in one
+ * file, "-" for stdin: one run of consecutive records, which may start
+ * after seq 1 (its first record's prev is then taken as given).
+ * checkpoints: a checkpoints.log copy, or NULL for none (only the
+ * checkpoint records in the export then). */
+int audit_verify_export(const char *path, const uint8_t k0[AUDIT_KEY_LEN], const uint8_t pub[AUDIT_PUB_LEN],
+                        const char *checkpoints, struct audit_verify_result *r, audit_record_cb cb, void *arg);
 
 #endif

@@ -13,10 +13,26 @@
  * request rather than run it unaudited; the next pass tries again, so the
  * writer recovers by itself when the disk has room again.
  *
- * A pass, in order: wait_for_clients (poll), read_requests (every complete
- * request appended, up to a batch), audit_log_tick (the log's timed
- * duties), commit (denials written, or the batch synced and acknowledged),
- * settle_clients (backlog noted, closed clients let go).
+ * Disk reserve: while the audit filesystem has less than reserve_bytes
+ * free, records nobody waits for (AUDIT_WIRE_NOACK: denials, which a
+ * client without any credential can cause at will) are not written but
+ * counted, so that they cannot fill the disk that records somebody waits
+ * for (an execution's decision and result) need.  Those are still
+ * written, to the last byte.  The count goes into the log as a "dropped"
+ * record (with the first and last drop's time) once free space is back
+ * above the reserve (by RESUME_ROOM, so that a few freed bytes do not make
+ * it flap), every DROP_REPORT_MS while it is not, and at the end;
+ * each such record is said on stderr too.  Free space is asked of statvfs
+ * once per pass that has such a record, then counted down by what the pass
+ * appends.
+ *
+ * A pass, in order: wait_for_clients (poll; no longer than until the next
+ * checkpoint is due), read_requests (every complete request appended or
+ * dropped, up to a batch), audit_log_tick (the log's timed duties: a
+ * checkpoint within checkpoint_delay_ms of the first record it will
+ * cover), commit (denials written, or the batch synced and acknowledged),
+ * report_drops (the reserve's count recorded when due), settle_clients
+ * (backlog noted, closed clients let go).
  */
 #include "audit_writer.h"
 
@@ -35,6 +51,9 @@
 #define DENIAL_SYNC_MS 100 /* denial records are durable within this */
 #define MAX_CLIENTS    512
 #define MAX_BATCH      4096
+#define DROP_REPORT_MS 10000 /* a "dropped" record at least this often while the reserve keeps records out */
+#define LINE_OVERHEAD  512   /* a line's bytes besides its body: seq, time, prev, mac, a packet's place */
+#define RESUME_ROOM    65536 /* dropping ends with this much free above the reserve, not at the first byte */
 
 struct client {
     int fd;
@@ -51,6 +70,16 @@ struct pending {
     uint32_t err;
 };
 
+/* The disk reserve's account (see the top of the file). */
+struct reserve {
+    int known;                    /* room was measured in this pass */
+    int64_t room;                 /* bytes free above the reserve, less what the pass appended */
+    int below;                    /* dropping: said once, until there is room again */
+    uint64_t dropped;             /* records not written since the last "dropped" record */
+    struct timespec since, until; /* the first and the last of them */
+    uint64_t reported_ms;         /* when the last "dropped" record was written, or dropping began */
+};
+
 /* The writer's state across passes.  Large: allocated, not on the stack. */
 struct writer {
     struct audit_log *l;
@@ -59,6 +88,7 @@ struct writer {
     int failing;             /* the log is failing: said once, until it writes again */
     int backlog;             /* a full batch left requests in a buffer */
     uint64_t unsynced_since; /* ms: denial records written but not yet synced, since */
+    struct reserve rs;
     struct pending batch[MAX_BATCH];
     size_t np; /* requests in this pass's batch */
     struct audit_wire_ack acks[MAX_BATCH];
@@ -124,19 +154,24 @@ static void note_failure(struct writer *w, const char *err)
     w->failing = 1;
 }
 
-/* ---- one pass: wait, read, append --------------------------------------------------- */
+/* ---- one pass: wait ------------------------------------------------------------------- */
 
 /* How long poll may wait: not at all with requests still buffered, what is
- * left of DENIAL_SYNC_MS with denial records unsynced, else a tick. */
+ * left of DENIAL_SYNC_MS with denial records unsynced, no longer than until
+ * a checkpoint is due, else a tick. */
 static int wait_ms(const struct writer *w)
 {
+    int ms = TICK_MS;
     if (w->backlog)
         return 0;
     if (w->unsynced_since != 0) {
         uint64_t waited = now_ms() - w->unsynced_since;
-        return waited >= DENIAL_SYNC_MS ? 0 : (int)(DENIAL_SYNC_MS - waited);
+        ms = waited >= DENIAL_SYNC_MS ? 0 : (int)(DENIAL_SYNC_MS - waited);
     }
-    return TICK_MS;
+    int64_t ckpt = audit_log_checkpoint_in(w->l);
+    if (ckpt >= 0 && ckpt < ms)
+        ms = (int)ckpt;
+    return ms;
 }
 
 static int wait_for_clients(struct writer *w, struct pollfd *pfd)
@@ -148,13 +183,120 @@ static int wait_for_clients(struct writer *w, struct pollfd *pfd)
     return poll(pfd, (nfds_t)w->nclients, wait_ms(w));
 }
 
-/* Appends one request (rq, its body and packet) to the log and the batch. */
+/* ---- the disk reserve ------------------------------------------------------------- */
+
+/* Bytes free above the reserve, from statvfs (once a pass).  A filesystem
+ * that cannot say is taken to have room: the record is written. */
+static void measure_room(struct writer *w)
+{
+    uint64_t free_bytes;
+    struct reserve *rs = &w->rs;
+    rs->known = 1;
+    if (audit_log_free_bytes(w->l, &free_bytes) != 0)
+        rs->room = INT64_MAX;
+    else
+        rs->room =
+            (int64_t)(free_bytes > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : free_bytes) - (int64_t)w->l->cfg.reserve_bytes;
+}
+
+/* Does the reserve keep this request out?  Only records nobody waits for:
+ * when writing it would leave less than the reserve free, and then until
+ * RESUME_ROOM is free above the reserve. */
+static int keep_out(struct writer *w, const struct audit_wire_req *rq)
+{
+    struct reserve *rs = &w->rs;
+    if (!(rq->flags & AUDIT_WIRE_NOACK) || w->l->cfg.reserve_bytes == 0)
+        return 0;
+    if (!rs->known)
+        measure_room(w);
+    if (rs->below)
+        return rs->room < RESUME_ROOM;
+    return rs->room < (int64_t)rq->body_len + (int64_t)rq->packet_len + LINE_OVERHEAD;
+}
+
+/* A record kept out: counted, and the start of dropping said once. */
+static void count_drop(struct writer *w)
+{
+    struct reserve *rs = &w->rs;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (rs->dropped++ == 0)
+        rs->since = now;
+    rs->until = now;
+    if (!rs->below) {
+        rs->below = 1;
+        rs->reported_ms = now_ms();
+        fprintf(stderr,
+                "moat-audit-writer: disk reserve: less than %llu bytes free on the audit filesystem; records nobody waits "
+                "for (denials) are counted, not written, until there is room\n",
+                (unsigned long long)w->l->cfg.reserve_bytes);
+    }
+}
+
+/* What a pass appended comes off the room it measured. */
+static void use_room(struct writer *w, const struct audit_wire_req *rq)
+{
+    if (w->rs.known)
+        w->rs.room -= (int64_t)rq->body_len + (int64_t)rq->packet_len + LINE_OVERHEAD;
+}
+
+/*
+ * The count of dropped records into the log, as a "dropped" record made
+ * durable at once: when there is room again (dropping ends), every
+ * DROP_REPORT_MS while there is not, and at the end (closing).  Runs
+ * between batches (after commit), so syncing here commits nobody's batch.
+ * A record that did not reach the log keeps the count for the next try.
+ */
+static void report_drops(struct writer *w, int closing)
+{
+    struct reserve *rs = &w->rs;
+    char err[256];
+    if (rs->dropped == 0 && !rs->below)
+        return;
+    measure_room(w);
+    rs->known = 0;
+    int room = rs->room >= RESUME_ROOM;
+    if (rs->dropped == 0) { /* counted already, by the last periodic record */
+        if (room) {
+            rs->below = 0;
+            fprintf(stderr, "moat-audit-writer: disk reserve: there is room again\n");
+        }
+        return;
+    }
+    uint64_t now = now_ms();
+    if (!closing && !room && now - rs->reported_ms < DROP_REPORT_MS)
+        return;
+    rs->reported_ms = now;
+    uint64_t seq = audit_log_dropped(w->l, rs->dropped, &rs->since, &rs->until, err, sizeof(err));
+    if (seq == 0 || audit_log_sync(w->l, err, sizeof(err)) != 0)
+        note_failure(w, err);
+    else
+        w->unsynced_since = 0;
+    if (seq == 0 || w->l->seq < seq) /* not in the log (a failed write is taken back): the count waits */
+        return;
+    fprintf(stderr, "moat-audit-writer: disk reserve: %llu record(s) nobody waited for were not written; %s\n",
+            (unsigned long long)rs->dropped,
+            room ? "there is room again" : "still below the reserve (a \"dropped\" record counts them)");
+    rs->dropped = 0;
+    if (room)
+        rs->below = 0;
+}
+
+/* ---- one pass: append ------------------------------------------------------------- */
+
+/* Appends one request (rq, its body and packet) to the log and the batch,
+ * or counts it when the reserve keeps it out. */
 static void append_request(struct writer *w, int ci, const struct audit_wire_req *rq, const uint8_t *data)
 {
     const char *body = (const char *)data;
     const uint8_t *packet = rq->packet_len ? data + rq->body_len : NULL;
-    struct pending *pe = &w->batch[w->np++];
     char err[256];
+    if (keep_out(w, rq)) {
+        count_drop(w);
+        return;
+    }
+    use_room(w, rq);
+    struct pending *pe = &w->batch[w->np++];
     pe->client = ci;
     pe->noack = (rq->flags & AUDIT_WIRE_NOACK) != 0;
     pe->tag = rq->tag;
@@ -203,6 +345,7 @@ static int drain(struct writer *w, int ci)
 static void read_requests(struct writer *w, const struct pollfd *pfd, int n)
 {
     w->np = 0;
+    w->rs.known = 0;
     for (int i = 0; i < w->nclients; i++) {
         struct client *c = &w->clients[i];
         if (c->fd < 0)
@@ -330,8 +473,10 @@ int audit_writer_run(struct audit_log *l, const int *fds, int nfds)
         if (audit_log_tick(l, time(NULL), err, sizeof(err)) != 0)
             note_failure(w, err);
         commit(w);
+        report_drops(w, 0);
         settle_clients(w);
     }
+    report_drops(w, 1);
     for (int i = 0; i < w->nclients; i++)
         free(w->clients[i].buf);
     free(w);

@@ -3,7 +3,9 @@
  * for admins: create a new audit directory.  Never modifies a log.
  *
  *   moat-audit init DIR [--user USER]       new directory, keys, verifier.key
- *   moat-audit verify DIR [--key FILE] [--checkpoints FILE]
+ *   moat-audit verify DIR [--key FILE | --key-fingerprint SHA256:...] [--checkpoints FILE]
+ *                         [--strict] [--json]
+ *   moat-audit verify --export FILE --key FILE [--checkpoints FILE] [--strict] [--json]
  *   moat-audit query DIR [filters] [--format table|json]
  *   moat-audit show DIR REQUEST_ID [--raw-packet]
  *   moat-audit stats DIR [--since T] [--until T] [--tenant T] [--format table|json]
@@ -15,16 +17,27 @@
  * status is 1 with the problem on stderr.  Strings from the log are printed
  * with terminal control characters escaped, so a tenant-supplied string
  * cannot rewrite a reviewer's screen.
+ *
+ * The trust anchor (K0 and the checkpoint public key) is what verification
+ * proves the trail against, so it must not come from the trail itself: a
+ * directory replaced wholesale, keys included, verifies against its own
+ * verifier.key.  load_anchor takes it from --key (a copy kept off the
+ * host) or checks it against --key-fingerprint; taken from the directory
+ * checked (the default, or --key naming that very file), it is said on
+ * stderr every time, and in verify --json.  Nothing here writes, and
+ * nothing needs root: a reviewer verifies a copy as any user.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,22 +59,34 @@ static void usage(FILE *f)
                "\n"
                "  init DIR [--user USER]\n"
                "      create a new audit directory owned by USER (default moat-audit)\n"
-               "  verify DIR [--key VERIFIER_KEY] [--checkpoints FILE]\n"
-               "      check the whole trail; exit 0 if it verifies, 1 with the first bad record and why\n"
+               "  verify DIR [--key VERIFIER_KEY | --key-fingerprint SHA256:HEX] [--checkpoints FILE]\n"
+               "         [--strict] [--json]\n"
+               "      check the whole trail; exit 0 if it verifies, 1 with the first bad record and why;\n"
+               "      says how many records at the end no signed checkpoint covers yet (their removal\n"
+               "      would go unnoticed); --strict fails when there are any; --json: one JSON object\n"
+               "  verify --export FILE --key VERIFIER_KEY [--checkpoints FILE] [--strict] [--json]\n"
+               "      the same for the output of export (FILE - is stdin), on its own\n"
                "  query DIR [--tenant T] [--key-id K] [--since TIME] [--until TIME]\n"
                "            [--decision allowed|denied] [--reason R] [--status S] [--language L]\n"
                "            [--type T] [--format table|json]\n"
-               "      verified records that match (json: the lines as stored)\n"
+               "      verified records that match (json: the lines as stored); the table's REQUEST_ID is\n"
+               "      what show takes; --status S is the HTTP status (401) or an execution's outcome (TO, ML)\n"
                "  show DIR REQUEST_ID [--raw-packet]\n"
                "      every record of a request and its packet (code, stdin, args, limits, output);\n"
                "      --raw-packet writes the verified packet's bytes to stdout instead\n"
                "  stats DIR [--since TIME] [--until TIME] [--tenant T] [--format table|json]\n"
-               "      requests per tenant, allowed and denied by reason\n"
+               "      requests per tenant, allowed and denied by reason (with the gateway's denial\n"
+               "      summaries), and the records the disk reserve kept out\n"
                "  export DIR [--since TIME] [--until TIME] [--tenant T]\n"
-               "      the verified records as JSON lines, for archiving off the host\n"
+               "      the verified records as JSON lines, for archiving off the host (verify --export\n"
+               "      checks an unfiltered one, or one cut by time, on its own)\n"
                "\n"
-               "Every command but init takes --key VERIFIER_KEY (default DIR/verifier.key; keep a copy\n"
-               "off the host) and --checkpoints FILE (a copy of checkpoints.log kept elsewhere).\n"
+               "Every command but init takes --key VERIFIER_KEY, the trust anchor: a copy of verifier.key\n"
+               "kept off the host.  Without it, DIR/verifier.key is used with a WARNING: a trail replaced\n"
+               "whole, keys included, verifies against its own key.  --key-fingerprint SHA256:HEX (from\n"
+               "init, or sha256sum of the copy) accepts DIR/verifier.key only if it is that key.\n"
+               "--checkpoints FILE: a copy of checkpoints.log kept elsewhere (truncation is caught\n"
+               "against it).\n"
                "TIME is 2026-11-29T16:40:00Z (fractions allowed) or seconds since the epoch; --since\n"
                "is inclusive, --until exclusive.  Commands never modify the log.  Exit status: 0 ok,\n"
                "1 verification failed or not found, 2 usage error.\n");
@@ -84,8 +109,9 @@ struct opts {
     const char *cmd;
     const char *pos[2];
     int npos;
-    const char *user, *key, *checkpoints, *tenant, *key_id, *since_s, *until_s, *decision, *reason, *status, *language, *type,
-        *format;
+    const char *user, *key, *key_fp, *checkpoints, *tenant, *key_id, *since_s, *until_s, *decision, *reason, *status, *language,
+        *type, *format, *export_file;
+    const char *strict, *json; /* flags: non-NULL when given */
     int raw_packet;
     int64_t since_ms, until_ms; /* -1: unset */
 };
@@ -94,24 +120,29 @@ struct optdef {
     const char *name;
     size_t off;
     const char *cmds; /* commands that take it, space-separated with spaces around */
+    int flag;         /* takes no value */
 };
 
 #define OPT(field) offsetof(struct opts, field)
 
 static const struct optdef optdefs[] = {
-    {"--user", OPT(user), " init "},
-    {"--key", OPT(key), " verify query show stats export "},
-    {"--checkpoints", OPT(checkpoints), " verify query show stats export "},
-    {"--tenant", OPT(tenant), " query stats export "},
-    {"--key-id", OPT(key_id), " query "},
-    {"--since", OPT(since_s), " query stats export "},
-    {"--until", OPT(until_s), " query stats export "},
-    {"--decision", OPT(decision), " query "},
-    {"--reason", OPT(reason), " query "},
-    {"--status", OPT(status), " query "},
-    {"--language", OPT(language), " query "},
-    {"--type", OPT(type), " query "},
-    {"--format", OPT(format), " query stats "},
+    {"--user", OPT(user), " init ", 0},
+    {"--key", OPT(key), " verify query show stats export ", 0},
+    {"--key-fingerprint", OPT(key_fp), " verify query show stats export ", 0},
+    {"--checkpoints", OPT(checkpoints), " verify query show stats export ", 0},
+    {"--export", OPT(export_file), " verify ", 0},
+    {"--strict", OPT(strict), " verify ", 1},
+    {"--json", OPT(json), " verify ", 1},
+    {"--tenant", OPT(tenant), " query stats export ", 0},
+    {"--key-id", OPT(key_id), " query ", 0},
+    {"--since", OPT(since_s), " query stats export ", 0},
+    {"--until", OPT(until_s), " query stats export ", 0},
+    {"--decision", OPT(decision), " query ", 0},
+    {"--reason", OPT(reason), " query ", 0},
+    {"--status", OPT(status), " query ", 0},
+    {"--language", OPT(language), " query ", 0},
+    {"--type", OPT(type), " query ", 0},
+    {"--format", OPT(format), " query stats ", 0},
 };
 
 static int takes(const char *cmds, const char *cmd)
@@ -183,6 +214,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                     d = &optdefs[k];
             if (d == NULL)
                 return die(2, "%s: unknown option %s (see --help)", o->cmd, a);
+            if (d->flag) {
+                *(const char **)((char *)o + d->off) = "yes";
+                continue;
+            }
             if (i + 1 >= argc)
                 return die(2, "%s: %s needs a value", o->cmd, a);
             *(const char **)((char *)o + d->off) = argv[++i];
@@ -192,9 +227,14 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             return die(2, "%s: unexpected argument '%s' (see --help)", o->cmd, a);
         o->pos[o->npos++] = a;
     }
-    int want = strcmp(o->cmd, "show") == 0 ? 2 : 1;
+    int want = strcmp(o->cmd, "show") == 0 ? 2 : o->export_file ? 0 : 1;
     if (o->npos != want)
-        return die(2, "%s: %s (see --help)", o->cmd, want == 2 ? "needs DIR and REQUEST_ID" : "needs DIR");
+        return die(2, "%s: %s (see --help)", o->cmd,
+                   want == 2   ? "needs DIR and REQUEST_ID"
+                   : want == 0 ? "takes --export FILE instead of DIR"
+                               : "needs DIR");
+    if (o->export_file && o->key == NULL)
+        return die(2, "%s: --export needs --key VERIFIER_KEY (a copy kept apart from the export)", o->cmd);
     o->since_ms = o->until_ms = -1;
     if (o->since_s && (o->since_ms = parse_time(o->since_s)) < 0)
         return die(2, "%s: bad --since '%s' (use 2026-11-29T16:40:00Z or seconds since the epoch)", o->cmd, o->since_s);
@@ -308,31 +348,147 @@ static int in_time(const struct opts *o, json_t *rec)
     return (o->since_ms < 0 || t >= o->since_ms) && (o->until_ms < 0 || t < o->until_ms);
 }
 
+/* --status: the HTTP status, or an execution's outcome (run or compile:
+ * OK, RE, SG, TO, OL, EL, XX, ML), or one a denials summary counts. */
+static int status_is(json_t *rec, const char *want)
+{
+    return field_is(rec, "status", want) || field_is(json_object_get(rec, "run"), "status", want) ||
+           field_is(json_object_get(rec, "compile"), "status", want) ||
+           json_object_get(json_object_get(rec, "statuses"), want) != NULL;
+}
+
 static int matches(const struct opts *o, json_t *rec)
 {
     return in_time(o, rec) && (!o->tenant || field_is(rec, "tenant", o->tenant)) &&
            (!o->key_id || field_is(rec, "key_id", o->key_id)) && (!o->decision || field_is(rec, "decision", o->decision)) &&
-           (!o->reason || field_is(rec, "reason", o->reason)) && (!o->status || field_is(rec, "status", o->status)) &&
+           (!o->reason || field_is(rec, "reason", o->reason)) && (!o->status || status_is(rec, o->status)) &&
            (!o->language || field_is(rec, "language", o->language)) && (!o->type || field_is(rec, "type", o->type));
 }
 
-/* Runs the verifier with cb; 0 when everything verified, else 1 with the
- * problem on stderr (what verified was already handed to cb). */
-static int verify_with(const struct opts *o, audit_record_cb cb, void *arg, struct audit_verify_result **out)
-{
-    char keypath[4096], err[512];
+/* ---- the trust anchor ------------------------------------------------------------------ */
+
+/* What the trail is verified against, and where that came from. */
+struct anchor {
     uint8_t k0[AUDIT_KEY_LEN], pub[AUDIT_PUB_LEN];
-    const char *dir = o->pos[0];
-    struct audit_verify_result *r = calloc(1, sizeof(*r));
-    if (r == NULL)
-        return die(2, "%s: out of memory", o->cmd);
-    snprintf(keypath, sizeof(keypath), "%s/verifier.key", dir);
-    if (audit_read_verifier_key(o->key ? o->key : keypath, k0, pub, err, sizeof(err)) != 0) {
-        free(r);
-        return die(2, "%s: %s", o->cmd, err);
+    char fingerprint[AUDIT_FINGERPRINT_LEN + 1];
+    char path[4200];
+    const char *source; /* "directory" (the checked directory's own key), "file" (--key), "fingerprint" */
+    char warning[8192]; /* set when source is "directory" */
+    char problem[8192]; /* set when the key is not the one --key-fingerprint names */
+};
+
+/* The directory the trail is in: DIR, or the export file's. */
+static void trail_dir(const struct opts *o, char *out, size_t size)
+{
+    if (o->export_file == NULL) {
+        snprintf(out, size, "%s", o->pos[0]);
+        return;
     }
-    int rc = audit_verify_dir(dir, k0, pub, o->checkpoints, r, cb, arg);
-    OPENSSL_cleanse(k0, sizeof(k0));
+    const char *slash = strrchr(o->export_file, '/');
+    if (slash == NULL)
+        snprintf(out, size, ".");
+    else
+        snprintf(out, size, "%.*s", (int)(slash == o->export_file ? 1 : slash - o->export_file), o->export_file);
+}
+
+/* Is the key file inside dir: in it (by its real path) or the very file
+ * dir/verifier.key (by inode, whatever the path says)? */
+static int key_in_dir(const char *key, const char *dir)
+{
+    char kreal[PATH_MAX], dreal[PATH_MAX], own[4200];
+    struct stat ks, os;
+    snprintf(own, sizeof(own), "%s/verifier.key", dir);
+    if (stat(key, &ks) == 0 && stat(own, &os) == 0 && ks.st_dev == os.st_dev && ks.st_ino == os.st_ino)
+        return 1;
+    if (realpath(key, kreal) == NULL || realpath(dir, dreal) == NULL)
+        return 0;
+    char *slash = strrchr(kreal, '/'); /* a real path is absolute: there is one */
+    if (slash == NULL)
+        return 0;
+    slash[slash == kreal ? 1 : 0] = '\0'; /* its directory; "/" stays "/" */
+    return strcmp(kreal, dreal) == 0;
+}
+
+/* "SHA256:" and 64 hex digits, either case: lower-cased into out.  0 or -1. */
+static int parse_fingerprint(const char *text, char out[AUDIT_FINGERPRINT_LEN + 1])
+{
+    if (strncmp(text, "SHA256:", 7) != 0 || strlen(text) != AUDIT_FINGERPRINT_LEN ||
+        !moat_hex_valid(text + 7, AUDIT_HEX_LEN, MOAT_HEX_ANY_CASE))
+        return -1;
+    for (size_t i = 0; i <= AUDIT_FINGERPRINT_LEN; i++)
+        out[i] = i >= 7 && text[i] >= 'A' && text[i] <= 'F' ? (char)(text[i] - 'A' + 'a') : text[i];
+    return 0;
+}
+
+/* Reads the key (--key, or the directory's own), checks it against
+ * --key-fingerprint, and names its source; one taken from the trail's
+ * directory is said on stderr.  0, or the exit status after saying why. */
+static int load_anchor(const struct opts *o, struct anchor *a)
+{
+    char dir[4096], err[512], want[AUDIT_FINGERPRINT_LEN + 1];
+    memset(a, 0, sizeof(*a));
+    trail_dir(o, dir, sizeof(dir));
+    if (o->key_fp && parse_fingerprint(o->key_fp, want) != 0)
+        return die(2, "%s: --key-fingerprint wants SHA256: and 64 hex digits, not '%s'", o->cmd, o->key_fp);
+    if (o->key)
+        snprintf(a->path, sizeof(a->path), "%s", o->key);
+    else
+        snprintf(a->path, sizeof(a->path), "%s/verifier.key", dir);
+    if (audit_read_verifier_key(a->path, a->k0, a->pub, err, sizeof(err)) != 0)
+        return die(2, "%s: %s", o->cmd, err);
+    audit_verifier_fingerprint(a->k0, a->pub, a->fingerprint);
+    if (o->key_fp && strcmp(want, a->fingerprint) != 0) {
+        OPENSSL_cleanse(a->k0, sizeof(a->k0));
+        snprintf(a->problem, sizeof(a->problem),
+                 "the verifier key %s is %s, not the %s given: this trail's keys are not the ones expected (replaced?)", a->path,
+                 a->fingerprint, want);
+        return die(1, "%s: %s", o->cmd, a->problem);
+    }
+    if (o->key_fp)
+        a->source = "fingerprint";
+    else if (o->key && !key_in_dir(o->key, dir))
+        a->source = "file";
+    else
+        a->source = "directory";
+    if (strcmp(a->source, "directory") == 0) {
+        snprintf(a->warning, sizeof(a->warning),
+                 "the trust anchor is %s, inside the directory being checked: a trail replaced whole, this key included, "
+                 "verifies against it.  Verify with --key and a copy kept off this host, or --key-fingerprint %s if that "
+                 "is the fingerprint you hold",
+                 a->path, a->fingerprint);
+        fprintf(stderr, PROG ": %s: WARNING: %s\n", o->cmd, a->warning);
+    }
+    return 0;
+}
+
+/* Runs the verifier with cb; 0 when everything verified, else 1 with the
+ * problem on stderr (what verified was already handed to cb), or 2 (a
+ * usage error).  *out and *anchor_out, when asked for, are the caller's to
+ * free: *out is NULL when no walk was made. */
+static int verify_with(const struct opts *o, audit_record_cb cb, void *arg, struct audit_verify_result **out,
+                       struct anchor **anchor_out)
+{
+    struct audit_verify_result *r = calloc(1, sizeof(*r));
+    struct anchor *a = calloc(1, sizeof(*a));
+    int rc;
+    if (r == NULL || a == NULL) {
+        free(r);
+        free(a);
+        return die(2, "%s: out of memory", o->cmd);
+    }
+    if ((rc = load_anchor(o, a)) != 0) {
+        free(r);
+        if (anchor_out && rc == 1)
+            *anchor_out = a;
+        else
+            free(a);
+        return rc;
+    }
+    if (o->export_file)
+        rc = audit_verify_export(o->export_file, a->k0, a->pub, o->checkpoints, r, cb, arg);
+    else
+        rc = audit_verify_dir(o->pos[0], a->k0, a->pub, o->checkpoints, r, cb, arg);
+    OPENSSL_cleanse(a->k0, sizeof(a->k0));
     fflush(stdout);
     if (rc != 0)
         die(1, "%s: verification FAILED after %llu good records: %s", o->cmd, (unsigned long long)r->records, r->problem);
@@ -340,6 +496,10 @@ static int verify_with(const struct opts *o, audit_record_cb cb, void *arg, stru
         *out = r;
     else
         free(r);
+    if (anchor_out)
+        *anchor_out = a;
+    else
+        free(a);
     return rc == 0 ? 0 : 1;
 }
 
@@ -354,20 +514,93 @@ static int cmd_init(const struct opts *o)
         return die(1, "init: unknown user %s", user);
     if (audit_init_dir(o->pos[0], pw->pw_uid, pw->pw_gid, err, sizeof(err)) != 0)
         return die(1, "init: %s", err);
-    printf("audit directory %s ready; copy %s/verifier.key off this host for reviewers\n", o->pos[0], o->pos[0]);
+    char path[4200], fp[AUDIT_FINGERPRINT_LEN + 1];
+    uint8_t k0[AUDIT_KEY_LEN], pub[AUDIT_PUB_LEN];
+    snprintf(path, sizeof(path), "%s/verifier.key", o->pos[0]);
+    if (audit_read_verifier_key(path, k0, pub, err, sizeof(err)) != 0)
+        return die(1, "init: %s", err);
+    audit_verifier_fingerprint(k0, pub, fp);
+    OPENSSL_cleanse(k0, sizeof(k0));
+    printf("audit directory %s ready.\n"
+           "Copy %s off this host for reviewers: it is their trust anchor (verify --key COPY).\n"
+           "Its fingerprint (for verify --key-fingerprint; safe to publish): %s\n",
+           o->pos[0], path, fp);
     return 0;
+}
+
+/* The checkpoints list the walk read ("" for none). */
+static void checkpoints_path(const struct opts *o, char *out, size_t size)
+{
+    if (o->checkpoints)
+        snprintf(out, size, "%s", o->checkpoints);
+    else if (o->export_file)
+        snprintf(out, size, "%s", "");
+    else
+        snprintf(out, size, "%s/checkpoints.log", o->pos[0]);
+}
+
+static void verify_json(const struct opts *o, const struct audit_verify_result *r, const struct anchor *a, int verified, int ok)
+{
+    char cpath[4200];
+    static const struct audit_verify_result none;
+    checkpoints_path(o, cpath, sizeof(cpath));
+    if (r == NULL)
+        r = &none;
+    json_t *anchor = json_pack("{s:s?, s:s, s:s?, s:s?}", "source", a->source, "key", a->path, "fingerprint",
+                               a->fingerprint[0] ? a->fingerprint : NULL, "warning", a->warning[0] ? a->warning : NULL);
+    json_t *out =
+        json_pack("{s:b, s:b, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s?, s:b, s:s?, s:o}", "ok", ok, "verified",
+                  verified, "trail", o->export_file ? o->export_file : o->pos[0], "records", (json_int_t)r->records, "first_seq",
+                  (json_int_t)r->first_seq, "last_seq", (json_int_t)r->last_seq, "checkpoints", (json_int_t)r->checkpoints,
+                  "last_checkpoint_seq", (json_int_t)r->last_checkpoint_seq, "listed_checkpoints", (json_int_t)r->listed,
+                  "covered_seq", (json_int_t)r->covered_seq, "uncovered", (json_int_t)r->uncovered, "repairs",
+                  (json_int_t)r->repairs, "checkpoints_file", cpath[0] ? cpath : NULL, "strict", o->strict != NULL, "problem",
+                  a->problem[0]   ? a->problem
+                  : r->problem[0] ? r->problem
+                                  : NULL,
+                  "anchor", anchor);
+    char *text = out ? json_dumps(out, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    if (text)
+        printf("%s\n", text);
+    free(text);
+    json_decref(out);
+}
+
+static void verify_text(const struct opts *o, const struct audit_verify_result *r, const struct anchor *a)
+{
+    char cpath[4200];
+    checkpoints_path(o, cpath, sizeof(cpath));
+    printf("OK: %llu records, last seq %llu, %llu signed checkpoints (last covers seq %llu), %llu repaired torn line(s)\n",
+           (unsigned long long)r->records, (unsigned long long)r->last_seq, (unsigned long long)r->checkpoints,
+           (unsigned long long)r->last_checkpoint_seq, (unsigned long long)r->repairs);
+    if (r->uncovered == 0)
+        printf("covered: every record, up to seq %llu, by a signed checkpoint in %s\n", (unsigned long long)r->last_seq, cpath);
+    else
+        printf("NOT COVERED: %llu record(s) at the end (seq %llu-%llu): no signed checkpoint%s%s covers them yet, so their "
+               "removal would go unnoticed\n",
+               (unsigned long long)r->uncovered, (unsigned long long)r->covered_seq + 1, (unsigned long long)r->last_seq,
+               cpath[0] ? " in " : "", cpath);
+    printf("anchor: %s (%s %s)\n", a->fingerprint, strcmp(a->source, "directory") == 0 ? "from the directory checked:" : "from",
+           a->path);
 }
 
 static int cmd_verify(const struct opts *o)
 {
     struct audit_verify_result *r = NULL;
-    int rc = verify_with(o, NULL, NULL, &r);
-    if (rc == 0)
-        printf("OK: %llu records, last seq %llu, %llu signed checkpoints (last covers seq %llu), %llu repaired torn "
-               "line(s)\n",
-               (unsigned long long)r->records, (unsigned long long)r->last_seq, (unsigned long long)r->checkpoints,
-               (unsigned long long)r->last_checkpoint_seq, (unsigned long long)r->repairs);
+    struct anchor *a = NULL;
+    int rc = verify_with(o, NULL, NULL, &r, &a);
+    int strict_failed = rc == 0 && o->strict && r->uncovered > 0;
+    if (a != NULL && o->json)
+        verify_json(o, r, a, rc == 0, rc == 0 && !strict_failed);
+    else if (rc == 0)
+        verify_text(o, r, a);
+    if (strict_failed) {
+        fflush(stdout);
+        rc = die(1, "verify: --strict: %llu record(s) at the end (seq %llu-%llu) are not covered by a signed checkpoint yet",
+                 (unsigned long long)r->uncovered, (unsigned long long)r->covered_seq + 1, (unsigned long long)r->last_seq);
+    }
     free(r);
+    free(a);
     return rc;
 }
 
@@ -378,6 +611,29 @@ struct query {
     int json;
     uint64_t shown;
 };
+
+/* A JSON value as a table cell's text ("" for none). */
+static void cell_text(json_t *v, char *out, size_t size)
+{
+    if (json_is_integer(v))
+        snprintf(out, size, "%lld", (long long)json_integer_value(v));
+    else
+        snprintf(out, size, "%s", json_is_string(v) ? json_string_value(v) : "");
+}
+
+/* The run column: an execution's outcome, or what a summary counts
+ * ("57@203.0.113.7": 57 denials of that client) or a "dropped" record. */
+static void run_text(json_t *rec, const char *type, char *out, size_t size)
+{
+    if (type != NULL && strcmp(type, "denials") == 0) {
+        const char *client = str(rec, "client");
+        snprintf(out, size, "%lld@%s", (long long)json_integer_value(json_object_get(rec, "count")), client ? client : "?");
+    } else if (type != NULL && strcmp(type, "dropped") == 0) {
+        snprintf(out, size, "%lld", (long long)json_integer_value(json_object_get(rec, "count")));
+    } else {
+        cell_text(json_object_get(json_object_get(rec, "run"), "status"), out, size);
+    }
+}
 
 static void query_cb(void *arg, json_t *rec, const char *line, size_t len)
 {
@@ -390,35 +646,26 @@ static void query_cb(void *arg, json_t *rec, const char *line, size_t len)
         putchar('\n');
         return;
     }
-    char seq[24], decision[96], status[24], run[48];
+    char seq[24], decision[96], status[24], run[160];
     snprintf(seq, sizeof(seq), "%lld", (long long)json_integer_value(json_object_get(rec, "seq")));
     const char *type = str(rec, "type"), *endpoint = str(rec, "endpoint"), *dec = str(rec, "decision"),
                *reason = str(rec, "reason");
+    if (type != NULL && strcmp(type, "denials") == 0 && dec == NULL)
+        dec = "denied";
     if (dec && reason)
         snprintf(decision, sizeof(decision), "%s/%s", dec, reason);
     else
         snprintf(decision, sizeof(decision), "%s", dec ? dec : "");
-    json_t *st = json_object_get(rec, "status");
-    if (json_is_integer(st))
-        snprintf(status, sizeof(status), "%lld", (long long)json_integer_value(st));
-    else
-        snprintf(status, sizeof(status), "%s", json_is_string(st) ? json_string_value(st) : "");
-    json_t *rs = json_object_get(json_object_get(rec, "run"), "status");
-    if (json_is_string(rs))
-        snprintf(run, sizeof(run), "%s", json_string_value(rs));
-    else if (json_is_integer(rs))
-        snprintf(run, sizeof(run), "%lld", (long long)json_integer_value(rs));
-    else
-        run[0] = '\0';
+    cell_text(json_object_get(rec, "status"), status, sizeof(status));
+    run_text(rec, type, run, sizeof(run));
     char ep[64];
-    if (endpoint == NULL && type != NULL && strcmp(type, "request") != 0 && strcmp(type, "result") != 0) {
+    if (endpoint == NULL && type != NULL && strcmp(type, "request") != 0) {
         snprintf(ep, sizeof(ep), "(%s)", type);
         endpoint = ep;
-    } else if (type != NULL && strcmp(type, "result") == 0 && endpoint == NULL) {
-        endpoint = "(result)";
     }
     put_cell(seq, 8);
     put_cell(str(rec, "time"), 24);
+    put_cell(str(rec, "request_id"), 16);
     put_cell(str(rec, "tenant"), 16);
     put_cell(str(rec, "key_id"), 24);
     put_cell(endpoint, 12);
@@ -433,9 +680,9 @@ static int cmd_query(struct opts *o, int export)
 {
     struct query q = {o, export || (o->format && strcmp(o->format, "json") == 0), 0};
     if (!q.json)
-        printf("%-8s %-24s %-16s %-24s %-12s %-20s %-10s %-6s %s\n", "SEQ", "TIME", "TENANT", "KEY_ID", "ENDPOINT",
-               "DECISION/REASON", "LANGUAGE", "STATUS", "RUN");
-    int rc = verify_with(o, query_cb, &q, NULL);
+        printf("%-8s %-24s %-16s %-16s %-24s %-12s %-20s %-10s %-6s %s\n", "SEQ", "TIME", "REQUEST_ID", "TENANT", "KEY_ID",
+               "ENDPOINT", "DECISION/REASON", "LANGUAGE", "STATUS", "RUN");
+    int rc = verify_with(o, query_cb, &q, NULL, NULL);
     if (!q.json && rc == 0)
         printf("(%llu record(s))\n", (unsigned long long)q.shown);
     return rc;
@@ -447,28 +694,19 @@ struct stats {
     const struct opts *o;
     json_t *tenants; /* tenant -> {requests, allowed, denied, reasons: {reason: n}} */
     uint64_t records, requests, results;
+    uint64_t summaries; /* "denials" records (their counts are in tenants) */
+    uint64_t dropped;   /* records the disk reserve kept out ("dropped" records' counts) */
 };
 
-static void bump(json_t *obj, const char *name)
+static void bump(json_t *obj, const char *name, json_int_t by)
 {
     json_t *v = json_object_get(obj, name);
-    json_object_set_new(obj, name, json_integer((v ? json_integer_value(v) : 0) + 1));
+    json_object_set_new(obj, name, json_integer((v ? json_integer_value(v) : 0) + by));
 }
 
-static void stats_cb(void *arg, json_t *rec, const char *line, size_t len)
+/* A tenant's counters ("(none)" for requests no tenant was known for). */
+static json_t *tenant_stats(struct stats *s, json_t *rec)
 {
-    struct stats *s = arg;
-    if (!in_time(s->o, rec) || (s->o->tenant && !field_is(rec, "tenant", s->o->tenant)))
-        return;
-    s->records++;
-    const char *type = str(rec, "type");
-    if (type && strcmp(type, "result") == 0)
-        s->results++;
-    const char *dec = str(rec, "decision");
-    /* one decision per request: result records carry the outcome, not a decision */
-    if (dec == NULL || type == NULL || strcmp(type, "request") != 0)
-        return;
-    s->requests++;
     const char *tenant = str(rec, "tenant");
     if (tenant == NULL)
         tenant = "(none)";
@@ -478,25 +716,56 @@ static void stats_cb(void *arg, json_t *rec, const char *line, size_t len)
                       "reasons");
         json_object_set_new(s->tenants, tenant, t);
     }
-    bump(t, "requests");
+    return t;
+}
+
+/* n requests decided dec (allowed or denied, with reason). */
+static void count_requests(struct stats *s, json_t *rec, const char *dec, json_int_t n)
+{
+    json_t *t = tenant_stats(s, rec);
+    s->requests += (uint64_t)n;
+    bump(t, "requests", n);
     if (strcmp(dec, "allowed") == 0) {
-        bump(t, "allowed");
+        bump(t, "allowed", n);
     } else {
-        bump(t, "denied");
         const char *reason = str(rec, "reason");
-        bump(json_object_get(t, "reasons"), reason ? reason : "(none)");
+        bump(t, "denied", n);
+        bump(json_object_get(t, "reasons"), reason ? reason : "(none)", n);
     }
+}
+
+static void stats_cb(void *arg, json_t *rec, const char *line, size_t len)
+{
+    struct stats *s = arg;
+    if (!in_time(s->o, rec) || (s->o->tenant && !field_is(rec, "tenant", s->o->tenant)))
+        return;
+    s->records++;
+    const char *type = str(rec, "type"), *dec = str(rec, "decision");
+    json_int_t count = json_integer_value(json_object_get(rec, "count"));
+    if (type == NULL)
+        return;
+    if (strcmp(type, "result") == 0)
+        s->results++;
+    else if (strcmp(type, "dropped") == 0 && count > 0)
+        s->dropped += (uint64_t)count;
+    else if (strcmp(type, "denials") == 0 && count > 0) { /* count denials coalesced by the gateway */
+        s->summaries++;
+        count_requests(s, rec, "denied", count);
+    } else if (strcmp(type, "request") == 0 && dec != NULL) /* one decision per request */
+        count_requests(s, rec, dec, 1);
     (void)line;
     (void)len;
 }
 
 static int cmd_stats(struct opts *o)
 {
-    struct stats s = {o, json_object(), 0, 0, 0};
-    int rc = verify_with(o, stats_cb, &s, NULL);
+    struct stats s = {o, json_object(), 0, 0, 0, 0, 0};
+    int rc = verify_with(o, stats_cb, &s, NULL, NULL);
     if (o->format && strcmp(o->format, "json") == 0) {
-        json_t *out = json_pack("{s:I, s:I, s:I, s:O, s:b}", "records", (json_int_t)s.records, "requests", (json_int_t)s.requests,
-                                "results", (json_int_t)s.results, "tenants", s.tenants, "verified", rc == 0);
+        json_t *out =
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:O, s:b}", "records", (json_int_t)s.records, "requests", (json_int_t)s.requests,
+                      "results", (json_int_t)s.results, "denial_summaries", (json_int_t)s.summaries, "dropped",
+                      (json_int_t)s.dropped, "tenants", s.tenants, "verified", rc == 0);
         char *text = out ? json_dumps(out, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_SORT_KEYS) : NULL;
         if (text)
             printf("%s\n", text);
@@ -525,8 +794,12 @@ static int cmd_stats(struct opts *o)
             }
             putchar('\n');
         }
-        printf("%-24s %9llu   (%llu records in range, %llu execution results)%s\n", "total", (unsigned long long)s.requests,
-               (unsigned long long)s.records, (unsigned long long)s.results, rc == 0 ? "" : "  [INCOMPLETE: verification failed]");
+        printf("%-24s %9llu   (%llu records in range, %llu execution results, %llu denial summaries)%s\n", "total",
+               (unsigned long long)s.requests, (unsigned long long)s.records, (unsigned long long)s.results,
+               (unsigned long long)s.summaries, rc == 0 ? "" : "  [INCOMPLETE: verification failed]");
+        if (s.dropped)
+            printf("%llu record(s) nobody waited for (denials) were not written: the audit disk was below its reserve\n",
+                   (unsigned long long)s.dropped);
     }
     json_decref(s.tenants);
     return rc;
@@ -750,7 +1023,7 @@ static int show_packet(const char *dir, const char *ref, const char *at, int raw
 static int cmd_show(struct opts *o)
 {
     struct show s = {o->pos[1], json_array()};
-    int rc = verify_with(o, show_cb, &s, NULL);
+    int rc = verify_with(o, show_cb, &s, NULL, NULL);
     size_t i;
     json_t *rec;
     if (json_array_size(s.records) == 0) {

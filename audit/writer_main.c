@@ -33,17 +33,23 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: moat-audit-writer --dir DIR --clients N [--user USER] [--no-packets]\n"
-               "           [--checkpoint-records N] [--checkpoint-seconds N] [--epoch-records N] [--epoch-seconds N]\n"
-               "           [--rotate-bytes N] [--rotate-seconds N] [--packet-retention-days N]\n"
+               "           [--checkpoint-records N] [--checkpoint-seconds N] [--checkpoint-delay-ms N]\n"
+               "           [--epoch-records N] [--epoch-seconds N] [--rotate-bytes N] [--rotate-seconds N]\n"
+               "           [--packet-retention-days N] [--reserve-bytes N]\n"
                "  the client sockets are descriptors 3 .. 3+N-1 (started by moat-gateway)\n"
                "  --checkpoint-records N, --checkpoint-seconds N\n"
                "        a signed checkpoint after N records or N seconds, whichever first (1000, 60)\n"
+               "  --checkpoint-delay-ms N\n"
+               "        ... and at most N ms after the first record no checkpoint covers yet (1000)\n"
                "  --epoch-records N, --epoch-seconds N\n"
                "        the MAC key ratchets after N records or N seconds (1000, 300)\n"
                "  --rotate-bytes N, --rotate-seconds N\n"
                "        a new log file past N bytes or N seconds (67108864, 86400)\n"
                "  --packet-retention-days N\n"
-               "        packets older than N days are removed; 0 keeps them (30)\n");
+               "        packets older than N days are removed; 0 keeps them (30)\n"
+               "  --reserve-bytes N\n"
+               "        with less than N bytes free, records nobody waits for (denials) are counted,\n"
+               "        not written; 0 turns the reserve off (67108864)\n");
 }
 
 /* A whole decimal number in [min, max], or -1 with one line on stderr. */
@@ -111,11 +117,13 @@ struct tuning {
 static const struct tuning tuning[] = {
     {"checkpoint-records", 1, 10000000, 1, TUNE(checkpoint_records)},
     {"checkpoint-seconds", 1, 86400, 1, TUNE(checkpoint_seconds)},
+    {"checkpoint-delay-ms", 10, 3600000, 1, TUNE(checkpoint_delay_ms)},
     {"epoch-records", 1, 10000000, 1, TUNE(epoch_records)},
     {"epoch-seconds", 1, 30 * 86400, 1, TUNE(epoch_seconds)},
     {"rotate-bytes", 65536, 1ull << 40, 1, TUNE(rotate_bytes)},
     {"rotate-seconds", 60, 366 * 86400, 1, TUNE(rotate_seconds)},
     {"packet-retention-days", 0, 3650, 86400, TUNE(packet_retention_s)},
+    {"reserve-bytes", 0, 1ull << 40, 1, TUNE(reserve_bytes)},
 };
 
 enum { NTUNING = sizeof(tuning) / sizeof(tuning[0]), OPT_TUNING = 1000 };

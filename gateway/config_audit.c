@@ -4,9 +4,10 @@
  * Present, it turns the audit trail on: dir (made by moat-audit init) is
  * required, user and writer default to GW_DEFAULT_AUDIT_USER and
  * GW_DEFAULT_AUDIT_WRITER, packets defaults to true, and the writer's
- * cadences (gw_audit_tuning_specs in privsep.c) are taken by name, each
- * within its own range, and passed on only when given.  Absent, the
- * gateway runs without a trail (audit_enabled 0).
+ * cadences and disk reserve (gw_audit_tuning_specs in privsep.c:
+ * checkpoint_delay_ms, reserve_bytes, ...) are taken by name, each within
+ * its own range, and passed on only when given.  Absent, the gateway runs
+ * without a trail (audit_enabled 0).
  */
 #include "config_parse.h"
 #include "gw_limits.h"

@@ -1,7 +1,9 @@
 """Black-box tests of the audit writer process (moat-audit-writer) and the
 reviewers' CLI (moat-audit): tests/SECURITY-CHECKS.md A4 (kill -9), A5 (hostile
-strings), A6 (ownership), group commit, disk full, packets, query/show/
-stats/export.
+strings), A6 (ownership), A8 (the window a cut tail goes unnoticed in), A9
+(the trust anchor), group commit, disk full and the disk reserve, packets,
+query/show/stats/export, an export verified on its own, a reviewer who is
+not root.
 
 The writer is started the way moat-gateway starts it: as root with one end
 of a socketpair per client on descriptors 3.. (--clients N); it drops to
@@ -11,6 +13,7 @@ Only Debian's python3 standard library is used; needs root.
 """
 
 import base64
+import calendar
 import fcntl
 import hashlib
 import json
@@ -90,7 +93,7 @@ class Client:
 
 
 class Writer:
-    def __init__(self, adir, nclients=1, env=None, packets=True):
+    def __init__(self, adir, nclients=1, env=None, packets=True, args=()):
         self.adir = adir
         pairs = [socket.socketpair() for _ in range(nclients)]
         child = [b for _, b in pairs]
@@ -105,11 +108,15 @@ class Writer:
 
         e = dict(os.environ)
         e.update(env or {})
-        args = [WRITER, "--dir", adir, "--clients", str(nclients)] + ([] if packets else ["--no-packets"])
+        args = [WRITER, "--dir", adir, "--clients", str(nclients)] + ([] if packets else ["--no-packets"]) + list(args)
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(args, preexec_fn=setup_fds, close_fds=False, env=e, stderr=self.stderr)
         for s in child:
             s.close()
+
+    def stderr_text(self):
+        """What the writer said so far (pread: the offset it writes at is shared)."""
+        return os.pread(self.stderr.fileno(), 1 << 20, 0).decode(errors="replace")
 
     def close(self, timeout=30):
         for c in self.clients:
@@ -140,6 +147,39 @@ def export(adir, *extra):
     return [json.loads(l) for l in p.stdout.decode().splitlines()]
 
 
+def as_user(name):
+    """A preexec_fn that becomes user name (no groups)."""
+    pw = pwd.getpwnam(name)
+
+    def drop():
+        os.setgroups([])
+        os.setgid(pw.pw_gid)
+        os.setuid(pw.pw_uid)
+    return drop
+
+
+def checkpoint_heads(adir):
+    """The head seqs checkpoints.log lists."""
+    try:
+        with open(os.path.join(adir, "checkpoints.log")) as f:
+            return [int(l.split()[0]) for l in f]
+    except FileNotFoundError:
+        return []
+
+
+def ms_of(t):
+    """A record's time ("2026-11-29T16:40:45.123Z") in ms since the epoch."""
+    sec = time.strptime(t[:19], "%Y-%m-%dT%H:%M:%S")
+    return int(calendar.timegm(sec)) * 1000 + int(t[20:23])
+
+
+def denials(client="203.0.113.7", reason="auth", count=3, statuses=None):
+    """The gateway's summary of coalesced denials (FORMAT.md)."""
+    return {"type": "denials", "client": client, "reason": reason, "count": count,
+            "since": "2026-11-29T16:40:45.123Z", "until": "2026-11-29T16:40:55.001Z",
+            "statuses": statuses or {"401": count}}
+
+
 def request(i, tenant="acme", **kw):
     body = {"type": "request", "request_id": "req-%d" % i, "tenant": tenant, "key_id": "k_%s" % tenant,
             "client": "10.0.0.%d" % (i % 250), "endpoint": "execute", "method": "POST", "decision": "allowed",
@@ -158,7 +198,11 @@ class AuditTest(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="moat-audit-e2e-")
         os.chmod(self.tmp, 0o755)
         self.adir = os.path.join(self.tmp, "audit")
-        audit("init", self.adir, "--user", "moat-audit", check=0)
+        self.init_out = audit("init", self.adir, "--user", "moat-audit", check=0).stdout.decode()
+        # the reviewers' copy of verifier.key, kept apart from the trail (off the host, in life)
+        self.key = os.path.join(self.tmp, "offhost", "verifier.key")
+        os.mkdir(os.path.dirname(self.key))
+        shutil.copy(os.path.join(self.adir, "verifier.key"), self.key)
         self.writers = []
         self.mounts = []
 
@@ -183,6 +227,21 @@ class AuditTest(unittest.TestCase):
         p = audit("verify", adir or self.adir)
         self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
         return p.stdout.decode()
+
+    def copy_of(self, adir, name="copy"):
+        """A copy of a trail, to cut or tamper with (no append-only flags)."""
+        copy = os.path.join(self.tmp, name)
+        shutil.copytree(adir, copy)
+        subprocess.run(["chattr", "-R", "-a", copy], capture_output=True)
+        return copy
+
+    def cut(self, adir, drop):
+        """Removes the last drop lines of the newest log file, as an intruder would."""
+        name, data = self.log_lines(adir)[-1]
+        lines = data.split(b"\n")[:-1]
+        with open(os.path.join(adir, name), "wb") as f:
+            f.write(b"".join(l + b"\n" for l in lines[:len(lines) - drop]))
+        return [json.loads(l) for l in lines[len(lines) - drop:]]
 
     def log_lines(self, adir=None):
         adir = adir or self.adir
@@ -235,7 +294,7 @@ class AuditTest(unittest.TestCase):
         newest = os.path.join(self.adir, self.log_lines()[-1][0])
         with open(newest, "ab") as f:  # O_APPEND: allowed despite chattr +a
             f.write(b'{"seq":999999,"time":"2026-11-29T16:40:45.1')
-        p = audit("verify", self.adir)
+        p = audit("verify", self.adir, "--key", self.key)
         self.assertEqual(p.returncode, 1)
         self.assertIn(b"torn", p.stderr)
         self.assertEqual(len(p.stderr.decode().strip().splitlines()), 1)
@@ -401,20 +460,25 @@ class AuditTest(unittest.TestCase):
         rc, err = w.close()
         self.assertEqual(rc, 0, err)
         self.verify_ok()
-        ids = [r["request_id"] for r in export(self.adir) if r.get("type") == "request"]
-        self.assertEqual(ids, ["n%d" % i for i in range(30)])
+        recs = [r for r in export(self.adir) if r.get("type") == "request"]
+        self.assertEqual([r["request_id"] for r in recs], ["n%d" % i for i in range(30)])
         # the seq each acknowledged record got is its place in the log
-        self.assertEqual([a[1] for a in acks], [i + 1 + 1 for i in range(30) if i % 3 == 2])
+        self.assertEqual([a[1] for a in acks], [r["seq"] for i, r in enumerate(recs) if i % 3 == 2])
 
     # ---- disk full ---------------------------------------------------------------------------
 
-    def test_disk_full_then_recovers(self):
+    def small_trail(self, size):
+        """A new trail on a tmpfs of size ("256k"): (its mount point, its directory)."""
         mnt = os.path.join(self.tmp, "small")
         os.mkdir(mnt)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs", mnt], check=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s,mode=0755" % size, "tmpfs", mnt], check=True)
         self.mounts.append(mnt)
         adir = os.path.join(mnt, "audit")
         audit("init", adir, "--user", "moat-audit", check=0)
+        return mnt, adir
+
+    def test_disk_full_then_recovers(self):
+        mnt, adir = self.small_trail("256k")
         w = self.start(adir, env={"MOAT_AUDIT_EPOCH_RECORDS": "40", "MOAT_AUDIT_CHECKPOINT_RECORDS": "25"})
         c = w.clients[0]
         ok, failed, i = {}, 0, 0
@@ -496,7 +560,7 @@ class AuditTest(unittest.TestCase):
         with open(path, "r+b") as f:
             f.seek(int(off) + 10)
             f.write(b"X")
-        p = audit("show", self.adir, "rq-1", check=1)
+        p = audit("show", self.adir, "rq-1", "--key", self.key, check=1)
         self.assertIn(b"does not match", p.stderr)
         self.assertEqual(len(p.stderr.strip().splitlines()), 1)
 
@@ -554,19 +618,324 @@ class AuditTest(unittest.TestCase):
         name = self.log_lines(copy)[0][0]
         with open(os.path.join(copy, name), "rb") as f:
             data = f.read().split(b"\n")
-        data[3] = data[3].replace(b"globex", b"globey")
+        at = [i for i, l in enumerate(data) if b'"request_id":"req-3"' in l][0]  # seq at + 1
+        data[at] = data[at].replace(b"globex", b"globey")
         with open(os.path.join(copy, name), "wb") as f:
             f.write(b"\n".join(data))
-        p = audit("query", copy, "--format", "json", "--key", os.path.join(self.adir, "verifier.key"))
+        p = audit("query", copy, "--format", "json", "--key", self.key)
         self.assertEqual(p.returncode, 1)
-        self.assertEqual([json.loads(l)["seq"] for l in p.stdout.decode().splitlines()], [1, 2, 3])
-        self.assertIn(b"seq 4 fails its MAC", p.stderr)
+        self.assertEqual([json.loads(l)["seq"] for l in p.stdout.decode().splitlines()], list(range(1, at + 1)))
+        self.assertIn(b"seq %d fails its MAC" % (at + 1), p.stderr)
         self.assertEqual(len(p.stderr.strip().splitlines()), 1)
-        p = audit("verify", copy)
+        p = audit("verify", copy, "--key", self.key)
         self.assertEqual(p.returncode, 1)
-        self.assertIn(b"audit-0000000000000001.log:4: seq 4", p.stderr)
+        self.assertIn(b"audit-0000000000000001.log:%d: seq %d" % (at + 1, at + 1), p.stderr)
         # the CLI never modified anything
         self.verify_ok()
+
+    # ---- A8: the window a cut tail goes unnoticed in ------------------------------------------
+
+    def test_a8_checkpoint_within_the_delay(self):
+        """Every record is covered by a signed checkpoint within
+        checkpoint_delay_ms (default 1 s) of being written, with
+        checkpoint_seconds an hour away and no more records coming; a cut
+        that takes it is then caught.  Idle, nothing more is signed."""
+        w = self.start(args=["--checkpoint-seconds", "3600"])
+        c = w.clients[0]
+        seqs = [c.call(request(i, request_id="a%d" % i))[1] for i in range(3)]
+        wait_until(lambda: max(checkpoint_heads(self.adir), default=0) >= seqs[-1],
+                   "a signed checkpoint over seq %d" % seqs[-1])
+        p = audit("verify", self.adir, "--key", self.key, "--strict", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        v = json.loads(p.stdout)
+        self.assertEqual((v["ok"], v["uncovered"], v["covered_seq"]), (True, 0, v["last_seq"]))
+        # idle: nothing more is signed or written (the wait is the behaviour under test: 2.5 delays)
+        before = (checkpoint_heads(self.adir), self.log_lines())
+        time.sleep(2.5)
+        self.assertEqual((checkpoint_heads(self.adir), self.log_lines()), before, "the writer signs while idle")
+        w.kill9()  # no checkpoint at close: what covers the records is the timed one
+        recs = export(self.adir, "--key", self.key)
+        last = [r for r in recs if r.get("request_id") == "a2"][0]
+        ckpt = [r for r in recs if r.get("type") == "checkpoint" and r["head_seq"] >= last["seq"]][0]
+        print("\n    signed checkpoint %d ms after the last record (writer's clock)"
+              % (ms_of(ckpt["time"]) - ms_of(last["time"])))
+        # a cut that takes the last record (and the checkpoint after it) is caught
+        copy = self.copy_of(self.adir)
+        self.assertEqual([r.get("request_id") for r in self.cut(copy, 2)], ["a2", None])
+        p = audit("verify", copy, "--key", self.key)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"the tail was truncated", p.stderr)
+
+    def test_a8_verify_counts_uncovered_records(self):
+        """verify names the records no signed checkpoint covers yet (removing
+        only those cannot be detected); --strict fails while there are any."""
+        w = self.start(args=["--checkpoint-seconds", "3600", "--checkpoint-delay-ms", "3600000"])
+        for i in range(3):
+            self.assertNotEqual(w.clients[0].call(request(i))[1], 0)
+        p = audit("verify", self.adir, "--key", self.key)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(b"NOT COVERED: 4 record(s) at the end (seq 1-4)", p.stdout)
+        p = audit("verify", self.adir, "--key", self.key, "--strict")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"--strict: 4 record(s) at the end (seq 1-4) are not covered", p.stderr)
+        v = json.loads(audit("verify", self.adir, "--key", self.key, "--strict", "--json").stdout)
+        self.assertEqual((v["ok"], v["verified"], v["uncovered"], v["covered_seq"], v["last_seq"]), (False, True, 4, 0, 4))
+        w.kill9()
+        # the window: a cut of uncovered records alone verifies
+        copy = self.copy_of(self.adir)
+        self.cut(copy, 2)
+        p = audit("verify", copy, "--key", self.key)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(b"NOT COVERED: 2 record(s)", p.stdout)
+        # a restart and a clean stop cover them all
+        w2 = self.start()
+        self.assertEqual(w2.close()[0], 0)
+        out = audit("verify", self.adir, "--key", self.key, "--strict", check=0).stdout
+        self.assertIn(b"covered: every record", out)
+
+    # ---- A9: the trust anchor ----------------------------------------------------------------
+
+    def test_a9_trust_anchor(self):
+        """A trail replaced whole, verifier.key included, verifies against
+        its own key: verify says so loudly (stderr and --json) whenever the
+        anchor comes from the directory, and fails against the reviewer's
+        copy (--key) or fingerprint (--key-fingerprint).  The writer's user
+        cannot read verifier.key (K0 would let it re-MAC every epoch)."""
+        with open(self.key, "rb") as f:
+            fp = "SHA256:" + hashlib.sha256(f.read()).hexdigest()
+        self.assertIn(fp, self.init_out)  # init prints it; sha256sum of the copy gives it too
+        w = self.start()
+        for i in range(5):
+            w.clients[0].call(request(i))
+        self.assertEqual(w.close()[0], 0)
+        probe = "import sys\nfor p in sys.argv[1:]:\n  try: open(p,'rb'); print('read', p)\n  except OSError: print('no', p)\n"
+        p = subprocess.run(["/usr/bin/python3", "-c", probe, os.path.join(self.adir, "verifier.key"),
+                            os.path.join(self.adir, "signing.key")], preexec_fn=as_user("moat-audit"), capture_output=True)
+        self.assertEqual(p.stdout.decode().split(), ["no", os.path.join(self.adir, "verifier.key"),
+                                                     "read", os.path.join(self.adir, "signing.key")])
+        genuine = self.copy_of(self.adir, "genuine")
+
+        # the anchor from the reviewer's copy, or checked against its fingerprint: quiet, and says which
+        for how in (["--key", self.key], ["--key-fingerprint", fp], ["--key-fingerprint", fp.upper().replace("SHA256", "SHA256")]):
+            p = audit("verify", genuine, *how, "--json")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertNotIn(b"WARNING", p.stderr)
+            v = json.loads(p.stdout)
+            self.assertEqual((v["anchor"]["source"], v["anchor"]["fingerprint"], v["anchor"]["warning"]),
+                             ("file" if how[0] == "--key" else "fingerprint", fp, None))
+
+        # the intruder's trail: fresh keys, its own records, its own verifier.key
+        forged = os.path.join(self.tmp, "forged")
+        audit("init", forged, "--user", "moat-audit", check=0)
+        w = self.start(forged)
+        w.clients[0].call(request(1, tenant="nobody-was-here"))
+        self.assertEqual(w.close()[0], 0)
+        rmtree(self.adir)
+        shutil.copytree(forged, self.adir)
+        for how in ([], ["--key", os.path.join(self.adir, "verifier.key")],
+                    ["--key", os.path.join(self.adir, ".", "verifier.key")]):
+            p = audit("verify", self.adir, *how)
+            self.assertEqual(p.returncode, 0, p.stderr)  # it does verify, against itself ...
+            err = p.stderr.decode()
+            self.assertIn("WARNING", err)  # ... and says loudly what that is worth
+            self.assertIn("inside the directory being checked", err)
+            v = json.loads(audit("verify", self.adir, *how, "--json").stdout)
+            self.assertEqual(v["anchor"]["source"], "directory")
+            self.assertIn("replaced whole", v["anchor"]["warning"])
+        for cmd in ("query", "stats", "export"):  # every reader says it
+            self.assertIn(b"WARNING", audit(cmd, self.adir, check=0).stderr)
+        p = audit("verify", self.adir, "--key", self.key)  # the forged checkpoints fail first
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"verification FAILED after 0 good records", p.stderr)
+        p = audit("verify", self.adir, "--key", self.key, "--checkpoints", "/dev/null")  # and the records too
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"seq 1 fails its MAC", p.stderr)
+        p = audit("verify", self.adir, "--key-fingerprint", fp, "--json")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"not the " + fp.encode() + b" given", p.stderr)
+        v = json.loads(p.stdout)
+        self.assertFalse(v["ok"])
+        self.assertIn("not the ones expected", v["problem"])
+        for bad in ("SHA256:xyz", "sha256:" + fp[7:], fp[7:]):
+            self.assertEqual(audit("verify", self.adir, "--key-fingerprint", bad).returncode, 2)
+
+    # ---- reviewers: a copy, an export, the query table ----------------------------------------
+
+    def test_reviewer_not_root_reads_a_copy(self):
+        """A reviewer who is not root (user nobody) verifies and reads a copy
+        of the trail, taken as a tar archive, with the off-host key: verify
+        needs no root, no write access and no state file, and changes
+        nothing.  The live directory itself is refused with a clear error."""
+        w = self.start()
+        c = w.clients[0]
+        c.call(request(1, request_id="rq-1"))
+        c.call({"type": "result", "request_id": "rq-1", "tenant": "acme", "run": {"status": "OK"}}, b'{"code":"print(1)"}')
+        self.assertEqual(w.close()[0], 0)
+        nobody = pwd.getpwnam("nobody")
+        home = os.path.join(self.tmp, "reviewer")
+        os.mkdir(home)
+        os.chown(home, nobody.pw_uid, nobody.pw_gid)
+        archive = os.path.join(self.tmp, "trail.tar")
+        subprocess.run(["tar", "-C", self.adir, "-cf", archive, "."], check=True)
+        os.chmod(archive, 0o644)
+        os.chmod(self.key, 0o644)
+        os.chmod(os.path.dirname(self.key), 0o755)
+        copy = os.path.join(home, "trail")
+
+        def as_nobody(*args, check=0):
+            p = subprocess.run(list(args), preexec_fn=as_user("nobody"), capture_output=True, timeout=120, cwd=home)
+            if check is not None and p.returncode != check:
+                raise AssertionError("%s: exit %d\n%s" % (args, p.returncode, p.stderr.decode(errors="replace")))
+            return p
+
+        as_nobody("/bin/mkdir", copy)
+        as_nobody("/bin/tar", "-C", copy, "-xf", archive)
+        os.unlink(os.path.join(copy, "state"))  # the reviewer needs no state file (and should not get one)
+        before = {n: os.stat(os.path.join(copy, n)) for n in os.listdir(copy)}
+        k = ["--key", self.key]
+        out = as_nobody(AUDIT, "verify", copy, *k, "--strict").stdout
+        self.assertIn(b"OK: ", out)
+        self.assertIn(b"rq-1", as_nobody(AUDIT, "query", copy, *k).stdout)
+        self.assertIn(b"print(1)", as_nobody(AUDIT, "show", copy, "rq-1", *k).stdout)
+        self.assertEqual(json.loads(as_nobody(AUDIT, "stats", copy, *k, "--format", "json").stdout)["requests"], 1)
+        exp = as_nobody(AUDIT, "export", copy, *k).stdout
+        with open(os.path.join(home, "export.jsonl"), "wb") as f:
+            f.write(exp)
+        as_nobody(AUDIT, "verify", "--export", os.path.join(home, "export.jsonl"), *k, "--strict",
+                  "--checkpoints", os.path.join(copy, "checkpoints.log"))
+        after = {n: os.stat(os.path.join(copy, n)) for n in os.listdir(copy)}
+        self.assertEqual(sorted(before), sorted(after))
+        for n in before:
+            self.assertEqual((before[n].st_size, before[n].st_mtime_ns), (after[n].st_size, after[n].st_mtime_ns), n)
+        # the live directory (moat-audit's, mode 0700): a clear refusal, no crash
+        p = as_nobody(AUDIT, "verify", self.adir, *k, check=1)
+        self.assertIn(b"Permission denied", p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1)
+
+    def test_export_verified_on_its_own(self):
+        """moat-audit export's output and the verifier key are enough to
+        verify: verify --export checks the chain, MACs and signatures; an
+        export cut by time starts later and verifies; one filtered by tenant
+        has gaps and does not; an edit is found."""
+        w = self.start()
+        c = w.clients[0]
+        for i in range(20):
+            c.call(request(i, tenant="acme" if i % 2 else "globex"))
+        self.assertEqual(w.close()[0], 0)
+        out = os.path.join(self.tmp, "out")
+        os.mkdir(out)
+
+        def exported(name, *filters):
+            path = os.path.join(out, name)
+            with open(path, "wb") as f:
+                f.write(audit("export", self.adir, "--key", self.key, *filters, check=0).stdout)
+            return path
+
+        full = exported("full.jsonl")
+        ckpts = os.path.join(self.adir, "checkpoints.log")
+        v = json.loads(audit("verify", "--export", full, "--key", self.key, "--checkpoints", ckpts, "--strict", "--json",
+                             check=0).stdout)
+        self.assertEqual((v["ok"], v["first_seq"], v["uncovered"], v["anchor"]["source"]), (True, 1, 0, "file"))
+        with open(full) as f:
+            self.assertEqual(v["records"], len(f.read().splitlines()))
+        with open(full, "rb") as f:  # from stdin too
+            p = subprocess.run([AUDIT, "verify", "--export", "-", "--key", self.key], stdin=f, capture_output=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        t = [r for r in export(self.adir, "--key", self.key) if r.get("request_id") == "req-10"][0]["time"]
+        later = exported("later.jsonl", "--since", t)
+        v = json.loads(audit("verify", "--export", later, "--key", self.key, "--json", check=0).stdout)
+        self.assertTrue(v["ok"])
+        self.assertGreater(v["first_seq"], 1)
+        p = audit("verify", "--export", exported("acme.jsonl", "--tenant", "acme"), "--key", self.key)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"missing here", p.stderr)
+        with open(full, "rb") as f:
+            data = f.read().replace(b'"tenant":"globex"', b'"tenant":"globey"', 1)
+        with open(full, "wb") as f:
+            f.write(data)
+        p = audit("verify", "--export", full, "--key", self.key)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"fails its MAC", p.stderr)
+        # usage: --export takes no DIR and needs --key
+        self.assertEqual(audit("verify", "--export", full).returncode, 2)
+        self.assertEqual(audit("verify", self.adir, "--export", full, "--key", self.key).returncode, 2)
+
+    def test_query_request_id_status_and_summaries(self):
+        """The query table shows the request id (show's key); --status takes
+        an execution's outcome as well as the HTTP status; the gateway's
+        denial summaries are sealed (NOACK) and counted by stats per tenant
+        (none) and reason; "dropped" is the writer's own type."""
+        w = self.start()
+        c = w.clients[0]
+        c.call(request(1, request_id="0123456789abcdef"))
+        c.call({"type": "result", "request_id": "0123456789abcdef", "tenant": "acme", "status": 200,
+                "run": {"status": "TO", "code": None}})
+        c.call(request(2, request_id="fedcba9876543210", decision="denied", reason="auth", status=401, tenant=None))
+        c.send(denials(count=57, statuses={"401": 50, "429": 7}), flags=NOACK)
+        c.send(denials(client="2001:db8:1:2::/64", reason="rate", count=5, statuses={"429": 5}), flags=NOACK)
+        self.assertEqual(c.call({"type": "dropped", "count": 1})[1], 0)  # the writer's own
+        rc, err = w.close()
+        self.assertEqual(rc, 0, err)
+        table = audit("query", self.adir, "--key", self.key, check=0).stdout.decode()
+        self.assertIn("REQUEST_ID", table.splitlines()[0])
+        self.assertIn("0123456789abcdef", table)
+        self.assertIn("57@203.0.113.7", table)
+        q = lambda *a: [(json.loads(l).get("type"), json.loads(l).get("request_id")) for l in
+                        audit("query", self.adir, "--key", self.key, "--format", "json", *a, check=0).stdout.decode().splitlines()]
+        self.assertEqual(q("--status", "TO"), [("result", "0123456789abcdef")])
+        self.assertEqual(q("--status", "401"), [("request", "fedcba9876543210"), ("denials", None)])
+        self.assertEqual(q("--status", "429"), [("denials", None), ("denials", None)])
+        self.assertEqual(q("--type", "denials", "--reason", "rate"), [("denials", None)])
+        st = json.loads(audit("stats", self.adir, "--key", self.key, "--format", "json", check=0).stdout)
+        self.assertEqual(st["tenants"]["(none)"], {"requests": 63, "allowed": 0, "denied": 63, "reasons": {"auth": 58, "rate": 5}})
+        self.assertEqual((st["requests"], st["denial_summaries"], st["dropped"]), (64, 2, 0))
+        self.assertIn("2 denial summaries", audit("stats", self.adir, "--key", self.key, check=0).stdout.decode())
+
+    # ---- the disk reserve ---------------------------------------------------------------------
+
+    def test_disk_reserve_keeps_room_for_acknowledged_records(self):
+        """Denials (sent NOACK) flood a small audit filesystem: below the
+        reserve they are counted, not written, while an acknowledged record
+        still goes through; the count is logged and recorded ("dropped")
+        once there is room again, and written + dropped = sent."""
+        mnt, adir = self.small_trail("4m")
+        reserve = 1 << 20
+        w = self.start(adir, packets=False, args=["--reserve-bytes", str(reserve)])
+        c = w.clients[0]
+        pad = "x" * 300
+        sent = 12000  # about 5 MB of records: more than the 3 MiB above the reserve
+        for i in range(sent):
+            c.send(request(i, request_id="d%d" % i, decision="denied", reason="auth", status=401, message=pad), flags=NOACK)
+        tag, seq, err, _ = c.call(request(0, request_id="acked", message=pad))
+        self.assertNotEqual(seq, 0, "an acknowledged record was refused below the reserve (err %d)" % err)
+        said = w.stderr_text()
+        self.assertIn("disk reserve: less than %d bytes free" % reserve, said)
+        free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
+        self.assertGreater(free, reserve - 64 * 1024, "denials ate into the reserve")
+        print("\n    reserve reached: %d bytes free of 4 MiB, reserve %d" % (free, reserve))
+        # room again: the count is recorded, and denials are written again
+        subprocess.run(["mount", "-o", "remount,size=64m", mnt], check=True)
+        wait_until(lambda: any(b'"type":"dropped"' in d for _, d in self.log_lines(adir)), "a dropped record")
+        self.assertIn("there is room again", w.stderr_text())
+        for i in range(sent, sent + 100):
+            c.send(request(i, request_id="d%d" % i, decision="denied", reason="auth", status=401), flags=NOACK)
+        self.assertNotEqual(c.call(request(1, request_id="acked-2"))[1], 0)
+        rc, err = w.close()
+        self.assertEqual(rc, 0, err)
+        self.verify_ok(adir)
+        recs = export(adir)
+        written = sum(1 for r in recs if str(r.get("request_id", "")).startswith("d"))
+        dropped = sum(r["count"] for r in recs if r.get("type") == "dropped")
+        print("    %d denials sent: %d written, %d dropped (%d dropped record(s))"
+              % (sent + 100, written, dropped, sum(1 for r in recs if r.get("type") == "dropped")))
+        self.assertGreater(dropped, 0)
+        self.assertEqual(written + dropped, sent + 100)
+        self.assertEqual([r["request_id"] for r in recs if str(r.get("request_id", "")).startswith("d")][-100:],
+                         ["d%d" % i for i in range(sent, sent + 100)])
+        d = [r for r in recs if r.get("type") == "dropped"][0]
+        self.assertLessEqual(ms_of(d["since"]), ms_of(d["until"]))
+        st = json.loads(audit("stats", adir, "--format", "json", check=0).stdout)
+        self.assertEqual(st["dropped"], dropped)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 /*
  * test_audit_log.c - the audit writer's core (audit/audit_log.c and the
  * files beside it) driven directly, and the verifier (audit_verify.c)
- * against the attacks of tests/SECURITY-CHECKS.md A1-A7, each checked by the
+ * against the attacks of tests/SECURITY-CHECKS.md A1-A8, each checked by the
  * exact record it reports and the reason text.
  *
  * Every test makes its own directory under $TMPDIR (or /tmp) with small
@@ -99,6 +99,7 @@ static void test_config(struct audit_config *c)
     c->epoch_seconds = 100000;
     c->checkpoint_records = 10;
     c->checkpoint_seconds = 100000;
+    c->checkpoint_delay_ms = 3600000; /* no checkpoint by the clock, but where a test asks */
     c->rotate_bytes = 1ull << 30;
     c->rotate_seconds = 0;
     c->packet_retention_s = 0;
@@ -1109,7 +1110,8 @@ static int jansson_takes(const char *body, size_t len)
     for (size_t i = 0; ok && i < sizeof(names) / sizeof(names[0]); i++)
         ok = json_object_get(j, names[i]) == NULL;
     const char *type = ok ? json_string_value(json_object_get(j, "type")) : NULL;
-    if (type != NULL && (strcmp(type, "checkpoint") == 0 || strcmp(type, "repair") == 0 || strcmp(type, "start") == 0))
+    if (type != NULL && (strcmp(type, "checkpoint") == 0 || strcmp(type, "repair") == 0 || strcmp(type, "start") == 0 ||
+                         strcmp(type, "dropped") == 0))
         ok = 0;
     json_decref(j);
     return ok;
@@ -1137,6 +1139,10 @@ static void test_text_fast_and_slow_agree(void **state)
         {"{\"e\":\"\\ud83d\\ude00\"}", 0, 0},                     /* a surrogate pair */
         {"{\"k\\u0041\":1}", 0, 0},                               /* an escaped key */
         {"{\"big\":12345678901234567890}", 0, 0},                 /* too big for json_int_t: refused below */
+        /* the gateway's summary of coalesced denials (FORMAT.md): spliced as sent */
+        {"{\"type\":\"denials\",\"client\":\"2001:db8:1:2::/64\",\"reason\":\"auth\",\"count\":57,"
+         "\"since\":\"2026-11-29T16:40:45.123Z\",\"until\":\"2026-11-29T16:40:55.001Z\",\"statuses\":{\"401\":50,\"429\":7}}",
+         0, 1},
     };
     uint8_t pkt[100];
     char err[256];
@@ -1227,6 +1233,7 @@ static const struct text_case rejection_cases[] = {
     {"{\"type\":\"checkpoint\",\"head_seq\":1}", 0, 0},
     {"{\"type\":\"repair\"}", 0, 0},
     {"{\"type\":\"start\"}", 0, 0},
+    {"{\"type\":\"dropped\",\"count\":0}", 0, 0},
     {"{\"type\":\"star\\u0074\"}", 0, 0},
     {"{\"type\":\"start\\u0000x\"}", 0, 0},
     {"{\"type\":\"started\"}", 0, 1},
@@ -1611,6 +1618,234 @@ static void test_text_cost(void **state)
     expect_ok(f);
 }
 
+/* ---- A8: the window a cut tail goes unnoticed in ------------------------------------------ */
+
+/* Waits until the log says a checkpoint is due by checkpoint_delay_ms: on
+ * the monotonic clock, for as long as it says, so load only makes it later. */
+static void wait_checkpoint_due(struct fixture *f)
+{
+    int64_t in;
+    while ((in = audit_log_checkpoint_in(&f->log)) > 0) {
+        struct timespec ts = {0, (long)in * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(in, 0);
+}
+
+/* A cut of the log to its first keep lines, as an intruder would make it. */
+static void cut_log(struct fixture *f, char **orig, size_t keep)
+{
+    char path[400];
+    first_log(f, path, sizeof(path));
+    write_lines(path, orig, keep);
+}
+
+/*
+ * A signed checkpoint follows every record within checkpoint_delay_ms, by
+ * the clock, with no more records or seconds needed; none while nothing is
+ * written.  verify counts what no checkpoint covers yet, and what a cut
+ * takes is detected exactly when it takes a covered record.
+ */
+static void test_a8_checkpoint_delay(void **state)
+{
+    struct fixture *f = *state;
+    char err[512], path[400];
+    size_t n;
+
+    f->cfg.checkpoint_records = 1000;
+    f->cfg.checkpoint_delay_ms = 20;
+    log_open(f); /* the start record: a checkpoint is due 20 ms from it */
+    int64_t in = audit_log_checkpoint_in(&f->log);
+    assert_true(in >= 0 && in <= 20);
+    append_many(f, 3);
+    expect_ok(f); /* nothing covers the four records yet */
+    assert_int_equal(f->r.uncovered, 4);
+    assert_int_equal(f->r.covered_seq, 0);
+
+    wait_checkpoint_due(f);
+    assert_int_equal(audit_log_tick(&f->log, time(NULL), err, sizeof(err)), 0);
+    assert_int_equal(audit_log_checkpoint_in(&f->log), -1); /* all covered */
+    expect_ok(f);
+    assert_int_equal(f->r.checkpoints, 1);
+    assert_int_equal(f->r.listed, 1);
+    assert_int_equal(f->r.uncovered, 0);
+    assert_int_equal(f->r.covered_seq, 5); /* the checkpoint record, over seq 4 */
+    assert_int_equal(f->r.last_seq, 5);
+
+    /* idle: nothing is signed, however often the writer ticks */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(audit_log_tick(&f->log, time(NULL), err, sizeof(err)), 0);
+    assert_int_equal(f->log.seq, 5);
+
+    /* two records that no checkpoint covers yet (the writer dies before one) */
+    f->log.cfg.checkpoint_delay_ms = 3600000;
+    append_many(f, 2);
+    log_crash(f);
+    expect_ok(f);
+    assert_int_equal(f->r.uncovered, 2);
+    assert_int_equal(f->r.covered_seq, 5);
+    first_log(f, path, sizeof(path));
+    char **orig = read_lines(path, &n);
+    assert_int_equal(n, 7);
+    /* removing only those is not detected: that is the window verify names */
+    cut_log(f, orig, 5);
+    expect_ok(f);
+    assert_int_equal(f->r.uncovered, 0);
+    /* the checkpoint record too: checkpoints.log names it */
+    cut_log(f, orig, 4);
+    expect_bad(f, NULL, 5, (size_t)-1, "without the checkpoint record");
+    /* a covered record */
+    cut_log(f, orig, 3);
+    expect_bad(f, NULL, 4, (size_t)-1, "the tail was truncated");
+    cut_log(f, orig, n);
+    expect_ok(f);
+    free_lines(orig, n);
+}
+
+/* A log emptied of every record, checkpoints.log with it, does not verify
+ * as an empty trail. */
+static void test_a8_emptied_log(void **state)
+{
+    struct fixture *f = *state;
+    char path[400], ckpt[400];
+    size_t n, cn;
+    build_trail(f, 3);
+    first_log(f, path, sizeof(path));
+    snprintf(ckpt, sizeof(ckpt), "%s/checkpoints.log", f->dir);
+    char **orig = read_lines(path, &n), **corig = read_lines(ckpt, &cn);
+    assert_true(cn >= 1);
+    cut_log(f, orig, 0);
+    expect_bad(f, NULL, 1, (size_t)-1, "the tail was truncated");
+    write_lines(ckpt, corig, 0);
+    expect_bad(f, NULL, (uint64_t)-1, (size_t)-1, "holds no record at all");
+    cut_log(f, orig, n);
+    write_lines(ckpt, corig, cn);
+    expect_ok(f);
+    free_lines(orig, n);
+    free_lines(corig, cn);
+}
+
+/* A checkpoint due while a line torn by a full disk waits for its repair
+ * record signs the head right before it: the repair's, not the one before. */
+static void test_a2_checkpoint_after_torn_line(void **state)
+{
+    struct fixture *f = *state;
+    char err[512], path[400];
+    struct rlimit old, lim;
+
+    f->cfg.checkpoint_seconds = 60;
+    log_open(f);
+    append_many(f, 1);
+    first_log(f, path, sizeof(path));
+    append_req(f, 20, "acme");
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = (rlim_t)(file_size(path) + 20);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    assert_int_not_equal(audit_log_sync(&f->log, err, sizeof(err)), 0);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    assert_int_equal(f->log.torn_pending, 20);
+    uint64_t before = f->log.seq;
+    assert_int_equal(audit_log_tick(&f->log, time(NULL) + 120, err, sizeof(err)), 0);
+    assert_int_equal(f->log.seq, before + 2); /* the repair, then the checkpoint */
+    log_crash(f);
+    expect_ok(f);
+    assert_int_equal(f->r.repairs, 1);
+    assert_int_equal(f->r.last_checkpoint_seq, before + 1);
+    assert_int_equal(f->r.uncovered, 0);
+}
+
+/* ---- an export, verified on its own ------------------------------------------------------------ */
+
+static int verify_export(struct fixture *f, const char *path, const char *checkpoints)
+{
+    return audit_verify_export(path, f->k0, f->pub, checkpoints, &f->r, NULL, NULL);
+}
+
+static void expect_export_bad(struct fixture *f, const char *path, const char *checkpoints, const char *needle)
+{
+    assert_int_not_equal(verify_export(f, path, checkpoints), 0);
+    print_message("    verify --export: %s\n", f->r.problem);
+    if (strstr(f->r.problem, needle) == NULL)
+        fail_msg("problem \"%s\" lacks \"%s\"", f->r.problem, needle);
+}
+
+/* The lines as stored (moat-audit export), in a file of their own: the
+ * chain, the MACs and the signatures check as in the directory; a part cut
+ * by time starts later; an edit, a gap or a cut tail is found. */
+static void test_export_verified_on_its_own(void **state)
+{
+    struct fixture *f = *state;
+    char path[400], exp[400], ckpt[400];
+    size_t n;
+    build_trail(f, 30);
+    first_log(f, path, sizeof(path));
+    snprintf(exp, sizeof(exp), "%s/export.jsonl", f->root);
+    snprintf(ckpt, sizeof(ckpt), "%s/checkpoints.log", f->dir);
+    char **orig = read_lines(path, &n);
+
+    write_lines(exp, orig, n);
+    assert_int_equal(verify_export(f, exp, NULL), 0);
+    assert_int_equal(f->r.records, n);
+    assert_int_equal(f->r.first_seq, 1);
+    assert_int_equal(f->r.uncovered, n); /* no checkpoints list: nothing proves the end */
+    assert_int_equal(verify_export(f, exp, ckpt), 0);
+    assert_int_equal(f->r.uncovered, 0);
+
+    /* from seq 12 on (export --since) */
+    write_lines(exp, orig + 11, n - 11);
+    assert_int_equal(verify_export(f, exp, ckpt), 0);
+    assert_int_equal(f->r.first_seq, 12);
+    assert_int_equal(f->r.records, n - 11);
+
+    /* a record edited */
+    char **l = read_lines(path, &n);
+    char *p = strstr(l[14], "\"acme\"");
+    assert_non_null(p);
+    p[1] ^= 0x01;
+    write_lines(exp, l, n);
+    expect_export_bad(f, exp, NULL, "seq 15 fails its MAC");
+    free_lines(l, n);
+
+    /* a record left out */
+    l = malloc(n * sizeof(char *));
+    memcpy(l, orig, 20 * sizeof(char *));
+    memcpy(l + 20, orig + 21, (n - 21) * sizeof(char *));
+    write_lines(exp, l, n - 1);
+    expect_export_bad(f, exp, NULL, "1 record(s) missing");
+    free(l);
+
+    /* the tail cut: only a checkpoints list shows it */
+    write_lines(exp, orig, n - 3);
+    assert_int_equal(verify_export(f, exp, NULL), 0);
+    expect_export_bad(f, exp, ckpt, "the tail was truncated");
+
+    /* empty */
+    write_lines(exp, orig, 0);
+    expect_export_bad(f, exp, NULL, "holds no record at all");
+    free_lines(orig, n);
+}
+
+/* The disk reserve's account: a "dropped" record of the writer's own. */
+static void test_dropped_record(void **state)
+{
+    struct fixture *f = *state;
+    char err[512];
+    struct timespec since = {1764434445, 123000000}, until = {1764434455, 1000000};
+    log_open(f);
+    append_many(f, 2);
+    uint64_t seq = audit_log_dropped(&f->log, 4242, &since, &until, err, sizeof(err));
+    assert_int_not_equal(seq, 0);
+    assert_int_equal(audit_log_sync(&f->log, err, sizeof(err)), 0);
+    char *line = line_of(f, seq);
+    assert_non_null(strstr(line, "\"type\":\"dropped\",\"count\":4242,\"since\":\"2025-11-29T16:40:45.123Z\","
+                                 "\"until\":\"2025-11-29T16:40:55.001Z\""));
+    free(line);
+    log_close(f);
+    expect_ok(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1638,6 +1873,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batch_failure_outlives_inner_syncs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rotation_ends_torn_line_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_text_cost, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a8_checkpoint_delay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a8_emptied_log, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a2_checkpoint_after_torn_line, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_export_verified_on_its_own, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dropped_record, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
