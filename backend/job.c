@@ -25,6 +25,14 @@ static int valid_file_name(const char *name)
     return 1;
 }
 
+/* S26: a name a tool could read as an option ("-o", "--version") or an
+ * option file ("@o" to gcc, rustc, javac, java).  Refused whatever the
+ * gateway checked; language_argv()'s "./" is the second line. */
+static int option_like(const char *name)
+{
+    return name[0] == '-' || name[0] == '@';
+}
+
 static int job_fail(struct job_error *je, uint16_t code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static int job_fail(struct job_error *je, uint16_t code, const char *fmt, ...)
@@ -40,9 +48,13 @@ static int job_fail(struct job_error *je, uint16_t code, const char *fmt, ...)
 static int validate_files(const struct moat_exec_request *req, struct job_error *je)
 {
     size_t total = 0;
+    if (req->nfiles == 0)
+        return job_fail(je, MOAT_ERR_BAD_REQUEST, "files must hold at least one file");
     for (size_t i = 0; i < req->nfiles; i++) {
         if (!valid_file_name(req->files[i].name))
             return job_fail(je, MOAT_ERR_BAD_REQUEST, "files[%zu].name is not a valid file name", i);
+        if (option_like(req->files[i].name))
+            return job_fail(je, MOAT_ERR_BAD_REQUEST, "files[%zu].name must not begin with '-' or '@'", i);
         for (size_t j = 0; j < i; j++)
             if (strcmp(req->files[i].name, req->files[j].name) == 0)
                 return job_fail(je, MOAT_ERR_BAD_REQUEST, "files[%zu].name repeats files[%zu].name", i, j);
@@ -92,34 +104,6 @@ static int stage_limits_for(const struct stage_limits *ceil, int64_t timeout_ms,
     lim->fsize_bytes = ceil->fsize_bytes;
     lim->nofile = DEFAULT_NOFILE;
     return 0;
-}
-
-/* ---- argv and environment ----------------------------------------------- */
-
-/* Expands {file}, {files} and {args}; each user string stays one element. */
-static char **expand_argv(char *const *tmpl, const struct moat_exec_request *req)
-{
-    size_t n = 0;
-    for (size_t i = 0; tmpl[i]; i++)
-        n += strcmp(tmpl[i], "{files}") == 0 ? req->nfiles : strcmp(tmpl[i], "{args}") == 0 ? req->nargs : 1;
-    char **argv = calloc(n + 1, sizeof(char *));
-    if (argv == NULL)
-        return NULL;
-    size_t k = 0;
-    for (size_t i = 0; tmpl[i]; i++) {
-        if (strcmp(tmpl[i], "{files}") == 0) {
-            for (size_t j = 0; j < req->nfiles; j++)
-                argv[k++] = req->files[j].name;
-        } else if (strcmp(tmpl[i], "{args}") == 0) {
-            for (size_t j = 0; j < req->nargs; j++)
-                argv[k++] = req->args[j];
-        } else if (strcmp(tmpl[i], "{file}") == 0) {
-            argv[k++] = req->files[0].name;
-        } else {
-            argv[k++] = tmpl[i];
-        }
-    }
-    return argv;
 }
 
 /* ---- stages ------------------------------------------------------------- */
@@ -225,13 +209,13 @@ int job_run(struct backend *b, const struct moat_exec_request *orig, struct moat
     job.box_bytes = DEFAULT_BOX_BYTES;
     if (lang->compile_argv) {
         job.stages[BOX_STAGE_COMPILE] = (struct box_stage){1, NULL, lang->env, compile_lim};
-        if ((argv_compile = expand_argv(lang->compile_argv, req)) == NULL)
+        if ((argv_compile = language_argv(lang->compile_argv, req->files, req->nfiles, req->args, req->nargs)) == NULL)
             return job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
         job.stages[BOX_STAGE_COMPILE].argv = argv_compile;
     }
     job.stages[BOX_STAGE_RUN] = (struct box_stage){1, NULL, lang->env, run_lim};
-    if ((argv_run = expand_argv(lang->run_argv, req)) == NULL) {
-        free(argv_compile);
+    if ((argv_run = language_argv(lang->run_argv, req->files, req->nfiles, req->args, req->nargs)) == NULL) {
+        language_argv_free(argv_compile);
         return job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
     }
     job.stages[BOX_STAGE_RUN].argv = argv_run;
@@ -261,8 +245,8 @@ out:
     /* the box is discarded and the slot made warm again off this path */
     pool_release(&b->pool, s);
 done:
-    free(argv_compile);
-    free(argv_run);
+    language_argv_free(argv_compile);
+    language_argv_free(argv_run);
     if (rc != 0)
         moat_exec_result_free(res);
     return rc;

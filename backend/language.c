@@ -8,10 +8,21 @@
  * name, one argv element each) and "{args}" (the request's arguments, one
  * element each).
  *
+ * No user string may be read as an option by a tool (S26).  Three rules
+ * hold that for every manifest, not just the shipped ones: job.c refuses
+ * file names that begin with '-' or '@'; language_argv() passes every file
+ * as "./name", which no tool reads as an option, an @-file or a subcommand;
+ * and manifest_placeholders() only accepts "{args}" last in the run
+ * template, right after "{file}" (every word after a script is the
+ * script's) or right after a program the compile stage built in /box, so
+ * arguments reach the program and never the interpreter or compiler.
+ * Manifests also put "--" before the files where the tool knows it.
+ *
  * language_parse() reads a manifest in named steps (manifest_fields_known,
- * _identity, _extension, _aliases, _stages, _runtime, _env, then the limits),
- * each failing with the manifest's path and the field; a manifest is taken
- * whole or skipped (languages_load logs why), never half-registered.
+ * _identity, _extension, _aliases, _stages, _placeholders, _runtime, _env,
+ * then the limits), each failing with the manifest's path and the field; a
+ * manifest is taken whole or skipped (languages_load logs why), never
+ * half-registered.
  */
 #include "language.h"
 
@@ -279,6 +290,30 @@ static int manifest_stages(struct language *lang, json_t *root, struct errbuf *e
     return argv_template(json_object_get(root, "run"), "run", &lang->run_argv, e);
 }
 
+/* "{args}" in a template: nowhere in compile; in run at most once and last, right after
+ * "{file}" or after argv[0] when that is the program the compile stage built in /box. */
+static int manifest_placeholders(struct language *lang, const char *path, struct errbuf *e)
+{
+    char **run = lang->run_argv;
+    size_t n = 0, at = 0, count = 0;
+
+    for (size_t i = 0; lang->compile_argv && lang->compile_argv[i]; i++)
+        if (strcmp(lang->compile_argv[i], "{args}") == 0)
+            return errf(e, "%s: compile must not use {args}: arguments are the program's, not the compiler's", path);
+    for (; run[n]; n++)
+        if (strcmp(run[n], "{args}") == 0) {
+            at = n;
+            count++;
+        }
+    if (count == 0)
+        return 0;
+    if (count > 1 || at != n - 1)
+        return errf(e, "%s: run may use {args} once, as its last element", path);
+    if (!(strcmp(run[at - 1], "{file}") == 0 || (at == 1 && strncmp(run[0], "/box/", 5) == 0)))
+        return errf(e, "%s: run's {args} must follow {file} or a program built in /box, so no argument reaches the tool", path);
+    return 0;
+}
+
 /* runtime: the host paths mounted read-only in the box; absolute, not "/", without "..". */
 static int manifest_runtime(struct language *lang, json_t *root, const char *path, struct errbuf *e)
 {
@@ -337,8 +372,8 @@ int language_parse(struct language *lang, const char *path, struct errbuf *e)
         return errf(e, "%s:%d: %s", path, jerr.line, jerr.text);
     if (manifest_fields_known(root, path, e) != 0 || manifest_identity(lang, root, path, e) != 0 ||
         manifest_extension(lang, root, path, e) != 0 || manifest_aliases(lang, root, path, e) != 0 ||
-        manifest_stages(lang, root, e) != 0 || manifest_runtime(lang, root, path, e) != 0 ||
-        manifest_env(lang, root, path, e) != 0 ||
+        manifest_stages(lang, root, e) != 0 || manifest_placeholders(lang, path, e) != 0 ||
+        manifest_runtime(lang, root, path, e) != 0 || manifest_env(lang, root, path, e) != 0 ||
         limits_apply(json_object_get(root, "limits"), &lang->run_limits, &lang->compile_limits, e) != 0) {
         json_decref(root);
         language_free(lang);
@@ -346,6 +381,57 @@ int language_parse(struct language *lang, const char *path, struct errbuf *e)
     }
     json_decref(root);
     return 0;
+}
+
+/* ---- a stage's argv ---------------------------------------------------------- */
+
+/* "./" and a file name: never an option, an @-file or a subcommand to the tool. */
+static char *file_arg(const char *name)
+{
+    size_t len = strlen(name);
+    char *p = malloc(len + 3);
+
+    if (p == NULL)
+        return NULL;
+    memcpy(p, "./", 2);
+    memcpy(p + 2, name, len + 1);
+    return p;
+}
+
+void language_argv_free(char **argv)
+{
+    free_strv(argv);
+}
+
+char **language_argv(char *const *tmpl, const struct moat_file *files, size_t nfiles, char *const *args, size_t nargs)
+{
+    size_t n = 0, k = 0;
+    char **argv;
+
+    for (size_t i = 0; tmpl[i]; i++)
+        n += strcmp(tmpl[i], "{files}") == 0 ? nfiles : strcmp(tmpl[i], "{args}") == 0 ? nargs : 1;
+    if ((argv = calloc(n + 1, sizeof(char *))) == NULL)
+        return NULL;
+    for (size_t i = 0; tmpl[i]; i++) {
+        if (strcmp(tmpl[i], "{files}") == 0) {
+            for (size_t j = 0; j < nfiles; j++)
+                if ((argv[k++] = file_arg(files[j].name)) == NULL)
+                    goto oom;
+        } else if (strcmp(tmpl[i], "{args}") == 0) {
+            for (size_t j = 0; j < nargs; j++)
+                if ((argv[k++] = strdup(args[j])) == NULL)
+                    goto oom;
+        } else if (strcmp(tmpl[i], "{file}") == 0) {
+            if (nfiles == 0 || (argv[k++] = file_arg(files[0].name)) == NULL)
+                goto oom;
+        } else if ((argv[k++] = strdup(tmpl[i])) == NULL) {
+            goto oom;
+        }
+    }
+    return argv;
+oom:
+    free_strv(argv);
+    return NULL;
 }
 
 /*

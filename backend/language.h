@@ -46,6 +46,17 @@ int language_parse(struct language *lang, const char *path, struct errbuf *e);
 void language_free(struct language *lang);
 void languages_free(struct language_set *set);
 
+/*
+ * A stage's argv from its template: "{file}" becomes "./" and the first
+ * file's name, "{files}" every file's name so (one element each), "{args}"
+ * the arguments as they are (one element each).  The "./" keeps a name from
+ * ever reading as an option ("-o", "@file", "inspect" to node) to the tool
+ * that gets it.  Every element is the caller's: free with language_argv_free.
+ * NULL when out of memory.
+ */
+char **language_argv(char *const *tmpl, const struct moat_file *files, size_t nfiles, char *const *args, size_t nargs);
+void language_argv_free(char **argv);
+
 /* Finds a language by name or alias and a version selector ("*", "3",
  * "3.11", "3.11.2", "3.x"); the highest matching version wins. */
 const struct language *language_find(const struct language_set *set, const char *name, const char *selector);

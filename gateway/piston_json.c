@@ -58,6 +58,14 @@ static int valid_file_name(const char *s, size_t len)
     return 1;
 }
 
+/* A name a compiler or interpreter could read as an option ("-o") or an
+ * option file ("@o" to gcc, rustc, java): refused here with its own message,
+ * and again by the backend, which also passes names as "./name" (S26). */
+static int option_like(const char *s)
+{
+    return s[0] == '-' || s[0] == '@';
+}
+
 static char *dup_bytes(const char *s, size_t len)
 {
     char *p = malloc(len + 1);
@@ -145,6 +153,8 @@ static int parse_file(json_t *obj, size_t idx, struct moat_file *f, char *err, s
             return bad(err, errlen, "files[%zu].name must be a string", idx);
         if (!valid_file_name(json_string_value(name), json_string_length(name)))
             return bad(err, errlen, "files[%zu].name is not a valid file name", idx);
+        if (option_like(json_string_value(name)))
+            return bad(err, errlen, "files[%zu].name must not begin with '-' or '@'", idx);
         f->name = dup_bytes(json_string_value(name), json_string_length(name));
     } else {
         char def[32];

@@ -141,6 +141,41 @@ static void test_bad_file_names(void **state)
         "files[1].name duplicates files[0].name");
 }
 
+/* S26: a name a tool could take for an option or an @-file is refused with a
+ * message that says so, in any place of the list; '-' and '@' elsewhere in a
+ * name, and option-like arguments (the program's), are accepted. */
+static void test_option_like_file_names(void **state)
+{
+    static const char *names[] = {"-o", "--version", "-", "@o", "@", "-x.c", "@main.rs"};
+    static const char *fine[] = {"a-b", "a@b", "main.c-", "x@", "o"};
+    struct moat_exec_request r;
+    char body[512], err[256];
+    size_t i;
+
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(body, sizeof(body), "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"%s\",\"content\":\"x\"}]}",
+                 names[i]);
+        expect_bad(body, "files[0].name must not begin with '-' or '@'");
+        snprintf(body, sizeof(body),
+                 "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"main.c\",\"content\":\"x\"},"
+                 "{\"name\":\"%s\",\"content\":\"y\"}]}",
+                 names[i]);
+        expect_bad(body, "files[1].name must not begin with '-' or '@'");
+    }
+    for (i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
+        snprintf(body, sizeof(body),
+                 "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"%s\",\"content\":\"x\"}],"
+                 "\"args\":[\"-e\",\"@x\",\"--\"]}",
+                 fine[i]);
+        if (parse(body, &r, err, sizeof(err)) != 0)
+            fail_msg("name \"%s\" refused: %s", fine[i], err);
+        assert_string_equal(r.files[0].name, fine[i]);
+        assert_int_equal(r.nargs, 3);
+        assert_string_equal(r.args[1], "@x");
+        piston_exec_request_free(&r);
+    }
+}
+
 static void test_bad_encodings(void **state)
 {
     static const char *b64[] = {"aGk", "aGk==", "a=Gk", "aG k", "aGl=", "!!!!"};
@@ -299,6 +334,7 @@ int main(void)
         cmocka_unit_test(test_minimal_defaults),
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_bad_file_names),
+        cmocka_unit_test(test_option_like_file_names),
         cmocka_unit_test(test_bad_encodings),
         cmocka_unit_test(test_too_many),
         cmocka_unit_test(test_utf8_sanitize),

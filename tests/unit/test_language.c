@@ -1,7 +1,8 @@
 /*
  * test_language.c - backend/language.c: version selectors, manifest
- * parsing (valid manifests, every rejection, limit overrides), lookup by
- * name and alias, and the manifests shipped in backend/languages/.
+ * parsing (valid manifests, every rejection, limit overrides), a stage's
+ * argv from its template, lookup by name and alias, and the manifests
+ * shipped in backend/languages/.
  *
  * Manifests are written to a fresh mkdtemp(3) directory per test.  Their
  * argv[0] is /bin/sh, which every Debian system has.
@@ -258,6 +259,19 @@ static void test_parse_errors(void **state)
         {"{\"language\":\"sh\",\"version\":\"1\"," RUN_SH ",\"limits\":{\"run_idle_timeout\":0}}",
          "limits.run_idle_timeout must be a positive integer"},
         {"{\"language\":\"sh\",\"version\":\"1\",\"aliases\":\"a\"," RUN_SH "}", "aliases must be an array of strings"},
+        /* S26: arguments are the program's, never the tool's */
+        {"{\"language\":\"sh\",\"version\":\"1\",\"compile\":[\"/bin/sh\",\"{file}\",\"{args}\"]," RUN_SH "}",
+         "compile must not use {args}"},
+        {"{\"language\":\"sh\",\"version\":\"1\",\"run\":[\"/bin/sh\",\"{args}\",\"{file}\"],\"runtime\":[]}",
+         "run may use {args} once, as its last element"},
+        {"{\"language\":\"sh\",\"version\":\"1\",\"run\":[\"/bin/sh\",\"{file}\",\"{args}\",\"{args}\"],\"runtime\":[]}",
+         "run may use {args} once, as its last element"},
+        {"{\"language\":\"sh\",\"version\":\"1\",\"run\":[\"/bin/sh\",\"{args}\"],\"runtime\":[]}",
+         "run's {args} must follow {file} or a program built in /box"},
+        {"{\"language\":\"sh\",\"version\":\"1\",\"run\":[\"/bin/sh\",\"{file}\",\"-x\",\"{args}\"],\"runtime\":[]}",
+         "run's {args} must follow {file} or a program built in /box"},
+        {"{\"language\":\"sh\",\"version\":\"1\",\"run\":[\"/box/a.out\",\"-x\",\"{args}\"],\"runtime\":[]}",
+         "run's {args} must follow {file} or a program built in /box"},
         {"{\"language\":\"sh\",\"version\":\"1\",\"aliases\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\","
          "\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]," RUN_SH "}",
          "too many aliases"},
@@ -426,6 +440,59 @@ static void test_package_version(void **state)
     assert_int_equal(package_version(missing, "python3.11", out, sizeof(out)), -1);
 }
 
+/* ==== a stage's argv ====================================================== */
+
+static void assert_argv(char **got, const char *const *want)
+{
+    size_t i;
+    assert_non_null(got);
+    for (i = 0; want[i]; i++) {
+        if (got[i] == NULL)
+            fail_msg("argv[%zu] missing, want \"%s\"", i, want[i]);
+        assert_string_equal(got[i], want[i]);
+    }
+    if (got[i] != NULL)
+        fail_msg("argv[%zu] = \"%s\" is one too many", i, got[i]);
+}
+
+/* S26: every file goes as "./name", whatever the name; arguments go as they are, one element each. */
+static void test_argv_expansion(void **state)
+{
+    char n0[] = "-o", n1[] = "@o", n2[] = "inspect";
+    char a0[] = "-e", a1[] = "@x", a2[] = "a b\nc", a3[] = "--";
+    char gcc[] = "/usr/bin/gcc", o[] = "-o", out[] = "/box/a.out", all[] = "{files}", lm[] = "-lm";
+    char node[] = "/usr/bin/node", dashes[] = "--", file[] = "{file}", args_ph[] = "{args}";
+    char sh[] = "/bin/sh", c[] = "-c", inner[] = "cc {files}";
+    struct moat_file files[] = {{n0, NULL, 0}, {n1, NULL, 0}, {n2, NULL, 0}};
+    char *args[] = {a0, a1, a2, a3};
+    char *compile[] = {gcc, o, out, all, lm, NULL};
+    char *run[] = {node, dashes, file, args_ph, NULL};
+    char *box_prog[] = {out, args_ph, NULL};
+    char *literal[] = {sh, c, inner, NULL};
+    char **argv;
+
+    (void)state;
+    argv = language_argv(compile, files, 3, args, 4);
+    assert_argv(argv, (const char *const[]){"/usr/bin/gcc", "-o", "/box/a.out", "./-o", "./@o", "./inspect", "-lm", NULL});
+    language_argv_free(argv);
+
+    argv = language_argv(run, files, 3, args, 4);
+    assert_argv(argv, (const char *const[]){"/usr/bin/node", "--", "./-o", "-e", "@x", "a b\nc", "--", NULL});
+    language_argv_free(argv);
+
+    /* no arguments: {args} expands to nothing */
+    argv = language_argv(box_prog, files, 1, args, 0);
+    assert_argv(argv, (const char *const[]){"/box/a.out", NULL});
+    language_argv_free(argv);
+
+    /* a placeholder inside a longer string is not one */
+    argv = language_argv(literal, files, 3, args, 4);
+    assert_argv(argv, (const char *const[]){"/bin/sh", "-c", "cc {files}", NULL});
+    language_argv_free(argv);
+
+    language_argv_free(NULL);
+}
+
 /* ==== lookup ============================================================== */
 
 static void test_find(void **state)
@@ -497,6 +564,26 @@ static void test_find(void **state)
 
 /* ==== the manifests shipped with the backend ================================ */
 
+/* S26: in a shipped manifest's stages, an option-like name only ever reaches a tool as "./name". */
+static void shipped_argv_keeps_names_files(const struct language *l, const char *path)
+{
+    char n0[] = "--version", n1[] = "@o", a0[] = "-e";
+    struct moat_file files[] = {{n0, NULL, 0}, {n1, NULL, 0}};
+    char *args[] = {a0};
+    char **stages[] = {l->compile_argv, l->run_argv};
+
+    for (size_t k = 0; k < 2; k++) {
+        if (stages[k] == NULL)
+            continue;
+        char **argv = language_argv(stages[k], files, 2, args, 1);
+        assert_non_null(argv);
+        for (size_t i = 1; argv[i]; i++)
+            if (strcmp(argv[i], "--version") == 0 || strcmp(argv[i], "@o") == 0)
+                fail_msg("%s: a file name reaches %s bare as argv[%zu]", path, argv[0], i);
+        language_argv_free(argv);
+    }
+}
+
 static void test_shipped_manifests(void **state)
 {
     const char *dir = MOAT_SOURCE_DIR "/backend/languages";
@@ -519,6 +606,7 @@ static void test_shipped_manifests(void **state)
             fail_msg("%s: %s", path, e.msg);
         assert_non_null(l.run_argv);
         assert_true(l.nro > 0);
+        shipped_argv_keeps_names_files(&l, path);
         language_free(&l);
         n++;
     }
@@ -550,6 +638,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_parse_extension_and_new_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_package_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_find, setup, teardown),
+        cmocka_unit_test(test_argv_expansion),
         cmocka_unit_test(test_shipped_manifests),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
