@@ -15,13 +15,16 @@
  * On a request, box_start() sends the plan (runtime paths, files, each
  * stage's argv, environment and rlimits).  Init binds the runtime read-only,
  * writes the files into a fresh /box tmpfs, pivots and waits for "go".
- * box_run_stage() sets the stage's cgroup limits, sends "go", and
+ * box_run_stage() sets the stage's cgroup limits (a box that already holds
+ * more than the stage's memory limit, files left in its tmpfs by the compile
+ * stage, ends that stage ML without running it), sends "go", and
  * supervises: it reads stdout and stderr from pipes it made itself,
  * enforcing the caps while reading, writes stdin, and watches three clocks:
  * wall (timerfd), CPU (cgroup usage, polled) and idle (no output read and no
  * input written).  The first limit to trip kills the box through its cgroup.
  * Init reports the program's wait status after reaping it and everything it
- * started.
+ * started.  An OOM kill of any process of the stage makes the stage ML,
+ * whatever the program's own exit (cc1 killed, gcc exits 1).
  *
  * box_discard() runs after the reply has been sent: kill init (the kernel
  * tears the pid namespace down), kill anything left in the cgroup, remove
@@ -538,6 +541,19 @@ static void supervise(const struct box_stage *st, struct stage_state *h, struct 
     res->wall_ms = now_ms() - start_ms;
 }
 
+/*
+ * Whether memory killed something in the stage (S29): any process of the
+ * box, not only the stage's own (cc1 under gcc, a forked child), counts.
+ * Where the kernel does not count OOM kills (v1 before 4.13), a stage that
+ * failed after reaching its limit is taken as killed for memory.
+ */
+static int killed_for_memory(const struct stage_state *h, const struct cg_usage *u, const struct box_result *res)
+{
+    if (u->oom_kills > 0)
+        return 1;
+    return !u->oom_exact && u->limit_hits > 0 && (!h->have_report || res->status != MOAT_STATUS_OK);
+}
+
 static void classify(const struct stage_state *h, const struct cg_usage *u, struct box_result *res)
 {
     if (h->have_report && h->report.kind == REPORT_EXITED) {
@@ -559,7 +575,7 @@ static void classify(const struct stage_state *h, const struct cg_usage *u, stru
             res->has_signal = 1;
             res->signal = SIGKILL;
         }
-    } else if (u->oom_kills > 0 && (res->has_signal || !h->have_report)) {
+    } else if (killed_for_memory(h, u, res)) {
         res->status = MOAT_STATUS_ML;
         snprintf(res->message, sizeof(res->message), "memory limit exceeded");
         if (!res->has_signal) {
@@ -586,6 +602,27 @@ static void classify(const struct stage_state *h, const struct cg_usage *u, stru
         snprintf(res->message, sizeof(res->message), "internal error: could not start program: %.100s: %s", h->report.what,
                  strerror(h->report.err));
     }
+}
+
+/*
+ * The box already holds more than the stage's memory limit before the stage
+ * starts: files in /box and /tmp (tmpfs, not reclaimable without swap) left
+ * by the compile stage or written from the request.  Not a failure of the
+ * box but the job's memory: the stage ends ML without running (never an
+ * internal error), and no later stage runs.
+ */
+static void over_limit_before_start(struct warm_box *w, int stage, const struct box_stage *st, struct box_result *res)
+{
+    struct errbuf ignored;
+    uint64_t held = 0;
+
+    (void)cg_box_memory_current(&w->cgb, &held, &ignored);
+    res->status = MOAT_STATUS_ML;
+    res->memory_bytes = held;
+    snprintf(res->message, sizeof(res->message),
+             "files in /box and /tmp exceed the %s memory limit (the box holds %llu bytes, the limit is %llu)",
+             stage == BOX_STAGE_COMPILE ? "compile" : "run", (unsigned long long)held, (unsigned long long)st->lim.memory_bytes);
+    w->broken = 1;
 }
 
 /* Resets the counters a stage reports, so each stage's usage is its own. */
@@ -621,7 +658,13 @@ int box_run_stage(struct slot *s, int stage, const struct box_stage *st, const u
         errf_errno(e, "timerfd_create");
         goto out;
     }
-    if (cg_box_set_limits(&w->cgb, st->lim.memory_bytes, st->lim.pids, e) != 0) {
+    int set = cg_box_set_limits(&w->cgb, st->lim.memory_bytes, st->lim.pids, e);
+    if (set == CG_OVER_LIMIT) {
+        over_limit_before_start(w, stage, st, res);
+        rc = 0;
+        goto out;
+    }
+    if (set != 0) {
         kill_now(w);
         goto out;
     }
@@ -655,9 +698,10 @@ int box_run_stage(struct slot *s, int stage, const struct box_stage *st, const u
         log_warnx("%s: %s", __func__, ue.msg);
         memset(&u, 0, sizeof(u));
     }
-    /* each stage reports its own CPU time and OOM kills */
+    /* each stage reports its own CPU time, OOM kills and limit hits */
     u.cpu_ns = u.cpu_ns > base.cpu_ns ? u.cpu_ns - base.cpu_ns : 0;
     u.oom_kills = u.oom_kills > base.oom_kills ? u.oom_kills - base.oom_kills : 0;
+    u.limit_hits = u.limit_hits > base.limit_hits ? u.limit_hits - base.limit_hits : 0;
     res->cpu_ms = u.cpu_ns / 1000000;
     res->memory_bytes = u.memory_peak;
     classify(&h, &u, res);

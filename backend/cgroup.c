@@ -77,21 +77,31 @@ static int read_u64(const char *dir, const char *file, uint64_t *v, struct errbu
     return 0;
 }
 
-/* Finds "key N" in a flat-keyed file such as memory.events or cpu.stat. */
-static int read_keyed(const char *dir, const char *file, const char *key, uint64_t *v, struct errbuf *e)
+/* Finds "key N" in a flat-keyed file such as memory.events or cpu.stat; a
+ * missing key reads as 0 (and *found, if given, says whether it was there). */
+static int read_keyed_found(const char *dir, const char *file, const char *key, uint64_t *v, int *found, struct errbuf *e)
 {
     char buf[4096];
+    if (found)
+        *found = 0;
     if (read_file(dir, file, buf, sizeof(buf), e) < 0)
         return -1;
     size_t klen = strlen(key);
     for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
         if (strncmp(line, key, klen) == 0 && line[klen] == ' ') {
             *v = strtoull(line + klen + 1, NULL, 10);
+            if (found)
+                *found = 1;
             return 0;
         }
     }
     *v = 0;
     return 0;
+}
+
+static int read_keyed(const char *dir, const char *file, const char *key, uint64_t *v, struct errbuf *e)
+{
+    return read_keyed_found(dir, file, key, v, NULL, e);
 }
 
 static int path_join(char *out, size_t size, const char *a, const char *b, const char *c, struct errbuf *e)
@@ -413,31 +423,82 @@ int cg_box_create(const struct cg_system *cg, struct cg_box *box, const char *bo
     return 0;
 }
 
+/* The OOM events of a v2 box so far ("oom" + "oom_kill"); 0 when unreadable. */
+static uint64_t v2_oom_events(struct cg_box *box)
+{
+    struct errbuf ignored;
+    uint64_t oom = 0, kills = 0;
+    (void)read_keyed(box->path[0], "memory.events", "oom", &oom, &ignored);
+    (void)read_keyed(box->path[0], "memory.events", "oom_kill", &kills, &ignored);
+    return oom + kills;
+}
+
+/*
+ * v2: lowering memory.max below what the box holds makes the kernel reclaim
+ * and, failing that, OOM-kill in the box (init too) or give up with usage
+ * above the limit; the write itself succeeds.  Either is CG_OVER_LIMIT.
+ */
+static int v2_set_memory(struct cg_box *box, uint64_t memory_bytes, const char *mem, struct errbuf *e)
+{
+    uint64_t before = v2_oom_events(box), current = 0;
+    struct errbuf ignored;
+
+    if (write_file(box->path[0], "memory.max", mem, e) != 0)
+        return -1;
+    if (v2_oom_events(box) > before ||
+        (read_u64(box->path[0], "memory.current", &current, &ignored) == 0 && current > memory_bytes)) {
+        errf(e, "%s: the box holds more than memory.max %s", box->path[0], mem);
+        return CG_OVER_LIMIT;
+    }
+    return 0;
+}
+
+/* v1: a limit below what the kernel cannot reclaim is refused with EBUSY. */
+static int v1_write_memory(struct cg_box *box, const char *file, const char *mem, struct errbuf *e)
+{
+    if (write_file(box->path[CG_MEMORY], file, mem, e) == 0)
+        return 0;
+    return errno == EBUSY ? CG_OVER_LIMIT : -1;
+}
+
+static int v1_set_memory(struct cg_box *box, const char *mem, struct errbuf *e)
+{
+    int rc;
+
+    if (!box->cg->memsw)
+        return v1_write_memory(box, "memory.limit_in_bytes", mem, e);
+    /* memsw must stay >= memory: raise memsw first, lower it last */
+    struct errbuf ignored;
+    int raised = write_file(box->path[CG_MEMORY], "memory.memsw.limit_in_bytes", mem, &ignored) == 0;
+    if ((rc = v1_write_memory(box, "memory.limit_in_bytes", mem, e)) != 0)
+        return rc;
+    return raised ? 0 : v1_write_memory(box, "memory.memsw.limit_in_bytes", mem, e);
+}
+
 int cg_box_set_limits(struct cg_box *box, uint64_t memory_bytes, uint32_t pids, struct errbuf *e)
 {
     char mem[32], npids[16];
+    int rc;
     snprintf(mem, sizeof(mem), "%llu", (unsigned long long)memory_bytes);
     snprintf(npids, sizeof(npids), "%u", pids);
 
     if (box->cg->version == CG_V2) {
         struct errbuf ignored;
-        if (write_file(box->path[0], "memory.max", mem, e) != 0)
-            return -1;
+        if ((rc = v2_set_memory(box, memory_bytes, mem, e)) != 0)
+            return rc;
         (void)write_file(box->path[0], "memory.swap.max", "0", &ignored); /* absent without swap accounting */
         return write_file(box->path[0], "pids.max", npids, e);
     }
-    if (box->cg->memsw) {
-        /* memsw must stay >= memory: raise memsw first, lower it last */
-        struct errbuf ignored;
-        int raised = write_file(box->path[CG_MEMORY], "memory.memsw.limit_in_bytes", mem, &ignored) == 0;
-        if (write_file(box->path[CG_MEMORY], "memory.limit_in_bytes", mem, e) != 0)
-            return -1;
-        if (!raised && write_file(box->path[CG_MEMORY], "memory.memsw.limit_in_bytes", mem, e) != 0)
-            return -1;
-    } else if (write_file(box->path[CG_MEMORY], "memory.limit_in_bytes", mem, e) != 0) {
-        return -1;
-    }
+    if ((rc = v1_set_memory(box, mem, e)) != 0)
+        return rc;
     return write_file(box->path[CG_PIDS], "pids.max", npids, e);
+}
+
+int cg_box_memory_current(struct cg_box *box, uint64_t *bytes, struct errbuf *e)
+{
+    if (box->cg->version == CG_V2)
+        return read_u64(box->path[0], "memory.current", bytes, e);
+    return read_u64(box->path[CG_MEMORY], "memory.usage_in_bytes", bytes, e);
 }
 
 int cg_box_attach(struct cg_box *box, pid_t pid, struct errbuf *e)
@@ -464,20 +525,24 @@ int cg_box_usage(struct cg_box *box, struct cg_usage *u, struct errbuf *e)
         if (read_u64(box->path[0], "memory.peak", &u->memory_peak, &ignored) != 0 &&
             read_u64(box->path[0], "memory.current", &u->memory_peak, e) != 0)
             return -1;
-        return read_keyed(box->path[0], "memory.events", "oom_kill", &u->oom_kills, e);
+        if (read_keyed_found(box->path[0], "memory.events", "oom_kill", &u->oom_kills, &u->oom_exact, e) != 0)
+            return -1;
+        return read_keyed(box->path[0], "memory.events", "max", &u->limit_hits, e);
     }
     if (read_u64(box->path[CG_CPUACCT], "cpuacct.usage", &u->cpu_ns, e) != 0 ||
         read_u64(box->path[CG_MEMORY], "memory.max_usage_in_bytes", &u->memory_peak, e) != 0)
         return -1;
-    if (read_keyed(box->path[CG_MEMORY], "memory.oom_control", "oom_kill", &u->oom_kills, e) != 0)
+    if (read_keyed_found(box->path[CG_MEMORY], "memory.oom_control", "oom_kill", &u->oom_kills, &u->oom_exact, e) != 0)
         return -1;
-    if (u->oom_kills == 0) {
-        /* kernels before 4.13 have no oom_kill line: a hit limit counts */
-        uint64_t failcnt = 0;
-        struct errbuf ignored;
-        if (read_keyed(box->path[CG_MEMORY], "memory.oom_control", "under_oom", &failcnt, &ignored) == 0 && failcnt)
+    struct errbuf ignored;
+    if (!u->oom_exact) {
+        /* kernels before 4.13 have no oom_kill line: a group stuck in OOM counts */
+        uint64_t under = 0;
+        if (read_keyed(box->path[CG_MEMORY], "memory.oom_control", "under_oom", &under, &ignored) == 0 && under)
             u->oom_kills = 1;
     }
+    /* times the limit was reached, reclaimed or not: box.c's guess where kills are not counted */
+    (void)read_u64(box->path[CG_MEMORY], "memory.failcnt", &u->limit_hits, &ignored);
     return 0;
 }
 

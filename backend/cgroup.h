@@ -36,7 +36,9 @@ struct cg_box {
 struct cg_usage {
     uint64_t cpu_ns;
     uint64_t memory_peak;
-    uint64_t oom_kills;
+    uint64_t oom_kills;  /* processes of the box the OOM killer killed */
+    int oom_exact;       /* the kernel counts them (v2 memory.events, v1 since 4.13) */
+    uint64_t limit_hits; /* times usage reached the limit (v2 "max" events, v1 failcnt) */
 };
 
 /*
@@ -56,7 +58,18 @@ void cg_teardown_instance(struct cg_system *cg);
 
 /* Called before each run. */
 int cg_box_create(const struct cg_system *cg, struct cg_box *box, const char *box_name, struct errbuf *e);
+
+/* What cg_box_set_limits returns when the box already holds more memory than
+ * the new limit and the kernel could not reclaim it (files left in the box's
+ * tmpfs by an earlier stage, say): EBUSY on v1; on v2 the write succeeds but
+ * the kernel OOM-kills in the box or leaves usage above the limit. */
+#define CG_OVER_LIMIT 1
+
+/* Called before each stage: 0, CG_OVER_LIMIT (the box cannot run under this
+ * limit; e says why), or -1. */
 int cg_box_set_limits(struct cg_box *box, uint64_t memory_bytes, uint32_t pids, struct errbuf *e);
+/* The memory the box holds now, in bytes. */
+int cg_box_memory_current(struct cg_box *box, uint64_t *bytes, struct errbuf *e);
 int cg_box_attach(struct cg_box *box, pid_t pid, struct errbuf *e);
 /* Called before each stage: the peak memory starts again from the current
  * usage (v1); returns -1 where the kernel cannot do that (v2 before 6.12). */

@@ -94,6 +94,16 @@ class BoxTest(unittest.TestCase):
         self.assertGreater(r["memory"], 200 * 1024 * 1024)
         self.assertLessEqual(r["memory"], 256 * 1024 * 1024)
 
+    def test_s29_child_killed_for_memory_is_ml(self):
+        # the program's own process survives and exits 0; its child was killed for memory
+        code = ("import os\npid = os.fork()\nif pid == 0:\n    a = bytearray(512 * 1024 * 1024)\n    os._exit(0)\n"
+                "_, st = os.waitpid(pid, 0)\nprint('child', os.WTERMSIG(st) if os.WIFSIGNALED(st) else 'exited')\n")
+        r = run(code)
+        self.assertEqual(r["stdout"], "child 9\n")
+        self.assertEqual(r["code"], 0)
+        self.assertEqual(r["status"], "ML")
+        self.assertEqual(r["message"], "memory limit exceeded")
+
     def test_fork_bomb_stops_at_pids_limit(self):
         # the children sleep to hold their pids while the parent forks (the sleep is the program under test)
         code = ("import os, time\nn = 0\n"
@@ -229,6 +239,52 @@ class LanguagesTest(unittest.TestCase):
         self.assertEqual(d["compile"]["status"], "RE")
         self.assertIn("undefined_thing", d["compile"]["stderr"])
         self.assertNotIn("run", d)
+
+    def test_s29_compiler_killed_for_memory_is_ml(self):
+        # cc1 reads /dev/urandom until the cgroup OOM killer stops it; gcc itself then exits 1
+        from moat_harness import backend_run
+        d = backend_run('#include "/dev/urandom"\n', "c", ("--compile-memory", str(64 * 1024 * 1024)))
+        self.assertEqual(d["compile"]["status"], "ML", d["compile"])
+        self.assertEqual(d["compile"]["message"], "memory limit exceeded")
+        self.assertIn("cc1", d["compile"]["stderr"])
+        self.assertNotIn("run", d)
+
+    def test_files_left_by_compile_stage_over_run_memory_limit_is_ml(self):
+        # the compile stage leaves a 9 MiB a.out in /box (tmpfs): more than a 4 MiB run limit can hold
+        from moat_harness import backend_run
+        with open("/proc/swaps") as f:
+            swap = len(f.read().splitlines()) > 1
+        if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            swap_accounted = bool(glob.glob("/sys/fs/cgroup/*/memory.swap.max"))
+        else:
+            swap_accounted = os.path.exists("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
+        if swap and not swap_accounted:
+            self.skipTest("swap is on without swap accounting in the cgroup: the kernel may swap the files out, "
+                          "and then the run fits")
+        d = backend_run('#include <stdio.h>\nchar big[9 << 20] = {1};\nint main(void) { puts("ran"); return big[5]; }\n',
+                        "c", ("--run-memory", str(4 * 1024 * 1024)))
+        self.assertIsNone(d["compile"]["status"], d["compile"])
+        r = d["run"]
+        self.assertEqual(r["status"], "ML", r)
+        self.assertIn("files in /box and /tmp exceed the run memory limit", r["message"])
+        self.assertEqual(r["stdout"], "")
+        self.assertGreater(r["memory"], 9 << 20)
+
+    def test_java_stdout_holds_only_the_program_output(self):
+        # threads until the pids limit: the JVM warns ("[warning][os,thread] Failed to start thread"),
+        # on stdout by default; the warning must go to stderr
+        from moat_harness import backend_run
+        code = ("public class Main { public static void main(String[] a) throws Exception {\n"
+                "  try { while (true) { Thread t = new Thread(() -> { try { Thread.sleep(600000); }\n"
+                "    catch (InterruptedException e) {} }); t.setDaemon(true); t.start(); } }\n"
+                "  catch (Throwable e) { System.out.println(\"stopped\"); }\n"
+                "  System.exit(0); } }\n")
+        d = backend_run(code, "java", ("--limit", "run_timeout=%d" % LONG_WALL_MS, "--limit", "run_cpu_time=60000",
+                                       "--run-timeout", str(LONG_WALL_MS)))
+        r = d["run"]
+        self.assertEqual(r["stdout"], "stopped\n", r)
+        self.assertIn("[warning]", r["stderr"])  # the JVM did warn: the condition was met
+        self.assertIsNone(r["status"], r)
 
     def test_compiled_program_shares_box_between_stages_only(self):
         from moat_harness import backend_run
