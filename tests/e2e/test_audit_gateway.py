@@ -169,14 +169,16 @@ class AuditStackMixin:
 
 
 class CadenceTest(AuditStackMixin, unittest.TestCase):
-    """The writer's cadences from gateway.conf reach moat-audit-writer and
-    shape the trail: a checkpoint every 5 records, a new key epoch every 7."""
+    """The writer's cadences and disk reserve from gateway.conf reach
+    moat-audit-writer and shape the trail: a checkpoint every 5 records, a
+    new key epoch every 7."""
 
     @classmethod
     def setUpClass(cls):
         if os.geteuid() != 0:
             raise unittest.SkipTest("needs root")
-        cls.stack = Stack(audit_extra="  checkpoint_records: 5\n  epoch_records: 7\n  packet_retention_days: 0\n").start()
+        cls.stack = Stack(audit_extra="  checkpoint_records: 5\n  epoch_records: 7\n  packet_retention_days: 0\n"
+                                      "  checkpoint_delay_ms: 250\n  reserve_bytes: 2097152\n").start()
 
     @classmethod
     def tearDownClass(cls):
@@ -184,7 +186,8 @@ class CadenceTest(AuditStackMixin, unittest.TestCase):
 
     def test_cadences(self):
         argv = cmdline(writer_pid(self.stack))
-        for flag, value in (("--checkpoint-records", "5"), ("--epoch-records", "7"), ("--packet-retention-days", "0")):
+        for flag, value in (("--checkpoint-records", "5"), ("--epoch-records", "7"), ("--packet-retention-days", "0"),
+                            ("--checkpoint-delay-ms", "250"), ("--reserve-bytes", "2097152")):
             self.assertIn(flag, argv)
             self.assertEqual(argv[argv.index(flag) + 1], value)
         self.assertNotIn("--rotate-bytes", argv)  # not set: the writer's default
