@@ -89,7 +89,8 @@ static void usage(FILE *f)
                "against it).\n"
                "TIME is 2026-11-29T16:40:00Z (fractions allowed) or seconds since the epoch; --since\n"
                "is inclusive, --until exclusive.  Commands never modify the log.  Exit status: 0 ok,\n"
-               "1 verification failed or not found, 2 usage error.\n");
+               "1 verification failed (with --strict: or records not covered yet) or not found, 2 usage\n"
+               "error.\n");
 }
 
 __attribute__((format(printf, 2, 3))) static int die(int code, const char *fmt, ...)
@@ -453,8 +454,8 @@ static int load_anchor(const struct opts *o, struct anchor *a)
     if (strcmp(a->source, "directory") == 0) {
         snprintf(a->warning, sizeof(a->warning),
                  "the trust anchor is %s, inside the directory being checked: a trail replaced whole, this key included, "
-                 "verifies against it.  Verify with --key and a copy kept off this host, or --key-fingerprint %s if that "
-                 "is the fingerprint you hold",
+                 "verifies against it.  Its fingerprint is %s: compare it with the one init printed, or verify with --key "
+                 "and a copy kept off this host, or --key-fingerprint and the fingerprint you recorded",
                  a->path, a->fingerprint);
         fprintf(stderr, PROG ": %s: WARNING: %s\n", o->cmd, a->warning);
     }
@@ -575,11 +576,14 @@ static void verify_text(const struct opts *o, const struct audit_verify_result *
            (unsigned long long)r->last_checkpoint_seq, (unsigned long long)r->repairs);
     if (r->uncovered == 0)
         printf("covered: every record, up to seq %llu, by a signed checkpoint in %s\n", (unsigned long long)r->last_seq, cpath);
+    else if (cpath[0] == '\0')
+        printf("NOT COVERED: %llu record(s) (seq %llu-%llu): with no checkpoints list (--checkpoints, a copy of "
+               "checkpoints.log), nothing shows whether the export was cut short\n",
+               (unsigned long long)r->uncovered, (unsigned long long)r->covered_seq + 1, (unsigned long long)r->last_seq);
     else
-        printf("NOT COVERED: %llu record(s) at the end (seq %llu-%llu): no signed checkpoint%s%s covers them yet, so their "
-               "removal would go unnoticed\n",
-               (unsigned long long)r->uncovered, (unsigned long long)r->covered_seq + 1, (unsigned long long)r->last_seq,
-               cpath[0] ? " in " : "", cpath);
+        printf("NOT COVERED: %llu record(s) at the end (seq %llu-%llu): no signed checkpoint in %s covers them yet, so "
+               "their removal would go unnoticed\n",
+               (unsigned long long)r->uncovered, (unsigned long long)r->covered_seq + 1, (unsigned long long)r->last_seq, cpath);
     printf("anchor: %s (%s %s)\n", a->fingerprint, strcmp(a->source, "directory") == 0 ? "from the directory checked:" : "from",
            a->path);
 }

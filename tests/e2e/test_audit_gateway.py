@@ -679,8 +679,10 @@ class DiskFullTest(AuditStackMixin, unittest.TestCase):
         filler = os.path.join(self.mnt, "filler")
         subprocess.run(["dd", "if=/dev/zero", "of=" + filler, "bs=64k"], capture_output=True)
         self.assertEqual(os.statvfs(self.mnt).f_bavail, 0, "the tmpfs is not full")
-        # The log's last page may still have room for a few short records:
-        # denials (never waited for) use it up; then executions get 503.
+        # Denials (never waited for) are not written below the disk reserve
+        # (64 MiB, more than this tmpfs): the writer counts them.  The log's
+        # last page may still have room for an execution's records; then
+        # executions get 503.
         for _ in range(30):
             self.stack.request("GET", RUNTIMES, token=None)
         first_503 = None
