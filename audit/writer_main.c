@@ -14,6 +14,7 @@
  * log's descriptor or its keys.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
 #include <linux/capability.h>
@@ -217,6 +218,12 @@ static int serve(const struct args *a)
     }
     if (!log.appended_ok && a->cfg.append_only)
         fprintf(stderr, "moat-audit-writer: note: chattr +a not permitted here; the log relies on its owner and mode\n");
+    int vfd = openat(log.dirfd, "verifier.key", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (vfd >= 0) { /* a directory made before init kept it from the writer */
+        close(vfd);
+        fprintf(stderr, "moat-audit-writer: WARNING: this user can read verifier.key (K0: every epoch's MAC key derives from "
+                        "it); chown it to root, mode 0600, or keep it off this host\n");
+    }
     for (int i = 0; i < a->nclients; i++)
         fds[i] = 3 + i;
     int rc = audit_writer_run(&log, fds, a->nclients);

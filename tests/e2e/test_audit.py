@@ -707,7 +707,15 @@ class AuditTest(unittest.TestCase):
         w = self.start()
         for i in range(5):
             w.clients[0].call(request(i))
-        self.assertEqual(w.close()[0], 0)
+        rc, err = w.close()
+        self.assertEqual(rc, 0, err)
+        self.assertNotIn("can read verifier.key", err)
+        # a directory made before: the writer says it can read K0
+        ma = pwd.getpwnam("moat-audit")
+        os.chown(os.path.join(self.adir, "verifier.key"), ma.pw_uid, ma.pw_gid)
+        rc, err = self.start().close()
+        self.assertIn("WARNING: this user can read verifier.key", err)
+        os.chown(os.path.join(self.adir, "verifier.key"), 0, 0)
         probe = "import sys\nfor p in sys.argv[1:]:\n  try: open(p,'rb'); print('read', p)\n  except OSError: print('no', p)\n"
         p = subprocess.run(["/usr/bin/python3", "-c", probe, os.path.join(self.adir, "verifier.key"),
                             os.path.join(self.adir, "signing.key")], preexec_fn=as_user("moat-audit"), capture_output=True)
