@@ -161,7 +161,12 @@ class Stack:
             # the audit trail, owned by its own user (moat-audit init)
             self.audit_dir = os.path.join(self.tmp, "audit")
             subprocess.run([MOAT_AUDIT, "init", self.audit_dir], check=True, capture_output=True)
-            # audit_extra: more lines of the audit section, indented by two
+            # audit_extra: more lines of the audit section, indented by two.  A
+            # small disk reserve: a CI machine may have less free disk than the
+            # writer's default 64 MiB, which would count denial records instead
+            # of writing them; the tests of the reserve set their own.
+            if "reserve_bytes" not in audit_extra:
+                audit_extra = "  reserve_bytes: 1048576\n" + audit_extra
             extra_config = f"audit:\n  dir: {self.audit_dir}\n  writer: {AUDIT_WRITER}\n" + audit_extra + extra_config
         # tenants: a list of (name, extra YAML lines for that tenant, key YAML lines)
         self.tenants = tenants or [(tenant, "", "")]
