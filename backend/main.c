@@ -6,9 +6,12 @@
  * moat-backend runs as root and is reachable only through a Unix socket
  * (mode 0660, group of the gateway) whose peers' uids are checked with
  * SO_PEERCRED.  Start-up is a fixed sequence of setup_* steps, each fatal on
- * failure: parse options, load the language manifests, detect cgroup v1 or
- * v2 and create this instance's groups below the backend's own (removing
- * what a crashed run left), compile the seccomp allow-list, prepare the box slots (one uid, directory and
+ * failure: parse options, load the language manifests, lock this
+ * instance's box uids (so a second backend with an overlapping range stops
+ * before it touches anything shared), detect cgroup v1 or v2 and create
+ * this instance's groups below the backend's own (removing what a crashed
+ * run left), check that nothing else on the host uses the box uids, compile
+ * the seccomp allow-list, prepare the box slots (one uid, directory and
  * clone stack each), then bind the socket.  The main thread accepts; each
  * connection gets a worker thread that reads typed frames (moat_proto),
  * validates them again, takes a slot and runs the compile and run stages in
@@ -38,6 +41,7 @@
 #include "moat_buf.h"
 #include "moat_io.h"
 #include "server.h"
+#include "uid_range.h"
 
 #ifndef MOAT_LANGUAGES_DIR
 #define MOAT_LANGUAGES_DIR "/usr/local/share/moat/languages"
@@ -47,6 +51,10 @@
 #define DEFAULT_CG_NAME "moat"
 #define SHUTDOWN_WAIT_S 30
 #define RUN_FILE_CHUNK  4096 /* read_whole_file grows by at least this */
+
+#define STR_(x)               #x
+#define STR(x)                STR_(x)
+#define DEFAULT_UID_BASE_TEXT STR(SLOT_UID_BASE) /* "60000", for the usage text */
 
 struct options {
     const char *socket_path;
@@ -61,6 +69,7 @@ struct options {
     int verbose;
     long idle_ms;
     json_t *limits; /* --limit KEY=VALUE pairs */
+    long uid_base;  /* slot n runs as uid and gid uid_base + n */
 };
 
 static void usage(FILE *f)
@@ -77,6 +86,9 @@ static void usage(FILE *f)
                "  -j, --slots N          concurrent boxes (default 2 x CPUs)\n"
                "  -q, --queue N          requests that may wait for a slot (default 4 x slots; 0 = none)\n"
                "  -n, --name NAME        cgroup instance name (default " DEFAULT_CG_NAME ")\n"
+               "      --uid-base N       box uids and gids N..N+slots-1, held exclusively: a range that\n"
+               "                         another backend, an account or a process uses is refused\n"
+               "                         (default " DEFAULT_UID_BASE_TEXT ")\n"
                "  -o, --limit KEY=VALUE  a server limit, as in a manifest's \"limits\" (repeatable), e.g.\n"
                "                         run_timeout=3000 run_memory=268435456 output=65536 run_processes=64\n"
                "      --idle-timeout MS  kill a box after MS without output or input (default: off;\n"
@@ -114,6 +126,24 @@ static void setup_languages(struct backend *b, const struct options *o)
     }
 }
 
+/* Before anything shared (cgroups, run dir, socket) is touched: a second
+ * backend whose range overlaps this one's stops here. */
+static void setup_uid_locks(struct uid_range *u, const struct options *o)
+{
+    struct errbuf e;
+    if (uid_range_lock(u, (uid_t)o->uid_base, o->slots, &e) != 0)
+        fatalx("%s", e.msg);
+}
+
+/* After setup_cgroups removed what a crashed run of this instance left. */
+static void setup_uid_check(const struct uid_range *u)
+{
+    struct errbuf e;
+    if (uid_range_check_unused(u, &e) != 0)
+        fatalx("%s", e.msg);
+    log_info("box uids and gids %u..%u", (unsigned)u->first, (unsigned)u->first + (unsigned)u->count - 1);
+}
+
 static void setup_cgroups(struct backend *b, const struct options *o)
 {
     struct errbuf e;
@@ -129,14 +159,14 @@ static void setup_seccomp(struct backend *b)
         fatalx("%s", e.msg);
 }
 
-static void setup_slots(struct backend *b, const struct options *o)
+static void setup_slots(struct backend *b, const struct options *o, const struct uid_range *u)
 {
     struct errbuf e;
     if (mkdir(o->run_dir, 0755) != 0 && errno != EEXIST)
         fatal("mkdir %s", o->run_dir);
     if (chmod(o->run_dir, 0755) != 0)
         fatal("chmod %s", o->run_dir);
-    if (pool_init(&b->pool, o->slots, o->queue, o->run_dir, &b->cg, &b->seccomp, &e) != 0)
+    if (pool_init_at(&b->pool, o->slots, o->queue, u, o->run_dir, &b->cg, &b->seccomp, &e) != 0)
         fatalx("slots: %s", e.msg);
 }
 
@@ -203,7 +233,7 @@ static void add_allowed(struct options *o, const char *who)
     o->allowed[o->nallowed++] = (uid_t)uid;
 }
 
-enum { OPT_RUN_TIMEOUT = 256, OPT_RUN_MEMORY, OPT_COMPILE_TIMEOUT, OPT_COMPILE_MEMORY, OPT_IDLE_TIMEOUT };
+enum { OPT_RUN_TIMEOUT = 256, OPT_RUN_MEMORY, OPT_COMPILE_TIMEOUT, OPT_COMPILE_MEMORY, OPT_IDLE_TIMEOUT, OPT_UID_BASE };
 
 static const struct option long_opts[] = {
     {"socket", required_argument, NULL, 's'},
@@ -227,6 +257,7 @@ static const struct option long_opts[] = {
     {"compile-timeout", required_argument, NULL, OPT_COMPILE_TIMEOUT},
     {"compile-memory", required_argument, NULL, OPT_COMPILE_MEMORY},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
+    {"uid-base", required_argument, NULL, OPT_UID_BASE},
     {NULL, 0, NULL, 0},
 };
 
@@ -298,6 +329,7 @@ static json_t *stage_json(const struct moat_stage_result *st)
 
 static int cmd_run(struct backend *b, struct options *o, struct moat_exec_request *req, int argc, char **argv, int optind_)
 {
+    static struct uid_range uids; /* held until exit */
     struct moat_exec_result res;
     struct job_error je;
 
@@ -316,9 +348,11 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
         req->nfiles++;
     }
     setup_languages(b, o);
+    setup_uid_locks(&uids, o);
     setup_cgroups(b, o);
+    setup_uid_check(&uids);
     setup_seccomp(b);
-    setup_slots(b, o);
+    setup_slots(b, o, &uids);
     if (job_run(b, req, &res, &je) != 0) {
         fprintf(stderr, "moat-backend: run: %s\n", je.message);
         pool_shutdown(&b->pool);
@@ -404,6 +438,11 @@ static int server_option(struct options *o, int ch, char *arg)
         return 0;
     case OPT_IDLE_TIMEOUT:
         o->idle_ms = parse_limit_opt("idle-timeout", arg);
+        return 0;
+    case OPT_UID_BASE:
+        if (parse_uint(arg, UID_RANGE_LAST_OK, &n) != 0 || n < 1)
+            fatalx("--uid-base: expected 1..%u, got \"%s\"", UID_RANGE_LAST_OK, arg);
+        o->uid_base = n;
         return 0;
     }
     return 1;
@@ -516,13 +555,16 @@ static void shutdown_server(struct server *srv, struct backend *b, const struct 
 /* Serve on the socket until SIGTERM/SIGINT: the setup steps in order, then the accept loop. */
 static int serve(struct backend *b, struct options *o)
 {
+    static struct uid_range uids; /* held until exit */
     struct server srv;
     int sig_fd = setup_signals();
 
     setup_languages(b, o);
+    setup_uid_locks(&uids, o);
     setup_cgroups(b, o);
+    setup_uid_check(&uids);
     setup_seccomp(b);
-    setup_slots(b, o);
+    setup_slots(b, o, &uids);
     setup_socket(&srv, b, o);
     log_info("ready: %d slots, queue %d", o->slots, o->queue);
     server_serve(&srv, sig_fd);
@@ -532,7 +574,8 @@ static int serve(struct backend *b, struct options *o)
 
 int main(int argc, char **argv)
 {
-    struct options o = {DEFAULT_SOCKET, DEFAULT_RUN_DIR, MOAT_LANGUAGES_DIR, DEFAULT_CG_NAME, NULL, {0}, 0, 0, -1, 0, 0, NULL};
+    struct options o = {DEFAULT_SOCKET, DEFAULT_RUN_DIR, MOAT_LANGUAGES_DIR, DEFAULT_CG_NAME, NULL, {0}, 0, 0, -1, 0, 0,
+                        NULL,           SLOT_UID_BASE};
     struct moat_exec_request req;
     static struct backend b;
     int run_mode = 0, status;

@@ -1,6 +1,6 @@
 /*
- * pool.c - the slot pool.  Each slot has its own uid (SLOT_UID_BASE + n),
- * directory and clone stack, set up once; each holds one warm box, which
+ * pool.c - the slot pool.  Each slot has its own uid (the held range's
+ * first + n), directory and clone stack, set up once; each holds one warm box, which
  * the maintenance thread replaces after every job so that cgroup creation,
  * clone and cgroup attachment are never on a request's path.
  */
@@ -50,12 +50,14 @@ static void *maintainer_main(void *arg)
     return NULL;
 }
 
-int pool_init(struct slot_pool *p, int nslots, int queue_max, const char *run_dir, const struct cg_system *cg,
-              const struct seccomp_prog *seccomp, struct errbuf *e)
+int pool_init_at(struct slot_pool *p, int nslots, int queue_max, const struct uid_range *uids, const char *run_dir,
+                 const struct cg_system *cg, const struct seccomp_prog *seccomp, struct errbuf *e)
 {
     memset(p, 0, sizeof(*p));
     if (nslots < 1 || nslots > MAX_SLOTS)
         return errf(e, "slot count %d out of range 1..%d", nslots, MAX_SLOTS);
+    if (!uid_range_covers(uids, nslots))
+        return errf(e, "%d slots need a locked range of as many box uids", nslots);
     p->slots = calloc((size_t)nslots, sizeof(*p->slots));
     p->free_list = calloc((size_t)nslots, sizeof(int));
     p->dirty_list = calloc((size_t)nslots, sizeof(int));
@@ -64,7 +66,7 @@ int pool_init(struct slot_pool *p, int nslots, int queue_max, const char *run_di
     p->cg = cg;
     p->seccomp = seccomp;
     for (int i = 0; i < nslots; i++) {
-        if (slot_init(&p->slots[i], i, run_dir, (uid_t)(SLOT_UID_BASE + i), e) != 0)
+        if (slot_init(&p->slots[i], i, run_dir, uids->first + (uid_t)i, e) != 0)
             return -1;
         if (box_prepare(cg, seccomp, &p->slots[i], e) != 0)
             return -1;
@@ -79,6 +81,21 @@ int pool_init(struct slot_pool *p, int nslots, int queue_max, const char *run_di
     for (; p->nmaintainers < want; p->nmaintainers++)
         if (pthread_create(&p->maintainers[p->nmaintainers], NULL, maintainer_main, p) != 0)
             return errf(e, "cannot start the slot maintenance threads");
+    return 0;
+}
+
+int pool_init(struct slot_pool *p, int nslots, int queue_max, const char *run_dir, const struct cg_system *cg,
+              const struct seccomp_prog *seccomp, struct errbuf *e)
+{
+    struct uid_range uids;
+
+    if (uid_range_lock(&uids, SLOT_UID_BASE, nslots, e) != 0)
+        return -1;
+    if (uid_range_check_unused(&uids, e) != 0 || pool_init_at(p, nslots, queue_max, &uids, run_dir, cg, seccomp, e) != 0) {
+        uid_range_unlock(&uids);
+        return -1;
+    }
+    p->own_uids = uids;
     return 0;
 }
 
@@ -135,4 +152,5 @@ void pool_shutdown(struct slot_pool *p)
             }
         }
     }
+    uid_range_unlock(&p->own_uids); /* every box is gone: the uids are free */
 }

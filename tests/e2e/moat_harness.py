@@ -58,11 +58,39 @@ def free_port():
         return s.getsockname()[1]
 
 
+# ---- box uids: a range of its own for every backend a test starts ----------
+#
+# moat-backend holds its box uids exclusively (--uid-base; /run/moat-uids) and
+# refuses a range another backend, an account or a process uses.  So that
+# tests never collide with each other or with a moat service on the same host
+# (default range 60000..), each run tag gets its own block of MAX_SLOTS (256)
+# uids in the test range TEST_UID_BASE .. TEST_UID_BASE + 4096 * 16 * 256 - 1
+# (1900000000..1916777215): block (pid % 4096) * 16 + the tag's number in
+# this process.  Two test processes whose pids agree modulo 4096 would share
+# blocks; the second then fails at start with the backend's message rather
+# than silently sharing.
+TEST_UID_BASE = 1900000000
+UID_BLOCK = 256  # MAX_SLOTS in backend/moat_limits.h
+UID_BLOCKS_PER_PROCESS = 16
+_uid_blocks = {}
+
+
+def uid_base(tag):
+    """The first box uid of the backend run under `tag` (the same for every call with that tag)."""
+    if tag not in _uid_blocks:
+        if len(_uid_blocks) >= UID_BLOCKS_PER_PROCESS:
+            raise AssertionError("more than %d backend tags in one test process" % UID_BLOCKS_PER_PROCESS)
+        _uid_blocks[tag] = len(_uid_blocks)
+    block = (os.getpid() % 4096) * UID_BLOCKS_PER_PROCESS + _uid_blocks[tag]
+    return TEST_UID_BASE + block * UID_BLOCK
+
+
 def backend_run(code, language="python", extra=(), timeout=60, tag=None):
     """Runs one job with `moat-backend run` and returns the parsed result.
-    Concurrent calls need distinct tags (run dir and cgroup name)."""
+    Concurrent calls need distinct tags (run dir, cgroup name, box uids)."""
     tag = tag or "moat-t%d" % os.getpid()
-    cmd = [BACKEND, "run", "-r", "/run/" + tag, "-n", tag, "-l", language, "-c", code, *extra]
+    cmd = [BACKEND, "run", "-r", "/run/" + tag, "-n", tag, "--uid-base", str(uid_base(tag)), "-l", language, "-c", code,
+           *extra]
     p = subprocess.run(cmd, capture_output=True, timeout=timeout)
     if p.returncode != 0:
         raise AssertionError("moat-backend run failed (%d): %s" % (p.returncode, p.stderr.decode(errors="replace")))
@@ -149,6 +177,7 @@ class Stack:
         self.tmp = tempfile.mkdtemp(prefix="moat-e2e-")
         os.chmod(self.tmp, 0o755)
         self.tag = "moat-e2e-%d" % os.getpid()
+        self.uid_base = uid_base(self.tag)
         self.run_dir = "/run/" + self.tag
         self.socket = os.path.join(self.run_dir, "backend.sock")
         self.port = free_port()
@@ -210,7 +239,7 @@ workers: 2
         self.backend_log = open(os.path.join(self.tmp, "backend.log"), "ab")
         self.backend = subprocess.Popen(
             [BACKEND, "-s", self.socket, "-r", self.run_dir, "-u", "moat", "-g", "moat", "-n", self.tag, "-j", "4",
-             *self.backend_args],
+             "--uid-base", str(self.uid_base), *self.backend_args],
             stdout=self.backend_log, stderr=subprocess.STDOUT)
         # up once its socket accepts; dead if it exited
         wait_until(lambda: self.backend.poll() is not None or self.backend_accepts(), "the backend to start",

@@ -10,8 +10,9 @@ import struct
 import threading
 import unittest
 
-from moat_harness import (LONG_WALL_MS, MSG_ERROR, MSG_EXEC_REQUEST, MSG_EXEC_RESULT, Stack, error_of, exec_request,
-                          frame, held_program, read_frame, release_all, run_stage_of, tlv, wait_held, wait_until)
+from moat_harness import (LONG_WALL_MS, MSG_ERROR, MSG_EXEC_REQUEST, MSG_EXEC_RESULT, UID_BLOCK, Stack, error_of,
+                          exec_request, frame, held_program, read_frame, release_all, run_stage_of, tlv, wait_held,
+                          wait_until)
 
 
 def connect(stack):
@@ -210,7 +211,7 @@ class NothingLeftBehindTest(unittest.TestCase):
                         ours = stack.tag in f.read()
                 except (OSError, IndexError):
                     continue
-                if 60000 <= uid < 60256 and ours:
+                if stack.uid_base <= uid < stack.uid_base + UID_BLOCK and ours:  # a box uid of this stack
                     box_uids.append(p)
             self.assertEqual(box_uids, [])
         finally:
