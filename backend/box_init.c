@@ -10,8 +10,8 @@
  * raw system calls instead).
  *
  * Warm, before any request:  setup_fds -> setup_generic_mounts (private
- *   propagation, tmpfs root, /tmp, /proc, /dev, /etc), then block on the
- *   control socket.
+ *   propagation, tmpfs root, /tmp, /proc, /dev, /etc) -> setup_proc_masks,
+ *   then block on the control socket.
  * On the plan:  read_plan -> unshare the cgroup namespace (the host has
  *   attached us by now) -> setup_job_mounts (read-only runtime binds, /box
  *   with the job's files) -> setup_pivot -> setup_uts.
@@ -19,6 +19,16 @@
  *   setup_rlimits -> setup_credentials -> close fds -> no_new_privs ->
  *   seccomp -> execve; init reaps it, kills whatever it left behind, closes
  *   the stage's output pipes and reports the wait status.
+ *
+ * What a box must not learn from the host (S28, S30): /dev holds device
+ *   nodes made here (mknod), not binds of the host's devtmpfs, so the
+ *   box's mountinfo names no host device but the runtime's own filesystem
+ *   (a bind mount shares its superblock: see the README); /proc paths that
+ *   show how the kernel was built and booted, its symbols, keys, devices
+ *   and host-wide activity (pressure, I/O, interrupts, locks) are masked
+ *   with /dev/null or an empty read-only tmpfs, as runc does, and runc's
+ *   read-only paths are remounted read-only; runtime binds are noatime, so
+ *   one box reading a shared file leaves no access time for another to see.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +43,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,6 +53,7 @@
 
 #define BOX_ROOT_TMPFS_OPTS "size=1m,nr_inodes=1024,mode=0755"
 #define BOX_DEV_TMPFS_OPTS  "size=64k,nr_inodes=64,mode=0755"
+#define BOX_MASK_TMPFS_OPTS "size=4k,nr_inodes=2,mode=0555"
 #define BOX_HOSTNAME        "box"
 #define BOX_STACK_LIMIT     (64ull * 1024 * 1024)
 
@@ -166,9 +178,25 @@ static void setup_fds(const struct init_args *a)
             close(fd);
 }
 
+/* The host's device node bound at dst: for a host whose device cgroup
+ * refuses mknod (the box's mountinfo then shows the host's devtmpfs). */
+static int bind_host_node(const char *src, const char *dst)
+{
+    int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    if (mount(src, dst, NULL, MS_BIND, NULL) != 0)
+        return -1;
+    return mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC, NULL);
+}
+
 static void setup_dev(const struct slot *s)
 {
-    static const char *const nodes[] = {"null", "zero", "random", "urandom"};
+    static const struct {
+        const char *name;
+        unsigned major, minor;
+    } nodes[] = {{"null", 1, 3}, {"zero", 1, 5}, {"random", 1, 8}, {"urandom", 1, 9}};
     static const char *const links[][2] = {
         {"/proc/self/fd", "/dev/fd"},
         {"/proc/self/fd/0", "/dev/stdin"},
@@ -181,16 +209,15 @@ static void setup_dev(const struct slot *s)
     if (mount("tmpfs", in_root(dst, sizeof(dst), s, "/dev"), "tmpfs", MS_NOSUID | MS_NOEXEC, BOX_DEV_TMPFS_OPTS) != 0)
         child_die("mount /dev tmpfs");
     for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
-        snprintf(rel, sizeof(rel), "/dev/%s", nodes[i]);
-        snprintf(src, sizeof(src), "/dev/%s", nodes[i]);
-        int fd = open(in_root(dst, sizeof(dst), s, rel), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-        if (fd < 0)
+        snprintf(rel, sizeof(rel), "/dev/%s", nodes[i].name);
+        snprintf(src, sizeof(src), "/dev/%s", nodes[i].name);
+        in_root(dst, sizeof(dst), s, rel);
+        if (mknod(dst, S_IFCHR | 0666, makedev(nodes[i].major, nodes[i].minor)) == 0) {
+            if (chmod(dst, 0666) != 0) /* mknod obeys the umask */
+                child_die("chmod /dev node");
+        } else if (errno != EPERM || bind_host_node(src, dst) != 0) {
             child_die("create /dev node");
-        close(fd);
-        if (mount(src, dst, NULL, MS_BIND, NULL) != 0)
-            child_die("bind /dev node");
-        if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC, NULL) != 0)
-            child_die("remount /dev node");
+        }
     }
     for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
         if (symlink(links[i][0], in_root(dst, sizeof(dst), s, links[i][1])) != 0)
@@ -226,6 +253,88 @@ static void setup_generic_mounts(const struct init_args *a)
     mkdir_below_root(s, "/etc");
     write_small_file(s, "/etc/passwd", a->etc_passwd);
     write_small_file(s, "/etc/group", a->etc_group);
+}
+
+/*
+ * /proc paths a program has no need for, below the box's /proc: runc's and
+ * Docker's masked paths, then how the kernel was built and booted, then
+ * host-wide devices and activity, which show other jobs and the host at
+ * work.  Kept because runtimes read them: self, thread-self, cpuinfo,
+ * meminfo, stat (glibc counts CPUs there without /sys), uptime, loadavg
+ * (sysinfo(2) gives the box the same figures anyway), cgroups and mounts
+ * (the JVM's container support), filesystems, net and sysvipc (the box's
+ * own namespaces).  A path this kernel lacks is skipped.
+ */
+static const char *const proc_masked[] = {
+    /* runc and Docker */
+    "acpi", "asound", "kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "scsi",
+    /* the kernel's build, boot and symbols */
+    "cmdline", "config.gz", "bootconfig", "kallsyms", "modules", "sys/kernel/random/boot_id",
+    /* host devices and host-wide activity */
+    "pressure", "diskstats", "partitions", "swaps", "mdstat", "interrupts", "softirqs", "schedstat", "lock_stat", "locks",
+    "key-users", "vmstat", "zoneinfo", "buddyinfo", "pagetypeinfo", "slabinfo", "vmallocinfo", "iomem", "ioports", "kmsg",
+    "kpagecgroup", "kpagecount", "kpageflags", "sys/fs/file-nr", "sys/fs/inode-nr", "sys/fs/inode-state", "sys/fs/dentry-state"};
+
+/* runc's read-only paths: remounted read-only before the masks go on top. */
+static const char *const proc_read_only[] = {"bus", "fs", "irq", "sys", "sysrq-trigger"};
+
+static void proc_path(const struct slot *s, char *buf, size_t size, const char *rel)
+{
+    char abs[PATH_MAX / 4];
+    if ((size_t)snprintf(abs, sizeof(abs), "/proc/%s", rel) >= sizeof(abs)) {
+        errno = ENAMETOOLONG;
+        child_die("proc path too long");
+    }
+    in_root(buf, size, s, abs);
+}
+
+/* 1 if dst exists (its type in *st), 0 if this kernel lacks it. */
+static int proc_exists(const char *dst, struct stat *st)
+{
+    if (lstat(dst, st) == 0)
+        return 1;
+    if (errno != ENOENT)
+        child_die("lstat /proc path");
+    return 0;
+}
+
+static void mask_proc_path(const struct slot *s, const char *rel)
+{
+    char dst[PATH_MAX], null[PATH_MAX];
+    struct stat st;
+
+    proc_path(s, dst, sizeof(dst), rel);
+    /* The box's uid owns nothing in /proc and has no group but its own, so
+     * what others may not read (kcore, kmsg, slabinfo on most kernels) it
+     * cannot read either: a mount there would only cost time. */
+    if (!proc_exists(dst, &st) || (st.st_mode & S_IROTH) == 0)
+        return;
+    if (S_ISDIR(st.st_mode)) {
+        if (mount("tmpfs", dst, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, BOX_MASK_TMPFS_OPTS) != 0)
+            child_die("mask /proc directory");
+        return;
+    }
+    if (mount(in_root(null, sizeof(null), s, "/dev/null"), dst, NULL, MS_BIND, NULL) != 0)
+        child_die("mask /proc file");
+    if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) != 0)
+        child_die("remount /proc mask");
+}
+
+static void setup_proc_masks(const struct slot *s)
+{
+    char dst[PATH_MAX];
+    struct stat st;
+
+    for (size_t i = 0; i < sizeof(proc_read_only) / sizeof(proc_read_only[0]); i++) {
+        proc_path(s, dst, sizeof(dst), proc_read_only[i]);
+        if (!proc_exists(dst, &st))
+            continue;
+        if (mount(dst, dst, NULL, MS_BIND, NULL) != 0 ||
+            mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+            child_die("remount /proc path read-only");
+    }
+    for (size_t i = 0; i < sizeof(proc_masked) / sizeof(proc_masked[0]); i++)
+        mask_proc_path(s, proc_masked[i]);
 }
 
 /* ---- the plan ------------------------------------------------------------- */
@@ -372,10 +481,12 @@ static void bind_ro(const struct slot *s, const char *path)
     }
     in_root(dst, sizeof(dst), s, path);
     /* Not MS_REC: submounts of a runtime dir stay hidden rather than
-     * appearing writable. */
+     * appearing writable.  noatime: the files are shared with every other
+     * box, and an access time is what one box reading them would leave for
+     * the next to see. */
     if (mount(path, dst, NULL, MS_BIND, NULL) != 0)
         child_die("bind runtime path");
-    if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) != 0)
+    if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOATIME | MS_NODIRATIME, NULL) != 0)
         child_die("remount runtime path read-only");
 }
 
@@ -582,6 +693,7 @@ int box_init_main(void *arg)
 
     setup_fds(a);
     setup_generic_mounts(a);
+    setup_proc_masks(a->slot);
     read_plan(&pp);
     if (unshare(CLONE_NEWCGROUP) != 0) /* the box's cgroup becomes its root */
         child_die("unshare cgroup namespace");

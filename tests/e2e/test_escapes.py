@@ -8,10 +8,12 @@ namespace, credential drop)."""
 import json
 import os
 import subprocess
+import tempfile
 import threading
 import unittest
 
-from moat_harness import DEADLINE_S, LONG_WALL_MS, backend_run, held_program, release_all, wait_held
+from moat_harness import (DEADLINE_S, LONG_WALL_MS, UID_BLOCK, backend_run, held_program, release_all, uid_base,
+                          wait_held)
 
 PRELUDE = r"""
 import ctypes, errno, json, os
@@ -149,14 +151,16 @@ print('returned', f())
 st = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines())
 out = {k: st[k].strip() for k in ('CapEff', 'CapPrm', 'CapBnd', 'NoNewPrivs', 'Seccomp')}
 out['pid_small'] = os.getpid() < 10
-out['uid'] = os.getuid() >= 60000 and os.getgid() >= 60000 and os.getgroups() == []
-""")
+out['uid'] = [os.getuid() - %d, os.getgid() - os.getuid(), os.getgroups()]
+""" % uid_base("moat-t%d" % os.getpid()))
         self.assertEqual(out["CapEff"], "0000000000000000")
         self.assertEqual(out["CapPrm"], "0000000000000000")
         self.assertEqual(out["NoNewPrivs"], "1")
         self.assertEqual(out["Seccomp"], "2")
         self.assertTrue(out["pid_small"])
-        self.assertTrue(out["uid"])
+        slot, gid_minus_uid, groups = out["uid"]  # a uid of this backend's range, gid alike, no groups
+        self.assertTrue(0 <= slot < UID_BLOCK, out["uid"])
+        self.assertEqual((gid_minus_uid, groups), (0, []))
 
 
 class FilesystemTest(unittest.TestCase):
@@ -253,6 +257,191 @@ except OSError as e:
         out = probe_json("out = dict(os.environ)")
         self.assertNotIn("MOAT_SECRET_TOKEN", out)
         self.assertEqual(out["HOME"], "/box")
+
+
+def bare(body, as_nobody=False):
+    """The probe PRELUDE + body run outside any box, with the same python; its stdout as JSON."""
+    ids = {"user": 65534, "group": 65534, "extra_groups": []} if as_nobody else {}
+    p = subprocess.run(["/usr/bin/python3", "-c", PRELUDE + body + "\nprint(json.dumps(out))"], capture_output=True,
+                       text=True, timeout=DEADLINE_S, **ids)
+    if p.returncode != 0:
+        raise AssertionError("bare probe failed: " + p.stderr)
+    return json.loads(p.stdout)
+
+
+class SideChannelTest(unittest.TestCase):
+    """S28: the runtime's files are the same inodes in every box (read-only
+    binds) and share the host's page cache; a box must not be able to watch
+    or probe them for what another box does with them.  Each probe runs bare
+    first: a call the host's kernel lacks cannot be shown denied."""
+
+    def compare(self, body, expect_in_box):
+        """Runs body bare (as root) and boxed; returns {call: boxed result} for the calls that
+        reached the kernel bare (not ENOSYS), asserting each boxed result is expect_in_box."""
+        outside, inside = bare(body), probe_json(body)
+        shown = {k: v for k, v in outside.items() if v != 38}
+        if not shown:
+            self.skipTest("none of %s exists on this kernel" % sorted(outside))
+        for name in shown:
+            self.assertEqual(inside[name], expect_in_box, "%s: bare %r, in a box %r" % (name, outside[name], inside[name]))
+        return inside
+
+    def test_s28_inotify_and_fanotify_denied(self):
+        # a box watching /usr/lib/python3.11 saw which modules a concurrent job imported
+        body = r"""
+path = ctypes.create_string_buffer(b'/usr/lib/python3.11')
+res = lambda r: 'ok' if r[0] >= 0 else r[1]
+fd = sc(294, 0)                                  # inotify_init1
+nf = sc(300, 0, 0)                               # fanotify_init(FAN_CLASS_NOTIF, O_RDONLY)
+out = {'inotify_init': res(sc(253)), 'inotify_init1': res(fd),
+       'inotify_add_watch': res(sc(254, fd[0], ctypes.addressof(path), 0x20)),   # IN_OPEN
+       'fanotify_init': res(nf),
+       'fanotify_mark': res(sc(301, nf[0], 1, 0x20, -100, ctypes.addressof(path)))}  # FAN_MARK_ADD, FAN_OPEN
+"""
+        self.compare(body, 1)  # EPERM
+
+    def test_s28_page_cache_probes_denied(self):
+        # RWF_NOWAIT reads, cachestat: is this page of a shared file cached,
+        # i.e. has another box just used it?
+        body = r"""
+fd = os.open('/usr/lib/python3.11/os.py', os.O_RDONLY)
+buf = ctypes.create_string_buffer(64)
+iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 64)
+rng = (ctypes.c_uint64 * 2)(0, 0)
+cst = (ctypes.c_uint64 * 5)()
+res = lambda r: 'reached' if r[0] >= 0 or r[1] == 11 else r[1]  # EAGAIN: not cached, but asked
+out = {'preadv2_nowait': res(sc(327, fd, ctypes.addressof(iov), 1, 0, 0, 8)),
+       'preadv2_nowait_high_bits': res(sc(327, fd, ctypes.addressof(iov), 1, 0, 0, (1 << 40) | 8)),
+       'cachestat': res(sc(451, fd, ctypes.addressof(rng), ctypes.addressof(cst), 0))}
+"""
+        self.compare(body, 1)  # EPERM
+        # a plain preadv2 (no flags) still reads
+        out = probe_json(body.replace("(1 << 40) | 8", "0") + "\nout = out['preadv2_nowait_high_bits']")
+        self.assertEqual(out, "reached")
+
+    def test_s28_runtime_reads_leave_no_access_time(self):
+        # a file of our own in /usr/lib, which python's runtime binds
+        fd, path = tempfile.mkstemp(prefix="moat-s28-", dir="/usr/lib")
+        try:
+            os.write(fd, b"x")
+            os.fchmod(fd, 0o644)
+            os.close(fd)
+            st = os.stat(path)
+            old = st.st_mtime_ns - 2 * 86400 * 10**9  # older than mtime and a day: relatime would update it
+            os.utime(path, ns=(old, st.st_mtime_ns))
+            out = probe_json("out = {'read': open(%r).read(), 'opts': [l.split()[5] for l in open('/proc/self/mountinfo')"
+                             " if l.split()[4] == '/usr/lib']}" % path)
+            in_box = os.stat(path).st_atime_ns
+            with open(path) as f:
+                f.read()
+            outside = os.stat(path).st_atime_ns
+        finally:
+            os.unlink(path)
+        self.assertEqual(out["read"], "x")
+        self.assertIn("noatime", out["opts"][0].split(","), out)
+        self.assertEqual(in_box, old, "a read in a box changed the access time")
+        if outside == old:
+            self.skipTest("this host's filesystem does not update access times even outside a box")
+
+
+# /proc paths masked in a box (backend/box_init.c proc_masked), and the
+# read-only ones (proc_read_only)
+PROC_MASKED = [
+    "acpi", "asound", "kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "scsi",
+    "cmdline", "config.gz", "bootconfig", "kallsyms", "modules", "sys/kernel/random/boot_id",
+    "pressure", "diskstats", "partitions", "swaps", "mdstat", "interrupts", "softirqs", "schedstat", "lock_stat",
+    "locks", "key-users", "vmstat", "zoneinfo", "buddyinfo", "pagetypeinfo", "slabinfo", "vmallocinfo", "iomem",
+    "ioports", "kmsg", "kpagecgroup", "kpagecount", "kpageflags", "sys/fs/file-nr", "sys/fs/inode-nr",
+    "sys/fs/inode-state", "sys/fs/dentry-state"]
+PROC_READ_ONLY = ["bus", "fs", "irq", "sys", "sysrq-trigger"]
+# what language runtimes read, which must stay
+PROC_KEPT = ["self/status", "self/maps", "self/mountinfo", "self/cgroup", "cpuinfo", "meminfo", "stat", "uptime",
+             "loadavg", "cgroups", "mounts", "filesystems", "sys/kernel/hostname"]
+
+PROC_READ = r"""
+out = {}
+for rel in %r:
+    p = '/proc/' + rel
+    try:
+        if os.path.isdir(p):
+            out[rel] = 'dir %%d' %% len(os.listdir(p))
+        else:
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                out[rel] = 'file %%d' %% len(os.read(fd, 4096))
+            finally:
+                os.close(fd)
+    except FileNotFoundError:
+        out[rel] = 'absent'
+    except OSError as e:
+        out[rel] = 'error %%d' %% e.errno
+"""
+
+
+def has_content(result):
+    kind, _, n = result.partition(" ")
+    return kind in ("dir", "file") and int(n) > 0
+
+
+class ProcMaskTest(unittest.TestCase):
+    """S30: what /proc tells a box about the host.  The bare probe runs as
+    `nobody`, so that a path a box cannot read only for lack of privilege is
+    not mistaken for a masked one."""
+
+    def test_s30_host_information_masked(self):
+        outside = bare(PROC_READ % PROC_MASKED, as_nobody=True)
+        inside = probe_json(PROC_READ % PROC_MASKED)
+        shown = sorted(rel for rel in PROC_MASKED if has_content(outside[rel]))
+        # every Linux has a world-readable, non-empty /proc/cmdline: the check always shows something
+        self.assertIn("cmdline", shown, outside)
+        leaked = {rel: (outside[rel], inside[rel]) for rel in shown if has_content(inside[rel])}
+        self.assertEqual(leaked, {}, "masked paths with content in a box (bare, boxed)")
+
+    def test_s30_what_runtimes_read_is_kept(self):
+        outside = bare(PROC_READ % PROC_KEPT, as_nobody=True)
+        inside = probe_json(PROC_READ % PROC_KEPT)
+        lost = {rel: (outside[rel], inside[rel]) for rel in PROC_KEPT if has_content(outside[rel])
+                and not has_content(inside[rel])}
+        self.assertEqual(lost, {})
+
+    def test_s30_runc_read_only_paths(self):
+        out = probe_json("out = {f[4]: f[5].split(',') for f in (l.split() for l in open('/proc/self/mountinfo'))}")
+        present = [rel for rel in PROC_READ_ONLY if os.path.exists("/proc/" + rel)]
+        self.assertIn("sys", present)
+        for rel in present:
+            self.assertIn("ro", out.get("/proc/" + rel, []), rel)
+
+    def test_s30_mountinfo_names_no_host_device_but_the_runtime(self):
+        # /dev's nodes are made in the box (mknod), not bound from the host's
+        # devtmpfs.  The runtime binds still name the host filesystem they
+        # come from (a bind shares its superblock; README "The box").
+        out = probe_json("out = [l.split() for l in open('/proc/self/mountinfo')]")
+        with open(os.path.join(os.path.dirname(__file__), "..", "..", "backend", "languages", "python-3.11",
+                               "manifest.json")) as f:
+            runtime = json.load(f)["runtime"]
+        devices = {}
+        for fields in out:
+            sep = fields.index("-")
+            fstype, source = fields[sep + 1], fields[sep + 2]
+            self.assertNotEqual(fstype, "devtmpfs", fields)
+            if not fields[2].startswith("0:"):  # a block device's filesystem
+                devices[fields[4]] = source
+        self.assertLessEqual(set(devices), set(runtime), devices)
+
+    def test_s30_runtimes_still_work(self):
+        # they count CPUs and read memory and uptime through /proc
+        long_run = ("-o", "run_timeout=%d" % LONG_WALL_MS, "--run-timeout", str(LONG_WALL_MS))
+        cpus = os.cpu_count()
+        py = backend_run("import os; print(os.cpu_count())", extra=long_run)["run"]
+        self.assertEqual(py["stdout"], "%d\n" % cpus, py)
+        js = backend_run("const os = require('os');\n"
+                         "console.log(os.cpus().length, os.totalmem() > 0, os.uptime() > 0, os.loadavg().length)",
+                         "javascript", extra=long_run)["run"]
+        self.assertEqual(js["stdout"], "%d true true 3\n" % cpus, js)
+        java = backend_run("class M { public static void main(String[] a) {\n"
+                           "  System.out.println(Runtime.getRuntime().availableProcessors()); } }", "java",
+                           extra=long_run)["run"]
+        self.assertEqual(java["stdout"], "%d\n" % cpus, java)
 
 
 PROBE = r"""
