@@ -329,7 +329,7 @@ static json_t *stage_json(const struct moat_stage_result *st)
 
 static int cmd_run(struct backend *b, struct options *o, struct moat_exec_request *req, int argc, char **argv, int optind_)
 {
-    static struct uid_range uids; /* held until exit */
+    static struct uid_range uids; /* held until the boxes are gone */
     struct moat_exec_result res;
     struct job_error je;
 
@@ -357,6 +357,7 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
         fprintf(stderr, "moat-backend: run: %s\n", je.message);
         pool_shutdown(&b->pool);
         cg_teardown_instance(&b->cg);
+        uid_range_unlock(&uids);
         return 2;
     }
     json_t *out = json_object();
@@ -372,6 +373,7 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     moat_exec_result_free(&res);
     pool_shutdown(&b->pool);
     cg_teardown_instance(&b->cg);
+    uid_range_unlock(&uids);
     return 0;
 }
 
@@ -555,7 +557,7 @@ static void shutdown_server(struct server *srv, struct backend *b, const struct 
 /* Serve on the socket until SIGTERM/SIGINT: the setup steps in order, then the accept loop. */
 static int serve(struct backend *b, struct options *o)
 {
-    static struct uid_range uids; /* held until exit */
+    static struct uid_range uids; /* held until the boxes are gone */
     struct server srv;
     int sig_fd = setup_signals();
 
@@ -569,6 +571,7 @@ static int serve(struct backend *b, struct options *o)
     log_info("ready: %d slots, queue %d", o->slots, o->queue);
     server_serve(&srv, sig_fd);
     shutdown_server(&srv, b, o);
+    uid_range_unlock(&uids); /* every box is gone: the uids are free */
     return 0;
 }
 

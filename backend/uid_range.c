@@ -7,7 +7,11 @@
  * root-owned regular file, and is locked with flock(LOCK_EX|LOCK_NB).  The
  * locks are taken in ascending order, so of two instances starting at the
  * same moment with overlapping ranges at least one gets all of its own.
- * The holder writes its pid into each file, for the refusal message.
+ * The holder writes its pid into each file, for the refusal message, and
+ * removes the files when it lets go, before it drops the locks; a lock won
+ * on a file that its name no longer points to is therefore dropped and the
+ * name opened again.  A crashed holder leaves its files behind, harmlessly:
+ * the kernel has dropped its locks.
  *
  * The check step: getpwuid_r/getgrgid_r for every id of the range, then every
  * task on the host: /proc/<pid>/status, and /proc/<pid>/task/<tid>/status when
@@ -36,8 +40,9 @@
 
 #include "moat_io.h"
 
-#define STATUS_MAX   65536 /* /proc/<pid>/status read at most this far (Groups can be long) */
-#define NSS_BUF_INIT 16384
+#define STATUS_MAX    65536 /* /proc/<pid>/status read at most this far (Groups can be long) */
+#define NSS_BUF_INIT  16384
+#define LOCK_ATTEMPTS 8 /* a lock file replaced under us this often: give up */
 
 static char status_buf[STATUS_MAX + 1]; /* start-up only: one thread */
 
@@ -86,33 +91,54 @@ static void holder_pid(int fd, char *out, size_t size)
         snprintf(out, size, "%.*s", (int)len, buf);
 }
 
-/* Locks uid's file into *fd: 0, or -1 saying who holds it or what failed. */
+/* uid's lock file, opened (created if need be): a root-owned regular file, or -1. */
+static int open_lock_file(int dfd, const char *name, struct stat *st, struct errbuf *e)
+{
+    int fd = openat(dfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return errf_errno(e, "open %s/%s", UID_LOCK_DIR, name);
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode) || st->st_uid != 0) {
+        close(fd);
+        return errf(e, "%s/%s: not a root-owned regular file", UID_LOCK_DIR, name);
+    }
+    return fd;
+}
+
+/*
+ * Locks uid's file into *fd: 0, or -1 saying who holds it or what failed.
+ * A holder removes its files when it lets go (uid_range_unlock), still
+ * holding the lock; so a lock won on a file the name no longer points to is
+ * worthless, and the name is opened again.
+ */
 static int lock_one(const struct uid_range *r, int dfd, uid_t uid, int *fd, struct errbuf *e)
 {
     char name[32], pid[16];
-    struct stat st;
+    struct stat st, now;
 
     snprintf(name, sizeof(name), "%u.lock", (unsigned)uid);
-    *fd = openat(dfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (*fd < 0)
-        return errf_errno(e, "open %s/%s", UID_LOCK_DIR, name);
-    if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != 0) {
-        close(*fd);
-        return errf(e, "%s/%s: not a root-owned regular file", UID_LOCK_DIR, name);
-    }
-    if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
-        if (errno == EWOULDBLOCK) {
-            holder_pid(*fd, pid, sizeof(pid));
-            errf(e,
-                 "box uids %u..%u: uid %u is held by another moat-backend (pid %s, %s/%s); give each backend a disjoint --uid-base "
-                 "range",
-                 (unsigned)r->first, last_id(r), (unsigned)uid, pid, UID_LOCK_DIR, name);
-        } else {
-            errf_errno(e, "flock %s/%s", UID_LOCK_DIR, name);
+    for (int attempt = 0; attempt < LOCK_ATTEMPTS; attempt++) {
+        if ((*fd = open_lock_file(dfd, name, &st, e)) < 0)
+            return -1;
+        if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+            if (errno == EWOULDBLOCK) {
+                holder_pid(*fd, pid, sizeof(pid));
+                errf(e,
+                     "box uids %u..%u: uid %u is held by another moat-backend (pid %s, %s/%s); give each backend a disjoint "
+                     "--uid-base range",
+                     (unsigned)r->first, last_id(r), (unsigned)uid, pid, UID_LOCK_DIR, name);
+            } else {
+                errf_errno(e, "flock %s/%s", UID_LOCK_DIR, name);
+            }
+            close(*fd);
+            return -1;
         }
-        close(*fd);
-        return -1;
+        if (fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino)
+            break;
+        close(*fd); /* removed by its last holder meanwhile */
+        *fd = -1;
     }
+    if (*fd < 0)
+        return errf(e, "%s/%s: replaced %d times while being locked", UID_LOCK_DIR, name, LOCK_ATTEMPTS);
     snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
     if (ftruncate(*fd, 0) != 0 || pwrite(*fd, pid, strlen(pid), 0) != (ssize_t)strlen(pid)) {
         errf_errno(e, "write %s/%s", UID_LOCK_DIR, name);
@@ -150,8 +176,15 @@ int uid_range_lock(struct uid_range *r, uid_t first, int count, struct errbuf *e
 
 void uid_range_unlock(struct uid_range *r)
 {
-    for (int i = 0; i < r->nlocked; i++)
+    char path[64];
+
+    /* removed while still locked, so that lock files do not pile up in
+     * /run; lock_one copes with a file removed under it */
+    for (int i = 0; i < r->nlocked; i++) {
+        snprintf(path, sizeof(path), "%s/%u.lock", UID_LOCK_DIR, (unsigned)(r->first + (uid_t)i));
+        (void)unlink(path);
         close(r->fds[i]);
+    }
     r->nlocked = 0;
 }
 

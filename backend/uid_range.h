@@ -17,8 +17,8 @@
  *                       on the host may use a uid or gid of the range.
  *
  * The locks go when the process does (the kernel drops a flock with its
- * last descriptor); the files stay, since removing a lock file races with
- * a process about to lock it.
+ * last descriptor); uid_range_unlock() also removes the files, so they do
+ * not pile up in /run.
  */
 #ifndef MOAT_UID_RANGE_H
 #define MOAT_UID_RANGE_H

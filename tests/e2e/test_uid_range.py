@@ -68,6 +68,25 @@ class OverlapTest(unittest.TestCase):
         self.assertEqual(r["run"]["stdout"], "%d\n" % (self.base + 4))
 
 
+class ReleaseTest(unittest.TestCase):
+    def test_stopped_backend_frees_its_range_and_removes_its_lock_files(self):
+        stack = Stack()
+        locks = ["/run/moat-uids/%d.lock" % (stack.uid_base + i) for i in range(4)]  # -j 4
+        try:
+            stack.start_backend()
+            self.assertTrue(all(os.path.exists(p) for p in locks))
+            with open(locks[0]) as f:
+                self.assertEqual(f.read(), "%d\n" % stack.backend.pid)
+        finally:
+            stack.stop()  # SIGTERM: a clean stop
+        self.assertEqual([p for p in locks if os.path.exists(p)], [])
+        # the range is free again, and a one-shot run leaves no lock file either
+        tag = "moat-t%d-release" % os.getpid()
+        r = backend_run("import os; print(os.getuid())", extra=("-j", "4", "--uid-base", str(stack.uid_base)), tag=tag)
+        self.assertEqual(r["run"]["stdout"], "%d\n" % stack.uid_base)
+        self.assertEqual([p for p in locks if os.path.exists(p)], [])
+
+
 class DisjointTest(unittest.TestCase):
     def test_a_job_holding_processes_leaves_the_other_backends_budget_whole(self):
         # The case, made independent of load: A's job holds HOLD
