@@ -107,11 +107,13 @@ static void usage(FILE *f)
 
 /* ---- setup steps ---------------------------------------------------------- */
 
-static void setup_languages(struct backend *b, const struct options *o)
+static void setup_languages(struct backend *b, struct options *o)
 {
     struct errbuf e;
     if (o->limits && languages_server_limits(o->limits, &e) != 0)
         fatalx("--limit: %s", e.msg);
+    json_decref(o->limits); /* copied into the server limits */
+    o->limits = NULL;
     if (languages_load(&b->langs, o->lang_dir, &e) != 0)
         fatalx("%s", e.msg);
     if (b->langs.count == 0)

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "job.h"
+#include "uid_range.h"
 #include "log.h"
 
 #ifndef MOAT_SOURCE_DIR
@@ -230,6 +231,8 @@ static double throughput(int (*fn)(void), int conc, int rounds)
     return conc * rounds / (now_s() - a);
 }
 
+#define BENCH_UID_BASE 1800000000u /* up to 1800000000 + 4096 * MAX_SLOTS: below the tests' 1900000000 */
+
 static void setup(int slots)
 {
     struct errbuf e;
@@ -241,7 +244,13 @@ static void setup(int slots)
     if (seccomp_policy_build(&backend.seccomp, &e) != 0)
         fatalx("%s", e.msg);
     mkdir("/run/moat-bench", 0755);
-    if (pool_init(&backend.pool, slots, slots * 4, "/run/moat-bench", &backend.cg, &backend.seccomp, &e) != 0)
+    /* box uids of their own, never a running moat-backend's (60000..): a
+     * block of MAX_SLOTS per pid above the e2e tests' range */
+    static struct uid_range uids;
+    uid_t base = (uid_t)(BENCH_UID_BASE + (unsigned)(getpid() % 4096) * MAX_SLOTS);
+    if (uid_range_lock(&uids, base, slots, &e) != 0 || uid_range_check_unused(&uids, &e) != 0)
+        fatalx("%s", e.msg);
+    if (pool_init_at(&backend.pool, slots, slots * 4, &uids, "/run/moat-bench", &backend.cg, &backend.seccomp, &e) != 0)
         fatalx("%s", e.msg);
     mkdir(SCRIPT_DIR, 0755);
     FILE *f = fopen(SCRIPT, "w");

@@ -173,17 +173,19 @@ class BoxTest(unittest.TestCase):
         self.assertEqual(r["status"], "RE")
 
     def test_unknown_language(self):
-        from moat_harness import BACKEND
+        from moat_harness import BACKEND, uid_base
         import subprocess
-        p = subprocess.run([BACKEND, "run", "-r", "/run/moat-tu", "-n", "moat-tu", "-l", "cobol", "-c", "x"],
+        p = subprocess.run([BACKEND, "run", "-r", "/run/moat-tu", "-n", "moat-tu", "--uid-base", str(uid_base("moat-tu")),
+                            "-l", "cobol", "-c", "x"],
                            capture_output=True, text=True)
         self.assertEqual(p.returncode, 2)
         self.assertIn("cobol-* runtime is unknown", p.stderr)
 
     def test_limit_above_ceiling_is_refused(self):
-        from moat_harness import BACKEND
+        from moat_harness import BACKEND, uid_base
         import subprocess
-        p = subprocess.run([BACKEND, "run", "-r", "/run/moat-tu", "-n", "moat-tu", "-l", "python", "-c", "x",
+        p = subprocess.run([BACKEND, "run", "-r", "/run/moat-tu", "-n", "moat-tu", "--uid-base", str(uid_base("moat-tu")),
+                            "-l", "python", "-c", "x",
                             "--run-timeout", "999999"], capture_output=True, text=True)
         self.assertEqual(p.returncode, 2)
         self.assertIn("run_timeout cannot exceed the configured limit of 3000 ms", p.stderr)
@@ -209,10 +211,11 @@ LANGUAGES = {  # language: (program file, compiled)
 
 
 def run_file(language, name, stdin="moat\n", extra=()):
-    from moat_harness import BACKEND
+    from moat_harness import BACKEND, uid_base
     import subprocess
     tag = "moat-t%d" % os.getpid()
-    p = subprocess.run([BACKEND, "run", "-r", "/run/" + tag, "-n", tag, "-l", language, "-i", stdin, *extra,
+    p = subprocess.run([BACKEND, "run", "-r", "/run/" + tag, "-n", tag, "--uid-base", str(uid_base(tag)), "-l", language,
+                        "-i", stdin, *extra,
                         os.path.join(PROGRAMS, name)], capture_output=True, timeout=120)
     if p.returncode != 0:
         raise AssertionError(p.stderr.decode(errors="replace"))
