@@ -65,8 +65,11 @@ static int set_defaults(struct gw_config *cfg)
     cfg->header_timeout_ms = GW_DEFAULT_HEADER_TIMEOUT_MS;
     cfg->body_timeout_ms = GW_DEFAULT_BODY_TIMEOUT_MS;
     cfg->idle_timeout_ms = GW_DEFAULT_IDLE_TIMEOUT_MS;
+    cfg->send_timeout_ms = GW_DEFAULT_SEND_TIMEOUT_MS;
     cfg->http2_max_streams = GW_DEFAULT_H2_MAX_STREAMS;
     cfg->http2_reset_budget = GW_DEFAULT_H2_RESET_BUDGET;
+    cfg->http2_max_header_list_bytes = GW_DEFAULT_H2_MAX_HEADER_LIST;
+    cfg->http2_max_headers = GW_DEFAULT_H2_MAX_HEADERS;
     cfg->max_connections = GW_DEFAULT_MAX_CONNECTIONS;
     cfg->max_connections_per_address = GW_DEFAULT_MAX_CONN_PER_ADDR;
     cfg->listen_address = strdup(GW_DEFAULT_ADDRESS);

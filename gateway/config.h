@@ -53,9 +53,12 @@ struct gw_config {
     uint64_t header_timeout_ms; /* TLS handshake; first byte of a request to the end of its headers */
     uint64_t body_timeout_ms;   /* end of the headers to the end of the body */
     uint64_t idle_timeout_ms;   /* no request in progress */
+    uint64_t send_timeout_ms;   /* a response's pending output making no progress */
     /* http2: */
-    unsigned http2_max_streams;  /* requests handled at once per connection */
-    unsigned http2_reset_budget; /* streams a connection may abandon beyond those it completed; 0 = unchecked */
+    unsigned http2_max_streams;         /* requests handled at once per connection */
+    unsigned http2_reset_budget;        /* streams a connection may abandon beyond those it completed; 0 = unchecked */
+    size_t http2_max_header_list_bytes; /* a header block decoded: names + values + 32 per field */
+    unsigned http2_max_headers;         /* header fields per block */
     /* connection limits, counted at accept */
     unsigned max_connections;
     unsigned max_connections_per_address; /* IPv6: per /64 */

@@ -62,6 +62,8 @@ static int timeouts_field(struct parse_ctx *pc, const char *key, yaml_node_t *v,
         return cfg_uint(pc, v, "timeouts.body_ms", 1, GW_MAX_TIMEOUT_MS, &pc->cfg->body_timeout_ms);
     if (strcmp(key, "idle_ms") == 0)
         return cfg_uint(pc, v, "timeouts.idle_ms", 1, GW_MAX_TIMEOUT_MS, &pc->cfg->idle_timeout_ms);
+    if (strcmp(key, "send_ms") == 0)
+        return cfg_uint(pc, v, "timeouts.send_ms", 1, GW_MAX_TIMEOUT_MS, &pc->cfg->send_timeout_ms);
     return 1;
 }
 
@@ -71,6 +73,15 @@ static int http2_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, vo
         return cfg_unsigned(pc, v, "http2.max_concurrent_streams", 1, GW_MAX_H2_MAX_STREAMS, &pc->cfg->http2_max_streams);
     if (strcmp(key, "reset_budget") == 0)
         return cfg_unsigned(pc, v, "http2.reset_budget", 0, GW_MAX_H2_RESET_BUDGET, &pc->cfg->http2_reset_budget);
+    if (strcmp(key, "max_header_list_bytes") == 0) {
+        uint64_t n;
+        if (cfg_uint(pc, v, "http2.max_header_list_bytes", GW_MIN_H2_MAX_HEADER_LIST, GW_MAX_H2_MAX_HEADER_LIST, &n) != 0)
+            return -1;
+        pc->cfg->http2_max_header_list_bytes = (size_t)n;
+        return 0;
+    }
+    if (strcmp(key, "max_headers") == 0)
+        return cfg_unsigned(pc, v, "http2.max_headers", 1, GW_MAX_H2_MAX_HEADERS, &pc->cfg->http2_max_headers);
     return 1;
 }
 

@@ -21,7 +21,8 @@
  *               of the headers), judged from the socket's input buffer;
  *               HTTP/2: a stream still being received while no request
  *               completes (body_ms), no stream open (idle_ms), and the reset
- *               budget below.
+ *               budget below;
+ *               both: a response that does not leave (send_ms, below).
  *
  * Rapid reset: a client opens streams and cancels them at once, so h2o's
  * cap on requests in flight never bites.  Every stream a client opens
@@ -33,6 +34,22 @@
  * it.  The check runs at each request start and in the
  * watchdog; never while h2o frees a request, because that may happen inside
  * h2o's own connection teardown.
+ *
+ * Sending: a client that does not read (a TCP peer whose window stays
+ * shut, or an HTTP/2 client that grants no flow-control window) would hold
+ * its response, its request's memory and its connection forever: h2o
+ * 2.2.5 has no send timeout, and no receive clock runs while a response is
+ * out.  Output is pending while h2o waits for the socket to take a write
+ * (h2o_socket_is_writing), or, on HTTP/2, while a stream's response has
+ * started and is not all written (flow control).  It moves on when the peer
+ * acknowledges more bytes of a pending write (TCP_INFO's tcpi_bytes_acked;
+ * kernels before 4.2 lack it, and then only a completed write counts), when
+ * h2o starts another write (HTTP/1), when more response body leaves a
+ * stream (HTTP/2: PINGs and other frames do not count) or when a response
+ * completes.  Output pending with none of these for send_ms aborts the
+ * connection: linger 0 and shutdown(2), so the kernel drops what is queued
+ * and sends RST, and h2o's pending write fails and it closes the
+ * connection.  A GOAWAY would only queue behind what is stuck.
  *
  * Closing is GOAWAY (HTTP/2) or shutdown(2) on the descriptor (HTTP/1, and
  * HTTP/2 connections still open GW_CONDEMNED_GRACE_MS after their GOAWAY):
@@ -47,8 +64,10 @@
 #include "log.h"
 
 #include <arpa/inet.h>
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_acked (glibc's lacks it) */
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -100,6 +119,11 @@ struct gw_conn {
     /* HTTP/2 */
     uint64_t recv_since_ms;    /* some stream is being received since */
     uint64_t last_progress_ms; /* a request reached the handlers */
+    /* sending: output pending without progress since (0: none pending), and the progress then */
+    uint64_t send_stall_ms;
+    struct send_progress {
+        uint64_t acked, written, body, completed;
+    } send_seen;
     /* the API key this connection last authenticated with (auth.c) */
     char auth_token[APIKEY_TOKEN_LEN];
     unsigned auth_serial; /* the config generation it was checked against (serials never repeat) */
@@ -345,6 +369,17 @@ static void close_http1(struct gw_conn *gc, const char *why)
     shut(gc);
 }
 
+/* Now, discarding what is queued for the peer: RST instead of FIN. */
+static void abort_conn(struct gw_conn *gc, const char *why)
+{
+    const struct linger now = {1, 0};
+
+    condemn(gc);
+    log_info("connection: closing %s connection from %s: %s", gc->is_h2 ? "HTTP/2" : "HTTP/1.1", gc->peer, why);
+    setsockopt(gc->fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+    shut(gc);
+}
+
 /*
  * GOAWAY with errnum and stop h2o opening streams (state HALF_CLOSED, as
  * after h2o's own GOAWAY): h2o ignores new HEADERS without decoding them,
@@ -417,6 +452,75 @@ void gw_conn_request_end(struct gw_conn *gc, int completed)
 
 /* ---------------------------------------------------------------- watchdog */
 
+/* Bytes of ours the peer has acknowledged (TCP_INFO, Linux 4.2+), or 0 where the kernel does not say. */
+static uint64_t tcp_bytes_acked(int fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+
+    memset(&ti, 0, sizeof(ti));
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof(ti.tcpi_bytes_acked))
+        return 0;
+    return ti.tcpi_bytes_acked;
+}
+
+static int same_progress(const struct send_progress *a, const struct send_progress *b)
+{
+    return a->acked == b->acked && a->written == b->written && a->body == b->body && a->completed == b->completed;
+}
+
+/*
+ * Output is pending (pending) with progress p: restart the clock when it
+ * moved, abort the connection when it stood still for send_ms.  1 if it
+ * was aborted.
+ */
+static int check_send(struct gw_conn *gc, const struct gw_config *cfg, uint64_t now, int pending, const struct send_progress *p)
+{
+    if (!pending) {
+        gc->send_stall_ms = 0;
+        return 0;
+    }
+    if (gc->send_stall_ms == 0 || !same_progress(p, &gc->send_seen)) {
+        gc->send_stall_ms = now;
+        gc->send_seen = *p;
+        return 0;
+    }
+    if (now - gc->send_stall_ms <= cfg->send_timeout_ms)
+        return 0;
+    abort_conn(gc, "response not taken by the client within timeouts.send_ms");
+    return 1;
+}
+
+/* HTTP/1: a write h2o waits on; it moves when the peer acknowledges bytes or h2o writes again. */
+static int check_send_http1(struct gw_conn *gc, const struct gw_config *cfg, uint64_t now)
+{
+    int writing = h2o_socket_is_writing(gc->sock);
+    struct send_progress p = {0, gc->sock->bytes_written, 0, gc->completed};
+
+    if (writing)
+        p.acked = tcp_bytes_acked(gc->fd);
+    return check_send(gc, cfg, now, writing, &p);
+}
+
+/*
+ * HTTP/2: a response held by flow control moves only with its body (what
+ * else the connection writes, PING answers say, does not count); a write
+ * h2o waits on moves with the peer's acknowledgements.
+ */
+static int check_send_h2(struct gw_conn *gc, h2o_conn_t *conn, const struct gw_h2_view *h2, const struct gw_config *cfg,
+                         uint64_t now)
+{
+    int writing = gc->sock != NULL && h2o_socket_is_writing(gc->sock);
+    struct send_progress p = {0, 0, 0, gc->completed};
+
+    if (h2->sending > 0)
+        p.body = gw_h2_body_bytes_sent(conn) + 1; /* never 0: a change of kind is progress */
+    else if (writing)
+        p.acked = tcp_bytes_acked(gc->fd);
+    return check_send(gc, cfg, now, writing || h2->sending > 0, &p);
+}
+
 /* Has the request head (up to its empty line) arrived?  Scans only what is new. */
 static int head_complete(struct gw_conn *gc, const h2o_buffer_t *in)
 {
@@ -465,6 +569,8 @@ static void check_h2(struct gw_conn *gc, h2o_conn_t *conn, const struct gw_confi
     gw_h2_view(conn, &h2);
     open = h2.open;
     busy = h2.half_closed;
+    if (check_send_h2(gc, conn, &h2, cfg, now))
+        return; /* also when closing: h2o waits for a stuck response as long as it stays stuck */
     if (h2.closing)
         return; /* h2o is closing it already */
     if (h2_over_budget(gc, &h2)) {
@@ -520,7 +626,7 @@ static void on_watchdog(h2o_timeout_entry_t *entry)
         if (gc->condemned) {
             if (now - gc->condemned_ms > GW_CONDEMNED_GRACE_MS)
                 shut(gc);
-        } else if (!gc->is_h2 && gc->inflight == 0) {
+        } else if (!gc->is_h2 && !check_send_http1(gc, w->cfg, now) && gc->inflight == 0) {
             check_http1(gc, w->cfg, now);
         }
     }

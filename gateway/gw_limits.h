@@ -15,20 +15,26 @@
 #define GW_ENTITY_HARD_CAP_FACTOR     2 /* h2o's own cap, times max_request_entity_size */
 
 /* Connections: timeouts (ms), limits counted at accept, HTTP/2. */
-#define GW_DEFAULT_HEADER_TIMEOUT_MS 10000
-#define GW_DEFAULT_BODY_TIMEOUT_MS   30000
-#define GW_DEFAULT_IDLE_TIMEOUT_MS   60000
-#define GW_MAX_TIMEOUT_MS            3600000
-#define GW_DEFAULT_MAX_CONNECTIONS   4096
-#define GW_MAX_CONNECTIONS           1000000
-#define GW_DEFAULT_MAX_CONN_PER_ADDR 64
-#define GW_DEFAULT_H2_MAX_STREAMS    100
-#define GW_MAX_H2_MAX_STREAMS        100 /* libh2o 2.2.5 advertises 100 and refuses streams beyond it */
-#define GW_DEFAULT_H2_RESET_BUDGET   100
-#define GW_MAX_H2_RESET_BUDGET       1000000
-#define GW_WATCHDOG_MS               250  /* each worker checks its connections' clocks this often */
-#define GW_ADDR_BUCKETS              4096 /* per-address connection table */
-#define GW_CONDEMNED_GRACE_MS        2000 /* after GOAWAY, before the descriptor is shut */
+#define GW_DEFAULT_HEADER_TIMEOUT_MS  10000
+#define GW_DEFAULT_BODY_TIMEOUT_MS    30000
+#define GW_DEFAULT_IDLE_TIMEOUT_MS    60000
+#define GW_DEFAULT_SEND_TIMEOUT_MS    30000 /* pending output that makes no progress */
+#define GW_MAX_TIMEOUT_MS             3600000
+#define GW_DEFAULT_MAX_CONNECTIONS    4096
+#define GW_MAX_CONNECTIONS            1000000
+#define GW_DEFAULT_MAX_CONN_PER_ADDR  64
+#define GW_DEFAULT_H2_MAX_STREAMS     100
+#define GW_MAX_H2_MAX_STREAMS         100 /* libh2o 2.2.5 advertises 100 and refuses streams beyond it */
+#define GW_DEFAULT_H2_RESET_BUDGET    100
+#define GW_MAX_H2_RESET_BUDGET        1000000
+#define GW_DEFAULT_H2_MAX_HEADER_LIST 65536 /* a header block decoded: names + values + 32 per field */
+#define GW_MIN_H2_MAX_HEADER_LIST     1024
+#define GW_MAX_H2_MAX_HEADER_LIST     1048576
+#define GW_DEFAULT_H2_MAX_HEADERS     100 /* header fields per block, as h2o's HTTP/1 parser allows */
+#define GW_MAX_H2_MAX_HEADERS         1000
+#define GW_WATCHDOG_MS                250  /* each worker checks its connections' clocks this often */
+#define GW_ADDR_BUCKETS               4096 /* per-address connection table */
+#define GW_CONDEMNED_GRACE_MS         2000 /* after GOAWAY, before the descriptor is shut */
 
 #define GW_MAX_WORKERS     256
 #define GW_MAX_TENANTS     4096

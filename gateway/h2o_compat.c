@@ -2,14 +2,64 @@
  * h2o_compat.c - every read or write of libh2o 2.2.5's private state (see
  * h2o_compat.h).  Checked against Debian 12's libh2o-dev 2.2.5+dfsg2-7;
  * each access says what it relies on.
+ *
+ * The header block guard (HPACK CPU amplification)
+ * -------------------------------------------------
+ * h2o 2.2.5 decodes a request's whole header block before any handler
+ * runs (lib/http2/connection.c, handle_incoming_request ->
+ * h2o_hpack_parse_headers) and bounds it only by its encoded size
+ * (H2O_MAX_REQLEN, 417,792 octets): a 4 KiB literal added to the dynamic
+ * table and referenced 16,000 times, 20 KB on the wire, decodes to 64 MB
+ * of header values that every later step may read.  h2o does not honour
+ * SETTINGS_MAX_HEADER_LIST_SIZE.  So every HTTP/2 connection is accepted
+ * here (gw_accept, h2o_accept's TLS path) and its frame reader wrapped
+ * before h2o reads its first frame:
+ *
+ *   1. h2o reads frames one at a time through the connection's
+ *      _read_expect pointer, one of three functions static in
+ *      connection.c (the preface, any frame, the CONTINUATION of a header
+ *      block), and moves it from one to the next.  Each has a guard
+ *      (guard_preface, guard_default, guard_continuation) that checks the
+ *      frame, calls h2o's function, and puts the guard of whatever h2o
+ *      moved to in its place.  h2o's functions are learned as h2o installs
+ *      them; a transition to one not seen in that place fails closed (the
+ *      connection ends).
+ *   2. A HEADERS or CONTINUATION frame is checked whole, before h2o keeps
+ *      or decodes it: the block's encoded size so far (h2o's buffer of
+ *      earlier fragments, _headers_unparsed, plus this frame) must stay
+ *      within max_bytes, and at END_HEADERS hpack_scan.c reads what the
+ *      block decodes to against the sizes of h2o's dynamic table as it is
+ *      now (all earlier frames are processed): more fields or bytes than
+ *      allowed, and the frame reader returns ENHANCE_YOUR_CALM, so h2o's
+ *      own error path sends GOAWAY and closes the connection.  No stream
+ *      error is possible: a block that is not decoded leaves the peer's
+ *      and h2o's dynamic tables apart (RFC 7540 4.3).
+ *   3. With the preface, the limit is also advertised
+ *      (SETTINGS_MAX_HEADER_LIST_SIZE), so a well-behaved client fails
+ *      before sending.
+ *
+ * The work per header block is then linear in its encoded size, which is
+ * bounded, and what reaches the pipeline is bounded by the limits.
  */
 #include "h2o_compat.h"
+#include "gw_limits.h"
+#include "hpack_scan.h"
+#include "log.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 /* The HTTP/2 connection struct (needs klib's khash.h: from libhts-dev, see CMakeLists.txt). */
+#include <h2o/http1.h>
 #include <h2o/http2.h>
 #include <h2o/http2_internal.h>
+
+#if H2O_VERSION_MAJOR != 2 || H2O_VERSION_MINOR != 2 || H2O_VERSION_PATCH != 5
+#error "h2o_compat.c was checked against libh2o 2.2.5's private state: check it against this version"
+#endif
 
 h2o_iovec_t gw_h1_request_head(h2o_req_t *req)
 {
@@ -38,7 +88,24 @@ void gw_h2_view(h2o_conn_t *conn, struct gw_h2_view *v)
     v->max_open = h2->pull_stream_ids.max_open;
     v->open = h2->num_streams.pull.open;
     v->half_closed = h2->num_streams.pull.half_closed;
+    /* num_streams.pull.send_body counts the streams in SEND_BODY and
+     * SEND_BODY_IS_FINAL (h2o_http2_stream_set_state): a response started
+     * whose last DATA frame h2o has not yet written into its buffer. */
+    v->sending = h2->num_streams.pull.send_body;
     v->closing = h2->state >= H2O_HTTP2_CONN_STATE_HALF_CLOSED;
+}
+
+uint64_t gw_h2_body_bytes_sent(h2o_conn_t *conn)
+{
+    /* conn->streams (khash, 2.2.5): every stream h2o has not closed; each
+     * stream's req.bytes_sent grows as h2o puts its DATA frames into the
+     * connection's write buffer (lib/http2/stream.c, send_data). */
+    const h2o_http2_conn_t *h2 = (const h2o_http2_conn_t *)conn;
+    h2o_http2_stream_t *stream;
+    uint64_t sum = 0;
+
+    kh_foreach_value(h2->streams, stream, { sum += stream->req.bytes_sent; });
+    return sum;
 }
 
 void gw_h2_goaway(h2o_conn_t *conn, int errnum, const char *why)
@@ -70,4 +137,311 @@ void gw_h2_foreach(h2o_context_t *ctx, void (*fn)(h2o_conn_t *conn, h2o_socket_t
         next = node->next;
         fn(&h2->super, h2->sock, arg);
     }
+}
+
+/* ---------------------------------------------------------------- accept */
+
+/* h2o_accept's state during the TLS handshake (lib/core/util.c, struct st_h2o_accept_data_t). */
+struct accept_data {
+    h2o_accept_ctx_t *ctx;
+    h2o_socket_t *sock;
+    h2o_timeout_entry_t timeout;
+    struct timeval connected_at;
+};
+
+static void guard_install(h2o_socket_t *sock);
+
+static void accept_data_free(struct accept_data *data)
+{
+    h2o_timeout_unlink(&data->timeout);
+    free(data);
+}
+
+/* The handshake took longer than the context's handshake timeout (h2o's on_accept_timeout). */
+static void on_handshake_timeout(h2o_timeout_entry_t *entry)
+{
+    struct accept_data *data = H2O_STRUCT_FROM_MEMBER(struct accept_data, timeout, entry);
+    h2o_socket_t *sock = data->sock;
+
+    accept_data_free(data);
+    h2o_socket_close(sock);
+}
+
+static int alpn_is_h2(h2o_socket_t *sock)
+{
+    h2o_iovec_t proto = h2o_socket_ssl_get_selected_protocol(sock);
+
+    for (const h2o_iovec_t *id = h2o_http2_alpn_protocols; id->len != 0; id++)
+        if (proto.len == id->len && memcmp(proto.base, id->base, proto.len) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * HTTP/2 with the guard in place before h2o reads a frame.  Like h2o's
+ * on_ssl_handshake_complete, except that what arrived with the handshake
+ * (sock->input: h2o's socket layer decodes it before calling back) is held
+ * back while h2o_http2_accept runs, which would otherwise parse it at once,
+ * and handed to h2o's reader (sock->_cb.read, set by h2o_http2_accept's
+ * h2o_socket_read_start) once the guard is in.
+ */
+static void accept_h2(h2o_accept_ctx_t *ctx, h2o_socket_t *sock, struct timeval connected_at)
+{
+    h2o_buffer_t *early = sock->input;
+
+    h2o_buffer_init(&sock->input, &h2o_socket_buffer_prototype);
+    h2o_http2_accept(ctx, sock, connected_at);
+    guard_install(sock);
+    h2o_buffer_dispose(&sock->input);
+    sock->input = early;
+    if (sock->input->size != 0 && sock->_cb.read != NULL)
+        sock->_cb.read(sock, NULL); /* may close the connection: nothing after this */
+}
+
+static void on_handshake_complete(h2o_socket_t *sock, const char *err)
+{
+    struct accept_data *data = sock->data;
+    h2o_accept_ctx_t *ctx = data->ctx;
+    struct timeval connected_at = data->connected_at;
+
+    sock->data = NULL;
+    accept_data_free(data);
+    if (err != NULL)
+        h2o_socket_close(sock);
+    else if (alpn_is_h2(sock))
+        accept_h2(ctx, sock, connected_at);
+    else
+        h2o_http1_accept(ctx, sock, connected_at);
+}
+
+void gw_accept(h2o_accept_ctx_t *ctx, h2o_socket_t *sock)
+{
+    struct accept_data *data = malloc(sizeof(*data));
+
+    if (data == NULL) {
+        log_warnx("%s: out of memory", __func__);
+        h2o_socket_close(sock);
+        return;
+    }
+    *data = (struct accept_data){.ctx = ctx, .sock = sock, .connected_at = *h2o_get_timestamp(ctx->ctx, NULL, NULL)};
+    data->timeout.cb = on_handshake_timeout;
+    h2o_timeout_link(ctx->ctx->loop, &ctx->ctx->handshake_timeout, &data->timeout);
+    sock->data = data;
+    h2o_socket_ssl_handshake(sock, ctx->ssl_ctx, NULL, on_handshake_complete);
+}
+
+/* ---------------------------------------------------------------- the header block guard */
+
+typedef ssize_t (*read_expect_fn)(h2o_http2_conn_t *conn, const uint8_t *src, size_t len, const char **err_desc);
+
+/* h2o's frame reader states (lib/http2/connection.c, 2.2.5) and what follows each. */
+enum expect { EXPECT_PREFACE, EXPECT_DEFAULT, EXPECT_CONTINUATION, EXPECT_N };
+static const enum expect expect_next[EXPECT_N] = {
+    [EXPECT_PREFACE] = EXPECT_DEFAULT,      /* expect_preface -> expect_default */
+    [EXPECT_DEFAULT] = EXPECT_CONTINUATION, /* handle_headers_frame without END_HEADERS */
+    [EXPECT_CONTINUATION] = EXPECT_DEFAULT, /* the block's END_HEADERS */
+};
+
+static read_expect_fn h2o_expect[EXPECT_N]; /* h2o's own functions, learned (written with __atomic) */
+static gw_h2_limits_fn guard_limits;        /* set once before the workers start */
+
+static ssize_t guard_preface(h2o_http2_conn_t *conn, const uint8_t *src, size_t len, const char **err_desc);
+static ssize_t guard_default(h2o_http2_conn_t *conn, const uint8_t *src, size_t len, const char **err_desc);
+static ssize_t guard_continuation(h2o_http2_conn_t *conn, const uint8_t *src, size_t len, const char **err_desc);
+static const read_expect_fn guards[EXPECT_N] = {guard_preface, guard_default, guard_continuation};
+
+void gw_h2_guard_init(gw_h2_limits_fn limits)
+{
+    guard_limits = limits;
+}
+
+/* h2o's function for state e is fn: learned the first time, then checked.  0 or -1. */
+static int learn(enum expect e, read_expect_fn fn)
+{
+    read_expect_fn known = NULL;
+
+    if (__atomic_compare_exchange_n(&h2o_expect[e], &known, fn, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return 0;
+    return known == fn ? 0 : -1;
+}
+
+static void guard_install(h2o_socket_t *sock)
+{
+    /* h2o_http2_accept sets sock->data to the connection, whose reader
+     * starts at expect_preface (create_conn). */
+    h2o_http2_conn_t *conn = sock->data;
+
+    if (learn(EXPECT_PREFACE, conn->_read_expect) != 0) {
+        log_warnx("%s: unexpected HTTP/2 frame reader: connection refused", __func__);
+        shutdown(h2o_socket_get_fd(sock), SHUT_RDWR); /* h2o's next read fails and it closes the connection */
+        return;
+    }
+    conn->_read_expect = guard_preface;
+}
+
+/* Call h2o's reader for state e, then guard whatever state h2o moved to. */
+static ssize_t call_h2o(enum expect e, h2o_http2_conn_t *conn, const uint8_t *src, size_t len, const char **err_desc)
+{
+    ssize_t ret = __atomic_load_n(&h2o_expect[e], __ATOMIC_RELAXED)(conn, src, len, err_desc);
+    read_expect_fn now = conn->_read_expect;
+
+    if (now == guards[e])
+        return ret; /* h2o stays in state e */
+    if (learn(expect_next[e], now) != 0) {
+        log_warnx("%s: unexpected HTTP/2 frame reader transition: connection closed", __func__);
+        *err_desc = "internal error";
+        return H2O_HTTP2_ERROR_INTERNAL; /* h2o's error path closes the connection */
+    }
+    conn->_read_expect = guards[expect_next[e]];
+    return ret;
+}
+
+static void peer_text(h2o_http2_conn_t *conn, char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+
+    memset(&ss, 0, sizeof(ss));
+    snprintf(buf, len, "?");
+    sl = h2o_socket_getpeername(conn->sock, (struct sockaddr *)&ss);
+    if (ss.ss_family == AF_INET && sl >= sizeof(struct sockaddr_in))
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, buf, len);
+    else if (ss.ss_family == AF_INET6 && sl >= sizeof(struct sockaddr_in6))
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, buf, len);
+}
+
+/* A header block refused: the reader's error for h2o to send GOAWAY with and close. */
+static ssize_t refuse(h2o_http2_conn_t *conn, ssize_t error, const char *why, const struct hpack_scan_result *seen)
+{
+    char peer[INET6_ADDRSTRLEN];
+
+    peer_text(conn, peer, sizeof(peer));
+    if (seen != NULL)
+        log_info("connection: closing HTTP/2 connection from %s: %s (%zu fields, %zu bytes read so far)", peer, why, seen->fields,
+                 seen->bytes);
+    else
+        log_info("connection: closing HTTP/2 connection from %s: %s", peer, why);
+    return error;
+}
+
+/* The sizes of h2o's dynamic table for the next block (lib/http2/hpack.c's
+ * header table: entry i, newest first, is h2o_hpack_header_table_get(i)). */
+static int seed_table(h2o_http2_conn_t *conn, struct hpack_sizes *t)
+{
+    h2o_hpack_header_table_t *h = &conn->_input_header_table;
+
+    if (hpack_sizes_reset(t, h->hpack_capacity, h->hpack_max_capacity) != 0)
+        return -1;
+    for (size_t i = 0; i < h->num_entries; i++) {
+        const h2o_hpack_header_table_entry_t *e = h2o_hpack_header_table_get(h, i);
+        if (hpack_sizes_add_oldest(t, e->name->len, e->value->len) != 0)
+            return -1;
+    }
+    return t->size == h->hpack_size ? 0 : -1;
+}
+
+/*
+ * A fragment of a header block: prev (h2o's buffer of the earlier
+ * fragments, or NULL) then frag.  0 to let h2o have it, or the reader's
+ * error refusing it.
+ */
+static ssize_t check_fragment(h2o_http2_conn_t *conn, const h2o_buffer_t *prev, const uint8_t *frag, size_t len, int end_headers,
+                              const char **err_desc)
+{
+    struct gw_h2_header_limits lim = {GW_DEFAULT_H2_MAX_HEADER_LIST, GW_DEFAULT_H2_MAX_HEADERS};
+    struct hpack_sizes table;
+    struct hpack_scan_result seen;
+    size_t before = prev != NULL ? prev->size : 0;
+
+    if (guard_limits != NULL)
+        guard_limits(conn->super.ctx, &lim);
+    if (before + len > lim.max_bytes) {
+        *err_desc = "header block too large (max_header_list_bytes)";
+        return refuse(conn, H2O_HTTP2_ERROR_ENHANCE_YOUR_CALM, "header block over http2.max_header_list_bytes on the wire", NULL);
+    }
+    if (!end_headers)
+        return 0;
+    if (seed_table(conn, &table) != 0) {
+        *err_desc = "internal error";
+        return refuse(conn, H2O_HTTP2_ERROR_INTERNAL, "cannot follow the HPACK dynamic table", NULL);
+    }
+    switch (prev != NULL ? hpack_scan(&table, (const uint8_t *)prev->bytes, before, frag, len, lim.max_bytes, lim.max_fields, &seen)
+                         : hpack_scan(&table, frag, len, NULL, 0, lim.max_bytes, lim.max_fields, &seen)) {
+    case HPACK_OK:
+        return 0;
+    case HPACK_TOO_MANY_FIELDS:
+        *err_desc = "too many header fields (max_headers)";
+        return refuse(conn, H2O_HTTP2_ERROR_ENHANCE_YOUR_CALM, "header block over http2.max_headers", &seen);
+    case HPACK_TOO_LARGE:
+        *err_desc = "header list too large (max_header_list_bytes)";
+        return refuse(conn, H2O_HTTP2_ERROR_ENHANCE_YOUR_CALM, "header block over http2.max_header_list_bytes decoded", &seen);
+    case HPACK_MALFORMED:
+    default:
+        *err_desc = "malformed header block";
+        return refuse(conn, H2O_HTTP2_ERROR_COMPRESSION, "malformed header block", &seen);
+    }
+}
+
+/* After h2o sent its SETTINGS for the preface: one more with the header list limit (RFC 7540 6.5.2). */
+static void advertise_limit(h2o_http2_conn_t *conn)
+{
+    struct gw_h2_header_limits lim = {GW_DEFAULT_H2_MAX_HEADER_LIST, GW_DEFAULT_H2_MAX_HEADERS};
+    uint32_t v;
+    uint8_t *p;
+
+    if (guard_limits != NULL)
+        guard_limits(conn->super.ctx, &lim);
+    v = lim.max_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)lim.max_bytes;
+    /* _write.buf is where expect_preface put h2o's SETTINGS (2.2.5); h2o
+     * ignores the client's second SETTINGS ACK (handle_settings_frame). */
+    p = (uint8_t *)h2o_buffer_reserve(&conn->_write.buf, H2O_HTTP2_FRAME_HEADER_SIZE + 6).base;
+    p = h2o_http2_encode_frame_header(p, 6, H2O_HTTP2_FRAME_TYPE_SETTINGS, 0, 0);
+    *p++ = 0;
+    *p++ = H2O_HTTP2_SETTINGS_MAX_HEADER_LIST_SIZE;
+    for (int shift = 24; shift >= 0; shift -= 8)
+        *p++ = (uint8_t)(v >> shift);
+    conn->_write.buf->size += H2O_HTTP2_FRAME_HEADER_SIZE + 6;
+    h2o_http2_conn_request_write(conn);
+}
+
+static ssize_t guard_preface(h2o_http2_conn_t *conn, const uint8_t *src, size_t len, const char **err_desc)
+{
+    ssize_t ret = call_h2o(EXPECT_PREFACE, conn, src, len, err_desc);
+
+    if (ret > 0)
+        advertise_limit(conn);
+    return ret;
+}
+
+static ssize_t guard_default(h2o_http2_conn_t *conn, const uint8_t *src, size_t len, const char **err_desc)
+{
+    h2o_http2_frame_t frame;
+    h2o_http2_headers_payload_t payload;
+    const char *ignored = NULL;
+    ssize_t refused;
+
+    /* a whole HEADERS frame h2o would take (its own errors are left to it) */
+    if (len > 3 && src[3] == H2O_HTTP2_FRAME_TYPE_HEADERS &&
+        h2o_http2_decode_frame(&frame, src, len, &H2O_HTTP2_SETTINGS_HOST, &ignored) > 0 &&
+        h2o_http2_decode_headers_payload(&payload, &frame, &ignored) == 0 &&
+        (refused = check_fragment(conn, NULL, payload.headers, payload.headers_len,
+                                  (frame.flags & H2O_HTTP2_FRAME_FLAG_END_HEADERS) != 0, err_desc)) != 0)
+        return refused;
+    return call_h2o(EXPECT_DEFAULT, conn, src, len, err_desc);
+}
+
+static ssize_t guard_continuation(h2o_http2_conn_t *conn, const uint8_t *src, size_t len, const char **err_desc)
+{
+    h2o_http2_frame_t frame;
+    const char *ignored = NULL;
+    ssize_t refused;
+
+    /* conn->_headers_unparsed: the block's earlier fragments, kept by h2o
+     * until END_HEADERS (NULL only if h2o ignores the block) */
+    if (h2o_http2_decode_frame(&frame, src, len, &H2O_HTTP2_SETTINGS_HOST, &ignored) > 0 &&
+        frame.type == H2O_HTTP2_FRAME_TYPE_CONTINUATION && conn->_headers_unparsed != NULL &&
+        (refused = check_fragment(conn, conn->_headers_unparsed, frame.payload, frame.length,
+                                  (frame.flags & H2O_HTTP2_FRAME_FLAG_END_HEADERS) != 0, err_desc)) != 0)
+        return refused;
+    return call_h2o(EXPECT_CONTINUATION, conn, src, len, err_desc);
 }

@@ -27,6 +27,7 @@
 #include "server.h"
 #include "conn.h"
 #include "gw_limits.h"
+#include "h2o_compat.h"
 #include "log.h"
 #include "moat_io.h"
 #include "pipeline.h"
@@ -155,9 +156,22 @@ static void worker_h2o_config(struct gw_worker *w)
 
     h2o_config_init(&w->h2o);
     w->h2o.server_name = h2o_iovec_init(H2O_STRLIT("moat"));
+    /* HTTP/2 only through ALPN, where gw_accept puts the header block
+     * guard in: h2o would otherwise take "PRI * HTTP/2.0" on an HTTP/1.1
+     * connection as HTTP/2 (lib/http1.c) without it */
+    w->h2o.http1.upgrade_to_http2 = 0;
     hostconf = h2o_config_register_host(&w->h2o, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     pathconf = h2o_config_register_path(hostconf, "/", 0);
     gw_pipeline_register(pathconf);
+}
+
+/* The header block limits of the worker's current configuration (h2o_compat.c asks, on the worker's thread). */
+static void h2_header_limits(h2o_context_t *ctx, struct gw_h2_header_limits *out)
+{
+    const struct gw_config *cfg = gw_worker_of(ctx)->cfg;
+
+    out->max_bytes = cfg->http2_max_header_list_bytes;
+    out->max_fields = cfg->http2_max_headers;
 }
 
 int gw_server_init(struct gw_server *srv, struct gw_config *cfg, SSL_CTX *ssl_ctx, const char *config_path)
@@ -165,6 +179,7 @@ int gw_server_init(struct gw_server *srv, struct gw_config *cfg, SSL_CTX *ssl_ct
     struct gw_generation *gen;
 
     memset(srv, 0, sizeof(*srv));
+    gw_h2_guard_init(h2_header_limits);
     srv->audit_ctl = -1;
     srv->audit_enabled = cfg->audit_enabled;
     srv->config_path = config_path;
@@ -250,7 +265,7 @@ static void on_accept(h2o_socket_t *listener, const char *err)
     gw_worker_refresh(w); /* the current certificate and limits */
     if (gw_conn_accept(w, sock) != 0)
         return;
-    h2o_accept(&w->accept_ctx, sock);
+    gw_accept(&w->accept_ctx, sock); /* h2o_accept, with the HTTP/2 header block guard */
 }
 
 static int stopping(void)

@@ -24,6 +24,28 @@ all of them POSTing the same small execute body to /api/v2/execute:
   401     gateway, no Authorization header             (deny path)
   429     gateway, tenant "limited", valid API key     (deny path)
   exec    gateway, tenant "bench": print(1) in python, fewer connections
+  hpack   gateway, HTTP/2 header blocks (not a load run; see below)
+
+The hpack case measures the gateway's CPU time per request (utime + stime
+of its process, /proc/PID/stat) for three kinds of unauthenticated HTTP/2
+request, each sent on a connection whose TLS handshake and preface were
+done before the measurement starts:
+
+  plain       GET /api/v2/runtimes, no token: 401 (100 at once per
+              connection, the connection kept)
+  plain_close the same, one per connection, which then ends as a refused
+              block ends it: a frame h2o takes as a connection error
+              (WINDOW_UPDATE of 0), so GOAWAY and close are included
+  at_limit    plain with a header block at the default limits (100
+              fields, ~62 KiB decoded from ~4 KiB: a 600-octet literal in
+              the dynamic table referenced 95 times): 401
+  amplified   plain with a 4,000-octet literal referenced 16,000 times (20
+              KB on the wire, 64 MB decoded): refused before it is
+              decoded, GOAWAY and close (one per connection)
+
+and prints each one's cost against plain and plain_close.  The goal for
+amplified is <= 10x a plain 401 on the same footing (plain_close: one
+request, then the connection's teardown).
 
 Each deny path is compared with raw_h2o receiving the very same request
 bytes: a 429 request carries a 100-byte bearer token, which any HTTP server
@@ -222,6 +244,69 @@ def run_h2load(tmp, port, token, body, connections, streams, threads, duration):
             "p99_ms": percentile(lat, 99) / 1e3, "non2xx": non2xx, "socket_errors": errored + timeout + (done - n2xx - non2xx)}
 
 
+# ---- hpack: what one HTTP/2 header block costs the gateway -------------------
+
+HPACK_GOAL = 10.0
+
+
+def hpack_bench(stack, pid, amplified_connections, plain_requests):
+    """CPU microseconds per request of the plain, at_limit and amplified requests (see the
+    module docstring), each measured around its requests only."""
+    import test_gateway_robustness as rob  # the e2e tests' HTTP/2 client and blocks
+
+    def ready(n):
+        return rob.h2_ready(stack, n)
+
+    def measure(conns, blocks_per_conn, block, answered, end=False):
+        cpu0 = cpu_seconds(pid)
+        pending = []
+        for c in conns:
+            sids = []
+            for _ in range(blocks_per_conn):
+                sids.append(c.new_stream())
+                c.send(rob.header_frames(sids[-1], block))
+            # at most 100 streams at once per connection (h2o's cap): answer the batch
+            c.wait(sids, timeout=60)
+            pending += [(c, sid) for sid in sids]
+            if end:  # WINDOW_UPDATE of 0 on the connection: h2o's PROTOCOL_ERROR, GOAWAY and close
+                c.send(rob.frame(rob.WINDOW_UPDATE, 0, 0, b"\0\0\0\0"))
+        for c in conns:
+            if end and not c.wait_closed(60):
+                raise BenchError("hpack: the gateway did not end a connection")
+        cpu = cpu_seconds(pid) - cpu0
+        for c, sid in pending:
+            st = c.streams[sid]
+            if answered and st["status"] != 401:
+                raise BenchError("hpack: expected 401, got %r" % (st,))
+            if not answered and st["status"] is None and not c.closed and c.goaway is None:
+                raise BenchError("hpack: an amplified block was neither refused nor answered: %r" % (st,))
+            if not answered and st["status"] is not None:
+                res["unbounded"] = True  # answered: this gateway decoded it (no guard)
+        for c in conns:
+            c.close()
+        return cpu * 1e6 / len(pending)
+
+    def handshakes(n):
+        cpu0 = cpu_seconds(pid)
+        conns = ready(n)
+        cpu = cpu_seconds(pid) - cpu0
+        for c in conns:
+            c.close()
+        return cpu * 1e6 / n
+
+    plain_block = rob.header_block("GET", "/api/v2/runtimes")
+    at_limit = plain_block + rob.hpack_indexed_literal(b"x-a", b"a" * 600) + bytes([0x80 | 62]) * 95
+    amplified = rob.amplified_block()
+    per_conn = 100
+    res = {"unbounded": False}
+    res["plain"] = measure(ready(max(1, plain_requests // per_conn)), per_conn, plain_block, True)
+    res["plain_close"] = measure(ready(amplified_connections), 1, plain_block, True, end=True)
+    res["at_limit"] = measure(ready(max(1, plain_requests // per_conn // 10)), per_conn, at_limit, True)
+    res["amplified"] = measure(ready(amplified_connections), 1, amplified, False)
+    res["handshake"] = handshakes(amplified_connections)
+    return res
+
+
 # ---- the benchmark ---------------------------------------------------------
 
 def main():
@@ -233,7 +318,9 @@ def main():
     ap.add_argument("--exec-connections", type=int, default=8, help="connections for exec (default 8)")
     ap.add_argument("--threads", type=int, default=2, help="load generator threads (default 2)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every case (default 3)")
-    ap.add_argument("--cases", default="raw,rawkey,401,429,exec", help="comma-separated subset")
+    ap.add_argument("--cases", default="raw,rawkey,401,429,exec,hpack", help="comma-separated subset")
+    ap.add_argument("--hpack-connections", type=int, default=500,
+                    help="hpack: amplified blocks, one connection each (default 500; plain: 20x as many requests)")
     ap.add_argument("--protocols", default="h1,h2", help="h1 (wrk), h2 (h2load) or both")
     ap.add_argument("--smoke", action="store_true", help="short run: check that everything works")
     ap.add_argument("--hold", action="store_true", help="keep the servers running after the run (for perf)")
@@ -252,26 +339,34 @@ def main():
     import moat_harness  # noqa: E402  (reads MOAT_BUILD_DIR at import)
 
     raw_bin = os.path.join(build, "tests", "bench", "raw_h2o")
-    for tool in ("wrk", "h2load"):
+    all_cases = args.cases.split(",")
+    cases = [c for c in all_cases if c != "hpack"]  # the load cases
+    for tool in ("wrk", "h2load") if cases else ():
         if shutil.which(tool) is None:
             raise BenchError("%s not found (install nghttp2-client and wrk: .ci/install-deps)" % tool)
-    for b in (raw_bin, moat_harness.BACKEND, moat_harness.GATEWAY, moat_harness.MOATCTL):
+    for b in ((raw_bin,) if cases else ()) + (moat_harness.BACKEND, moat_harness.GATEWAY, moat_harness.MOATCTL):
         if not os.access(b, os.X_OK):
             raise BenchError("%s not built" % b)
     if os.geteuid() != 0:
         raise BenchError("run as root (the backend runs boxes)")
-
-    cases = args.cases.split(",")
     protocols = args.protocols.split(",")
     body = json.dumps(EXEC_BODY)
     bench_extra = "rate: {per_second: 100000, burst: 100000}\nmax_in_flight: 1000\ncpu_seconds_per_minute: 1000000\n"
     limited_extra = "rate: {per_second: 0.001, burst: 1}\n"
-    stack = moat_harness.Stack(tenants=[("bench", bench_extra, ""), ("limited", limited_extra, "")], audit=False)
+    # hpack opens its connections from one address
+    stack = moat_harness.Stack(tenants=[("bench", bench_extra, ""), ("limited", limited_extra, "")], audit=False,
+                               extra_config="max_connections_per_address: 100000\nmax_connections: 100000\n")
     workers = 2  # moat_harness.Stack writes "workers: 2"
     raw = None
     results = {}
+    hpack = None
     try:
         stack.start()
+        if "hpack" in all_cases:
+            n = 50 if args.smoke else args.hpack_connections
+            hpack = hpack_bench(stack, stack.gateway.pid, n, 20 * n)
+        if not cases:
+            return report_hpack(hpack)
         raw = RawH2o(raw_bin, stack.certs, workers, moat_harness.free_port())
         tmp = stack.tmp
         servers = {"raw": (raw.port, raw.proc.pid, None), "rawkey": (raw.port, raw.proc.pid, stack.tokens["limited"]),
@@ -373,12 +468,33 @@ def main():
         log(n)
     if args.rounds > 1:
         log("(medians over %d interleaved rounds; ratios are taken within each round)" % args.rounds)
+    report_hpack(hpack)
     if args.smoke:
         log("bench_gateway: smoke run OK (figures of a %d s run mean nothing)" % args.duration)
     elif below:
         log("bench_gateway: deny path below the %.1fx goal: %s" % (GOAL, ", ".join(below)))
     elif "raw" in cases and ("401" in cases or "429" in cases):
         log("bench_gateway: deny path meets the %.1fx goal" % GOAL)
+    return 0
+
+
+def report_hpack(hpack):
+    if hpack is None:
+        return 0
+    def ratio(k, base):
+        return hpack[k] / hpack[base] if hpack[base] > 0 else float("inf")
+
+    log("")
+    log("| hpack request | server CPU us/req | vs plain | vs plain_close |")
+    log("|---|---|---|---|")
+    for k in ("plain", "plain_close", "at_limit", "amplified"):
+        log("| %s | %.1f | %.1fx | %.2fx |" % (k + (" (answered: no bound)" if k == "amplified" and hpack["unbounded"] else ""),
+                                                hpack[k], ratio(k, "plain"), ratio(k, "plain_close")))
+    log("| (a TLS handshake and preface, for scale) | %.1f | %.1fx | %.2fx |"
+        % (hpack["handshake"], ratio("handshake", "plain"), ratio("handshake", "plain_close")))
+    log("bench_gateway: amplified header block %s the %.0fx goal (%.2fx a plain 401 with its connection's teardown)"
+        % ("meets" if ratio("amplified", "plain_close") <= HPACK_GOAL else "misses", HPACK_GOAL,
+           ratio("amplified", "plain_close")))
     return 0
 
 

@@ -1,5 +1,5 @@
-"""Robustness of moat-gateway's front end (tests/SECURITY-CHECKS.md G12, G14-G20), graceful
-shutdown and SIGHUP reload.
+"""Robustness of moat-gateway's front end (tests/SECURITY-CHECKS.md G12, G14-G20, G22, G23),
+graceful shutdown and SIGHUP reload.
 
 Each test class starts its own backend + gateway with the settings it needs.  HTTP/1.1
 is spoken over raw TLS sockets (so requests can be malformed on purpose) and HTTP/2 by
@@ -24,7 +24,7 @@ import threading
 import time
 import unittest
 
-from moat_harness import LONG_WALL_MS, MOATCTL, Stack, held_program, release_all, wait_held, wait_until
+from moat_harness import DEADLINE_S, LONG_WALL_MS, MOATCTL, Stack, held_program, release_all, wait_held, wait_until
 
 # ---------------------------------------------------------------------------
 # HTTP/2 over TLS, by hand
@@ -81,9 +81,10 @@ def status_of(block):
 
 
 class H2:
-    """One HTTP/2 connection.  Not thread safe; one user at a time."""
+    """One HTTP/2 connection.  Not thread safe; one user at a time.  settings: the client's
+    SETTINGS as {id: value}; window: the connection window it grants on top of the default."""
 
-    def __init__(self, port, ctx, timeout=10):
+    def __init__(self, port, ctx, timeout=10, settings=None, window=1 << 30):
         raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.sock = ctx.wrap_socket(raw, server_hostname="localhost")
         if self.sock.selected_alpn_protocol() != "h2":
@@ -93,7 +94,11 @@ class H2:
         self.goaway = None  # (last stream id, error code) once received
         self.closed = False
         self.streams = {}
-        self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0) + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1 << 30)))
+        self.server_settings = {}  # what the server's SETTINGS frames said
+        self.settings_acked = False  # the server took ours (and so had read the preface)
+        ours = b"".join(struct.pack(">HI", k, v) for k, v in (settings or {}).items())
+        self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0, ours) +
+                          (frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", window)) if window else b""))
 
     def close(self):
         try:
@@ -109,6 +114,12 @@ class H2:
 
     def send(self, data):
         self.sock.sendall(data)
+
+    def request_block(self, block):
+        """A GET whose header block is given whole (one HEADERS frame)."""
+        sid = self.new_stream()
+        self.send(frame(HEADERS, END_HEADERS | END_STREAM, sid, block))
+        return sid
 
     def request(self, method, path, headers=(), body=None, end_stream=None):
         sid = self.new_stream()
@@ -152,7 +163,10 @@ class H2:
     def handle(self, ftype, flags, sid, payload):
         s = self.streams.get(sid)
         if ftype == SETTINGS and not flags & ACK:
+            self.server_settings.update(struct.unpack(">HI", payload[i:i + 6]) for i in range(0, len(payload) - 5, 6))
             self.reply(frame(SETTINGS, ACK, 0))
+        elif ftype == SETTINGS:
+            self.settings_acked = True
         elif ftype == PING and not flags & ACK:
             self.reply(frame(PING, ACK, 0, payload))
         elif ftype == GOAWAY and self.goaway is None:  # the first one gives the reason
@@ -299,6 +313,20 @@ def start_stack(extra_config="", workers=None, tenants=None, tls_extra="", start
     if start:
         stack.start()
     return stack
+
+
+class StackPerClass(unittest.TestCase):
+    """Test classes that share one stack, started with start_stack(**STACK)."""
+
+    STACK = {}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = start_stack(**cls.STACK)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
 
 
 def openssl(*args, **kw):
@@ -738,6 +766,311 @@ class RapidResetTest(unittest.TestCase):
 
 
 # ---------------------------------------------------------------------------
+# G22: HPACK amplification, the work an unauthenticated request may cost
+# ---------------------------------------------------------------------------
+
+MAX_HEADER_LIST_SIZE = 6  # the SETTINGS id
+
+
+def hpack_indexed_literal(name, value):
+    """Literal header field with incremental indexing, new name, no Huffman (RFC 7541 6.2.1):
+    the decoder adds it to its dynamic table as entry 62."""
+    return b"\x40" + hpack_int(len(name), 7) + name + hpack_int(len(value), 7) + value
+
+
+def amplified_block(path="/api/v2/runtimes", refs=16000, value_len=4000):
+    """A request whose header block inserts a 4,000-octet value into the dynamic table and
+    then references it `refs` times, one octet each: ~20 KB on the wire, 64 MB decoded."""
+    return (header_block("GET", path) + hpack_indexed_literal(b"x-a", b"a" * value_len) +
+            bytes([0x80 | 62]) * refs)
+
+
+def header_frames(sid, block, end_stream=True, max_frame=16384):
+    """block as HEADERS and as many CONTINUATION frames as it needs."""
+    first, rest = block[:max_frame], block[max_frame:]
+    out = frame(HEADERS, (END_STREAM if end_stream else 0) | (0 if rest else END_HEADERS), sid, first)
+    while rest:
+        chunk, rest = rest[:max_frame], rest[max_frame:]
+        out += frame(CONTINUATION, 0 if rest else END_HEADERS, sid, chunk)
+    return out
+
+
+def gateway_pid(stack):
+    """The process running the workers: the gateway itself, or with the audit trail on, the
+    supervisor's child that is not the audit writer."""
+    if stack.audit_dir is None:
+        return stack.gateway.pid
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                head, _, tail = f.read().rpartition(")")
+        except OSError:
+            continue
+        if tail.split()[1] == str(stack.gateway.pid) and head.endswith("(moat-gateway"):
+            return int(entry)
+    raise AssertionError("no gateway worker process under %d" % stack.gateway.pid)
+
+
+def cpu_s(pid):
+    """utime + stime of a process, all its threads (/proc/PID/stat): what it cost, whatever
+    else the machine is doing."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def h2_ready(stack, n):
+    """n HTTP/2 connections whose preface and SETTINGS the gateway has answered (all its
+    SETTINGS read, ours acknowledged), so that the TLS handshakes are paid for before
+    anything is measured."""
+    conns = [H2(stack.port, h2_ctx(stack)) for _ in range(n)]
+    for c in conns:
+        wait_until(lambda: c.read_frame(0.5) is not None and c.settings_acked or c.closed, "the gateway's SETTINGS ACK")
+    return conns
+
+
+class HpackAmplificationTest(StackPerClass):
+    """G22: an HTTP/2 header block is bounded before h2o decodes it (http2.max_headers and
+    max_header_list_bytes): a block over them ends its connection with
+    GOAWAY(ENHANCE_YOUR_CALM) at a cost far below decoding it, and nothing else notices."""
+
+    CONNECTIONS = 40
+    # CPU per refused block, on average.  Decoding the block and reading what it decodes to
+    # took ~18 ms a request on the machine of tests/bench/RESULTS.md; refusing it, ~0.1 ms.
+    CPU_PER_BLOCK_S = 0.002
+
+    def test_amplified_block_refused_cheaply_others_unaffected(self):
+        bystander = H2(self.stack.port, h2_ctx(self.stack))
+        try:
+            self.assertEqual(bystander.get("/healthz")["status"], 200)
+            attackers = h2_ready(self.stack, self.CONNECTIONS)
+            pid = gateway_pid(self.stack)
+            block = amplified_block()
+            before = cpu_s(pid)
+            for c in attackers:
+                c.send(header_frames(c.new_stream(), block))
+            for c in attackers:
+                c.wait([1], timeout=60)  # refused (the connection ends) or answered
+            spent = cpu_s(pid) - before
+            print("\nhpack amplification: %d blocks of %d octets: %.1f ms of gateway CPU (%.2f ms each)"
+                  % (len(attackers), len(block), spent * 1000, spent * 1000 / len(attackers)))
+            self.assertLess(spent, self.CPU_PER_BLOCK_S * len(attackers))
+            for c in attackers:
+                self.assertTrue(c.wait_closed(60), "a connection with an amplified header block stays open")
+                self.assertEqual(c.goaway[1] if c.goaway else None, ENHANCE_YOUR_CALM)
+                self.assertIsNone(c.streams[1]["status"], "the request reached the handlers")
+                c.close()
+            # another client, connected all along, is served as before
+            self.assertEqual(bystander.get("/healthz")["status"], 200)
+            self.assertIsNone(bystander.goaway)
+        finally:
+            bystander.close()
+        self.assertIn("header block over http2.max_header_list_bytes decoded", log_text(self.stack))
+
+    def test_limit_advertised(self):
+        h2 = h2_ready(self.stack, 1)[0]
+        try:
+            self.assertEqual(h2.server_settings.get(MAX_HEADER_LIST_SIZE), 65536)
+        finally:
+            h2.close()
+
+    def test_large_legitimate_headers_pass(self):
+        """99 fields in ~60 KiB (with the pseudo-headers, just under both defaults), half of them
+        dynamic table references: answered as any request."""
+        h2 = H2(self.stack.port, h2_ctx(self.stack))
+        try:
+            block = header_block("GET", "/api/v2/runtimes", [("authorization", "Bearer " + self.stack.token)])
+            block += hpack_indexed_literal(b"x-big", b"b" * 1000)
+            block += bytes([0x80 | 62]) * 44  # 45 x-big fields in all
+            block += b"".join(hpack_literal("x-%d" % i, "c" * 230) for i in range(49))
+            st = h2.wait([h2.request_block(block)])[0]
+            self.assertEqual(st["status"], 200, st)
+            self.assertIsNone(h2.goaway)
+        finally:
+            h2.close()
+
+    def test_one_field_over_is_refused(self):
+        for extra, what in ((96, "max_headers"), (0, "max_header_list_bytes")):
+            with self.subTest(limit=what):
+                h2 = H2(self.stack.port, h2_ctx(self.stack))
+                try:
+                    # 4 pseudo-headers + 97 fields = 101 fields; or one 66,000-octet value
+                    fields = [("x-%d" % i, "v") for i in range(extra + 1)] if extra else [("x-big", "v" * 66000)]
+                    block = header_block("GET", "/healthz", fields)
+                    sid = h2.new_stream()
+                    h2.send(header_frames(sid, block))
+                    self.assertTrue(h2.wait_closed(60))
+                    self.assertEqual(h2.goaway[1] if h2.goaway else None, ENHANCE_YOUR_CALM)
+                    self.assertIsNone(h2.streams[sid]["status"])
+                finally:
+                    h2.close()
+
+    def test_prior_knowledge_http2_on_an_http11_connection_refused(self):
+        """h2o would take a connection preface on an HTTP/1.1 (ALPN) connection as HTTP/2,
+        without the guard: the gateway turns that off, so it is a bad HTTP/1.1 request."""
+        with tls_socket(self.stack) as s:
+            s.sendall(PREFACE + frame(SETTINGS, 0, 0) + header_frames(1, amplified_block()))
+            s.settimeout(30)
+            data = s.recv(65536)
+        self.assertTrue(data.startswith(b"HTTP/1.1 400"), data[:64])
+
+
+class HpackLimitsConfiguredTest(unittest.TestCase):
+    """G22: http2.max_headers and max_header_list_bytes from gateway.conf."""
+
+    def test_configured_limits(self):
+        stack = start_stack("http2: {max_header_list_bytes: 2048, max_headers: 10}\n")
+        try:
+            h2 = h2_ready(stack, 1)[0]
+            self.assertEqual(h2.server_settings.get(MAX_HEADER_LIST_SIZE), 2048)
+            self.assertEqual(h2.get("/healthz", [("x-%d" % i, "v") for i in range(6)])["status"], 200)  # 10 fields
+            h2.send(header_frames(h2.new_stream(), header_block("GET", "/healthz", [("x-%d" % i, "v") for i in range(7)])))
+            self.assertTrue(h2.wait_closed(60))
+            self.assertEqual(h2.goaway[1], ENHANCE_YOUR_CALM)
+            h2.close()
+            h2 = H2(stack.port, h2_ctx(stack))
+            self.assertEqual(h2.get("/healthz", [("x-a", "v" * 1500)])["status"], 200)
+            h2.send(header_frames(h2.new_stream(), header_block("GET", "/healthz", [("x-a", "v" * 2000)])))
+            self.assertTrue(h2.wait_closed(60))
+            self.assertEqual(h2.goaway[1], ENHANCE_YOUR_CALM)
+            h2.close()
+        finally:
+            stack.stop()
+
+
+# ---------------------------------------------------------------------------
+# G23: a response the client does not take
+# ---------------------------------------------------------------------------
+
+SETTINGS_INITIAL_WINDOW_SIZE = 4
+
+
+class SendTimeoutTest(StackPerClass):
+    """G23: output that makes no progress for timeouts.send_ms closes the connection, however
+    the client holds it (an HTTP/2 window of zero, a TCP peer that does not read); a slow
+    client whose output moves is not cut.  The other timeouts are set far out of the way."""
+
+    SEND_MS = 2000
+    STACK = dict(extra_config="timeouts: {send_ms: %d, idle_ms: 600000, body_ms: 600000}\n" % SEND_MS, workers=1,
+                 tenants=[("demo", "rate: {per_second: 100000, burst: 100000}\nmax_in_flight: 64\n", "")])
+
+    def closes(self):
+        return log_text(self.stack).count("within timeouts.send_ms")
+
+    def auth(self):
+        return [("authorization", "Bearer " + self.stack.token)]
+
+    def test_http2_zero_window(self):
+        before = self.closes()
+        h2 = H2(self.stack.port, h2_ctx(self.stack), settings={SETTINGS_INITIAL_WINDOW_SIZE: 0})
+        try:
+            sid = h2.request("GET", "/api/v2/runtimes", self.auth())
+            wait_until(lambda: h2.read_frame(0.1) is not None and h2.streams[sid]["status"] is not None or h2.closed,
+                       "the response headers")
+            self.assertEqual(h2.streams[sid]["status"], 200)
+            started = time.time()
+            # the client reads and answers PINGs all along: only the response counts
+            while not h2.closed and time.time() - started < DEADLINE_S:
+                h2.reply(frame(PING, 0, 0, b"12345678"))
+                h2.read_frame(0.1)
+            took = time.time() - started
+            self.assertTrue(h2.closed, "a response held by a zero window keeps its connection open")
+            self.assertEqual(h2.streams[sid]["body"], b"")
+        finally:
+            h2.close()
+        self.assertGreater(took, self.SEND_MS / 1000 * 0.9)
+        self.assertEqual(self.closes(), before + 1)
+        healthz_ms(self.stack)  # the worker serves on
+
+    def test_tcp_peer_that_never_reads(self):
+        before = self.closes()
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills sooner
+        raw.connect(("127.0.0.1", self.stack.port))
+        s = self.stack.ssl_context(alpn=("http/1.1",)).wrap_socket(raw, server_hostname="localhost")
+        req = b"GET /api/v2/runtimes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + self.stack.token.encode() + b"\r\n\r\n"
+
+        def pipeline():
+            # requests until the gateway stops taking them (its answers are never read), or 40,000
+            s.settimeout(DEADLINE_S)
+            try:
+                for _ in range(400):
+                    s.sendall(req * 100)
+            except (OSError, ValueError):
+                pass
+
+        sender = threading.Thread(target=pipeline)
+        sender.start()
+        try:
+            wait_until(lambda: self.closes() > before, "the gateway to close the connection that does not read",
+                       detail=lambda: log_text(self.stack)[-2000:])
+            sender.join(DEADLINE_S)
+            # whatever the kernel still held arrives, then the end
+            self.assertIsNotNone(wait_closed(s, DEADLINE_S), "the connection stays open")
+        finally:
+            s.close()
+            sender.join(DEADLINE_S)
+        self.assertLess(healthz_ms(self.stack), DEADLINE_S * 1000)
+
+    def test_slow_reader_not_cut(self):
+        """8,000 pipelined answers (~9 MB, more than the socket buffers hold), read 16 KiB
+        every 20 ms for 2.5 send_ms, then at full speed: the gateway's writes wait on the
+        client all along, and move."""
+        before = self.closes()
+        n = 8000
+        req = b"GET /api/v2/runtimes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + self.stack.token.encode() + b"\r\n\r\n"
+        out = req * n
+        with tls_socket(self.stack) as s:
+            s.setblocking(False)
+            sent, answers, tail, start = 0, 0, b"", time.time()
+            slow = 2.5 * self.SEND_MS / 1000
+            answers_when_slow_ended = None
+            while answers < n and time.time() - start < DEADLINE_S:
+                try:
+                    if sent < len(out):
+                        sent += s.send(out[sent:sent + 16384])
+                except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                    pass
+                try:
+                    data = s.recv(16384)
+                    self.assertTrue(data, "closed after %d of %d answers" % (answers, n))
+                    answers += (tail + data).count(b"HTTP/1.1 200")
+                    tail = data[-12:]
+                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    select.select([s], [], [], 0.01)
+                if time.time() - start < slow:
+                    time.sleep(0.02)  # the slow client under test
+                elif answers_when_slow_ended is None:
+                    answers_when_slow_ended = answers
+        self.assertEqual(answers, n)
+        self.assertLess(answers_when_slow_ended, n / 2, "the slow part did not hold the gateway's writes back")
+        self.assertEqual(self.closes(), before)
+
+    def test_http2_window_granted_slowly_not_cut(self):
+        """A window of 16 octets at a time, every 100 ms: the body moves, slowly."""
+        before = self.closes()
+        h2 = H2(self.stack.port, h2_ctx(self.stack), settings={SETTINGS_INITIAL_WINDOW_SIZE: 0})
+        try:
+            sid = h2.request("GET", "/api/v2/runtimes", self.auth())
+            start = time.time()
+            while not h2.streams[sid]["done"] and not h2.closed and time.time() - start < DEADLINE_S:
+                h2.reply(frame(WINDOW_UPDATE, 0, sid, struct.pack(">I", 16)))
+                step = time.time() + 0.1  # the slow client under test: 16 octets per 100 ms
+                while time.time() < step and not h2.closed:
+                    h2.read_frame(step - time.time())
+            took = time.time() - start
+            self.assertFalse(h2.closed)
+            self.assertTrue(h2.streams[sid]["done"])
+            self.assertIn(b'"language"', h2.streams[sid]["body"])
+        finally:
+            h2.close()
+        self.assertGreater(took, 2 * self.SEND_MS / 1000, "the body was not slow enough to show anything")
+        self.assertEqual(self.closes(), before)
+
+
+# ---------------------------------------------------------------------------
 # G14, G15, G18, G19: framing, sizes, paths
 # ---------------------------------------------------------------------------
 
@@ -803,6 +1136,29 @@ class FramingTest(unittest.TestCase):
         self.assertEqual(status, 413)
         self.assertLess(time.time() - start, 2)
         self.assertTrue(closed)
+
+    def test_what_h2o_answers_itself(self):
+        """README "Robustness": a request h2o refuses before any handler runs gets h2o's own
+        text/plain answer, without X-Request-Id (nor a log line or audit record), and the
+        connection is closed.  Should the gateway answer these itself one day, this test and
+        the README change together."""
+        cases = [
+            b"GARBAGE\r\n\r\n",
+            b"GET /healthz HTTP/2.0\r\nHost: localhost\r\n\r\n",
+            b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(101)) + b"\r\n",
+            b"POST /api/v2/execute HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5a\r\n\r\nhello",
+            b"POST /api/v2/execute HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: xchunked\r\n\r\n",
+            b"POST /api/v2/execute HTTP/1.1\r\nHost: localhost\r\nContent-Length: 104857600\r\n\r\n",
+        ]
+        for raw in cases:
+            with self.subTest(request=raw[:48]):
+                with tls_socket(self.stack) as s:
+                    s.sendall(raw)
+                    status, headers, _, closed = read_http1(s)
+                self.assertIn(status, (400, 413))
+                self.assertTrue(headers.get("content-type", "").startswith("text/plain"), headers)
+                self.assertNotIn("x-request-id", headers)
+                self.assertTrue(closed)
 
     def test_json_413_just_over_the_cap(self):
         body = json.dumps({"language": "python", "version": "*", "files": [{"content": "#" * 100000}]})
@@ -880,15 +1236,7 @@ def handshake_ok(stack, ctx):
         return False
 
 
-class TlsTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.stack = start_stack()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.stack.stop()
-
+class TlsTest(StackPerClass):
     def test_no_cbc_suites_ecdsa(self):
         self.assertTrue(handshake_ok(self.stack, tls12_ctx(self.stack, "ECDHE-ECDSA-AES128-GCM-SHA256")))
         for c in ("ECDHE-ECDSA-AES128-SHA", "ECDHE-ECDSA-AES256-SHA", "ECDHE-ECDSA-AES128-SHA256",
