@@ -1,7 +1,8 @@
 /*
  * conn.h - per-connection state: limits counted at accept, the clocks that
- * close slow or idle clients, and HTTP/2 stream accounting against rapid
- * reset (CVE-2023-44487), which libh2o 2.2.5 does not defend against.
+ * close slow or idle clients and those that do not take their responses,
+ * and HTTP/2 stream accounting against rapid reset (CVE-2023-44487), which
+ * libh2o 2.2.5 does not defend against.
  */
 #ifndef GW_CONN_H
 #define GW_CONN_H
