@@ -5,11 +5,15 @@ too_many_failed_requests with Retry-After, and the audit trail gets one
 counted summary record per address and reason instead of a record each.
 Authenticated requests from the same address are never charged."""
 
+import http.client
 import json
+import os
+import shutil
 import subprocess
+import tempfile
 import unittest
 
-from moat_harness import MOATCTL, Stack, wait_until
+from moat_harness import AUDIT_WRITER, MOAT_AUDIT, MOATCTL, Stack, wait_until
 
 FLOOD = 40
 BURST = 5
@@ -54,6 +58,73 @@ class UnauthenticatedRateTest(unittest.TestCase):
         self.assertTrue(all(r["status"] == 401 and r["decision"] == "denied" for r in single))
         self.assertEqual(sum(r["statuses"].get("429", 0) for r in summaries), FLOOD - BURST)
         self.assertTrue(all(r["client"] == "127.0.0.1" for r in summaries), summaries)
+
+
+class SmallAuditDiskTest(unittest.TestCase):
+    """A flood of bad tokens against a small audit disk: once the writer's
+    reserve is reached the denials are counted, not written, and an allowed
+    execution still runs with its records durable; records written plus
+    counted equal the requests sent."""
+
+    RESERVE = 1 << 20
+
+    def setUp(self):
+        self.mnt = tempfile.mkdtemp(prefix="moat-audit-small-")
+        os.chmod(self.mnt, 0o755)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0755", "tmpfs", self.mnt], check=True)
+        self.adir = os.path.join(self.mnt, "audit")
+        subprocess.run([MOAT_AUDIT, "init", self.adir], check=True, capture_output=True)
+        # every refusal recorded one by one (no per-address rate here): the disk fills
+        self.stack = Stack(audit=False, extra_config="audit:\n  dir: %s\n  writer: %s\n  reserve_bytes: %d\n"
+                           % (self.adir, AUDIT_WRITER, self.RESERVE))
+        self.stack.audit_dir = self.adir
+        self.stack.start()
+
+    def tearDown(self):
+        self.stack.stop()
+        subprocess.run(["chattr", "-R", "-a", self.mnt], capture_output=True)
+        subprocess.run(["umount", "-l", self.mnt], capture_output=True)
+        shutil.rmtree(self.mnt, ignore_errors=True)
+
+    def free(self):
+        st = os.statvfs(self.mnt)
+        return st.f_bavail * st.f_frsize
+
+    def test_flood_cannot_crowd_out_allowed_executions(self):
+        conn = http.client.HTTPSConnection("127.0.0.1", self.stack.port, context=self.stack.ssl_context(("http/1.1",)),
+                                           timeout=60)
+        sent = 0
+        try:
+            def bad_token():
+                conn.request("GET", "/api/v2/runtimes", headers={"Authorization": "Bearer moat_flood_%d" % sent})
+                resp = conn.getresponse()
+                resp.read()
+                self.assertEqual(resp.status, 401)
+
+            # until the disk is down to the writer's reserve, then well past it
+            while sent < 60000 and self.free() > self.RESERVE + (32 << 10):
+                bad_token()
+                sent += 1
+            for _ in range(2000):
+                bad_token()
+                sent += 1
+        finally:
+            conn.close()
+        self.assertLess(self.free(), self.RESERVE + (512 << 10), "the flood did not reach the reserve")
+        body = {"language": "python", "version": "*", "files": [{"content": "print(6 * 7)"}]}
+        st, headers, data = self.stack.request("POST", "/api/v2/execute", body)
+        self.assertEqual((st, data["run"]["stdout"]), (200, "42\n"), data)
+        rid = headers["x-request-id"]
+        self.stack.stop()  # the writer reports what it counted when it stops
+        p = subprocess.run([MOAT_AUDIT, "export", self.adir], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        recs = [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
+        mine = [r for r in recs if r.get("request_id") == rid]
+        self.assertEqual(sorted((r["type"], r["decision"]) for r in mine), [("request", "allowed"), ("result", "allowed")])
+        written = sum(1 for r in recs if r.get("type") == "request" and r.get("reason") == "auth")
+        dropped = sum(r["count"] for r in recs if r.get("type") == "dropped")
+        self.assertGreater(dropped, 0)
+        self.assertEqual(written + dropped, sent)
 
 
 class PresentedKeyIdTest(unittest.TestCase):
