@@ -43,7 +43,9 @@
  * (h2o_socket_is_writing), or, on HTTP/2, while a stream's response has
  * started and is not all written (flow control).  It moves on when the peer
  * acknowledges more bytes of a pending write (TCP_INFO's tcpi_bytes_acked;
- * kernels before 4.2 lack it, and then only a completed write counts), when
+ * kernels before 4.2 lack it, and then only a completed write counts; a
+ * receiver reopens its window in steps of about a segment, so a client
+ * must take that much, 1,460 octets on Ethernet, per send_ms), when
  * h2o starts another write (HTTP/1), when more response body leaves a
  * stream (HTTP/2: PINGs and other frames do not count) or when a response
  * completes.  Output pending with none of these for send_ms aborts the

@@ -1015,11 +1015,12 @@ class SendTimeoutTest(StackPerClass):
         self.assertLess(healthz_ms(self.stack), DEADLINE_S * 1000)
 
     def test_slow_reader_not_cut(self):
-        """8,000 pipelined answers (~9 MB, more than the socket buffers hold), read 16 KiB
+        """10,000 pipelined answers (~11 MB, more than the socket buffers hold), read 16 KiB
         every 20 ms for 2.5 send_ms, then at full speed: the gateway's writes wait on the
-        client all along, and move."""
+        client all along, and move.  (The peer's TCP window reopens in steps of an MSS,
+        64 KiB on loopback: at 16 KiB per 20 ms that is a step every 80 ms.)"""
         before = self.closes()
-        n = 8000
+        n = 10000
         req = b"GET /api/v2/runtimes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + self.stack.token.encode() + b"\r\n\r\n"
         out = req * n
         with tls_socket(self.stack) as s:
@@ -1033,13 +1034,17 @@ class SendTimeoutTest(StackPerClass):
                         sent += s.send(out[sent:sent + 16384])
                 except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
                     pass
-                try:
-                    data = s.recv(16384)
+                got = 0
+                while got < 16384:  # a TLS record at a time
+                    try:
+                        data = s.recv(16384 - got)
+                    except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                        select.select([s], [], [], 0.01)
+                        break
                     self.assertTrue(data, "closed after %d of %d answers" % (answers, n))
                     answers += (tail + data).count(b"HTTP/1.1 200")
                     tail = data[-12:]
-                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                    select.select([s], [], [], 0.01)
+                    got += len(data)
                 if time.time() - start < slow:
                     time.sleep(0.02)  # the slow client under test
                 elif answers_when_slow_ended is None:
