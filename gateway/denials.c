@@ -178,7 +178,7 @@ static void on_verdict(void *arg, const struct rl_decision *dec)
     v->retry_after_ms = dec->retry_after_ms;
 }
 
-int gw_denials_charge(struct gw_request *r)
+int gw_denials_over(struct gw_request *r, int status)
 {
     const struct gw_config *cfg = r->cfg;
     const uint8_t *key = r->conn != NULL ? gw_conn_addr_key(r->conn) : NULL;
@@ -186,19 +186,27 @@ int gw_denials_charge(struct gw_request *r)
     struct verdict v = {0, RL_RETRY_NEVER};
     char name[3 + 32 + 1] = "ip:";
 
-    if (key == NULL || r->tenant != NULL || r->status < 400)
-        return 1; /* not ours to charge: authenticated, or not a socket we know */
+    if (key == NULL || r->tenant != NULL)
+        return 0; /* not ours to charge: authenticated, or not a socket we know */
     pthread_once(&addr_once, addr_limiter_init);
     moat_hex_encode(key, 16, name + 3);
     if (addr_limiter != NULL) /* the in-memory limiter answers before it returns */
         rl_admit_on(addr_limiter, r->worker->ctx.loop, 0, name, &p, rl_monotonic_ms(), on_verdict, &v);
     if (v.allowed)
+        return 0;
+    if (r->worker->audit.enabled)
+        count(r->worker, key, r->reason, status);
+    r->retry_after_ms = v.retry_after_ms;
+    return 1;
+}
+
+int gw_denials_charge(struct gw_request *r)
+{
+    if (r->status < 400 || !gw_denials_over(r, 429))
         return 1;
     /* past the address's rate: 429 and a count, no record of its own */
-    if (r->worker->audit.enabled)
-        count(r->worker, key, r->reason, 429);
-    if (v.retry_after_ms != RL_RETRY_NEVER)
-        gw_add_retry_after(r, v.retry_after_ms);
+    if (r->retry_after_ms != RL_RETRY_NEVER)
+        gw_add_retry_after(r, r->retry_after_ms);
     r->status = 429;
     r->code = "too_many_failed_requests";
     r->message = "too many failed requests from this address; slow down";

@@ -51,6 +51,14 @@ struct gw_denials {
  */
 int gw_denials_charge(struct gw_request *r);
 
+/*
+ * The charge alone, for a refusal already answered with `status` (what h2o
+ * answers itself, fallback.c): 1 when it is past its address's rate
+ * (counted in a summary, r->retry_after_ms set), else 0.  r is not changed
+ * otherwise.
+ */
+int gw_denials_over(struct gw_request *r, int status);
+
 /* Send the worker's summaries now (its timer, a full table, shutdown). */
 void gw_denials_flush(struct gw_worker *w);
 

@@ -163,7 +163,7 @@ static void put_uint(struct line *l, uint64_t v, int min)
 
 /* The request's one log line, assembled without printf: this runs for
  * every request, denials under attack included. */
-static void log_request(const struct gw_request *r, int status)
+void gw_log_request(const struct gw_request *r, int status)
 {
     char method[32], st[4] = {(char)('0' + status / 100 % 10), (char)('0' + status / 10 % 10), (char)('0' + status % 10), 0};
     const h2o_req_t *req = r->req;
@@ -204,7 +204,7 @@ void gw_respond(struct gw_request *r, int status, const char *body)
     h2o_req_t *req = r->req;
     size_t len = strlen(body);
 
-    log_request(r, status);
+    gw_log_request(r, status);
     req->res.status = status;
     req->res.reason = reason_phrase(status);
     req->res.content_length = len;

@@ -18,6 +18,10 @@ void gw_add_retry_after(struct gw_request *r, uint64_t ms);
 /* Adds RateLimit-Limit/Remaining/Reset (and Retry-After when refused). */
 void gw_add_ratelimit_headers(struct gw_request *r, const struct rl_decision *d);
 
+/* The request's one log line (gw_respond writes it; fallback.c for what
+ * h2o answers itself). */
+void gw_log_request(const struct gw_request *r, int status);
+
 /* Send status with a JSON body (NUL-terminated).  Nothing may touch r afterwards. */
 void gw_respond(struct gw_request *r, int status, const char *body);
 

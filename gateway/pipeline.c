@@ -115,7 +115,7 @@ static void audit_who(struct gw_request *r, struct gw_audit_who *who)
 
 /* A record nobody waits for (a denial, a failure): no jansson and no
  * allocation when its fields are plain ASCII, the common case under attack. */
-static void record_refusal(struct gw_request *r, const char *type, const char *decision)
+void gw_record_refusal(struct gw_request *r, const char *type, const char *decision)
 {
     struct gw_audit_who who;
     char fast[GW_AUDIT_FAST_MAX];
@@ -301,7 +301,7 @@ static enum gw_flow step_decision(struct gw_request *r)
     if (!audited(r) || r->recorded)
         return GW_NEXT;
     if (r->status >= 400) {
-        record_refusal(r, "request", "denied");
+        gw_record_refusal(r, "request", "denied");
         r->recorded = 1;
         return GW_NEXT;
     }
@@ -384,7 +384,7 @@ static enum gw_flow step_result(struct gw_request *r)
     if (!audited(r) || !is_execution(r) || !r->recorded)
         return GW_NEXT;
     if (r->status >= 400) {
-        record_refusal(r, "result", "failed");
+        gw_record_refusal(r, "result", "failed");
         return GW_NEXT;
     }
     return record_allowed(r, "result", r->result_fields, r->packet, r->packet_len);

@@ -70,12 +70,13 @@ struct gw_request {
     size_t packet_len;
     char *body; /* the successful answer (malloc) */
     /* the outcome */
-    int status;            /* 0 until decided; >= 400 refused or failed */
-    enum gw_reason reason; /* why, when status >= 400 */
-    const char *message;   /* for the client and the record */
-    const char *code;      /* the body's `code` when not gw_error_code(reason, status) */
-    const char *rule;      /* the content rule that matched */
-    const char *note;      /* for the log line only (static text) */
+    int status;              /* 0 until decided; >= 400 refused or failed */
+    enum gw_reason reason;   /* why, when status >= 400 */
+    const char *message;     /* for the client and the record */
+    uint64_t retry_after_ms; /* denials.c: when the address may try again */
+    const char *code;        /* the body's `code` when not gw_error_code(reason, status) */
+    const char *rule;        /* the content rule that matched */
+    const char *note;        /* for the log line only (static text) */
     /* audit */
     int recorded;                       /* the decision record went out */
     struct gw_audit_entry *audit_entry; /* a record this request waits for */
@@ -96,6 +97,10 @@ struct gw_handler {
      * execution also sets r->cpu_ms, r->result_fields and r->packet. */
     enum gw_flow (*answer)(struct gw_request *r, const struct backend_reply *reply);
 };
+
+/* The record of a refusal nobody waits for ("request"/"denied", or an
+ * execution's "result"/"failed"), built without allocating when it can. */
+void gw_record_refusal(struct gw_request *r, const char *type, const char *decision);
 
 /* Refuse the request: status >= 400, a reason, and a message that outlives
  * the request (a literal).  Returns GW_DENY for the step to return. */

@@ -31,6 +31,7 @@
 #include "log.h"
 #include "moat_io.h"
 #include "pipeline.h"
+#include "fallback.h"
 #include "tls.h"
 
 #include <errno.h>
@@ -163,6 +164,7 @@ static void worker_h2o_config(struct gw_worker *w)
     hostconf = h2o_config_register_host(&w->h2o, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     pathconf = h2o_config_register_path(hostconf, "/", 0);
     gw_pipeline_register(pathconf);
+    gw_fallback_register(hostconf); /* what h2o answers itself gets an id, a log line and a record */
 }
 
 /* The header block limits of the worker's current configuration (h2o_compat.c asks, on the worker's thread). */

@@ -1143,27 +1143,39 @@ class FramingTest(unittest.TestCase):
         self.assertTrue(closed)
 
     def test_what_h2o_answers_itself(self):
-        """README "Robustness": a request h2o refuses before any handler runs gets h2o's own
-        text/plain answer, without X-Request-Id (nor a log line or audit record), and the
-        connection is closed.  Should the gateway answer these itself one day, this test and
-        the README change together."""
-        cases = [
+        """README "Robustness": a request h2o cannot parse at all is answered by its parser
+        straight on the socket (text/plain, no X-Request-Id, no log line or record) and the
+        connection closed.  A request it parses but refuses before any handler runs keeps
+        h2o's status and text/plain body, but gets an X-Request-Id, a log line and a denial
+        record (gateway/fallback.c).  Should either change, this test and the README change
+        together."""
+        unparsed = [
             b"GARBAGE\r\n\r\n",
             b"GET /healthz HTTP/2.0\r\nHost: localhost\r\n\r\n",
             b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(101)) + b"\r\n",
+        ]
+        refused = [
             b"POST /api/v2/execute HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5a\r\n\r\nhello",
             b"POST /api/v2/execute HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: xchunked\r\n\r\n",
             b"POST /api/v2/execute HTTP/1.1\r\nHost: localhost\r\nContent-Length: 104857600\r\n\r\n",
         ]
-        for raw in cases:
+        for raw in unparsed + refused:
             with self.subTest(request=raw[:48]):
                 with tls_socket(self.stack) as s:
                     s.sendall(raw)
                     status, headers, _, closed = read_http1(s)
                 self.assertIn(status, (400, 413))
                 self.assertTrue(headers.get("content-type", "").startswith("text/plain"), headers)
-                self.assertNotIn("x-request-id", headers)
                 self.assertTrue(closed)
+                if raw in unparsed:
+                    self.assertNotIn("x-request-id", headers)
+                    continue
+                rid = headers.get("x-request-id", "")
+                self.assertRegex(rid, r"^[0-9a-f]{16}$")
+                wait_until(lambda: "id=" + rid in self.stack.log("gateway"), "the refusal's log line")
+                rec = wait_until(lambda: next((r for r in self.stack.audit_records() if r.get("request_id") == rid),
+                                              None), "the refusal's record")
+                self.assertEqual((rec["decision"], rec["reason"], rec["status"]), ("denied", "filter", status))
 
     def test_json_413_just_over_the_cap(self):
         body = json.dumps({"language": "python", "version": "*", "files": [{"content": "#" * 100000}]})
