@@ -55,6 +55,24 @@ enum {
     TAG_RTE_VERSION = 2,
     TAG_RTE_ALIAS = 3,
     TAG_RTE_COMPILED = 4,
+    /* session stdin */
+    TAG_SIN_DATA = 1,
+    /* session signal */
+    TAG_SIG_SIGNAL = 1,
+    /* session output */
+    TAG_OUT_STREAM = 1,
+    TAG_OUT_OFFSET = 2,
+    TAG_OUT_DATA = 3,
+    /* session stage */
+    TAG_SST_STAGE = 1,
+    TAG_SST_OFFSET = 2,
+    /* session exit; the result is a stage (TAG_ST_*) */
+    TAG_EX_STAGE = 1,
+    TAG_EX_OFFSET = 2,
+    TAG_EX_CLOCK = 3,
+    TAG_EX_RESULT = 4,
+    /* session credit */
+    TAG_CR_BYTES = 1,
 };
 
 #define TLV_HEADER_SIZE 6 /* u16 tag, u32 length */
@@ -334,6 +352,116 @@ int moat_encode_runtimes(struct moat_buf *out, uint64_t job_id, const struct moa
     return frame_end(&w, at, why);
 }
 
+/* ---- session encoders ------------------------------------------------- */
+
+int moat_session_signal_allowed(int32_t signal)
+{
+    switch (signal) {
+    case MOAT_SIG_HUP:
+    case MOAT_SIG_INT:
+    case MOAT_SIG_QUIT:
+    case MOAT_SIG_KILL:
+    case MOAT_SIG_USR1:
+    case MOAT_SIG_USR2:
+    case MOAT_SIG_TERM:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* A stdin or output chunk: 1..MOAT_SESSION_CHUNK_MAX bytes. */
+static void w_chunk(struct writer *w, uint16_t tag, const uint8_t *data, size_t len)
+{
+    if (len == 0)
+        w_fail(w, "empty data chunk");
+    else if (len > MOAT_SESSION_CHUNK_MAX)
+        w_fail(w, "data chunk over the cap");
+    w_tlv(w, tag, data, len);
+}
+
+int moat_encode_session_stdin(struct moat_buf *out, uint64_t job_id, const uint8_t *data, size_t len, const char **why)
+{
+    struct writer w = {out, 0, NULL};
+    size_t at = frame_begin(&w, MOAT_MSG_SESSION_STDIN, job_id);
+    w_chunk(&w, TAG_SIN_DATA, data, len);
+    return frame_end(&w, at, why);
+}
+
+int moat_encode_session_stdin_close(struct moat_buf *out, uint64_t job_id, const char **why)
+{
+    struct writer w = {out, 0, NULL};
+    size_t at = frame_begin(&w, MOAT_MSG_SESSION_STDIN_CLOSE, job_id);
+    return frame_end(&w, at, why);
+}
+
+int moat_encode_session_signal(struct moat_buf *out, uint64_t job_id, int32_t signal, const char **why)
+{
+    struct writer w = {out, 0, NULL};
+    size_t at = frame_begin(&w, MOAT_MSG_SESSION_SIGNAL, job_id);
+    if (!moat_session_signal_allowed(signal))
+        w_fail(&w, "signal not allowed");
+    w_u32(&w, TAG_SIG_SIGNAL, (uint32_t)signal);
+    return frame_end(&w, at, why);
+}
+
+int moat_encode_session_output(struct moat_buf *out, uint64_t job_id, const struct moat_session_output *o, const char **why)
+{
+    struct writer w = {out, 0, NULL};
+    size_t at = frame_begin(&w, MOAT_MSG_SESSION_OUTPUT, job_id);
+    if (o->stream != MOAT_STREAM_STDOUT && o->stream != MOAT_STREAM_STDERR)
+        w_fail(&w, "bad stream");
+    w_u8(&w, TAG_OUT_STREAM, o->stream);
+    w_u64(&w, TAG_OUT_OFFSET, o->offset_ms);
+    w_chunk(&w, TAG_OUT_DATA, o->data, o->len);
+    return frame_end(&w, at, why);
+}
+
+static int stage_valid(uint8_t stage)
+{
+    return stage == MOAT_STAGE_COMPILE || stage == MOAT_STAGE_RUN;
+}
+
+int moat_encode_session_stage(struct moat_buf *out, uint64_t job_id, const struct moat_session_stage *s, const char **why)
+{
+    struct writer w = {out, 0, NULL};
+    size_t at = frame_begin(&w, MOAT_MSG_SESSION_STAGE, job_id);
+    if (!stage_valid(s->stage))
+        w_fail(&w, "bad stage");
+    w_u8(&w, TAG_SST_STAGE, s->stage);
+    w_u64(&w, TAG_SST_OFFSET, s->offset_ms);
+    return frame_end(&w, at, why);
+}
+
+int moat_encode_session_exit(struct moat_buf *out, uint64_t job_id, const struct moat_session_exit *e, const char **why)
+{
+    struct writer w = {out, 0, NULL};
+    size_t at = frame_begin(&w, MOAT_MSG_SESSION_EXIT, job_id);
+    const struct moat_stage_result *st = &e->result;
+    if (!stage_valid(e->stage))
+        w_fail(&w, "bad stage");
+    if (st->stdout_len || st->stderr_len || st->output_len)
+        w_fail(&w, "session exit carries no output");
+    if ((e->clock != 0) != (st->status == MOAT_STATUS_TO) || e->clock > MOAT_CLOCK_MAX)
+        w_fail(&w, "clock must name the clock of a TO, and only of a TO");
+    w_u8(&w, TAG_EX_STAGE, e->stage);
+    w_u64(&w, TAG_EX_OFFSET, e->offset_ms);
+    if (e->clock != 0)
+        w_u8(&w, TAG_EX_CLOCK, e->clock);
+    encode_stage(&w, TAG_EX_RESULT, st);
+    return frame_end(&w, at, why);
+}
+
+int moat_encode_session_credit(struct moat_buf *out, uint64_t job_id, uint32_t bytes, const char **why)
+{
+    struct writer w = {out, 0, NULL};
+    size_t at = frame_begin(&w, MOAT_MSG_SESSION_CREDIT, job_id);
+    if (bytes == 0 || bytes > MOAT_SESSION_WINDOW)
+        w_fail(&w, "credit out of range");
+    w_u32(&w, TAG_CR_BYTES, bytes);
+    return frame_end(&w, at, why);
+}
+
 /* ---- typed readers ---------------------------------------------------- */
 
 struct reader {
@@ -485,6 +613,24 @@ static int r_u8(const struct field *f, uint8_t *v, const char **why)
 
 /* ---- header ----------------------------------------------------------- */
 
+/* The longest payload of each type: refused here, before a reader allocates
+ * it.  A session frame is small, so a peer cannot make the other side buffer
+ * 16 MiB for one keystroke. */
+static const uint32_t frame_cap[MOAT_MSG_MAX + 1] = {
+    [MOAT_MSG_EXEC_REQUEST] = MOAT_FRAME_MAX_PAYLOAD,
+    [MOAT_MSG_EXEC_RESULT] = MOAT_FRAME_MAX_PAYLOAD,
+    [MOAT_MSG_ERROR] = MOAT_FRAME_MAX_PAYLOAD,
+    [MOAT_MSG_RUNTIMES_QUERY] = MOAT_FRAME_MAX_PAYLOAD,
+    [MOAT_MSG_RUNTIMES] = MOAT_FRAME_MAX_PAYLOAD,
+    [MOAT_MSG_SESSION_STDIN] = MOAT_SESSION_DATA_FRAME_MAX,
+    [MOAT_MSG_SESSION_STDIN_CLOSE] = 0,
+    [MOAT_MSG_SESSION_SIGNAL] = MOAT_SESSION_CTRL_FRAME_MAX,
+    [MOAT_MSG_SESSION_OUTPUT] = MOAT_SESSION_DATA_FRAME_MAX,
+    [MOAT_MSG_SESSION_STAGE] = MOAT_SESSION_CTRL_FRAME_MAX,
+    [MOAT_MSG_SESSION_EXIT] = MOAT_SESSION_CTRL_FRAME_MAX,
+    [MOAT_MSG_SESSION_CREDIT] = MOAT_SESSION_CTRL_FRAME_MAX,
+};
+
 int moat_frame_parse_header(const uint8_t *buf, size_t len, struct moat_frame_header *h, const char **why)
 {
     if (len < MOAT_FRAME_HEADER_SIZE) {
@@ -500,7 +646,7 @@ int moat_frame_parse_header(const uint8_t *buf, size_t len, struct moat_frame_he
         *why = "unsupported protocol version";
         return -1;
     }
-    if (h->type < MOAT_MSG_EXEC_REQUEST || h->type > MOAT_MSG_RUNTIMES) {
+    if (h->type < MOAT_MSG_EXEC_REQUEST || h->type > MOAT_MSG_MAX) {
         *why = "unknown message type";
         return -1;
     }
@@ -508,7 +654,7 @@ int moat_frame_parse_header(const uint8_t *buf, size_t len, struct moat_frame_he
         *why = "reserved flags set";
         return -1;
     }
-    if (h->length > MOAT_FRAME_MAX_PAYLOAD) {
+    if (h->length > frame_cap[h->type]) {
         *why = "frame exceeds the size cap";
         return -1;
     }
@@ -892,6 +1038,253 @@ fail:
     return -1;
 }
 
+/* ---- session decoders ------------------------------------------------- */
+
+/* A message of exactly one field: *f is it, with the usual refusals. */
+static int r_only(const uint8_t *payload, size_t len, uint16_t tag, struct field *f, const char *unknown, const char *missing,
+                  const char **why)
+{
+    struct reader r = {payload, len, 0};
+    struct field g;
+    uint32_t seen = 0;
+    int rc;
+
+    while ((rc = r_next(&r, &g, why)) == 1) {
+        if (once(&seen, g.tag, why) != 0)
+            return -1;
+        if (g.tag != tag) {
+            *why = unknown;
+            return -1;
+        }
+        *f = g;
+    }
+    if (rc < 0)
+        return -1;
+    if (seen == 0) {
+        *why = missing;
+        return -1;
+    }
+    return 0;
+}
+
+/* A stdin or output chunk: 1..MOAT_SESSION_CHUNK_MAX bytes, copied. */
+static int r_chunk(const struct field *f, uint8_t **out, size_t *outlen, const char **why)
+{
+    if (f->len == 0) {
+        *why = "empty data chunk";
+        return -1;
+    }
+    if (f->len > MOAT_SESSION_CHUNK_MAX) {
+        *why = "data chunk over the cap";
+        return -1;
+    }
+    return r_bytes(f, out, outlen, why);
+}
+
+static int r_stage(const struct field *f, uint8_t *stage, const char **why)
+{
+    if (r_u8(f, stage, why) != 0)
+        return -1;
+    if (!stage_valid(*stage)) {
+        *why = "unknown stage";
+        return -1;
+    }
+    return 0;
+}
+
+int moat_decode_session_stdin(const uint8_t *payload, size_t len, struct moat_session_stdin *out, const char **why)
+{
+    struct field f;
+
+    memset(out, 0, sizeof(*out));
+    if (r_only(payload, len, TAG_SIN_DATA, &f, "unknown field in session stdin", "session stdin needs data", why) != 0)
+        return -1;
+    return r_chunk(&f, &out->data, &out->len, why);
+}
+
+int moat_decode_session_stdin_close(const uint8_t *payload, size_t len, const char **why)
+{
+    (void)payload;
+    if (len != 0) {
+        *why = "session stdin close has no fields";
+        return -1;
+    }
+    return 0;
+}
+
+int moat_decode_session_signal(const uint8_t *payload, size_t len, int32_t *signal, const char **why)
+{
+    struct field f;
+    uint32_t u32;
+
+    *signal = 0;
+    if (r_only(payload, len, TAG_SIG_SIGNAL, &f, "unknown field in session signal", "session signal needs a signal", why) != 0 ||
+        r_u32(&f, &u32, why) != 0)
+        return -1;
+    if (u32 > INT32_MAX || !moat_session_signal_allowed((int32_t)u32)) {
+        *why = "signal not allowed";
+        return -1;
+    }
+    *signal = (int32_t)u32;
+    return 0;
+}
+
+int moat_decode_session_credit(const uint8_t *payload, size_t len, uint32_t *bytes, const char **why)
+{
+    struct field f;
+    uint32_t u32;
+
+    *bytes = 0;
+    if (r_only(payload, len, TAG_CR_BYTES, &f, "unknown field in session credit", "session credit needs bytes", why) != 0 ||
+        r_u32(&f, &u32, why) != 0)
+        return -1;
+    if (u32 == 0 || u32 > MOAT_SESSION_WINDOW) {
+        *why = "credit out of range";
+        return -1;
+    }
+    *bytes = u32;
+    return 0;
+}
+
+int moat_decode_session_output(const uint8_t *payload, size_t len, struct moat_session_output *out, const char **why)
+{
+    struct reader r = {payload, len, 0};
+    struct field f;
+    uint32_t seen = 0;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    while ((rc = r_next(&r, &f, why)) == 1) {
+        if (once(&seen, f.tag, why) != 0)
+            goto fail;
+        switch (f.tag) {
+        case TAG_OUT_STREAM:
+            if (r_u8(&f, &out->stream, why) != 0)
+                goto fail;
+            if (out->stream != MOAT_STREAM_STDOUT && out->stream != MOAT_STREAM_STDERR) {
+                *why = "unknown stream";
+                goto fail;
+            }
+            break;
+        case TAG_OUT_OFFSET:
+            if (r_u64(&f, &out->offset_ms, why) != 0)
+                goto fail;
+            break;
+        case TAG_OUT_DATA:
+            if (r_chunk(&f, &out->data, &out->len, why) != 0)
+                goto fail;
+            break;
+        default:
+            *why = "unknown field in session output";
+            goto fail;
+        }
+    }
+    if (rc < 0)
+        goto fail;
+    if (out->stream == 0 || !(seen & (1u << TAG_OUT_OFFSET)) || out->data == NULL) {
+        *why = "session output needs stream, offset and data";
+        goto fail;
+    }
+    return 0;
+fail:
+    moat_session_output_free(out);
+    return -1;
+}
+
+int moat_decode_session_stage(const uint8_t *payload, size_t len, struct moat_session_stage *out, const char **why)
+{
+    struct reader r = {payload, len, 0};
+    struct field f;
+    uint32_t seen = 0;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    while ((rc = r_next(&r, &f, why)) == 1) {
+        if (once(&seen, f.tag, why) != 0)
+            goto fail;
+        switch (f.tag) {
+        case TAG_SST_STAGE:
+            if (r_stage(&f, &out->stage, why) != 0)
+                goto fail;
+            break;
+        case TAG_SST_OFFSET:
+            if (r_u64(&f, &out->offset_ms, why) != 0)
+                goto fail;
+            break;
+        default:
+            *why = "unknown field in session stage";
+            goto fail;
+        }
+    }
+    if (rc < 0)
+        goto fail;
+    if (out->stage == 0 || !(seen & (1u << TAG_SST_OFFSET))) {
+        *why = "session stage needs stage and offset";
+        goto fail;
+    }
+    return 0;
+fail:
+    memset(out, 0, sizeof(*out));
+    return -1;
+}
+
+int moat_decode_session_exit(const uint8_t *payload, size_t len, struct moat_session_exit *out, const char **why)
+{
+    struct reader r = {payload, len, 0};
+    struct field f;
+    uint32_t seen = 0;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    while ((rc = r_next(&r, &f, why)) == 1) {
+        if (once(&seen, f.tag, why) != 0)
+            goto fail;
+        switch (f.tag) {
+        case TAG_EX_STAGE:
+            if (r_stage(&f, &out->stage, why) != 0)
+                goto fail;
+            break;
+        case TAG_EX_OFFSET:
+            if (r_u64(&f, &out->offset_ms, why) != 0)
+                goto fail;
+            break;
+        case TAG_EX_CLOCK:
+            if (r_u8(&f, &out->clock, why) != 0)
+                goto fail;
+            if (out->clock == 0 || out->clock > MOAT_CLOCK_MAX) {
+                *why = "unknown clock";
+                goto fail;
+            }
+            break;
+        case TAG_EX_RESULT:
+            if (decode_stage(&f, &out->result, why) != 0)
+                goto fail;
+            break;
+        default:
+            *why = "unknown field in session exit";
+            goto fail;
+        }
+    }
+    if (rc < 0)
+        goto fail;
+    if (out->stage == 0 || !(seen & (1u << TAG_EX_OFFSET)) || !out->result.present) {
+        *why = "session exit needs stage, offset and result";
+        goto fail;
+    }
+    if (out->result.stdout_len || out->result.stderr_len || out->result.output_len) {
+        *why = "session exit carries no output";
+        goto fail;
+    }
+    if ((out->clock != 0) != (out->result.status == MOAT_STATUS_TO)) {
+        *why = "clock must name the clock of a TO, and only of a TO";
+        goto fail;
+    }
+    return 0;
+fail:
+    moat_session_exit_free(out);
+    return -1;
+}
+
 /* ---- release ---------------------------------------------------------- */
 
 void moat_exec_request_free(struct moat_exec_request *r)
@@ -946,6 +1339,24 @@ void moat_runtimes_free(struct moat_runtimes *rt)
     }
     free(rt->items);
     memset(rt, 0, sizeof(*rt));
+}
+
+void moat_session_stdin_free(struct moat_session_stdin *s)
+{
+    free(s->data);
+    memset(s, 0, sizeof(*s));
+}
+
+void moat_session_output_free(struct moat_session_output *o)
+{
+    free(o->data);
+    memset(o, 0, sizeof(*o));
+}
+
+void moat_session_exit_free(struct moat_session_exit *e)
+{
+    stage_free(&e->result);
+    memset(e, 0, sizeof(*e));
 }
 
 /* ---- status names ----------------------------------------------------- */

@@ -35,6 +35,59 @@ enum moat_msg_type {
     MOAT_MSG_ERROR = 3,          /* backend -> gateway: request refused */
     MOAT_MSG_RUNTIMES_QUERY = 4, /* gateway -> backend: empty payload */
     MOAT_MSG_RUNTIMES = 5,       /* backend -> gateway: installed languages */
+    /* a live session (PROTOCOL.md, "Sessions"): every frame carries the session's job id */
+    MOAT_MSG_SESSION_STDIN = 6,       /* gateway -> backend: bytes for the program's stdin */
+    MOAT_MSG_SESSION_STDIN_CLOSE = 7, /* gateway -> backend: empty payload, end of stdin */
+    MOAT_MSG_SESSION_SIGNAL = 8,      /* gateway -> backend: a signal from the allow-list */
+    MOAT_MSG_SESSION_OUTPUT = 9,      /* backend -> gateway: a chunk of stdout or stderr */
+    MOAT_MSG_SESSION_STAGE = 10,      /* backend -> gateway: a stage started */
+    MOAT_MSG_SESSION_EXIT = 11,       /* backend -> gateway: a stage ended */
+    MOAT_MSG_SESSION_CREDIT = 12,     /* either way: the receiver of data grants window */
+};
+#define MOAT_MSG_MAX MOAT_MSG_SESSION_CREDIT
+
+/* Session caps.  A data chunk (stdin or output) is 1..MOAT_SESSION_CHUNK_MAX
+ * bytes; each side may have at most MOAT_SESSION_WINDOW data bytes
+ * unacknowledged towards the other (SESSION_CREDIT gives them back).  The
+ * header parser refuses a session frame longer than its type's cap before
+ * anything reads or allocates the payload. */
+#define MOAT_SESSION_CHUNK_MAX      (64u * 1024u)
+#define MOAT_SESSION_WINDOW         (128u * 1024u)
+#define MOAT_SESSION_DATA_FRAME_MAX (MOAT_SESSION_CHUNK_MAX + 64u) /* STDIN, OUTPUT */
+#define MOAT_SESSION_CTRL_FRAME_MAX 4096u                          /* SIGNAL, STAGE, EXIT, CREDIT */
+
+/* Output streams of SESSION_OUTPUT. */
+enum moat_stream {
+    MOAT_STREAM_STDOUT = 1,
+    MOAT_STREAM_STDERR = 2,
+};
+
+/* Stages of SESSION_STAGE and SESSION_EXIT. */
+enum moat_stage {
+    MOAT_STAGE_COMPILE = 1,
+    MOAT_STAGE_RUN = 2,
+};
+
+/* The clock that ended a stage with MOAT_STATUS_TO (SESSION_EXIT). */
+enum moat_clock {
+    MOAT_CLOCK_WALL = 1, /* whole lifetime; also a compile stage's timeout */
+    MOAT_CLOCK_IDLE = 2, /* no output written and no stdin received */
+    MOAT_CLOCK_CPU = 3,
+};
+#define MOAT_CLOCK_MAX MOAT_CLOCK_CPU
+
+/* SESSION_SIGNAL's allow-list, in Linux's generic numbering (x86, arm,
+ * riscv), which is the wire's numbering.  SIGSTOP/SIGCONT would freeze the
+ * session's clocks, and a program's fault signals (SIGSEGV, ...) are for the
+ * kernel to send: neither is on the list. */
+enum moat_signal {
+    MOAT_SIG_HUP = 1,
+    MOAT_SIG_INT = 2,
+    MOAT_SIG_QUIT = 3,
+    MOAT_SIG_KILL = 9,
+    MOAT_SIG_USR1 = 10,
+    MOAT_SIG_USR2 = 12,
+    MOAT_SIG_TERM = 15,
 };
 
 /* Result status of one stage (compile or run). */
@@ -137,6 +190,35 @@ struct moat_runtimes {
     size_t count;
 };
 
+/* SESSION_STDIN: 1..MOAT_SESSION_CHUNK_MAX bytes. */
+struct moat_session_stdin {
+    uint8_t *data;
+    size_t len;
+};
+
+/* SESSION_OUTPUT: what the program wrote, as read from the box's pipe. */
+struct moat_session_output {
+    uint8_t stream;     /* enum moat_stream */
+    uint64_t offset_ms; /* since the session started */
+    uint8_t *data;      /* 1..MOAT_SESSION_CHUNK_MAX bytes */
+    size_t len;
+};
+
+/* SESSION_STAGE: a stage started. */
+struct moat_session_stage {
+    uint8_t stage; /* enum moat_stage */
+    uint64_t offset_ms;
+};
+
+/* SESSION_EXIT: a stage ended.  The result is a stage result without output
+ * (that went as SESSION_OUTPUT); clock is set exactly when status is TO. */
+struct moat_session_exit {
+    uint8_t stage; /* enum moat_stage */
+    uint64_t offset_ms;
+    uint8_t clock; /* enum moat_clock, or 0 */
+    struct moat_stage_result result;
+};
+
 /* Encoders append to a struct moat_buf (moat_buf.h, in moat_common): start
  * it {0}, free it with moat_buf_free(). */
 
@@ -158,6 +240,13 @@ int moat_encode_exec_result(struct moat_buf *out, uint64_t job_id, const struct 
 int moat_encode_error(struct moat_buf *out, uint64_t job_id, uint16_t code, const char *message, const char **why);
 int moat_encode_runtimes_query(struct moat_buf *out, uint64_t job_id, const char **why);
 int moat_encode_runtimes(struct moat_buf *out, uint64_t job_id, const struct moat_runtimes *rt, const char **why);
+int moat_encode_session_stdin(struct moat_buf *out, uint64_t job_id, const uint8_t *data, size_t len, const char **why);
+int moat_encode_session_stdin_close(struct moat_buf *out, uint64_t job_id, const char **why);
+int moat_encode_session_signal(struct moat_buf *out, uint64_t job_id, int32_t signal, const char **why);
+int moat_encode_session_output(struct moat_buf *out, uint64_t job_id, const struct moat_session_output *o, const char **why);
+int moat_encode_session_stage(struct moat_buf *out, uint64_t job_id, const struct moat_session_stage *s, const char **why);
+int moat_encode_session_exit(struct moat_buf *out, uint64_t job_id, const struct moat_session_exit *e, const char **why);
+int moat_encode_session_credit(struct moat_buf *out, uint64_t job_id, uint32_t bytes, const char **why);
 
 /*
  * Decoders read a payload (without the header).  They return 0 and fill *out
@@ -168,11 +257,25 @@ int moat_decode_exec_request(const uint8_t *payload, size_t len, struct moat_exe
 int moat_decode_exec_result(const uint8_t *payload, size_t len, struct moat_exec_result *out, const char **why);
 int moat_decode_error(const uint8_t *payload, size_t len, struct moat_error *out, const char **why);
 int moat_decode_runtimes(const uint8_t *payload, size_t len, struct moat_runtimes *out, const char **why);
+int moat_decode_session_stdin(const uint8_t *payload, size_t len, struct moat_session_stdin *out, const char **why);
+/* SESSION_STDIN_CLOSE has no fields: 0 for an empty payload, else -1. */
+int moat_decode_session_stdin_close(const uint8_t *payload, size_t len, const char **why);
+int moat_decode_session_signal(const uint8_t *payload, size_t len, int32_t *signal, const char **why);
+int moat_decode_session_output(const uint8_t *payload, size_t len, struct moat_session_output *out, const char **why);
+int moat_decode_session_stage(const uint8_t *payload, size_t len, struct moat_session_stage *out, const char **why);
+int moat_decode_session_exit(const uint8_t *payload, size_t len, struct moat_session_exit *out, const char **why);
+int moat_decode_session_credit(const uint8_t *payload, size_t len, uint32_t *bytes, const char **why);
 
 void moat_exec_request_free(struct moat_exec_request *r);
 void moat_exec_result_free(struct moat_exec_result *r);
 void moat_error_free(struct moat_error *e);
 void moat_runtimes_free(struct moat_runtimes *rt);
+void moat_session_stdin_free(struct moat_session_stdin *s);
+void moat_session_output_free(struct moat_session_output *o);
+void moat_session_exit_free(struct moat_session_exit *e);
+
+/* 1 if signal is on SESSION_SIGNAL's allow-list (enum moat_signal). */
+int moat_session_signal_allowed(int32_t signal);
 
 /* "RE", "SG", ... or NULL for MOAT_STATUS_OK; ML maps to "SG" (Piston shape). */
 const char *moat_status_piston(uint8_t status);

@@ -299,6 +299,141 @@ out:
     moat_buf_free(&e2);
 }
 
+/* ---- session messages ---------------------------------------------------- */
+
+/* Encodes a, decodes it back into b and encodes b: the same bytes, or abort.
+ * The expressions use the caller's why and the macro's e1, e2, p1, len1. */
+#define SESSION_ROUNDTRIP(type, job, encode_a, decode_b, encode_b, equal)                                                          \
+    do {                                                                                                                           \
+        struct moat_buf e1 = {0}, e2 = {0};                                                                                        \
+        size_t len1;                                                                                                               \
+        CHECK((encode_a) == 0);                                                                                                    \
+        const uint8_t *p1 = reparse(&e1, (type), (job), &len1);                                                                    \
+        CHECK((decode_b) == 0);                                                                                                    \
+        CHECK(equal);                                                                                                              \
+        CHECK((encode_b) == 0);                                                                                                    \
+        same_bytes(&e1, &e2);                                                                                                      \
+        moat_buf_free(&e1);                                                                                                        \
+        moat_buf_free(&e2);                                                                                                        \
+    } while (0)
+
+static void do_session_stdin(const uint8_t *p, size_t len, uint64_t job)
+{
+    struct moat_session_stdin a, b;
+    const char *why = NULL;
+
+    if (moat_decode_session_stdin(p, len, &a, &why) != 0) {
+        CHECK(why != NULL);
+        CHECK(is_zero(&a, sizeof(a)));
+        return;
+    }
+    CHECK(a.len >= 1 && a.len <= MOAT_SESSION_CHUNK_MAX);
+    SESSION_ROUNDTRIP(MOAT_MSG_SESSION_STDIN, job, moat_encode_session_stdin(&e1, job, a.data, a.len, &why),
+                      moat_decode_session_stdin(p1, len1, &b, &why), moat_encode_session_stdin(&e2, job, b.data, b.len, &why),
+                      bytes_eq(a.data, a.len, b.data, b.len));
+    moat_session_stdin_free(&b);
+    moat_session_stdin_free(&a);
+}
+
+static void do_session_stdin_close(const uint8_t *p, size_t len, uint64_t job)
+{
+    const char *why = NULL;
+
+    if (moat_decode_session_stdin_close(p, len, &why) != 0) {
+        CHECK(why != NULL && len > 0);
+        return;
+    }
+    CHECK(len == 0);
+    SESSION_ROUNDTRIP(MOAT_MSG_SESSION_STDIN_CLOSE, job, moat_encode_session_stdin_close(&e1, job, &why),
+                      moat_decode_session_stdin_close(p1, len1, &why), moat_encode_session_stdin_close(&e2, job, &why), len1 == 0);
+}
+
+static void do_session_signal(const uint8_t *p, size_t len, uint64_t job)
+{
+    int32_t a, b;
+    const char *why = NULL;
+
+    if (moat_decode_session_signal(p, len, &a, &why) != 0) {
+        CHECK(why != NULL && a == 0);
+        return;
+    }
+    CHECK(moat_session_signal_allowed(a));
+    SESSION_ROUNDTRIP(MOAT_MSG_SESSION_SIGNAL, job, moat_encode_session_signal(&e1, job, a, &why),
+                      moat_decode_session_signal(p1, len1, &b, &why), moat_encode_session_signal(&e2, job, b, &why), a == b);
+}
+
+static void do_session_output(const uint8_t *p, size_t len, uint64_t job)
+{
+    struct moat_session_output a, b;
+    const char *why = NULL;
+
+    if (moat_decode_session_output(p, len, &a, &why) != 0) {
+        CHECK(why != NULL);
+        CHECK(is_zero(&a, sizeof(a)));
+        return;
+    }
+    CHECK(a.stream == MOAT_STREAM_STDOUT || a.stream == MOAT_STREAM_STDERR);
+    CHECK(a.len >= 1 && a.len <= MOAT_SESSION_CHUNK_MAX);
+    SESSION_ROUNDTRIP(MOAT_MSG_SESSION_OUTPUT, job, moat_encode_session_output(&e1, job, &a, &why),
+                      moat_decode_session_output(p1, len1, &b, &why), moat_encode_session_output(&e2, job, &b, &why),
+                      a.stream == b.stream && a.offset_ms == b.offset_ms && bytes_eq(a.data, a.len, b.data, b.len));
+    moat_session_output_free(&b);
+    moat_session_output_free(&a);
+}
+
+static void do_session_stage(const uint8_t *p, size_t len, uint64_t job)
+{
+    struct moat_session_stage a, b;
+    const char *why = NULL;
+
+    if (moat_decode_session_stage(p, len, &a, &why) != 0) {
+        CHECK(why != NULL);
+        CHECK(is_zero(&a, sizeof(a)));
+        return;
+    }
+    CHECK(a.stage == MOAT_STAGE_COMPILE || a.stage == MOAT_STAGE_RUN);
+    SESSION_ROUNDTRIP(MOAT_MSG_SESSION_STAGE, job, moat_encode_session_stage(&e1, job, &a, &why),
+                      moat_decode_session_stage(p1, len1, &b, &why), moat_encode_session_stage(&e2, job, &b, &why),
+                      a.stage == b.stage && a.offset_ms == b.offset_ms);
+}
+
+static void do_session_exit(const uint8_t *p, size_t len, uint64_t job)
+{
+    struct moat_session_exit a, b;
+    const char *why = NULL;
+
+    if (moat_decode_session_exit(p, len, &a, &why) != 0) {
+        CHECK(why != NULL);
+        CHECK(is_zero(&a, sizeof(a)));
+        return;
+    }
+    CHECK(a.stage == MOAT_STAGE_COMPILE || a.stage == MOAT_STAGE_RUN);
+    CHECK(a.result.present);
+    stage_invariants(&a.result);
+    CHECK(a.result.stdout_len == 0 && a.result.stderr_len == 0 && a.result.output_len == 0);
+    CHECK((a.clock != 0) == (a.result.status == MOAT_STATUS_TO) && a.clock <= MOAT_CLOCK_MAX);
+    SESSION_ROUNDTRIP(MOAT_MSG_SESSION_EXIT, job, moat_encode_session_exit(&e1, job, &a, &why),
+                      moat_decode_session_exit(p1, len1, &b, &why), moat_encode_session_exit(&e2, job, &b, &why),
+                      a.stage == b.stage && a.offset_ms == b.offset_ms && a.clock == b.clock);
+    stage_equal(&a.result, &b.result);
+    moat_session_exit_free(&b);
+    moat_session_exit_free(&a);
+}
+
+static void do_session_credit(const uint8_t *p, size_t len, uint64_t job)
+{
+    uint32_t a, b;
+    const char *why = NULL;
+
+    if (moat_decode_session_credit(p, len, &a, &why) != 0) {
+        CHECK(why != NULL && a == 0);
+        return;
+    }
+    CHECK(a >= 1 && a <= MOAT_SESSION_WINDOW);
+    SESSION_ROUNDTRIP(MOAT_MSG_SESSION_CREDIT, job, moat_encode_session_credit(&e1, job, a, &why),
+                      moat_decode_session_credit(p1, len1, &b, &why), moat_encode_session_credit(&e2, job, b, &why), a == b);
+}
+
 static void decode_as(uint8_t type, const uint8_t *p, size_t len, uint64_t job)
 {
     switch (type) {
@@ -314,6 +449,27 @@ static void decode_as(uint8_t type, const uint8_t *p, size_t len, uint64_t job)
     case MOAT_MSG_RUNTIMES:
         do_runtimes(p, len, job);
         break;
+    case MOAT_MSG_SESSION_STDIN:
+        do_session_stdin(p, len, job);
+        break;
+    case MOAT_MSG_SESSION_STDIN_CLOSE:
+        do_session_stdin_close(p, len, job);
+        break;
+    case MOAT_MSG_SESSION_SIGNAL:
+        do_session_signal(p, len, job);
+        break;
+    case MOAT_MSG_SESSION_OUTPUT:
+        do_session_output(p, len, job);
+        break;
+    case MOAT_MSG_SESSION_STAGE:
+        do_session_stage(p, len, job);
+        break;
+    case MOAT_MSG_SESSION_EXIT:
+        do_session_exit(p, len, job);
+        break;
+    case MOAT_MSG_SESSION_CREDIT:
+        do_session_credit(p, len, job);
+        break;
     default: /* MOAT_MSG_RUNTIMES_QUERY has no payload to decode */
         break;
     }
@@ -327,7 +483,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (moat_frame_parse_header(data, size, &h, &why) == 0) {
         CHECK(size >= MOAT_FRAME_HEADER_SIZE);
         CHECK(h.version == MOAT_PROTO_VERSION);
-        CHECK(h.type >= MOAT_MSG_EXEC_REQUEST && h.type <= MOAT_MSG_RUNTIMES);
+        CHECK(h.type >= MOAT_MSG_EXEC_REQUEST && h.type <= MOAT_MSG_MAX);
         CHECK(h.flags == 0);
         CHECK(h.length <= MOAT_FRAME_MAX_PAYLOAD);
         /* as the daemons do: the payload is exactly h.length bytes */
@@ -340,7 +496,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* every decoder on whatever follows the header */
     const uint8_t *p = size >= MOAT_FRAME_HEADER_SIZE ? data + MOAT_FRAME_HEADER_SIZE : data;
     size_t n = size >= MOAT_FRAME_HEADER_SIZE ? size - MOAT_FRAME_HEADER_SIZE : size;
-    for (uint8_t t = MOAT_MSG_EXEC_REQUEST; t <= MOAT_MSG_RUNTIMES; t++)
+    for (uint8_t t = MOAT_MSG_EXEC_REQUEST; t <= MOAT_MSG_MAX; t++)
         decode_as(t, p, n, 0x0123456789abcdefull);
     return 0;
 }
@@ -455,6 +611,37 @@ static void make_seeds(fuzz_add_seed_fn *add)
     /* runtimes query: a bare header */
     rc = moat_encode_runtimes_query(&b, 7, &why);
     add_frame(add, &b, rc, why);
+
+    /* a session, in both directions: stdin, a signal, stages, output, exits, credit */
+    uint8_t line[] = {'a', 'd', 'a', '\n', 0, 0xff};
+    rc = moat_encode_session_stdin(&b, 8, line, sizeof(line), &why);
+    add_frame(add, &b, rc, why);
+    rc = moat_encode_session_stdin_close(&b, 8, &why);
+    add_frame(add, &b, rc, why);
+    rc = moat_encode_session_signal(&b, 8, MOAT_SIG_INT, &why);
+    add_frame(add, &b, rc, why);
+    struct moat_session_stage st = {MOAT_STAGE_RUN, 12};
+    rc = moat_encode_session_stage(&b, 8, &st, &why);
+    add_frame(add, &b, rc, why);
+    struct moat_session_output so = {MOAT_STREAM_STDOUT, 15, out, sizeof(out)};
+    rc = moat_encode_session_output(&b, 8, &so, &why);
+    add_frame(add, &b, rc, why);
+    so.stream = MOAT_STREAM_STDERR;
+    so.data = err;
+    so.len = 5;
+    rc = moat_encode_session_output(&b, 8, &so, &why);
+    add_frame(add, &b, rc, why);
+    struct moat_session_exit ex = {MOAT_STAGE_RUN,
+                                   30000,
+                                   MOAT_CLOCK_IDLE,
+                                   {.present = 1, .has_signal = 1, .signal = 9, .status = MOAT_STATUS_TO, .message = msg}};
+    rc = moat_encode_session_exit(&b, 8, &ex, &why);
+    add_frame(add, &b, rc, why);
+    struct moat_session_exit ok = {MOAT_STAGE_COMPILE, 400, 0, {.present = 1, .has_code = 1, .code = 0, .cpu_ms = 300}};
+    rc = moat_encode_session_exit(&b, 8, &ok, &why);
+    add_frame(add, &b, rc, why);
+    rc = moat_encode_session_credit(&b, 8, MOAT_SESSION_CHUNK_MAX, &why);
+    add_frame(add, &b, rc, why);
 }
 
 /* Mostly a valid header of a random type before random bytes with small tags; sometimes bytes alone. */
@@ -469,7 +656,7 @@ static size_t random_frame(uint8_t *buf, size_t cap, uint32_t (*rng)(void))
     if (len >= MOAT_FRAME_HEADER_SIZE && rng() % 4 != 0) {
         size_t plen = len - MOAT_FRAME_HEADER_SIZE;
         buf[0] = MOAT_PROTO_VERSION;
-        buf[1] = (uint8_t)(1 + rng() % 5);
+        buf[1] = (uint8_t)(1 + rng() % MOAT_MSG_MAX);
         buf[2] = buf[3] = 0;
         buf[4] = buf[5] = 0;
         buf[6] = (uint8_t)(plen >> 8);

@@ -47,6 +47,18 @@ enum {
     RTE_VERSION = 2,
     RTE_ALIAS = 3,
     RTE_COMPILED = 4,
+    SIN_DATA = 1,
+    SIG_SIGNAL = 1,
+    OUT_STREAM = 1,
+    OUT_OFFSET = 2,
+    OUT_DATA = 3,
+    SST_STAGE = 1,
+    SST_OFFSET = 2,
+    EX_STAGE = 1,
+    EX_OFFSET = 2,
+    EX_CLOCK = 3,
+    EX_RESULT = 4,
+    CR_BYTES = 1,
 };
 
 /* ---- a hand-rolled TLV writer for malformed input ---------------------- */
@@ -676,7 +688,7 @@ static void test_header_rejections(void **state)
     raw_header(&r, MOAT_PROTO_VERSION, 0, 0, 0, 1);
     reject_header(&r, "unknown message type");
     raw_free(&r);
-    raw_header(&r, MOAT_PROTO_VERSION, MOAT_MSG_RUNTIMES + 1, 0, 0, 1);
+    raw_header(&r, MOAT_PROTO_VERSION, MOAT_MSG_MAX + 1, 0, 0, 1);
     reject_header(&r, "unknown message type");
     raw_free(&r);
     raw_header(&r, MOAT_PROTO_VERSION, MOAT_MSG_ERROR, 0x8000, 0, 1);
@@ -1333,6 +1345,617 @@ static void test_encoder_refusal_on_empty_buffer(void **state)
     moat_buf_free(&out);
 }
 
+/* ==== session messages =================================================== */
+
+/* Decodes p as a session message of `type`; on failure the output must be
+ * left empty, on success it is freed.  Returns the decoder's result. */
+static int session_decode(uint8_t type, const uint8_t *p, size_t n, const char **why)
+{
+    union {
+        struct moat_session_stdin in;
+        struct moat_session_output out;
+        struct moat_session_stage stage;
+        struct moat_session_exit exit;
+        int32_t signal;
+        uint32_t credit;
+    } u;
+    size_t size;
+    int rc;
+
+    memset(&u, 0xa5, sizeof(u));
+    switch (type) {
+    case MOAT_MSG_SESSION_STDIN:
+        rc = moat_decode_session_stdin(p, n, &u.in, why), size = sizeof(u.in);
+        if (rc == 0)
+            moat_session_stdin_free(&u.in);
+        break;
+    case MOAT_MSG_SESSION_STDIN_CLOSE:
+        return moat_decode_session_stdin_close(p, n, why);
+    case MOAT_MSG_SESSION_SIGNAL:
+        rc = moat_decode_session_signal(p, n, &u.signal, why), size = sizeof(u.signal);
+        break;
+    case MOAT_MSG_SESSION_OUTPUT:
+        rc = moat_decode_session_output(p, n, &u.out, why), size = sizeof(u.out);
+        if (rc == 0)
+            moat_session_output_free(&u.out);
+        break;
+    case MOAT_MSG_SESSION_STAGE:
+        rc = moat_decode_session_stage(p, n, &u.stage, why), size = sizeof(u.stage);
+        break;
+    case MOAT_MSG_SESSION_EXIT:
+        rc = moat_decode_session_exit(p, n, &u.exit, why), size = sizeof(u.exit);
+        if (rc == 0)
+            moat_session_exit_free(&u.exit);
+        break;
+    case MOAT_MSG_SESSION_CREDIT:
+        rc = moat_decode_session_credit(p, n, &u.credit, why), size = sizeof(u.credit);
+        break;
+    default:
+        fail_msg("not a session type: %u", type);
+        return -1;
+    }
+    if (rc != 0)
+        assert_true(is_zero(&u, size));
+    return rc;
+}
+
+static void reject_session(uint8_t type, const struct raw *r, const char *reason)
+{
+    const char *why = NULL;
+    assert_int_equal(session_decode(type, r->b, r->n, &why), -1);
+    assert_non_null(why);
+    assert_string_equal(why, reason);
+}
+
+static void accept_session(uint8_t type, const struct raw *r)
+{
+    const char *why = NULL;
+    assert_int_equal(session_decode(type, r->b, r->n, &why), 0);
+}
+
+/* A stage result as SESSION_EXIT carries it: empty output, the given status. */
+static void raw_exit_result(struct raw *r, uint8_t status)
+{
+    size_t at = raw_nest_begin(r, EX_RESULT);
+    raw_uint(r, ST_STATUS, status, 1);
+    raw_nest_end(r, at);
+}
+
+static void raw_min_exit(struct raw *r)
+{
+    raw_uint(r, EX_STAGE, MOAT_STAGE_RUN, 1);
+    raw_uint(r, EX_OFFSET, 5, 8);
+    raw_exit_result(r, MOAT_STATUS_OK);
+}
+
+static void raw_min_output(struct raw *r)
+{
+    raw_uint(r, OUT_STREAM, MOAT_STREAM_STDOUT, 1);
+    raw_uint(r, OUT_OFFSET, 7, 8);
+    raw_str(r, OUT_DATA, "hi\n");
+}
+
+static void test_session_roundtrips(void **state)
+{
+    struct moat_buf out = {0};
+    const char *why = NULL;
+    size_t plen;
+    const uint8_t *p;
+
+    /* stdin: arbitrary bytes, NULs and invalid UTF-8 included */
+    const uint8_t in[] = {'a', 'd', 'a', '\n', 0, 0xff, 0xc0};
+    struct moat_session_stdin si;
+    assert_int_equal(moat_encode_session_stdin(&out, 11, in, sizeof(in), &why), 0);
+    p = frame_payload(&out, 0, MOAT_MSG_SESSION_STDIN, 11, &plen);
+    assert_int_equal(moat_decode_session_stdin(p, plen, &si, &why), 0);
+    assert_int_equal(si.len, sizeof(in));
+    assert_memory_equal(si.data, in, sizeof(in));
+    moat_session_stdin_free(&si);
+    assert_true(is_zero(&si, sizeof(si)));
+    moat_buf_free(&out);
+
+    /* stdin close: a bare header */
+    assert_int_equal(moat_encode_session_stdin_close(&out, 11, &why), 0);
+    assert_int_equal(out.len, MOAT_FRAME_HEADER_SIZE);
+    p = frame_payload(&out, 0, MOAT_MSG_SESSION_STDIN_CLOSE, 11, &plen);
+    assert_int_equal(moat_decode_session_stdin_close(p, plen, &why), 0);
+    moat_buf_free(&out);
+
+    /* every allowed signal */
+    const int32_t sigs[] = {MOAT_SIG_HUP, MOAT_SIG_INT, MOAT_SIG_QUIT, MOAT_SIG_KILL, MOAT_SIG_USR1, MOAT_SIG_USR2, MOAT_SIG_TERM};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        int32_t sig = -1;
+        assert_int_equal(moat_encode_session_signal(&out, 12, sigs[i], &why), 0);
+        p = frame_payload(&out, 0, MOAT_MSG_SESSION_SIGNAL, 12, &plen);
+        assert_int_equal(moat_decode_session_signal(p, plen, &sig, &why), 0);
+        assert_int_equal(sig, sigs[i]);
+        moat_buf_free(&out);
+    }
+
+    /* output on both streams, the largest offset */
+    for (uint8_t stream = MOAT_STREAM_STDOUT; stream <= MOAT_STREAM_STDERR; stream++) {
+        uint8_t data[] = {'h', 'e', 'l', 'l', 'o', 0, 0xfe};
+        struct moat_session_output o = {stream, UINT64_MAX, data, sizeof(data)}, d;
+        assert_int_equal(moat_encode_session_output(&out, 13, &o, &why), 0);
+        p = frame_payload(&out, 0, MOAT_MSG_SESSION_OUTPUT, 13, &plen);
+        assert_int_equal(moat_decode_session_output(p, plen, &d, &why), 0);
+        assert_int_equal(d.stream, stream);
+        assert_true(d.offset_ms == UINT64_MAX);
+        assert_int_equal(d.len, sizeof(data));
+        assert_memory_equal(d.data, data, sizeof(data));
+        moat_session_output_free(&d);
+        moat_buf_free(&out);
+    }
+
+    /* stage starts */
+    for (uint8_t stage = MOAT_STAGE_COMPILE; stage <= MOAT_STAGE_RUN; stage++) {
+        struct moat_session_stage s = {stage, 1000u * stage}, d;
+        assert_int_equal(moat_encode_session_stage(&out, 14, &s, &why), 0);
+        p = frame_payload(&out, 0, MOAT_MSG_SESSION_STAGE, 14, &plen);
+        assert_int_equal(moat_decode_session_stage(p, plen, &d, &why), 0);
+        assert_int_equal(d.stage, stage);
+        assert_true(d.offset_ms == 1000u * stage);
+        moat_buf_free(&out);
+    }
+
+    /* exits: a compile that failed, a run killed by each clock, a signal */
+    char msg[] = "idle for 30 s";
+    struct moat_session_exit exits[] = {
+        {MOAT_STAGE_COMPILE,
+         250,
+         0,
+         {.present = 1,
+          .has_code = 1,
+          .code = 1,
+          .status = MOAT_STATUS_RE,
+          .cpu_ms = 200,
+          .wall_ms = 250,
+          .memory_bytes = 1 << 20}},
+        {MOAT_STAGE_RUN,
+         30000,
+         MOAT_CLOCK_IDLE,
+         {.present = 1, .has_signal = 1, .signal = 9, .status = MOAT_STATUS_TO, .message = msg, .wall_ms = 29750}},
+        {MOAT_STAGE_RUN, 60000, MOAT_CLOCK_WALL, {.present = 1, .has_signal = 1, .signal = 9, .status = MOAT_STATUS_TO}},
+        {MOAT_STAGE_RUN, 9, MOAT_CLOCK_CPU, {.present = 1, .has_signal = 1, .signal = 9, .status = MOAT_STATUS_TO, .cpu_ms = 9}},
+        {MOAT_STAGE_RUN, 40, 0, {.present = 1, .has_signal = 1, .signal = 2, .status = MOAT_STATUS_SG}},
+    };
+    for (size_t i = 0; i < sizeof(exits) / sizeof(exits[0]); i++) {
+        struct moat_session_exit d;
+        assert_int_equal(moat_encode_session_exit(&out, 15, &exits[i], &why), 0);
+        assert_true(out.len - MOAT_FRAME_HEADER_SIZE <= MOAT_SESSION_CTRL_FRAME_MAX);
+        p = frame_payload(&out, 0, MOAT_MSG_SESSION_EXIT, 15, &plen);
+        assert_int_equal(moat_decode_session_exit(p, plen, &d, &why), 0);
+        assert_int_equal(d.stage, exits[i].stage);
+        assert_true(d.offset_ms == exits[i].offset_ms);
+        assert_int_equal(d.clock, exits[i].clock);
+        assert_stage_equal(&exits[i].result, &d.result);
+        moat_session_exit_free(&d);
+        assert_true(is_zero(&d, sizeof(d)));
+        moat_buf_free(&out);
+    }
+
+    /* credit: the smallest and the whole window */
+    const uint32_t credits[] = {1, MOAT_SESSION_CHUNK_MAX, MOAT_SESSION_WINDOW};
+    for (size_t i = 0; i < sizeof(credits) / sizeof(credits[0]); i++) {
+        uint32_t c = 0;
+        assert_int_equal(moat_encode_session_credit(&out, 16, credits[i], &why), 0);
+        p = frame_payload(&out, 0, MOAT_MSG_SESSION_CREDIT, 16, &plen);
+        assert_int_equal(moat_decode_session_credit(p, plen, &c, &why), 0);
+        assert_int_equal(c, credits[i]);
+        moat_buf_free(&out);
+    }
+}
+
+/* A chunk of exactly the cap is accepted by encoder, header and decoder; one
+ * byte more is refused by each. */
+static void test_session_chunk_caps(void **state)
+{
+    struct moat_buf out = {0};
+    const char *why = NULL;
+    size_t plen;
+    uint8_t *big = malloc(MOAT_SESSION_CHUNK_MAX + 1);
+    assert_non_null(big);
+    memset(big, 'x', MOAT_SESSION_CHUNK_MAX + 1);
+
+    struct moat_session_stdin si;
+    assert_int_equal(moat_encode_session_stdin(&out, 1, big, MOAT_SESSION_CHUNK_MAX, &why), 0);
+    const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_SESSION_STDIN, 1, &plen);
+    assert_int_equal(moat_decode_session_stdin(p, plen, &si, &why), 0);
+    assert_int_equal(si.len, MOAT_SESSION_CHUNK_MAX);
+    moat_session_stdin_free(&si);
+    moat_buf_free(&out);
+
+    struct moat_session_output o = {MOAT_STREAM_STDERR, UINT64_MAX, big, MOAT_SESSION_CHUNK_MAX}, d;
+    assert_int_equal(moat_encode_session_output(&out, 2, &o, &why), 0);
+    p = frame_payload(&out, 0, MOAT_MSG_SESSION_OUTPUT, 2, &plen);
+    assert_true(plen <= MOAT_SESSION_DATA_FRAME_MAX);
+    assert_int_equal(moat_decode_session_output(p, plen, &d, &why), 0);
+    assert_int_equal(d.len, MOAT_SESSION_CHUNK_MAX);
+    moat_session_output_free(&d);
+    moat_buf_free(&out);
+
+    /* one past: the encoders refuse and write nothing */
+    assert_int_equal(moat_encode_session_stdin(&out, 1, big, MOAT_SESSION_CHUNK_MAX + 1, &why), -1);
+    assert_string_equal(why, "data chunk over the cap");
+    o.len = MOAT_SESSION_CHUNK_MAX + 1;
+    assert_int_equal(moat_encode_session_output(&out, 2, &o, &why), -1);
+    assert_string_equal(why, "data chunk over the cap");
+    assert_int_equal(out.len, 0);
+
+    /* and the decoders refuse a hand-made one */
+    struct raw r = {0};
+    raw_tlv(&r, SIN_DATA, big, MOAT_SESSION_CHUNK_MAX + 1);
+    reject_session(MOAT_MSG_SESSION_STDIN, &r, "data chunk over the cap");
+    raw_free(&r);
+    raw_uint(&r, OUT_STREAM, MOAT_STREAM_STDOUT, 1);
+    raw_uint(&r, OUT_OFFSET, 0, 8);
+    raw_tlv(&r, OUT_DATA, big, MOAT_SESSION_CHUNK_MAX + 1);
+    reject_session(MOAT_MSG_SESSION_OUTPUT, &r, "data chunk over the cap");
+    raw_free(&r);
+    free(big);
+    moat_buf_free(&out);
+}
+
+/* Each session type's frame cap: the header at the cap parses, one past is
+ * refused before any payload is read. */
+static void test_session_frame_caps(void **state)
+{
+    static const struct {
+        uint8_t type;
+        uint32_t cap;
+    } caps[] = {
+        {MOAT_MSG_SESSION_STDIN, MOAT_SESSION_DATA_FRAME_MAX},  {MOAT_MSG_SESSION_STDIN_CLOSE, 0},
+        {MOAT_MSG_SESSION_SIGNAL, MOAT_SESSION_CTRL_FRAME_MAX}, {MOAT_MSG_SESSION_OUTPUT, MOAT_SESSION_DATA_FRAME_MAX},
+        {MOAT_MSG_SESSION_STAGE, MOAT_SESSION_CTRL_FRAME_MAX},  {MOAT_MSG_SESSION_EXIT, MOAT_SESSION_CTRL_FRAME_MAX},
+        {MOAT_MSG_SESSION_CREDIT, MOAT_SESSION_CTRL_FRAME_MAX},
+    };
+    assert_int_equal(sizeof(caps) / sizeof(caps[0]), MOAT_MSG_MAX - MOAT_MSG_RUNTIMES);
+    for (size_t i = 0; i < sizeof(caps) / sizeof(caps[0]); i++) {
+        struct raw r = {0};
+        struct moat_frame_header h;
+        const char *why = NULL;
+        raw_header(&r, MOAT_PROTO_VERSION, caps[i].type, 0, caps[i].cap, 77);
+        assert_int_equal(moat_frame_parse_header(r.b, r.n, &h, &why), 0);
+        assert_int_equal(h.type, caps[i].type);
+        assert_int_equal(h.length, caps[i].cap);
+        raw_free(&r);
+        raw_header(&r, MOAT_PROTO_VERSION, caps[i].type, 0, caps[i].cap + 1, 77);
+        reject_header(&r, "frame exceeds the size cap");
+        raw_free(&r);
+        raw_header(&r, MOAT_PROTO_VERSION, caps[i].type, 0, MOAT_FRAME_MAX_PAYLOAD, 77);
+        reject_header(&r, "frame exceeds the size cap");
+        raw_free(&r);
+    }
+    /* a full chunk with its fields fits its frame cap */
+    assert_true(6 + MOAT_SESSION_CHUNK_MAX <= MOAT_SESSION_DATA_FRAME_MAX);
+    assert_true(7 + 14 + 6 + MOAT_SESSION_CHUNK_MAX <= MOAT_SESSION_DATA_FRAME_MAX);
+}
+
+/* The refusal classes, message by message: unknown tag, repeated tag,
+ * missing field, wrong width, value out of range, trailing bytes. */
+static void test_session_decode_refusals(void **state)
+{
+    struct raw r = {0};
+    static const uint8_t session_types[] = {MOAT_MSG_SESSION_STDIN, MOAT_MSG_SESSION_SIGNAL, MOAT_MSG_SESSION_OUTPUT,
+                                            MOAT_MSG_SESSION_STAGE, MOAT_MSG_SESSION_EXIT,   MOAT_MSG_SESSION_CREDIT};
+    static const char *const unknown[] = {"unknown field in session stdin",  "unknown field in session signal",
+                                          "unknown field in session output", "unknown field in session stage",
+                                          "unknown field in session exit",   "unknown field in session credit"};
+    static const char *const missing[] = {"session stdin needs data",
+                                          "session signal needs a signal",
+                                          "session output needs stream, offset and data",
+                                          "session stage needs stage and offset",
+                                          "session exit needs stage, offset and result",
+                                          "session credit needs bytes"};
+    for (size_t i = 0; i < sizeof(session_types); i++) {
+        uint8_t t = session_types[i];
+        /* empty payload: the required fields are missing */
+        reject_session(t, &r, missing[i]);
+        raw_str(&r, 9, "x");
+        reject_session(t, &r, unknown[i]);
+        raw_free(&r);
+        raw_str(&r, 0, "x");
+        reject_session(t, &r, unknown[i]);
+        raw_free(&r);
+        raw_str(&r, 40, "x");
+        reject_session(t, &r, "unknown field");
+        raw_free(&r);
+        /* truncated TLV header, and a length past the end */
+        raw_bytes(&r, "\x00\x01\x00\x00\x00", 5);
+        reject_session(t, &r, "truncated field header");
+        raw_free(&r);
+        raw_tlv_hdr(&r, 1, 9);
+        raw_bytes(&r, "\x01", 1);
+        reject_session(t, &r, "field length exceeds message");
+        raw_free(&r);
+        raw_tlv_hdr(&r, 1, UINT32_MAX);
+        reject_session(t, &r, "field length exceeds message");
+        raw_free(&r);
+    }
+
+    /* stdin */
+    raw_str(&r, SIN_DATA, "a");
+    accept_session(MOAT_MSG_SESSION_STDIN, &r);
+    raw_str(&r, SIN_DATA, "b");
+    reject_session(MOAT_MSG_SESSION_STDIN, &r, "duplicate field");
+    raw_free(&r);
+    raw_str(&r, SIN_DATA, "a");
+    raw_bytes(&r, "\x00", 1);
+    reject_session(MOAT_MSG_SESSION_STDIN, &r, "truncated field header");
+    raw_free(&r);
+    raw_str(&r, SIN_DATA, "");
+    reject_session(MOAT_MSG_SESSION_STDIN, &r, "empty data chunk");
+    raw_free(&r);
+
+    /* stdin close: empty, and refused with any byte at all */
+    accept_session(MOAT_MSG_SESSION_STDIN_CLOSE, &r);
+    raw_bytes(&r, "\x00", 1);
+    reject_session(MOAT_MSG_SESSION_STDIN_CLOSE, &r, "session stdin close has no fields");
+    raw_free(&r);
+
+    /* signal: width, allow-list */
+    raw_uint(&r, SIG_SIGNAL, MOAT_SIG_INT, 4);
+    accept_session(MOAT_MSG_SESSION_SIGNAL, &r);
+    raw_uint(&r, SIG_SIGNAL, MOAT_SIG_INT, 4);
+    reject_session(MOAT_MSG_SESSION_SIGNAL, &r, "duplicate field");
+    raw_free(&r);
+    const int widths[] = {0, 1, 2, 8};
+    for (size_t i = 0; i < sizeof(widths) / sizeof(widths[0]); i++) {
+        raw_uint(&r, SIG_SIGNAL, MOAT_SIG_INT, widths[i]);
+        reject_session(MOAT_MSG_SESSION_SIGNAL, &r, "integer field has the wrong width");
+        raw_free(&r);
+    }
+    const uint32_t refused[] = {0, 4, 8, 11, 13, 14, 17, 18, 19, 20, 64, 65, 0x80000002u, UINT32_MAX};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        raw_uint(&r, SIG_SIGNAL, refused[i], 4);
+        reject_session(MOAT_MSG_SESSION_SIGNAL, &r, "signal not allowed");
+        raw_free(&r);
+    }
+
+    /* output */
+    raw_min_output(&r);
+    accept_session(MOAT_MSG_SESSION_OUTPUT, &r);
+    raw_uint(&r, OUT_OFFSET, 8, 8);
+    reject_session(MOAT_MSG_SESSION_OUTPUT, &r, "duplicate field");
+    raw_free(&r);
+    raw_min_output(&r);
+    raw_bytes(&r, "\x00\x03\x00", 3);
+    reject_session(MOAT_MSG_SESSION_OUTPUT, &r, "truncated field header");
+    raw_free(&r);
+    const uint8_t streams[] = {0, 3, 255};
+    for (size_t i = 0; i < sizeof(streams); i++) {
+        raw_uint(&r, OUT_STREAM, streams[i], 1);
+        raw_uint(&r, OUT_OFFSET, 0, 8);
+        raw_str(&r, OUT_DATA, "x");
+        reject_session(MOAT_MSG_SESSION_OUTPUT, &r, "unknown stream");
+        raw_free(&r);
+    }
+    raw_uint(&r, OUT_STREAM, MOAT_STREAM_STDOUT, 2);
+    reject_session(MOAT_MSG_SESSION_OUTPUT, &r, "integer field has the wrong width");
+    raw_free(&r);
+    raw_uint(&r, OUT_STREAM, MOAT_STREAM_STDOUT, 1);
+    raw_uint(&r, OUT_OFFSET, 0, 4);
+    reject_session(MOAT_MSG_SESSION_OUTPUT, &r, "integer field has the wrong width");
+    raw_free(&r);
+    raw_uint(&r, OUT_STREAM, MOAT_STREAM_STDOUT, 1);
+    raw_uint(&r, OUT_OFFSET, 0, 8);
+    raw_str(&r, OUT_DATA, "");
+    reject_session(MOAT_MSG_SESSION_OUTPUT, &r, "empty data chunk");
+    raw_free(&r);
+    /* each of the three missing */
+    raw_uint(&r, OUT_OFFSET, 0, 8);
+    raw_str(&r, OUT_DATA, "x");
+    reject_session(MOAT_MSG_SESSION_OUTPUT, &r, "session output needs stream, offset and data");
+    raw_free(&r);
+    raw_uint(&r, OUT_STREAM, MOAT_STREAM_STDOUT, 1);
+    raw_str(&r, OUT_DATA, "x");
+    reject_session(MOAT_MSG_SESSION_OUTPUT, &r, "session output needs stream, offset and data");
+    raw_free(&r);
+    raw_uint(&r, OUT_STREAM, MOAT_STREAM_STDOUT, 1);
+    raw_uint(&r, OUT_OFFSET, 0, 8);
+    reject_session(MOAT_MSG_SESSION_OUTPUT, &r, "session output needs stream, offset and data");
+    raw_free(&r);
+
+    /* stage */
+    raw_uint(&r, SST_STAGE, MOAT_STAGE_RUN, 1);
+    raw_uint(&r, SST_OFFSET, 0, 8);
+    accept_session(MOAT_MSG_SESSION_STAGE, &r);
+    raw_uint(&r, SST_STAGE, MOAT_STAGE_RUN, 1);
+    reject_session(MOAT_MSG_SESSION_STAGE, &r, "duplicate field");
+    raw_free(&r);
+    raw_uint(&r, SST_STAGE, 3, 1);
+    reject_session(MOAT_MSG_SESSION_STAGE, &r, "unknown stage");
+    raw_free(&r);
+    raw_uint(&r, SST_STAGE, 0, 1);
+    reject_session(MOAT_MSG_SESSION_STAGE, &r, "unknown stage");
+    raw_free(&r);
+    raw_uint(&r, SST_STAGE, MOAT_STAGE_RUN, 1);
+    reject_session(MOAT_MSG_SESSION_STAGE, &r, "session stage needs stage and offset");
+    raw_free(&r);
+    raw_uint(&r, SST_OFFSET, 0, 8);
+    reject_session(MOAT_MSG_SESSION_STAGE, &r, "session stage needs stage and offset");
+    raw_uint(&r, SST_STAGE, MOAT_STAGE_COMPILE, 8);
+    reject_session(MOAT_MSG_SESSION_STAGE, &r, "integer field has the wrong width");
+    raw_free(&r);
+
+    /* exit */
+    raw_min_exit(&r);
+    accept_session(MOAT_MSG_SESSION_EXIT, &r);
+    raw_uint(&r, EX_STAGE, MOAT_STAGE_RUN, 1);
+    reject_session(MOAT_MSG_SESSION_EXIT, &r, "duplicate field");
+    raw_free(&r);
+    raw_min_exit(&r);
+    raw_exit_result(&r, MOAT_STATUS_OK);
+    reject_session(MOAT_MSG_SESSION_EXIT, &r, "duplicate field");
+    raw_free(&r);
+    raw_min_exit(&r);
+    raw_bytes(&r, "\x00\x04", 2);
+    reject_session(MOAT_MSG_SESSION_EXIT, &r, "truncated field header");
+    raw_free(&r);
+    raw_uint(&r, EX_STAGE, 7, 1);
+    reject_session(MOAT_MSG_SESSION_EXIT, &r, "unknown stage");
+    raw_free(&r);
+    raw_uint(&r, EX_STAGE, MOAT_STAGE_RUN, 1);
+    raw_uint(&r, EX_OFFSET, 5, 8);
+    reject_session(MOAT_MSG_SESSION_EXIT, &r, "session exit needs stage, offset and result");
+    raw_free(&r);
+    raw_uint(&r, EX_STAGE, MOAT_STAGE_RUN, 1);
+    raw_exit_result(&r, MOAT_STATUS_OK);
+    reject_session(MOAT_MSG_SESSION_EXIT, &r, "session exit needs stage, offset and result");
+    raw_free(&r);
+    raw_uint(&r, EX_OFFSET, 5, 2);
+    reject_session(MOAT_MSG_SESSION_EXIT, &r, "integer field has the wrong width");
+    raw_free(&r);
+    /* the result follows the stage result's rules */
+    raw_uint(&r, EX_STAGE, MOAT_STAGE_RUN, 1);
+    raw_uint(&r, EX_OFFSET, 5, 8);
+    size_t at = raw_nest_begin(&r, EX_RESULT);
+    raw_uint(&r, ST_CODE, 0, 4);
+    raw_nest_end(&r, at);
+    reject_session(MOAT_MSG_SESSION_EXIT, &r, "stage result needs a status");
+    raw_free(&r);
+    raw_uint(&r, EX_STAGE, MOAT_STAGE_RUN, 1);
+    raw_uint(&r, EX_OFFSET, 5, 8);
+    raw_exit_result(&r, MOAT_STATUS_MAX + 1);
+    reject_session(MOAT_MSG_SESSION_EXIT, &r, "unknown status");
+    raw_free(&r);
+    /* ... without output: that went as SESSION_OUTPUT */
+    raw_uint(&r, EX_STAGE, MOAT_STAGE_RUN, 1);
+    raw_uint(&r, EX_OFFSET, 5, 8);
+    at = raw_nest_begin(&r, EX_RESULT);
+    raw_uint(&r, ST_STATUS, MOAT_STATUS_OK, 1);
+    raw_str(&r, ST_STDOUT, "x");
+    raw_nest_end(&r, at);
+    reject_session(MOAT_MSG_SESSION_EXIT, &r, "session exit carries no output");
+    raw_free(&r);
+    /* the clock: exactly with a TO */
+    for (uint8_t clock = 1; clock <= MOAT_CLOCK_MAX; clock++) {
+        raw_uint(&r, EX_STAGE, MOAT_STAGE_RUN, 1);
+        raw_uint(&r, EX_OFFSET, 5, 8);
+        raw_uint(&r, EX_CLOCK, clock, 1);
+        raw_exit_result(&r, MOAT_STATUS_TO);
+        accept_session(MOAT_MSG_SESSION_EXIT, &r);
+        raw_free(&r);
+    }
+    raw_uint(&r, EX_STAGE, MOAT_STAGE_RUN, 1);
+    raw_uint(&r, EX_OFFSET, 5, 8);
+    raw_exit_result(&r, MOAT_STATUS_TO);
+    reject_session(MOAT_MSG_SESSION_EXIT, &r, "clock must name the clock of a TO, and only of a TO");
+    raw_free(&r);
+    raw_min_exit(&r);
+    raw_uint(&r, EX_CLOCK, MOAT_CLOCK_WALL, 1);
+    reject_session(MOAT_MSG_SESSION_EXIT, &r, "clock must name the clock of a TO, and only of a TO");
+    raw_free(&r);
+    const uint8_t clocks[] = {0, MOAT_CLOCK_MAX + 1};
+    for (size_t i = 0; i < sizeof(clocks); i++) {
+        raw_uint(&r, EX_CLOCK, clocks[i], 1);
+        reject_session(MOAT_MSG_SESSION_EXIT, &r, "unknown clock");
+        raw_free(&r);
+    }
+
+    /* credit */
+    raw_uint(&r, CR_BYTES, MOAT_SESSION_WINDOW, 4);
+    accept_session(MOAT_MSG_SESSION_CREDIT, &r);
+    raw_uint(&r, CR_BYTES, 1, 4);
+    reject_session(MOAT_MSG_SESSION_CREDIT, &r, "duplicate field");
+    raw_free(&r);
+    raw_uint(&r, CR_BYTES, 1, 8);
+    reject_session(MOAT_MSG_SESSION_CREDIT, &r, "integer field has the wrong width");
+    raw_free(&r);
+    const uint32_t credits[] = {0, MOAT_SESSION_WINDOW + 1, UINT32_MAX};
+    for (size_t i = 0; i < sizeof(credits) / sizeof(credits[0]); i++) {
+        raw_uint(&r, CR_BYTES, credits[i], 4);
+        reject_session(MOAT_MSG_SESSION_CREDIT, &r, "credit out of range");
+        raw_free(&r);
+    }
+}
+
+static void test_session_encoder_refusals(void **state)
+{
+    struct moat_buf out = {0};
+    const char *why = NULL;
+    int rc;
+
+    assert_int_equal(moat_encode_session_stdin_close(&out, 1, &why), 0);
+    size_t before_len = out.len;
+    uint8_t before[MOAT_FRAME_HEADER_SIZE];
+    memcpy(before, out.data, before_len);
+
+    uint8_t x[] = "x";
+    why = NULL;
+    rc = moat_encode_session_stdin(&out, 2, x, 0, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "empty data chunk");
+
+    const int32_t sigs[] = {0, -2, 4, 11, 19, 64, 65, INT32_MAX, INT32_MIN};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        assert_false(moat_session_signal_allowed(sigs[i]));
+        why = NULL;
+        rc = moat_encode_session_signal(&out, 3, sigs[i], &why);
+        refused_unchanged(&out, before, before_len, rc, why, "signal not allowed");
+    }
+
+    struct moat_session_output o = {3, 0, x, 1};
+    why = NULL;
+    rc = moat_encode_session_output(&out, 4, &o, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "bad stream");
+    o.stream = 0;
+    why = NULL;
+    rc = moat_encode_session_output(&out, 4, &o, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "bad stream");
+    o.stream = MOAT_STREAM_STDOUT;
+    o.len = 0;
+    why = NULL;
+    rc = moat_encode_session_output(&out, 4, &o, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "empty data chunk");
+
+    struct moat_session_stage s = {0, 0};
+    why = NULL;
+    rc = moat_encode_session_stage(&out, 5, &s, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "bad stage");
+    s.stage = 3;
+    why = NULL;
+    rc = moat_encode_session_stage(&out, 5, &s, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "bad stage");
+
+    struct moat_session_exit e = {0, 0, 0, {.present = 1, .status = MOAT_STATUS_OK}};
+    why = NULL;
+    rc = moat_encode_session_exit(&out, 6, &e, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "bad stage");
+    e.stage = MOAT_STAGE_RUN;
+    e.result.stdout_data = x;
+    e.result.stdout_len = 1;
+    why = NULL;
+    rc = moat_encode_session_exit(&out, 6, &e, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "session exit carries no output");
+    e.result.stdout_len = 0;
+    e.clock = MOAT_CLOCK_CPU; /* a clock without a TO */
+    why = NULL;
+    rc = moat_encode_session_exit(&out, 6, &e, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "clock must name the clock of a TO, and only of a TO");
+    e.result.status = MOAT_STATUS_TO;
+    e.clock = 0; /* a TO without a clock */
+    why = NULL;
+    rc = moat_encode_session_exit(&out, 6, &e, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "clock must name the clock of a TO, and only of a TO");
+    e.clock = MOAT_CLOCK_MAX + 1;
+    why = NULL;
+    rc = moat_encode_session_exit(&out, 6, &e, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "clock must name the clock of a TO, and only of a TO");
+    e.clock = 0;
+    e.result.status = MOAT_STATUS_MAX + 1;
+    why = NULL;
+    rc = moat_encode_session_exit(&out, 6, &e, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "bad status");
+
+    const uint32_t credits[] = {0, MOAT_SESSION_WINDOW + 1, UINT32_MAX};
+    for (size_t i = 0; i < sizeof(credits) / sizeof(credits[0]); i++) {
+        why = NULL;
+        rc = moat_encode_session_credit(&out, 7, credits[i], &why);
+        refused_unchanged(&out, before, before_len, rc, why, "credit out of range");
+    }
+    moat_buf_free(&out);
+}
+
 /* ==== status names ======================================================= */
 
 static void test_status_names(void **state)
@@ -1376,6 +1999,11 @@ int main(void)
         cmocka_unit_test(test_integer_rules),
         cmocka_unit_test(test_encoder_refusals),
         cmocka_unit_test(test_encoder_refusal_on_empty_buffer),
+        cmocka_unit_test(test_session_roundtrips),
+        cmocka_unit_test(test_session_chunk_caps),
+        cmocka_unit_test(test_session_frame_caps),
+        cmocka_unit_test(test_session_decode_refusals),
+        cmocka_unit_test(test_session_encoder_refusals),
         cmocka_unit_test(test_status_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
