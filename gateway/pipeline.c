@@ -295,8 +295,10 @@ static enum gw_flow step_prepare(struct gw_request *r)
 static enum gw_flow step_decision(struct gw_request *r)
 {
     /* a refusal nobody authenticated for is charged to its address: past
-     * the address's rate it is a 429 counted in a summary (denials.c) */
-    if (r->status >= 400 && r->tenant == NULL && !gw_denials_charge(r))
+     * the address's rate it is a 429 counted in a summary (denials.c);
+     * not the probes (/readyz's 503 is an answer, not a failed request) */
+    if (r->status >= 400 && r->tenant == NULL && (r->route == NULL || (r->route->flags & GW_ROUTE_NO_AUDIT) == 0) &&
+        !gw_denials_charge(r))
         return GW_NEXT;
     if (!audited(r) || r->recorded)
         return GW_NEXT;

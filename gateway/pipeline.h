@@ -112,8 +112,9 @@ enum gw_flow gw_deny_copy(struct gw_request *r, int status, enum gw_reason reaso
  * after gw_deny, or GW_REPEAT).  May be called from inside the step. */
 void gw_step_done(struct gw_request *r, enum gw_flow flow);
 
-/* A backend call that failed (status) or answered MOAT_MSG_ERROR, as a
- * refusal with the right HTTP status (503, 504, 502; 400/500/503 by error code). */
+/* A backend call that failed (status != BACKEND_OK) or answered
+ * MOAT_MSG_ERROR (only then is reply->u.error read), as a refusal with the right HTTP status (503, 504, 502; 400/500/503 by error
+ * code). */
 enum gw_flow gw_backend_failure(struct gw_request *r, enum backend_status status, const struct backend_reply *reply);
 
 /* Start a backend call for r on its worker's loop (frame is taken). */

@@ -90,6 +90,9 @@ static void on_table(void *data, enum backend_status status, const struct backen
     struct gw_request *r = data;
 
     if (status != BACKEND_OK || reply->hdr.type != MOAT_MSG_RUNTIMES) {
+        /* a reply of another type is a broken reply, never read as an ERROR */
+        if (status == BACKEND_OK && reply->hdr.type != MOAT_MSG_ERROR)
+            status = BACKEND_BAD_REPLY;
         gw_step_done(r, gw_backend_failure(r, status, reply));
         return;
     }
