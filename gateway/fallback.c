@@ -30,15 +30,10 @@
 
 #include <string.h>
 
-#include <openssl/rand.h>
-
-#include "moat_hex.h"
-
 static void on_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
 {
     struct gw_worker *w = gw_worker_of(req->conn->ctx);
     struct gw_request r;
-    uint8_t rnd[GW_REQUEST_ID_LEN / 2];
 
     memset(&r, 0, sizeof(r));
     r.req = req;
@@ -51,9 +46,7 @@ static void on_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t *
     r.reason = GW_REASON_FILTER;
     r.message = req->res.reason != NULL ? req->res.reason : "refused by the HTTP library";
     r.note = "refused by the HTTP library (h2o)";
-    if (RAND_bytes(rnd, sizeof(rnd)) != 1)
-        memset(rnd, 0, sizeof(rnd));
-    moat_hex_encode(rnd, sizeof(rnd), r.request_id);
+    gw_new_request_id(r.request_id);
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL,
                           h2o_strdup(&req->pool, r.request_id, SIZE_MAX).base, GW_REQUEST_ID_LEN);
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-store"));

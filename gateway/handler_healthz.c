@@ -11,7 +11,7 @@
  *                 so a flood of probes costs the backend nothing.
  */
 #include "pipeline.h"
-#include "log.h"
+#include "runtime_table.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,18 +32,12 @@ const struct gw_handler gw_handler_healthz = {NULL, NULL, answer_live};
 static enum gw_flow prepare_ready(struct gw_request *r)
 {
     struct gw_worker *w = r->worker;
-    const char *why = NULL;
 
     if (w->audit.enabled && !gw_audit_connected(&w->audit))
         return gw_deny(r, 503, GW_REASON_AUDIT, "not ready: audit writer unavailable");
     if (w->ready_ms != 0 && h2o_now(w->ctx.loop) - w->ready_ms < GW_READY_CACHE_MS)
         return GW_NEXT; /* answered without the backend */
-    r->job_id = backend_next_job_id();
-    if (moat_encode_runtimes_query(&r->frame, r->job_id, &why) != 0) {
-        log_warnx("%s: id=%s: %s", __func__, r->request_id, why);
-        return gw_deny(r, 500, GW_REASON_BACKEND, "cannot encode the backend request");
-    }
-    return GW_NEXT;
+    return gw_runtimes_query(r, &r->frame, &r->job_id);
 }
 
 /* Step 9: the backend answered (or a recent probe did). */

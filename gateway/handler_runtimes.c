@@ -15,14 +15,7 @@
 /* Step 7: the backend message is a runtimes query. */
 static enum gw_flow prepare(struct gw_request *r)
 {
-    const char *why = NULL;
-
-    r->job_id = backend_next_job_id();
-    if (moat_encode_runtimes_query(&r->frame, r->job_id, &why) != 0) {
-        log_warnx("%s: id=%s: %s", __func__, r->request_id, why);
-        return gw_deny(r, 500, GW_REASON_BACKEND, "cannot encode the backend request");
-    }
-    return GW_NEXT;
+    return gw_runtimes_query(r, &r->frame, &r->job_id);
 }
 
 /* Step 9: the tenant's part of the table, in Piston's shape. */

@@ -524,6 +524,14 @@ uint64_t gw_monotonic_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+void gw_new_request_id(char out[GW_REQUEST_ID_LEN + 1])
+{
+    uint8_t rnd[GW_REQUEST_ID_LEN / 2];
+
+    random_bytes(rnd, sizeof(rnd));
+    moat_hex_encode(rnd, sizeof(rnd), out);
+}
+
 /*
  * The request's state, in req->pool: it lives exactly as long as the
  * request.  It is the pool's first shared allocation, and h2o frees those
@@ -534,7 +542,6 @@ static struct gw_request *request_new(h2o_req_t *req)
 {
     struct gw_worker *w = gw_worker_of(req->conn->ctx);
     struct gw_request *r;
-    uint8_t rnd[GW_REQUEST_ID_LEN / 2];
 
     gw_worker_refresh(w);
     if ((r = h2o_mem_alloc_shared(&req->pool, sizeof(*r), on_dispose)) == NULL)
@@ -550,8 +557,7 @@ static struct gw_request *request_new(h2o_req_t *req)
     w->inflight++;
     /* room for every header a response of ours carries, in one allocation */
     h2o_vector_reserve(&req->pool, &req->res.headers, 8);
-    random_bytes(rnd, sizeof(rnd));
-    moat_hex_encode(rnd, sizeof(rnd), r->request_id);
+    gw_new_request_id(r->request_id);
     return r;
 }
 

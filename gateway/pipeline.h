@@ -120,6 +120,10 @@ enum gw_flow gw_backend_failure(struct gw_request *r, enum backend_status status
 /* Start a backend call for r on its worker's loop (frame is taken). */
 void gw_backend_call(struct gw_request *r, struct moat_buf *frame, uint64_t job_id, backend_done_cb cb, void *data);
 
+/* A fresh request id (GW_REQUEST_ID_LEN hex digits) from the worker's
+ * pool of random bytes. */
+void gw_new_request_id(char out[GW_REQUEST_ID_LEN + 1]);
+
 /* CLOCK_MONOTONIC in nanoseconds (a request's duration in its log line). */
 uint64_t gw_monotonic_ns(void);
 

@@ -100,16 +100,26 @@ static void on_table(void *data, enum backend_status status, const struct backen
     gw_step_done(r, GW_REPEAT);
 }
 
-enum gw_flow gw_runtime_table_fetch(struct gw_request *r)
+enum gw_flow gw_runtimes_query(struct gw_request *r, struct moat_buf *frame, uint64_t *job)
 {
-    struct moat_buf frame = {NULL, 0, 0};
-    uint64_t job = backend_next_job_id();
     const char *why = NULL;
 
-    if (moat_encode_runtimes_query(&frame, job, &why) != 0) {
+    *job = backend_next_job_id();
+    if (moat_encode_runtimes_query(frame, *job, &why) != 0) {
         log_warnx("%s: id=%s: %s", __func__, r->request_id, why);
         return gw_deny(r, 500, GW_REASON_BACKEND, "cannot encode the backend request");
     }
+    return GW_NEXT;
+}
+
+enum gw_flow gw_runtime_table_fetch(struct gw_request *r)
+{
+    struct moat_buf frame = {NULL, 0, 0};
+    uint64_t job;
+    enum gw_flow f = gw_runtimes_query(r, &frame, &job);
+
+    if (f != GW_NEXT)
+        return f;
     gw_backend_call(r, &frame, job, on_table, r);
     return GW_WAIT;
 }

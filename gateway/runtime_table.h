@@ -19,6 +19,10 @@ void gw_runtime_table_store(struct gw_worker *w, const struct moat_runtimes *rt)
 /* The runtime `language` names (canonical name or alias) as *out, or NULL. */
 const struct policy_runtime *gw_runtime_table_find(struct gw_worker *w, const char *language, struct policy_runtime *out);
 
+/* A runtimes query for r's backend call into frame (*job its id): GW_NEXT,
+ * or a refusal when it cannot be encoded. */
+enum gw_flow gw_runtimes_query(struct gw_request *r, struct moat_buf *frame, uint64_t *job);
+
 /* Fetch the table for r's step, which then runs again (GW_WAIT), or is
  * refused when the backend cannot be asked. */
 enum gw_flow gw_runtime_table_fetch(struct gw_request *r);
