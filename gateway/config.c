@@ -72,6 +72,10 @@ static int set_defaults(struct gw_config *cfg)
     cfg->http2_max_headers = GW_DEFAULT_H2_MAX_HEADERS;
     cfg->max_connections = GW_DEFAULT_MAX_CONNECTIONS;
     cfg->max_connections_per_address = GW_DEFAULT_MAX_CONN_PER_ADDR;
+    cfg->sessions.init_timeout_ms = GW_DEFAULT_SESSION_INIT_TIMEOUT_MS;
+    cfg->sessions.max_sessions = GW_DEFAULT_MAX_SESSIONS;
+    cfg->sessions.watch_token_ttl_s = GW_DEFAULT_WATCH_TOKEN_TTL_S;
+    cfg->sessions.max_watchers = GW_DEFAULT_MAX_WATCHERS;
     cfg->listen_address = strdup(GW_DEFAULT_ADDRESS);
     cfg->backend_socket = strdup(GW_DEFAULT_BACKEND_SOCKET);
     cfg->user = strdup(GW_DEFAULT_USER);
@@ -119,6 +123,8 @@ static int top_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void
         return cfg_parse_audit(pc, v);
     if (strcmp(key, "unauthenticated") == 0)
         return cfg_parse_unauthenticated(pc, v);
+    if (strcmp(key, "sessions") == 0)
+        return cfg_parse_sessions(pc, v);
     return cfg_server_field(pc, key, v, arg);
 }
 

@@ -29,6 +29,15 @@ struct gw_key {
     unsigned scopes; /* POLICY_EP_* this key may call (within the tenant's endpoints) */
 };
 
+/* The top-level sessions section: the gateway's own session settings (each
+ * tenant's ceilings are tenant_policy.sessions). */
+struct gw_session_config {
+    uint64_t init_timeout_ms;   /* how long a WebSocket may wait before its init */
+    unsigned max_sessions;      /* the gateway's sessions at once, all tenants together */
+    unsigned watch_token_ttl_s; /* a watch token's lifetime */
+    unsigned max_watchers;      /* watchers per session; 0: watching is off */
+};
+
 struct gw_config {
     char *listen_address;
     uint16_t listen_port;
@@ -66,6 +75,8 @@ struct gw_config {
     double unauth_per_second;
     uint32_t unauth_burst;
     uint64_t unauth_summary_ms; /* a summary record of what went past the rate, at most this often */
+    /* sessions: the gateway's session capacity, init deadline and watchers */
+    struct gw_session_config sessions;
     /* audit: the trail's directory and writer; off when audit_enabled is 0 */
     int audit_enabled;
     struct gw_audit_config audit;

@@ -111,6 +111,30 @@ int cfg_bool(struct parse_ctx *pc, const yaml_node_t *n, const char *name, int *
     return cfg_fail(pc, n, "%s must be true or false", name);
 }
 
+int cfg_uint_table(struct parse_ctx *pc, const struct cfg_uint_spec *specs, size_t nspecs, const char *prefix, const char *key,
+                   const yaml_node_t *v, void *base)
+{
+    char label[96];
+    uint64_t n;
+
+    for (size_t i = 0; i < nspecs; i++) {
+        char *at = (char *)base + specs[i].off;
+        if (strcmp(key, specs[i].key) != 0)
+            continue;
+        snprintf(label, sizeof(label), "%s.%s", prefix, key);
+        if (cfg_uint(pc, v, label, specs[i].min, specs[i].max, &n) != 0)
+            return -1;
+        if (specs[i].size == sizeof(uint32_t)) {
+            uint32_t x = (uint32_t)n; /* max fits: the table says so */
+            memcpy(at, &x, sizeof(x));
+        } else {
+            memcpy(at, &n, sizeof(n)); /* an int64_t field has max <= INT64_MAX: the same bytes */
+        }
+        return 0;
+    }
+    return 1;
+}
+
 /* ---------------------------------------------------------------- sequences and mappings */
 
 int cfg_endpoints(struct parse_ctx *pc, const yaml_node_t *n, const char *name, unsigned *out)

@@ -12,6 +12,7 @@
  *   config_keys.c     API keys (inside a tenant)
  *   config_jwt.c      JWT issuers and their key files
  *   config_audit.c    the audit section
+ *   config_sessions.c the sessions section, and each tenant's sessions
  *
  * Every function here returns 0, or -1 with pc->err holding "PATH:LINE:
  * reason" (cfg_fail); a field function (cfg_field_fn) returns 1 for a key
@@ -70,6 +71,27 @@ int cfg_bool(struct parse_ctx *pc, const yaml_node_t *n, const char *name, int *
 /* A sequence of endpoint names from policy's endpoint table, as POLICY_EP_* bits. */
 int cfg_endpoints(struct parse_ctx *pc, const yaml_node_t *n, const char *name, unsigned *out);
 
+/*
+ * A mapping of integer fields described by a table: each key, where its
+ * value goes (offset into the caller's struct, a uint32_t or a uint64_t, or
+ * an int64_t stored as a uint64_t when max <= INT64_MAX) and its range.
+ */
+struct cfg_uint_spec {
+    const char *key;
+    size_t off;
+    size_t size; /* sizeof the field: 4 or 8 */
+    uint64_t min, max;
+};
+
+#define CFG_UINT_SPEC(type, field, min, max)                                                                                       \
+    {                                                                                                                              \
+#field, offsetof(type, field), sizeof(((type *)0)->field), (min), (max)                                                    \
+    }
+
+/* key's spec in specs: read v in its range into base (the message names it "prefix.key"); 1 for a key not in specs. */
+int cfg_uint_table(struct parse_ctx *pc, const struct cfg_uint_spec *specs, size_t nspecs, const char *prefix, const char *key,
+                   const yaml_node_t *v, void *base);
+
 /* Handles one key of a mapping: 0, -1 on error, 1 for an unknown key. */
 typedef int (*cfg_field_fn)(struct parse_ctx *pc, const char *key, yaml_node_t *value, void *arg);
 
@@ -114,5 +136,11 @@ void cfg_free_issuers(struct gw_config *cfg);
 
 /* config_audit.c: the audit mapping (turns the audit trail on). */
 int cfg_parse_audit(struct parse_ctx *pc, yaml_node_t *v);
+
+/* config_sessions.c: the top-level sessions mapping (the gateway's session settings). */
+int cfg_parse_sessions(struct parse_ctx *pc, yaml_node_t *v);
+
+/* config_sessions.c: a tenant's sessions mapping, narrowing *s (its defaults). */
+int cfg_parse_tenant_sessions(struct parse_ctx *pc, yaml_node_t *v, struct policy_session_limits *s);
 
 #endif /* GW_CONFIG_PARSE_H */

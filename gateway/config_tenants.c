@@ -2,10 +2,11 @@
  * config_tenants.c - the configuration's tenants: who may call what.
  *
  * Each entry of the tenants sequence becomes a struct gw_tenant whose
- * tenant_policy starts from the defaults in gw_limits.h (every endpoint,
- * every language, the default ceilings and rates) and is narrowed by the
- * entry's endpoints, languages, limits, rate, max_in_flight,
- * cpu_seconds_per_minute and content_rules.  The finished policy must pass
+ * tenant_policy starts from the defaults in gw_limits.h (execute and
+ * runtimes, every language, the default ceilings, rates and session
+ * ceilings) and is narrowed by the entry's endpoints, languages, limits,
+ * rate, max_in_flight, cpu_seconds_per_minute, content_rules and sessions
+ * (config_sessions.c).  The finished policy must pass
  * policy_validate() (fail closed: a tenant the policy engine would refuse
  * stops the load), and only then are the tenant's keys read
  * (config_keys.c), each pointing back at the tenant by index.
@@ -19,48 +20,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A non-negative decimal number such as 10 or 0.5. */
+/* limits: each ceiling 1 .. what its field holds (the int64_t ones up to INT64_MAX). */
 static int limits_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
 {
-    struct policy_limits *l = arg;
-    uint64_t n;
-    static const struct {
-        const char *name;
-        size_t off;
-        int width; /* 8: int64_t, 4: uint32_t, 9: uint64_t */
-    } fields[] = {
-        {"run_timeout_ms", offsetof(struct policy_limits, run_timeout_ms), 8},
-        {"compile_timeout_ms", offsetof(struct policy_limits, compile_timeout_ms), 8},
-        {"run_memory_bytes", offsetof(struct policy_limits, run_memory_bytes), 8},
-        {"compile_memory_bytes", offsetof(struct policy_limits, compile_memory_bytes), 8},
-        {"max_files", offsetof(struct policy_limits, max_files), 4},
-        {"max_file_name_len", offsetof(struct policy_limits, max_file_name_len), 4},
-        {"max_args", offsetof(struct policy_limits, max_args), 4},
-        {"max_arg_len", offsetof(struct policy_limits, max_arg_len), 4},
-        {"max_code_bytes", offsetof(struct policy_limits, max_code_bytes), 9},
-        {"max_stdin_bytes", offsetof(struct policy_limits, max_stdin_bytes), 9},
+#define LIMIT(field, max) CFG_UINT_SPEC(struct policy_limits, field, 1, (max))
+    static const struct cfg_uint_spec fields[] = {
+        LIMIT(run_timeout_ms, INT64_MAX),   LIMIT(compile_timeout_ms, INT64_MAX),
+        LIMIT(run_memory_bytes, INT64_MAX), LIMIT(compile_memory_bytes, INT64_MAX),
+        LIMIT(max_files, UINT32_MAX),       LIMIT(max_file_name_len, UINT32_MAX),
+        LIMIT(max_args, UINT32_MAX),        LIMIT(max_arg_len, UINT32_MAX),
+        LIMIT(max_code_bytes, INT64_MAX),   LIMIT(max_stdin_bytes, INT64_MAX),
     };
-    char label[64];
-
-    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
-        if (strcmp(key, fields[i].name) != 0)
-            continue;
-        snprintf(label, sizeof(label), "limits.%s", key);
-        if (cfg_uint(pc, v, label, 1, fields[i].width == 4 ? UINT32_MAX : (uint64_t)INT64_MAX, &n) != 0)
-            return -1;
-        char *base = (char *)l + fields[i].off;
-        if (fields[i].width == 8) {
-            int64_t x = (int64_t)n;
-            memcpy(base, &x, sizeof(x));
-        } else if (fields[i].width == 4) {
-            uint32_t x = (uint32_t)n;
-            memcpy(base, &x, sizeof(x));
-        } else {
-            memcpy(base, &n, sizeof(n));
-        }
-        return 0;
-    }
-    return 1;
+#undef LIMIT
+    return cfg_uint_table(pc, fields, sizeof(fields) / sizeof(fields[0]), "limits", key, v, arg);
 }
 
 struct lang_seen {
@@ -182,7 +154,7 @@ static int rate_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, voi
 static void default_policy(struct tenant_policy *p)
 {
     memset(p, 0, sizeof(*p));
-    p->endpoints = POLICY_EP_ALL;
+    p->endpoints = GW_DEFAULT_TENANT_ENDPOINTS;
     p->ceilings.run_timeout_ms = GW_DEFAULT_RUN_TIMEOUT_MS;
     p->ceilings.compile_timeout_ms = GW_DEFAULT_COMPILE_TIMEOUT_MS;
     p->ceilings.run_memory_bytes = GW_DEFAULT_RUN_MEMORY;
@@ -197,6 +169,14 @@ static void default_policy(struct tenant_policy *p)
     p->burst = GW_DEFAULT_BURST;
     p->max_in_flight = GW_DEFAULT_MAX_IN_FLIGHT;
     p->cpu_ms_per_minute = GW_DEFAULT_CPU_MS_PER_MINUTE;
+    p->sessions = (struct policy_session_limits){
+        .max_concurrent = GW_DEFAULT_SESSION_MAX_CONCURRENT,
+        .wall_ms = GW_DEFAULT_SESSION_WALL_MS,
+        .idle_ms = GW_DEFAULT_SESSION_IDLE_MS,
+        .cpu_ms = GW_DEFAULT_SESSION_CPU_MS,
+        .stdin_bytes = GW_DEFAULT_SESSION_STDIN_BYTES,
+        .output_bytes = GW_DEFAULT_SESSION_OUTPUT_BYTES,
+    };
 }
 
 static int valid_tenant_name(const char *s)
@@ -209,7 +189,7 @@ static int valid_tenant_name(const char *s)
 }
 
 struct tenant_seen {
-    yaml_node_t *name, *keys, *endpoints, *languages, *limits, *rate, *max_in_flight, *cpu, *rules;
+    yaml_node_t *name, *keys, *endpoints, *languages, *limits, *rate, *max_in_flight, *cpu, *rules, *sessions;
 };
 
 static int tenant_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
@@ -224,6 +204,7 @@ static int tenant_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, v
         {"max_in_flight", offsetof(struct tenant_seen, max_in_flight)},
         {"cpu_seconds_per_minute", offsetof(struct tenant_seen, cpu)},
         {"content_rules", offsetof(struct tenant_seen, rules)},
+        {"sessions", offsetof(struct tenant_seen, sessions)},
     };
     return cfg_note(slots, sizeof(slots) / sizeof(slots[0]), arg, key, v);
 }
@@ -264,6 +245,8 @@ static int parse_policy(struct parse_ctx *pc, const struct tenant_seen *ts, stru
         p->cpu_ms_per_minute = n * 1000;
     }
     if (ts->rules != NULL && parse_rules(pc, ts->rules, p) != 0)
+        return -1;
+    if (ts->sessions != NULL && cfg_parse_tenant_sessions(pc, ts->sessions, &p->sessions) != 0)
         return -1;
     if (policy_validate(p, err, sizeof(err)) != 0)
         return cfg_fail(pc, node, "tenant %s: %s", t->name, err);

@@ -66,6 +66,29 @@
 #define GW_MAX_LANG_RULES             256
 #define GW_MAX_CONTENT_RULES          64
 
+/* What a tenant that lists no endpoints may call: batch execution and the
+ * runtime list.  Sessions (connect, watch) hold boxes for minutes, so a
+ * tenant gets them only when its configuration names them. */
+#define GW_DEFAULT_TENANT_ENDPOINTS (POLICY_EP_EXECUTE | POLICY_EP_RUNTIMES)
+
+/* Sessions (connect): each tenant's ceilings (sessions: in a tenant; bounds
+ * POLICY_SESSION_MAX_* in policy.h), and the gateway's own (the top-level
+ * sessions: section). */
+#define GW_DEFAULT_SESSION_MAX_CONCURRENT  10
+#define GW_DEFAULT_SESSION_WALL_MS         900000 /* 15 minutes */
+#define GW_DEFAULT_SESSION_IDLE_MS         60000
+#define GW_DEFAULT_SESSION_CPU_MS          30000
+#define GW_DEFAULT_SESSION_STDIN_BYTES     (1024 * 1024)
+#define GW_DEFAULT_SESSION_OUTPUT_BYTES    (1024 * 1024)
+#define GW_DEFAULT_SESSION_INIT_TIMEOUT_MS 5000 /* a WebSocket's wait for its init (Piston: 1000) */
+#define GW_MAX_SESSION_INIT_TIMEOUT_MS     60000
+#define GW_DEFAULT_MAX_SESSIONS            256 /* the gateway's sessions at once, all tenants */
+#define GW_MAX_SESSIONS                    65536
+#define GW_DEFAULT_WATCH_TOKEN_TTL_S       300
+#define GW_MAX_WATCH_TOKEN_TTL_S           86400
+#define GW_DEFAULT_MAX_WATCHERS            8 /* per session; 0 turns watching off */
+#define GW_MAX_WATCHERS                    256
+
 #define GW_DEFAULT_AUDIT_USER "moat-audit"
 #ifndef GW_DEFAULT_AUDIT_WRITER
 #define GW_DEFAULT_AUDIT_WRITER "/usr/local/libexec/moat/moat-audit-writer"

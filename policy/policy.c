@@ -202,10 +202,25 @@ int policy_version_matches(const char *version, const char *selector)
  * Policy shape
  * ------------------------------------------------------------------------ */
 
+/* NULL if every session ceiling is within 1 .. its bound, else a static description. */
+static const char *session_problem(const struct policy_session_limits *s)
+{
+    if (s->max_concurrent == 0 || s->max_concurrent > POLICY_SESSION_MAX_CONCURRENT)
+        return "sessions.max_concurrent must be between 1 and 65536";
+    if (s->wall_ms == 0 || s->wall_ms > POLICY_SESSION_MAX_MS || s->idle_ms == 0 || s->idle_ms > POLICY_SESSION_MAX_MS ||
+        s->cpu_ms == 0 || s->cpu_ms > POLICY_SESSION_MAX_MS)
+        return "every session clock must be between 1 ms and one day";
+    if (s->stdin_bytes == 0 || s->stdin_bytes > POLICY_SESSION_MAX_BYTES || s->output_bytes == 0 ||
+        s->output_bytes > POLICY_SESSION_MAX_BYTES)
+        return "every session size must be between 1 byte and 4 MiB";
+    return NULL;
+}
+
 /* NULL if p is usable, else a static description; *at names the entry. */
 static const char *policy_problem(const struct tenant_policy *p, const char **what, size_t *at)
 {
     const struct policy_limits *c;
+    const char *problem;
 
     *what = NULL;
     *at = 0;
@@ -238,6 +253,8 @@ static const char *policy_problem(const struct tenant_policy *p, const char **wh
         return "every count and length ceiling must be positive";
     if (c->max_code_bytes == 0 || c->max_stdin_bytes == 0)
         return "every size ceiling must be positive";
+    if ((problem = session_problem(&p->sessions)) != NULL)
+        return problem;
     if (p->nrules > 0 && p->rules == NULL)
         return "rules is missing";
     for (size_t i = 0; i < p->nrules; i++) {
@@ -339,7 +356,8 @@ int policy_runtime_allowed(const struct tenant_policy *p, const struct policy_ru
     return 0;
 }
 
-static int check_input(const struct policy_limits *c, const struct policy_request *r, struct policy_verdict *v)
+/* Step 4; stdin_max is the stdin ceiling of the request's endpoint. */
+static int check_input(const struct policy_limits *c, uint64_t stdin_max, const struct policy_request *r, struct policy_verdict *v)
 {
     uint64_t total = 0;
 
@@ -371,8 +389,8 @@ static int check_input(const struct policy_limits *c, const struct policy_reques
         if (r->arg_lens[i] > c->max_arg_len)
             return deny(v, POLICY_DENY_INPUT, "args[%zu] is longer than the tenant's limit of %" PRIu32 " bytes", i,
                         c->max_arg_len);
-    if ((uint64_t)r->stdin_len > c->max_stdin_bytes)
-        return deny(v, POLICY_DENY_INPUT, "stdin is longer than the tenant's limit of %" PRIu64 " bytes", c->max_stdin_bytes);
+    if ((uint64_t)r->stdin_len > stdin_max)
+        return deny(v, POLICY_DENY_INPUT, "stdin is longer than the tenant's limit of %" PRIu64 " bytes", stdin_max);
     return 0;
 }
 
@@ -392,17 +410,23 @@ static int check_limit(const char *field, const char *unit, int64_t want, int64_
     return 0;
 }
 
-static int check_limits(const struct policy_limits *c, const struct policy_request *r, struct policy_verdict *v)
+/*
+ * Step 5.  run_ceiling is the run_timeout ceiling of the request's endpoint;
+ * with keep_default a run_timeout of -1 stays -1 (connect: the backend
+ * applies the language's default, lowered to the ceiling).
+ */
+static int check_limits(const struct policy_limits *c, int64_t run_ceiling, int keep_default, const struct policy_request *r,
+                        struct policy_verdict *v)
 {
     int64_t run_t, comp_t, run_m, comp_m;
 
     /* Field names are the client's (Piston's) names for these limits. */
-    if (check_limit("run_timeout", "ms", r->run_timeout_ms, c->run_timeout_ms, &run_t, v) != 0 ||
+    if (check_limit("run_timeout", "ms", r->run_timeout_ms, run_ceiling, &run_t, v) != 0 ||
         check_limit("compile_timeout", "ms", r->compile_timeout_ms, c->compile_timeout_ms, &comp_t, v) != 0 ||
         check_limit("run_memory_limit", "bytes", r->run_memory_bytes, c->run_memory_bytes, &run_m, v) != 0 ||
         check_limit("compile_memory_limit", "bytes", r->compile_memory_bytes, c->compile_memory_bytes, &comp_m, v) != 0)
         return -1;
-    v->run_timeout_ms = run_t;
+    v->run_timeout_ms = keep_default && r->run_timeout_ms == -1 ? -1 : run_t;
     v->compile_timeout_ms = comp_t;
     v->run_memory_bytes = run_m;
     v->compile_memory_bytes = comp_m;
@@ -448,9 +472,14 @@ int policy_evaluate(const struct tenant_policy *p, const struct policy_request *
         return deny(v, POLICY_DENY_INPUT, "no request");
     if (check_endpoint(p, r, v) != 0)
         return -1;
-    if (r->endpoint == POLICY_EP_EXECUTE) {
-        if (check_language(p, r, v) != 0 || check_input(&p->ceilings, r, v) != 0 || check_limits(&p->ceilings, r, v) != 0 ||
-            check_content(p, r, v) != 0)
+    if (r->endpoint == POLICY_EP_EXECUTE || r->endpoint == POLICY_EP_CONNECT) {
+        int session = r->endpoint == POLICY_EP_CONNECT;
+        /* session ceilings are at most POLICY_SESSION_MAX_* (validated): they fit an int64_t */
+        uint64_t stdin_max = session ? p->sessions.stdin_bytes : p->ceilings.max_stdin_bytes;
+        int64_t run_ceiling = session ? (int64_t)p->sessions.wall_ms : p->ceilings.run_timeout_ms;
+
+        if (check_language(p, r, v) != 0 || check_input(&p->ceilings, stdin_max, r, v) != 0 ||
+            check_limits(&p->ceilings, run_ceiling, session, r, v) != 0 || check_content(p, r, v) != 0)
             return -1;
     } else {
         v->run_timeout_ms = v->compile_timeout_ms = 0;

@@ -22,19 +22,33 @@
  *                 POLICY_DENY_NO_POLICY, 403.  Default deny, fail closed.
  *   2. endpoint   the request's single POLICY_EP_* bit must be in
  *                 p->endpoints: POLICY_DENY_ENDPOINT, 403.
- *                 The runtimes endpoint stops here (allowed).
- *   3. language   (execute only) some p->langs[] entry must allow the
+ *                 The runtimes and watch endpoints stop here (allowed): a
+ *                 watcher sends no program, its watch token names a
+ *                 session that was judged when it started.
+ *   3. language   (execute, connect) some p->langs[] entry must allow the
  *                 request's language and version: POLICY_DENY_LANGUAGE, 403.
  *                 A missing language is POLICY_DENY_INPUT, 400.
  *   4. input      file count (1 .. max_files), each file name's length, args
  *                 count and each arg's length, total code bytes, stdin bytes:
- *                 POLICY_DENY_INPUT, 400.
+ *                 POLICY_DENY_INPUT, 400.  For connect the stdin is the
+ *                 session's initial stdin, judged against
+ *                 p->sessions.stdin_bytes (the whole session's stdin
+ *                 ceiling) instead of ceilings.max_stdin_bytes.
  *   5. limits     each requested limit: -1 means the tenant's ceiling;
  *                 otherwise 1 .. ceiling.  0 and anything below -1 are
- *                 rejected: POLICY_DENY_LIMIT, 400.
+ *                 rejected: POLICY_DENY_LIMIT, 400.  For connect,
+ *                 run_timeout is judged against p->sessions.wall_ms (a
+ *                 session's run_timeout lowers its wall clock), and -1
+ *                 stays -1 in the verdict: the backend applies the
+ *                 language's default, lowered to the ceiling.
  *   6. content    every rule's regex against every file's content (the whole
  *                 length, NUL bytes included, via REG_STARTEND); the first
  *                 match: POLICY_DENY_CONTENT, 422, with v->rule set.
+ *
+ * Connect (a live session) is judged like execute but for the two session
+ * ceilings above; the session's other clocks and caps (idle, CPU, output,
+ * concurrency) are not in the request: the caller applies
+ * p->sessions as they are.
  *
  * Language and version matching (policy_version_matches):
  *
@@ -80,11 +94,16 @@
  * X(ID, N, NAME) makes POLICY_EP_ID, bit N of tenant_policy.endpoints, and
  * NAME is how configuration (tenant endpoints, key scopes), messages and
  * audit records spell it.  Adding an endpoint is adding a row (and its
- * route in the gateway's router).
+ * route in the gateway's router).  POLICY_EP_ALL is every row: the mask of
+ * known bits, and what a credential without narrower scopes holds (always
+ * intersected with its tenant's endpoints).  It is not what a tenant gets by
+ * default: the configuration decides that (gw_limits.h).
  */
 #define POLICY_ENDPOINT_TABLE(X)                                                                                                   \
-    X(EXECUTE, 0, "execute")   /* POST /api/v2/execute */                                                                          \
-    X(RUNTIMES, 1, "runtimes") /* GET /api/v2/runtimes */
+    X(EXECUTE, 0, "execute")   /* POST /api/v2/execute, batch or streamed */                                                       \
+    X(RUNTIMES, 1, "runtimes") /* GET /api/v2/runtimes */                                                                          \
+    X(CONNECT, 2, "connect")   /* GET /api/v2/connect: a live session over a WebSocket */                                          \
+    X(WATCH, 3, "watch")       /* GET /api/v2/watch: a read-only view of one session, with a watch token */
 
 #define POLICY_EP_ENUM_ROW(id, n, name) POLICY_EP_##id = 1u << (n),
 #define POLICY_EP_ALL_ROW(id, n, name)  | POLICY_EP_##id
@@ -139,19 +158,41 @@ struct policy_limits {
     uint64_t max_stdin_bytes;     /* bytes of stdin */
 };
 
+/*
+ * The tenant's session ceilings (connect): any one of the three clocks ends
+ * a session, first to expire wins.  Every field must be at least 1 and at
+ * most its POLICY_SESSION_MAX_* bound (policy_validate()): there is no
+ * "unlimited" and no "off"; an exam platform needs an idle clock.  A
+ * request lowers only the wall clock (run_timeout, judged in step 5); the
+ * caller applies the rest as they are.
+ */
+#define POLICY_SESSION_MAX_CONCURRENT 65536u                /* sessions of one tenant at once */
+#define POLICY_SESSION_MAX_MS         (24ull * 3600 * 1000) /* any clock: one day */
+#define POLICY_SESSION_MAX_BYTES      (4ull * 1024 * 1024)  /* stdin or output: the transcript is one audit packet */
+
+struct policy_session_limits {
+    uint32_t max_concurrent; /* the tenant's sessions at once */
+    uint64_t wall_ms;        /* a session's whole lifetime */
+    uint64_t idle_ms;        /* no output written and no stdin received */
+    uint64_t cpu_ms;         /* CPU time of the session's box */
+    uint64_t stdin_bytes;    /* all stdin of a session, the initial stdin included */
+    uint64_t output_bytes;   /* all stdout and stderr of a session */
+};
+
 /* One tenant's policy.  Every pointer is owned; release with tenant_policy_free(). */
 struct tenant_policy {
-    char *tenant;                  /* tenant id, as in the key store */
-    unsigned endpoints;            /* POLICY_EP_* bits the tenant may call */
-    struct policy_lang *langs;     /* allowed languages; none allows no execution */
-    size_t nlangs;                 /* entries in langs */
-    struct policy_limits ceilings; /* ceilings, and the defaults for omitted limits */
-    double rate_per_second;        /* rate limiter: sustained requests per second (not judged here) */
-    uint32_t burst;                /* rate limiter: burst size (not judged here) */
-    uint32_t max_in_flight;        /* rate limiter: concurrent executions (not judged here) */
-    uint64_t cpu_ms_per_minute;    /* rate limiter: CPU-time budget (not judged here) */
-    struct policy_rule *rules;     /* content deny rules, all compiled */
-    size_t nrules;                 /* entries in rules */
+    char *tenant;                          /* tenant id, as in the key store */
+    unsigned endpoints;                    /* POLICY_EP_* bits the tenant may call */
+    struct policy_lang *langs;             /* allowed languages; none allows no execution */
+    size_t nlangs;                         /* entries in langs */
+    struct policy_limits ceilings;         /* ceilings, and the defaults for omitted limits */
+    struct policy_session_limits sessions; /* connect: session ceilings */
+    double rate_per_second;                /* rate limiter: sustained requests per second (not judged here) */
+    uint32_t burst;                        /* rate limiter: burst size (not judged here) */
+    uint32_t max_in_flight;                /* rate limiter: concurrent executions (not judged here) */
+    uint64_t cpu_ms_per_minute;            /* rate limiter: CPU-time budget (not judged here) */
+    struct policy_rule *rules;             /* content deny rules, all compiled */
+    size_t nrules;                         /* entries in rules */
 };
 
 /* One submitted file, borrowed from the parsed request. */
@@ -172,7 +213,8 @@ struct policy_runtime {
     const char *version;
 };
 
-/* A parsed request, borrowed from the gateway; nothing here is kept. */
+/* A parsed request, borrowed from the gateway; nothing here is kept.
+ * "execute:" fields are read for execute and connect alike. */
 struct policy_request {
     unsigned endpoint;                    /* exactly one POLICY_EP_* bit */
     const char *language;                 /* execute: language as the client sent it */
@@ -180,7 +222,7 @@ struct policy_request {
     const struct policy_runtime *runtime; /* execute: the runtime `language` names, if known; NULL: exact names only */
     const struct policy_file *files;      /* execute: nfiles entries */
     size_t nfiles;                        /* execute: number of files */
-    size_t stdin_len;                     /* execute: bytes of stdin */
+    size_t stdin_len;                     /* execute: bytes of stdin; connect: of the initial stdin */
     size_t nargs;                         /* execute: number of arguments */
     const size_t *arg_lens;               /* execute: nargs lengths in bytes; may be NULL when nargs is 0 */
     int64_t run_timeout_ms;               /* requested limit, or -1 for the tenant's ceiling */
@@ -196,10 +238,10 @@ struct policy_verdict {
     enum policy_reason reason;        /* POLICY_OK when allowed */
     const char *rule;                 /* POLICY_DENY_CONTENT: the matching rule's name (owned by the policy), else NULL */
     char message[POLICY_MESSAGE_MAX]; /* client-facing, printable ASCII; names the field and the ceiling; "" when allowed */
-    int64_t run_timeout_ms;           /* allowed execute: effective limit (defaults applied), else 0 */
-    int64_t compile_timeout_ms;       /* allowed execute: effective limit, else 0 */
-    int64_t run_memory_bytes;         /* allowed execute: effective limit, else 0 */
-    int64_t compile_memory_bytes;     /* allowed execute: effective limit, else 0 */
+    int64_t run_timeout_ms;           /* allowed execute: effective limit (defaults applied); connect: as asked, -1 kept; else 0 */
+    int64_t compile_timeout_ms;       /* allowed execute or connect: effective limit, else 0 */
+    int64_t run_memory_bytes;         /* allowed execute or connect: effective limit, else 0 */
+    int64_t compile_memory_bytes;     /* allowed execute or connect: effective limit, else 0 */
 };
 
 /*
@@ -228,7 +270,8 @@ int policy_runtime_allowed(const struct tenant_policy *p, const struct policy_ru
 /*
  * Check a loaded policy before it is put to use (config load): a tenant name,
  * known non-empty endpoint bits, complete language entries, every ceiling
- * positive, every rule named and compiled.  0, or -1 with a reason in err.
+ * positive, every session ceiling within 1 .. its POLICY_SESSION_MAX_*
+ * bound, every rule named and compiled.  0, or -1 with a reason in err.
  * policy_evaluate() applies the same check and denies when it fails.
  */
 int policy_validate(const struct tenant_policy *p, char *err, size_t errlen);

@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,8 @@ int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile
 #define ARGLEN  8
 #define CODE    64
 #define STDIN   32
+#define WALL    5000 /* session wall clock: above RUN_T, so connect judged against RUN_T would fail */
+#define SSTDIN  48   /* session stdin: above STDIN likewise */
 
 enum fixture {
     P_NULL,     /* no policy at all */
@@ -53,6 +56,7 @@ enum fixture {
     P_RUNTIMES, /* runtimes only */
     P_NOCEIL,   /* a zero ceiling: incomplete */
     P_NOCOMP,   /* a rule that never compiled */
+    P_NOSESS,   /* a session ceiling of zero: incomplete */
     P_COUNT
 };
 
@@ -71,6 +75,15 @@ static const struct policy_limits ceilings = {
     .max_stdin_bytes = STDIN,
 };
 
+static const struct policy_session_limits sessions = {
+    .max_concurrent = 2,
+    .wall_ms = WALL,
+    .idle_ms = 1000,
+    .cpu_ms = 2000,
+    .stdin_bytes = SSTDIN,
+    .output_bytes = 4096,
+};
+
 static char *xstrdup(const char *s)
 {
     char *d = strdup(s);
@@ -87,6 +100,7 @@ static void make_policy(struct tenant_policy *p, const char *tenant, unsigned en
     p->tenant = xstrdup(tenant);
     p->endpoints = endpoints;
     p->ceilings = ceilings;
+    p->sessions = sessions;
     p->rate_per_second = 10.0;
     p->burst = 20;
     p->max_in_flight = 4;
@@ -129,6 +143,8 @@ static int setup(void **state)
     make_policy(&policies[P_NOCOMP], "broken", POLICY_EP_ALL, any_langs, 1, base_rules, 2);
     policies[P_NOCOMP].rules[1].compiled = 0; /* as if regcomp had failed and the loader went on */
     regfree(&policies[P_NOCOMP].rules[1].re);
+    make_policy(&policies[P_NOSESS], "nosess", POLICY_EP_ALL, any_langs, 1, NULL, 0);
+    policies[P_NOSESS].sessions.idle_ms = 0; /* "no idle clock" is not a setting */
     return 0;
 }
 
@@ -211,6 +227,7 @@ static const struct row rows[] = {
     {"zero ceiling fails closed", P_NOCEIL, REQ(), POLICY_DENY_NO_POLICY, 403, "no policy for this tenant", NULL},
     {"uncompiled rule fails closed", P_NOCOMP, REQ(), POLICY_DENY_NO_POLICY, 403, "no policy for this tenant", NULL},
     {"no policy beats bad endpoint", P_NULL, REQ(.endpoint = 0), POLICY_DENY_NO_POLICY, 403, "no policy", NULL},
+    {"zero session ceiling fails closed", P_NOSESS, REQ(), POLICY_DENY_NO_POLICY, 403, "no policy for this tenant", NULL},
 
     /* endpoint */
     {"plain execute", P_BASE, REQ(), POLICY_OK, 200, ALLOW},
@@ -227,6 +244,18 @@ static const struct row rows[] = {
     {"endpoint with two bits", P_BASE, REQ(.endpoint = POLICY_EP_ALL), POLICY_DENY_ENDPOINT, 403, "unknown endpoint", NULL},
     {"endpoint unknown bit", P_BASE, REQ(.endpoint = 1u << 5), POLICY_DENY_ENDPOINT, 403, "unknown endpoint", NULL},
     {"endpoint beats language", P_RUNTIMES, REQ(.language = "cobol"), POLICY_DENY_ENDPOINT, 403, "execute", NULL},
+    {"connect not allowed", P_ANY, REQ(.endpoint = POLICY_EP_CONNECT), POLICY_DENY_ENDPOINT, 403,
+     "endpoint \"connect\" is not allowed for this tenant", NULL},
+    {"watch allowed", P_BASE, {.endpoint = POLICY_EP_WATCH}, POLICY_OK, 200, ALLOW},
+    {"watch not allowed",
+     P_ANY,
+     {.endpoint = POLICY_EP_WATCH},
+     POLICY_DENY_ENDPOINT,
+     403,
+     "endpoint \"watch\" is not allowed for this tenant",
+     NULL},
+    {"endpoint connect|watch", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT | POLICY_EP_WATCH), POLICY_DENY_ENDPOINT, 403,
+     "unknown endpoint", NULL},
 
     /* language and version */
     {"language not listed", P_BASE, REQ(.language = "cobol"), POLICY_DENY_LANGUAGE, 403,
@@ -324,6 +353,39 @@ static const struct row rows[] = {
     {"NUL splits a would-be match", P_BASE, REQ(.language = "gcc", .version = "10.2.0", FILES_OF(f_nulclean)), POLICY_OK, 200,
      ALLOW},
     {"no rules, bomb allowed", P_ANY, REQ(.language = "bash", FILES_OF(f_bomb2)), POLICY_OK, 200, ALLOW},
+
+    /* connect: judged like execute, but run_timeout against sessions.wall_ms (-1 kept) and stdin against sessions.stdin_bytes */
+    {"connect plain", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT), POLICY_OK, 200, ALLOW},
+    {"connect run_timeout over execute's ceiling", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .run_timeout_ms = RUN_T + 1),
+     POLICY_OK, 200, ALLOW},
+    {"connect run_timeout at wall", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .run_timeout_ms = WALL), POLICY_OK, 200, ALLOW},
+    {"connect run_timeout over wall", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .run_timeout_ms = WALL + 1), POLICY_DENY_LIMIT,
+     400, "run_timeout cannot exceed the tenant's limit of 5000 ms", NULL},
+    {"connect run_timeout 0", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .run_timeout_ms = 0), POLICY_DENY_LIMIT, 400,
+     "run_timeout must be between 1 and 5000 ms", NULL},
+    {"connect run_timeout -2", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .run_timeout_ms = -2), POLICY_DENY_LIMIT, 400,
+     "run_timeout must be between", NULL},
+    {"connect compile_timeout over ceiling", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .compile_timeout_ms = COMP_T + 1),
+     POLICY_DENY_LIMIT, 400, "compile_timeout cannot exceed the tenant's limit of 10000 ms", NULL},
+    {"connect run_memory over ceiling", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .run_memory_bytes = RUN_M + 1),
+     POLICY_DENY_LIMIT, 400, "run_memory_limit cannot exceed", NULL},
+    {"connect stdin over execute's ceiling", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .stdin_len = STDIN + 1), POLICY_OK, 200,
+     ALLOW},
+    {"connect stdin at session ceiling", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .stdin_len = SSTDIN), POLICY_OK, 200, ALLOW},
+    {"connect stdin over session ceiling", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .stdin_len = SSTDIN + 1), POLICY_DENY_INPUT,
+     400, "stdin is longer than the tenant's limit of 48 bytes", NULL},
+    {"connect language", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .language = "cobol"), POLICY_DENY_LANGUAGE, 403,
+     "language \"cobol\" is not allowed", NULL},
+    {"connect version", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .version = "2.7"), POLICY_DENY_LANGUAGE, 403, "version \"2.7\"",
+     NULL},
+    {"connect no files", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .files = NULL, .nfiles = 0), POLICY_DENY_INPUT, 400,
+     "files must hold at least one file", NULL},
+    {"connect code over ceiling", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, FILES_OF(f_code65)), POLICY_DENY_INPUT, 400,
+     "limit of 64 bytes", NULL},
+    {"connect args over ceiling", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .nargs = 3, .arg_lens = args_three), POLICY_DENY_INPUT,
+     400, "args has 3 entries", NULL},
+    {"connect content rule", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .language = "bash", FILES_OF(f_bomb2)), POLICY_DENY_CONTENT,
+     422, "files[1].content matches content rule \"no-fork-bomb\"", "no-fork-bomb"},
 };
 
 #define NROWS (sizeof(rows) / sizeof(rows[0]))
@@ -357,7 +419,13 @@ static void check_invariants(const struct policy_request *r, const struct policy
         assert_int_equal(v->http_status, 200);
         assert_string_equal(v->message, "");
         assert_null(v->rule);
-        if (r->endpoint == POLICY_EP_EXECUTE) {
+        if (r->endpoint == POLICY_EP_CONNECT) {
+            /* a session's run_timeout as asked: -1 stays -1 for the backend's default */
+            assert_int_equal(v->run_timeout_ms, r->run_timeout_ms);
+            assert_int_equal(v->compile_timeout_ms, effective(r->compile_timeout_ms, COMP_T));
+            assert_int_equal(v->run_memory_bytes, effective(r->run_memory_bytes, RUN_M));
+            assert_int_equal(v->compile_memory_bytes, effective(r->compile_memory_bytes, COMP_M));
+        } else if (r->endpoint == POLICY_EP_EXECUTE) {
             assert_int_equal(v->run_timeout_ms, effective(r->run_timeout_ms, RUN_T));
             assert_int_equal(v->compile_timeout_ms, effective(r->compile_timeout_ms, COMP_T));
             assert_int_equal(v->run_memory_bytes, effective(r->run_memory_bytes, RUN_M));
@@ -417,6 +485,15 @@ static void test_authorize(void **state)
         {"no endpoint", P_BASE, 0, POLICY_EP_ALL, POLICY_DENY_ENDPOINT, "unknown endpoint"},
         {"no policy", P_NULL, POLICY_EP_EXECUTE, POLICY_EP_ALL, POLICY_DENY_NO_POLICY, "no policy"},
         {"broken policy fails closed", P_NOCEIL, POLICY_EP_EXECUTE, POLICY_EP_ALL, POLICY_DENY_NO_POLICY, "no policy"},
+        {"connect in scope", P_BASE, POLICY_EP_CONNECT, POLICY_EP_CONNECT, POLICY_OK, ""},
+        {"connect outside execute's scope", P_BASE, POLICY_EP_CONNECT, POLICY_EP_EXECUTE | POLICY_EP_RUNTIMES, POLICY_DENY_ENDPOINT,
+         "outside the credential's scopes"},
+        {"connect not for this tenant", P_ANY, POLICY_EP_CONNECT, POLICY_EP_ALL, POLICY_DENY_ENDPOINT,
+         "not allowed for this tenant"},
+        {"watch in scope", P_BASE, POLICY_EP_WATCH, POLICY_EP_WATCH, POLICY_OK, ""},
+        {"watch scope calls nothing else", P_BASE, POLICY_EP_CONNECT, POLICY_EP_WATCH, POLICY_DENY_ENDPOINT, "scopes"},
+        {"watch not for this tenant", P_ANY, POLICY_EP_WATCH, POLICY_EP_ALL, POLICY_DENY_ENDPOINT, "not allowed for this tenant"},
+        {"broken session ceilings fail closed", P_NOSESS, POLICY_EP_CONNECT, POLICY_EP_ALL, POLICY_DENY_NO_POLICY, "no policy"},
     };
     (void)state;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -517,7 +594,11 @@ static void test_endpoint_names(void **state)
     } cases[] = {
         {"execute", POLICY_EP_EXECUTE},
         {"runtimes", POLICY_EP_RUNTIMES},
+        {"connect", POLICY_EP_CONNECT},
+        {"watch", POLICY_EP_WATCH},
         {"Execute", 0},
+        {"Connect", 0},
+        {"session", 0},
         {"execute ", 0},
         {"", 0},
         {"unknown", 0},
@@ -545,7 +626,12 @@ static void test_endpoint_names(void **state)
     assert_string_equal(policy_endpoint_name(0), "unknown");
     assert_string_equal(policy_endpoint_name(POLICY_EP_ALL), "unknown");
     assert_string_equal(policy_endpoint_name(1u << 31), "unknown");
-    assert_string_equal(policy_endpoint_list(list, sizeof(list)), "execute, runtimes");
+    assert_string_equal(policy_endpoint_list(list, sizeof(list)), "execute, runtimes, connect, watch");
+    /* four distinct bits, in table order */
+    assert_int_equal(POLICY_EP_EXECUTE, 1u << 0);
+    assert_int_equal(POLICY_EP_RUNTIMES, 1u << 1);
+    assert_int_equal(POLICY_EP_CONNECT, 1u << 2);
+    assert_int_equal(POLICY_EP_WATCH, 1u << 3);
     /* a short buffer gets a cut, terminated list */
     assert_string_equal(policy_endpoint_list(small, sizeof(small)), "execute, ");
     assert_ptr_equal(policy_endpoint_list(small, 0), small);
@@ -626,6 +712,57 @@ static void test_validate(void **state)
     assert_int_equal(policy_validate(&p, err, sizeof(err)), -1);
 }
 
+/* Session ceilings: each field 1 .. its bound; zero ("off", "unlimited") and past the bound fail closed. */
+static void test_validate_sessions(void **state)
+{
+    static const struct {
+        const char *what;
+        size_t off;
+        int wide; /* 1: uint64_t, 0: uint32_t */
+        uint64_t max;
+        const char *msg;
+    } fields[] = {
+        {"max_concurrent", offsetof(struct policy_session_limits, max_concurrent), 0, POLICY_SESSION_MAX_CONCURRENT,
+         "max_concurrent"},
+        {"wall_ms", offsetof(struct policy_session_limits, wall_ms), 1, POLICY_SESSION_MAX_MS, "session clock"},
+        {"idle_ms", offsetof(struct policy_session_limits, idle_ms), 1, POLICY_SESSION_MAX_MS, "session clock"},
+        {"cpu_ms", offsetof(struct policy_session_limits, cpu_ms), 1, POLICY_SESSION_MAX_MS, "session clock"},
+        {"stdin_bytes", offsetof(struct policy_session_limits, stdin_bytes), 1, POLICY_SESSION_MAX_BYTES, "session size"},
+        {"output_bytes", offsetof(struct policy_session_limits, output_bytes), 1, POLICY_SESSION_MAX_BYTES, "session size"},
+    };
+    static const uint64_t probes[] = {0, 1, 2, 3}; /* 0, 1, max, max + 1 */
+    char err[128];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        for (size_t k = 0; k < sizeof(probes) / sizeof(probes[0]); k++) {
+            struct tenant_policy p = policies[P_BASE]; /* shallow copy: never freed */
+            uint64_t value = probes[k] < 2 ? probes[k] : fields[i].max + (probes[k] - 2);
+            int ok = value >= 1 && value <= fields[i].max;
+            char *at = (char *)&p.sessions + fields[i].off;
+            struct policy_request r = REQ(.endpoint = POLICY_EP_CONNECT);
+            struct policy_verdict v;
+
+            if (fields[i].wide) {
+                memcpy(at, &value, sizeof(value));
+            } else {
+                uint32_t narrow = (uint32_t)value;
+                memcpy(at, &narrow, sizeof(narrow));
+            }
+            print_message("[ sessions ] %s = %" PRIu64 ": %s\n", fields[i].what, value, ok ? "valid" : "refused");
+            memset(err, 0, sizeof(err));
+            assert_int_equal(policy_validate(&p, err, sizeof(err)), ok ? 0 : -1);
+            if (!ok) {
+                assert_non_null(strstr(err, fields[i].msg));
+                /* evaluate and authorize refuse a policy validate refuses, for every endpoint */
+                assert_int_equal(policy_evaluate(&p, &r, &v), -1);
+                assert_int_equal(v.reason, POLICY_DENY_NO_POLICY);
+                assert_int_equal(policy_authorize(&p, POLICY_EP_RUNTIMES, POLICY_EP_ALL, &v), -1);
+            }
+        }
+    }
+}
+
 static void test_tenant_policy_free(void **state)
 {
     struct tenant_policy p;
@@ -672,7 +809,7 @@ static void count_rows(const struct tenant_policy *p, int content, size_t *mallo
     nmalloc = nfree = 0;
     for (size_t i = 0; i < NROWS; i++) {
         const struct policy_request *r = &rows[i].req;
-        int reaches = rows[i].policy == P_BASE && r->endpoint == POLICY_EP_EXECUTE &&
+        int reaches = rows[i].policy == P_BASE && (r->endpoint == POLICY_EP_EXECUTE || r->endpoint == POLICY_EP_CONNECT) &&
                       (rows[i].reason == POLICY_OK || rows[i].reason == POLICY_DENY_CONTENT);
         if (reaches != content)
             continue;
@@ -744,6 +881,7 @@ int main(void)
         cmocka_unit_test(test_null_arguments),
         cmocka_unit_test(test_rule_compile),
         cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_validate_sessions),
         cmocka_unit_test(test_tenant_policy_free),
         cmocka_unit_test(test_no_allocation),
     };
