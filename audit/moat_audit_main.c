@@ -7,7 +7,7 @@
  *                         [--strict] [--json]
  *   moat-audit verify --export FILE --key FILE [--checkpoints FILE] [--strict] [--json]
  *   moat-audit query DIR [filters] [--format table|json]
- *   moat-audit show DIR REQUEST_ID [--raw-packet]
+ *   moat-audit show DIR REQUEST_ID [--raw-packet | --transcript [--raw STREAM]]
  *   moat-audit stats DIR [--since T] [--until T] [--tenant T] [--format table|json]
  *   moat-audit export DIR [--since T] [--until T] [--tenant T]
  *
@@ -26,6 +26,13 @@
  * checked (the default, or --key naming that very file), it is said on
  * stderr every time, and in verify --json.  Nothing here writes, and
  * nothing needs root: a reviewer verifies a copy as any user.
+ *
+ * show --transcript replays a live session from its packet (kind
+ * "session", FORMAT.md): the packet is found and checked as show does,
+ * then each transcript event is decoded strictly (known events, each with
+ * exactly its fields and types, at_ms never going back; anything else is
+ * a one-line error, never a guess) and printed, one line each, with the
+ * data escaped; --raw STREAM writes one stream's bytes exactly instead.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -71,9 +78,12 @@ static void usage(FILE *f)
                "            [--type T] [--format table|json]\n"
                "      verified records that match (json: the lines as stored); the table's REQUEST_ID is\n"
                "      what show takes; --status S is the HTTP status (401) or an execution's outcome (TO, ML)\n"
-               "  show DIR REQUEST_ID [--raw-packet]\n"
+               "  show DIR REQUEST_ID [--raw-packet | --transcript [--raw stdin|stdout|stderr]]\n"
                "      every record of a request and its packet (code, stdin, args, limits, output);\n"
-               "      --raw-packet writes the verified packet's bytes to stdout instead\n"
+               "      --raw-packet writes the verified packet's bytes to stdout instead;\n"
+               "      --transcript replays a session (GET /api/v2/connect) from its packet, one line per\n"
+               "      event: +<at_ms> ms  <stream or event>  <data, escaped>; --raw STREAM writes the\n"
+               "      exact bytes of one stream instead\n"
                "  stats DIR [--since TIME] [--until TIME] [--tenant T] [--format table|json]\n"
                "      requests per tenant, allowed and denied by reason (with the gateway's denial\n"
                "      summaries), and the records the disk reserve kept out\n"
@@ -112,7 +122,8 @@ struct opts {
     int npos;
     const char *user, *key, *key_fp, *checkpoints, *tenant, *key_id, *since_s, *until_s, *decision, *reason, *status, *language,
         *type, *format, *export_file;
-    const char *strict, *json; /* flags: non-NULL when given */
+    const char *strict, *json, *transcript; /* flags: non-NULL when given */
+    const char *raw_stream;                 /* show --transcript --raw STREAM */
     int raw_packet;
     int64_t since_ms, until_ms; /* -1: unset */
 };
@@ -144,6 +155,8 @@ static const struct optdef optdefs[] = {
     {"--language", OPT(language), " query ", 0},
     {"--type", OPT(type), " query ", 0},
     {"--format", OPT(format), " query stats ", 0},
+    {"--transcript", OPT(transcript), " show ", 1},
+    {"--raw", OPT(raw_stream), " show ", 0},
 };
 
 static int takes(const char *cmds, const char *cmd)
@@ -245,6 +258,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         return die(2, "%s: --format is table or json, not '%s'", o->cmd, o->format);
     if (o->decision && strcmp(o->decision, "allowed") != 0 && strcmp(o->decision, "denied") != 0)
         return die(2, "%s: --decision is allowed or denied, not '%s'", o->cmd, o->decision);
+    if (o->raw_stream && o->transcript == NULL)
+        return die(2, "%s: --raw STREAM goes with --transcript", o->cmd);
+    if (o->raw_stream && strcmp(o->raw_stream, "stdin") != 0 && strcmp(o->raw_stream, "stdout") != 0 &&
+        strcmp(o->raw_stream, "stderr") != 0)
+        return die(2, "%s: --raw is stdin, stdout or stderr, not '%s'", o->cmd, o->raw_stream);
+    if (o->transcript && o->raw_packet)
+        return die(2, "%s: --transcript and --raw-packet exclude each other", o->cmd);
     return 0;
 }
 
@@ -996,32 +1016,296 @@ static void print_packet(const char *ref, const char *buf, size_t len)
     }
 }
 
-/* Reads, checks and prints (or writes raw) one packet.  0 or 1. */
-static int show_packet(const char *dir, const char *ref, const char *at, int raw)
+/* Reads and checks the packet a verified record names: its bytes in *buf
+ * (malloc'd) only when their SHA-256 is the record's reference.  0 or 1. */
+static int load_packet(const char *dir, const char *ref, const char *at, char **buf, size_t *len)
 {
     char path[4200], hex[AUDIT_HEX_LEN + 1];
     uint8_t h[AUDIT_HASH_LEN];
-    char *buf = NULL;
-    size_t len = 0;
     if (!is_hex64(ref))
         return die(1, "show: the record's packet reference is not a SHA-256");
     if (at == NULL)
         return die(1, "show: the record names packet %s but not where it is (no packet_at)", ref);
-    if (read_packet_pack(dir, at, path, sizeof(path), &buf, &len) != 0)
+    if (read_packet_pack(dir, at, path, sizeof(path), buf, len) != 0)
         return 1;
-    audit_sha256(buf, len, h);
+    audit_sha256(*buf, *len, h);
     moat_hex_encode(h, sizeof(h), hex);
     if (strcmp(hex, ref) != 0) {
-        free(buf);
+        free(*buf);
+        *buf = NULL;
         return die(1, "show: packet %s at %s does not match the record's reference (its SHA-256 is %s): tampered", path,
                    strchr(at, ':') + 1, hex);
     }
+    return 0;
+}
+
+/* Reads, checks and prints (or writes raw) one packet.  0 or 1. */
+static int show_packet(const char *dir, const char *ref, const char *at, int raw)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    if (load_packet(dir, ref, at, &buf, &len) != 0)
+        return 1;
     if (raw)
         fwrite(buf, 1, len, stdout);
     else
         print_packet(ref, buf, len);
     free(buf);
     return 0;
+}
+
+/* ---- show --transcript: a session replayed ------------------------------------------------ */
+
+/* What a field of a transcript event may hold. */
+enum tr_type {
+    TR_NAME, /* a string from the field's set */
+    TR_NAME_OR_NULL,
+    TR_TEXT_OR_NULL, /* any string (printed escaped), or null */
+    TR_INT_OR_NULL,
+    TR_BASE64, /* canonical base64: the event's data */
+};
+
+struct tr_field {
+    const char *key;
+    enum tr_type type;
+    const char *const *set; /* TR_NAME*: the names allowed, NULL-terminated */
+};
+
+#define TR_MAX_FIELDS 5
+
+/* One kind of event: its name and exactly its fields besides at_ms and event. */
+struct tr_shape {
+    const char *event;
+    struct tr_field fields[TR_MAX_FIELDS];
+};
+
+static const char *const tr_streams[] = {"stdin", "stdout", "stderr", NULL};
+static const char *const tr_stages[] = {"compile", "run", NULL};
+static const char *const tr_clocks[] = {"wall", "idle", "cpu", NULL};
+
+static const struct tr_shape tr_shapes[] = {
+    {"stage", {{"stage", TR_NAME, tr_stages}}},
+    {"data", {{"stream", TR_NAME, tr_streams}, {"data_base64", TR_BASE64, NULL}}},
+    {"signal", {{"signal", TR_TEXT_OR_NULL, NULL}}},
+    {"stdin_close", {{NULL, TR_NAME, NULL}}}, /* no fields */
+    {"exit",
+     {{"stage", TR_NAME, tr_stages},
+      {"status", TR_TEXT_OR_NULL, NULL},
+      {"clock", TR_NAME_OR_NULL, tr_clocks},
+      {"code", TR_INT_OR_NULL, NULL},
+      {"signal", TR_TEXT_OR_NULL, NULL}}},
+};
+
+/* One decoded event: the object (borrowed from the packet) and its data. */
+struct tr_event {
+    json_int_t at_ms;
+    const struct tr_shape *shape;
+    json_t *obj;
+    const char *stream;  /* data: the stream's name */
+    unsigned char *data; /* data: the decoded bytes (malloc'd) */
+    size_t len;
+};
+
+static size_t tr_nfields(const struct tr_shape *sh)
+{
+    size_t n = 0;
+    while (n < TR_MAX_FIELDS && sh->fields[n].key != NULL)
+        n++;
+    return n;
+}
+
+static int in_set(const char *s, const char *const *set)
+{
+    for (; s != NULL && *set != NULL; set++)
+        if (strcmp(s, *set) == 0)
+            return 1;
+    return 0;
+}
+
+/* NULL when v fits f, else what is wrong with it. */
+static const char *tr_field_problem(const struct tr_field *f, json_t *v)
+{
+    switch (f->type) {
+    case TR_NAME_OR_NULL:
+        if (json_is_null(v))
+            return NULL;
+        /* fall through */
+    case TR_NAME:
+        return json_is_string(v) && in_set(json_string_value(v), f->set) ? NULL : "is not one of the names it may hold";
+    case TR_TEXT_OR_NULL:
+        return json_is_string(v) || json_is_null(v) ? NULL : "is not a string or null";
+    case TR_INT_OR_NULL:
+        return json_is_integer(v) || json_is_null(v) ? NULL : "is not an integer or null";
+    case TR_BASE64:
+        return json_is_string(v) ? NULL : "is not a string";
+    }
+    return "has no type";
+}
+
+/*
+ * Decodes event i strictly into *e: an object with at_ms (an integer, not
+ * below the previous event's, prev) and a known event, and exactly that
+ * event's fields, each of its type.  0, or 1 with the reason said.
+ */
+static int tr_decode(json_t *obj, size_t i, json_int_t prev, struct tr_event *e)
+{
+    json_t *at = json_object_get(obj, "at_ms"), *ev = json_object_get(obj, "event");
+    const struct tr_shape *sh = NULL;
+    size_t nf;
+
+    memset(e, 0, sizeof(*e));
+    if (!json_is_object(obj) || !json_is_integer(at) || !json_is_string(ev))
+        return die(1, "show: transcript[%zu] is not an event (an object with at_ms and event)", i);
+    if (json_integer_value(at) < prev)
+        return die(1, "show: transcript[%zu]: at_ms %lld goes back (the one before is at %lld)", i,
+                   (long long)json_integer_value(at), (long long)prev);
+    for (size_t k = 0; k < sizeof(tr_shapes) / sizeof(tr_shapes[0]); k++)
+        if (strcmp(json_string_value(ev), tr_shapes[k].event) == 0)
+            sh = &tr_shapes[k];
+    if (sh == NULL)
+        return die(1, "show: transcript[%zu]: unknown event (see FORMAT.md)", i);
+    nf = tr_nfields(sh);
+    if (json_object_size(obj) != nf + 2)
+        return die(1, "show: transcript[%zu]: a %s event has exactly at_ms, event and %zu other field(s)", i, sh->event, nf);
+    for (size_t k = 0; k < nf; k++) {
+        json_t *v = json_object_get(obj, sh->fields[k].key);
+        const char *why = v == NULL ? "is missing" : tr_field_problem(&sh->fields[k], v);
+        if (why != NULL)
+            return die(1, "show: transcript[%zu]: the %s event's %s %s", i, sh->event, sh->fields[k].key, why);
+    }
+    e->at_ms = json_integer_value(at);
+    e->shape = sh;
+    e->obj = obj;
+    if (strcmp(sh->event, "data") == 0) {
+        json_t *d = json_object_get(obj, "data_base64");
+        e->stream = json_string_value(json_object_get(obj, "stream"));
+        e->data = unbase64(json_string_value(d), json_string_length(d), &e->len);
+        if (e->data == NULL)
+            return die(1, "show: transcript[%zu]: data_base64 is not canonical base64", i);
+    }
+    return 0;
+}
+
+/* One value of an event's line: names and text escaped, null as "-". */
+static void tr_put_value(json_t *v)
+{
+    if (json_is_string(v))
+        put_safe(stdout, json_string_value(v), json_string_length(v), 0);
+    else if (json_is_integer(v))
+        printf("%lld", (long long)json_integer_value(v));
+    else
+        putchar('-');
+}
+
+/* "+<at_ms> ms  <stream or event>  <data>": data quoted and escaped; other
+ * events their first field bare, then key=value for those not null. */
+static void tr_print(const struct tr_event *e)
+{
+    size_t nf = tr_nfields(e->shape);
+
+    printf("+%lld ms  %s", (long long)e->at_ms, e->stream != NULL ? e->stream : e->shape->event);
+    if (e->stream != NULL) {
+        fputs("  \"", stdout);
+        put_safe(stdout, (const char *)e->data, e->len, 0);
+        putchar('"');
+    }
+    for (size_t k = 0; e->stream == NULL && k < nf; k++) {
+        json_t *v = json_object_get(e->obj, e->shape->fields[k].key);
+        if (k == 0) {
+            fputs("  ", stdout);
+        } else if (json_is_null(v)) {
+            continue;
+        } else {
+            printf(" %s=", e->shape->fields[k].key);
+        }
+        tr_put_value(v);
+    }
+    putchar('\n');
+}
+
+/* Decodes the whole transcript (nothing is printed unless all of it
+ * decodes), then prints it, or writes the bytes of one stream.  0 or 1. */
+static int tr_replay(json_t *transcript, const char *raw_stream)
+{
+    size_t n = json_array_size(transcript), i;
+    struct tr_event *ev = calloc(n ? n : 1, sizeof(*ev));
+    json_int_t prev = 0;
+    int rc = 0;
+
+    if (ev == NULL)
+        return die(1, "show: out of memory");
+    for (i = 0; i < n && rc == 0; i++) {
+        rc = tr_decode(json_array_get(transcript, i), i, prev, &ev[i]);
+        prev = ev[i].at_ms;
+    }
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        if (raw_stream == NULL)
+            tr_print(&ev[k]);
+        else if (ev[k].stream != NULL && strcmp(ev[k].stream, raw_stream) == 0)
+            fwrite(ev[k].data, 1, ev[k].len, stdout);
+    }
+    for (size_t k = 0; k < n; k++)
+        free(ev[k].data);
+    free(ev);
+    if (rc == 0 && fflush(stdout) != 0)
+        return die(1, "show: writing the transcript: %s", strerror(errno));
+    return rc;
+}
+
+/* The request's one session packet, parsed (the caller decrefs), or NULL with the reason said. */
+static json_t *session_packet(const char *dir, const char *request_id, json_t *records)
+{
+    json_t *found = NULL, *rec;
+    size_t packets = 0;
+
+    for (size_t i = 0; i < json_array_size(records) && (rec = json_array_get(records, i)) != NULL; i++) {
+        const char *ref = str(rec, "packet");
+        char *buf = NULL;
+        size_t len = 0;
+        json_t *p;
+        if (ref == NULL)
+            continue;
+        packets++;
+        if (load_packet(dir, ref, str(rec, "packet_at"), &buf, &len) != 0) {
+            json_decref(found);
+            return NULL;
+        }
+        p = json_loadb(buf, len, JSON_ALLOW_NUL, NULL);
+        free(buf);
+        if (!json_is_object(p) || !json_is_string(json_object_get(p, "kind")) ||
+            strcmp(json_string_value(json_object_get(p, "kind")), "session") != 0) {
+            json_decref(p);
+            continue;
+        }
+        if (found != NULL) {
+            json_decref(found);
+            json_decref(p);
+            die(1, "show: request %s has more than one session packet", request_id);
+            return NULL;
+        }
+        found = p;
+    }
+    if (found == NULL)
+        die(1, "show: request %s has no session packet (%s); --transcript replays GET /api/v2/connect sessions", request_id,
+            packets ? "its packet is not a session's" : "it has no packet");
+    else if (!json_is_array(json_object_get(found, "transcript"))) {
+        json_decref(found);
+        found = NULL;
+        die(1, "show: request %s: the session packet's transcript is not an array", request_id);
+    }
+    return found;
+}
+
+static int show_transcript(const struct opts *o, json_t *records)
+{
+    json_t *p = session_packet(o->pos[0], o->pos[1], records);
+    int rc;
+
+    if (p == NULL)
+        return 1;
+    rc = tr_replay(json_object_get(p, "transcript"), o->raw_stream);
+    json_decref(p);
+    return rc;
 }
 
 static int cmd_show(struct opts *o)
@@ -1033,6 +1317,11 @@ static int cmd_show(struct opts *o)
     if (json_array_size(s.records) == 0) {
         json_decref(s.records);
         return rc ? rc : die(1, "show: no verified record of request %s", o->pos[1]);
+    }
+    if (o->transcript) {
+        int trc = show_transcript(o, s.records);
+        json_decref(s.records);
+        return rc ? rc : trc;
     }
     int prc = 0, packets = 0;
     for (i = 0; i < json_array_size(s.records) && (rec = json_array_get(s.records, i)) != NULL; i++) {
