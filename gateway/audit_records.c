@@ -8,6 +8,7 @@
  */
 #include "audit_records.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,7 +145,8 @@ static json_t *b64(const uint8_t *data, size_t len)
     return j ? j : json_null();
 }
 
-char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const char *result_json, size_t *len)
+/* The packet of an execution, as an object: who, the request, the result. */
+static json_t *packet_object(const struct gw_audit_who *who, const struct moat_exec_request *q, const char *result_json)
 {
     json_t *p = json_object(), *req = json_object(), *files = json_array(), *args = json_array(), *res = NULL;
     json_error_t jerr;
@@ -172,11 +174,95 @@ char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_req
     if (result_json != NULL)
         res = json_loads(result_json, 0, &jerr);
     json_object_set_new(p, "result", res ? res : json_null());
-    char *out = json_dumps(p, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    return p;
+}
+
+static char *packet_dump(json_t *p, size_t *len)
+{
+    char *out = p != NULL ? json_dumps(p, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+
     json_decref(p);
     if (out != NULL)
         *len = strlen(out);
     return out;
+}
+
+char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const char *result_json, size_t *len)
+{
+    return packet_dump(packet_object(who, q, result_json), len);
+}
+
+static const char *const tr_streams[] = {"stdin", "stdout", "stderr"};
+
+/* "SIGINT" for 2; null for a number without a name. */
+static json_t *signal_json(int sig)
+{
+    const char *abbrev = sig > 0 ? sigabbrev_np(sig) : NULL;
+    char name[32];
+
+    if (abbrev == NULL)
+        return json_null();
+    snprintf(name, sizeof(name), "SIG%s", abbrev);
+    return json_string(name);
+}
+static const char *const tr_clocks[] = {NULL, "wall", "idle", "cpu"};
+
+/* One transcript event as the packet holds it (audit/FORMAT.md). */
+static json_t *transcript_event(const struct gw_tr_event *e)
+{
+    json_t *o = json_object();
+    const char *status;
+
+    json_object_set_new(o, "at_ms", json_integer((json_int_t)e->at_ms));
+    switch (e->kind) {
+    case GW_TR_STAGE:
+        json_object_set_new(o, "event", json_string("stage"));
+        json_object_set_new(o, "stage", json_string(e->stage == MOAT_STAGE_COMPILE ? "compile" : "run"));
+        break;
+    case GW_TR_DATA:
+        json_object_set_new(o, "event", json_string("data"));
+        json_object_set_new(o, "stream", json_string(tr_streams[e->stream <= GW_TR_STDERR ? e->stream : 0]));
+        json_object_set_new(o, "data_base64", b64(e->data, e->len));
+        break;
+    case GW_TR_EXIT:
+        status = moat_status_piston(e->exit.status);
+        json_object_set_new(o, "event", json_string("exit"));
+        json_object_set_new(o, "stage", json_string(e->stage == MOAT_STAGE_COMPILE ? "compile" : "run"));
+        json_object_set_new(o, "status", status != NULL ? json_string(moat_status_name(e->exit.status)) : json_null());
+        json_object_set_new(o, "clock",
+                            e->clock <= MOAT_CLOCK_MAX && tr_clocks[e->clock] ? json_string(tr_clocks[e->clock]) : json_null());
+        json_object_set_new(o, "code", e->exit.has_code ? json_integer(e->exit.code) : json_null());
+        json_object_set_new(o, "signal", e->exit.has_signal ? signal_json(e->exit.signal) : json_null());
+        break;
+    case GW_TR_SIGNAL:
+        json_object_set_new(o, "event", json_string("signal"));
+        json_object_set_new(o, "signal", signal_json(e->signal));
+        break;
+    case GW_TR_STDIN_CLOSE:
+    default:
+        json_object_set_new(o, "event", json_string("stdin_close"));
+        break;
+    }
+    return o;
+}
+
+char *gw_audit_session_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, json_t *limits,
+                              const struct gw_transcript *t, const char *result_json, size_t *len)
+{
+    json_t *p = packet_object(who, q, result_json), *events = json_array();
+
+    if (p == NULL || events == NULL) {
+        json_decref(p);
+        json_decref(events);
+        return NULL;
+    }
+    /* only the session's own thread appends, and this is that thread: no lock */
+    for (size_t i = 0; i < t->n; i++)
+        json_array_append_new(events, transcript_event(&t->ev[i]));
+    json_object_set_new(p, "kind", json_string("session"));
+    json_object_set(p, "limits", limits != NULL ? limits : json_null());
+    json_object_set_new(p, "transcript", events);
+    return packet_dump(p, len);
 }
 
 /* Appends raw bytes; -1 when they do not fit. */

@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "moat_proto.h"
+#include "transcript.h"
 
 /* Who asked, for every record. */
 struct gw_audit_who {
@@ -29,6 +30,10 @@ void gw_audit_add_request(json_t *b, const struct moat_exec_request *q, const vo
 void gw_audit_add_result(json_t *b, const struct moat_exec_result *res);
 /* The full request and result (the Piston JSON sent to the client). */
 char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const char *result_json, size_t *len);
+/* A live session's packet: the request, its limits, every event of its
+ * transcript in order, and the result.  Call on the session's thread. */
+char *gw_audit_session_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, json_t *limits,
+                              const struct gw_transcript *t, const char *result_json, size_t *len);
 char *gw_audit_dump(json_t *body, size_t *len);
 /* A decision record without jansson or an allocation, for the hot deny
  * path: the same fields and order as gw_audit_base + gw_audit_add_decision,

@@ -13,7 +13,9 @@
 #include "auth.h"
 #include "conn.h"
 #include "http.h"
+#include "session_registry.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
@@ -174,5 +176,63 @@ enum gw_flow gw_authenticate(struct gw_request *r)
     r->tenant_cfg = &r->cfg->tenants[key->tenant];
     r->tenant = r->tenant_cfg->name;
     r->scopes = key->scopes;
+    return GW_NEXT;
+}
+
+/* ------------------------------------------------------------ watchers */
+
+static void grant_dispose(void *p)
+{
+    gw_watch_leave(p); /* unless the watcher took it */
+}
+
+/* The watch token: "Authorization: Bearer mwt_...", or for a browser
+ * (which cannot set headers on a WebSocket) the query's token=mwt_...; the
+ * log masks query values. */
+static int watch_token(h2o_req_t *req, const char **token, size_t *len)
+{
+    ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
+
+    if (i != -1)
+        return auth_bearer_token(req->headers.entries[i].value.base, req->headers.entries[i].value.len, token, len);
+    if (req->query_at == SIZE_MAX || req->query_at >= req->path.len)
+        return -1;
+    const char *q = req->path.base + req->query_at + 1, *end = req->path.base + req->path.len;
+    while (q < end) {
+        const char *amp = memchr(q, '&', (size_t)(end - q));
+        const char *stop = amp != NULL ? amp : end;
+        if ((size_t)(stop - q) > 6 && memcmp(q, "token=", 6) == 0) {
+            *token = q + 6;
+            *len = (size_t)(stop - q - 6);
+            return 0;
+        }
+        q = stop + (amp != NULL);
+    }
+    return -1;
+}
+
+enum gw_flow gw_authenticate_watch(struct gw_request *r)
+{
+    h2o_req_t *req = r->req;
+    struct gw_watch_grant *g;
+    const char *token, *why;
+    size_t len;
+
+    if (h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1) != -1 &&
+        h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1)) != -1)
+        return unauthorized(r, "more than one Authorization header", "Bearer", "invalid or missing watch token");
+    if (watch_token(req, &token, &len) != 0)
+        return unauthorized(r, "no watch token", "Bearer", "invalid or missing watch token");
+    g = h2o_mem_alloc_shared(&req->pool, sizeof(*g), grant_dispose);
+    if (gw_watch_join(token, len, g, &why) != 0)
+        return unauthorized(r, why, "Bearer error=\"invalid_token\"", why);
+    r->tenant_cfg = gw_config_find_tenant(r->cfg, g->tenant);
+    if (r->tenant_cfg == NULL) /* removed by a reload since the token was issued */
+        return unauthorized(r, "the watch token's tenant is gone", "Bearer error=\"invalid_token\"",
+                            "invalid or missing watch token");
+    r->tenant = r->tenant_cfg->name;
+    r->scopes = POLICY_EP_WATCH;
+    snprintf(r->key_id, sizeof(r->key_id), "watch:%s", g->session_id);
+    r->job = g;
     return GW_NEXT;
 }

@@ -33,4 +33,12 @@ const struct gw_key *auth_bearer(const struct gw_config *cfg, const char *value,
  */
 enum gw_flow gw_authenticate(struct gw_request *r);
 
+/*
+ * Step 4 of GET /api/v2/watch: a session's watch token (Bearer, or the
+ * query's token= for browsers), and nothing else.  GW_NEXT with the
+ * session's tenant, key_id "watch:<session id>", scopes POLICY_EP_WATCH
+ * and r->job the struct gw_watch_grant (in req->pool); or a 401.
+ */
+enum gw_flow gw_authenticate_watch(struct gw_request *r);
+
 #endif /* GW_AUTH_H */

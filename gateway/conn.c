@@ -23,6 +23,8 @@
  *               completes (body_ms), no stream open (idle_ms), and the reset
  *               budget below;
  *               both: a response that does not leave (send_ms, below).
+ *               A connection upgraded to a WebSocket keeps only the send
+ *               clock (its session has clocks of its own).
  *
  * Rapid reset: a client opens streams and cancels them at once, so h2o's
  * cap on requests in flight never bites.  Every stream a client opens
@@ -110,6 +112,7 @@ struct gw_conn {
     uint64_t condemned_ms; /* since; the descriptor is shut if h2o has not closed it in time */
     int shut;
     int is_h2;
+    int upgraded;           /* a WebSocket now: no HTTP/1 request clocks, only the send clock */
     unsigned inflight;      /* requests started and not yet freed */
     uint64_t completed;     /* requests whose whole response was sent */
     uint64_t last_activity; /* ms: accept, or a request's start or end */
@@ -307,6 +310,11 @@ int gw_conn_accept(struct gw_worker *w, h2o_socket_t *sock)
     sock->on_close.data = gc;
     h2o_linklist_insert(&w->conns, &gc->link);
     return 0;
+}
+
+void gw_conn_upgraded(struct gw_conn *gc)
+{
+    gc->upgraded = 1;
 }
 
 const void *gw_conn_cached_key(struct gw_conn *gc, unsigned serial, const char *token, size_t len)
@@ -628,7 +636,7 @@ static void on_watchdog(h2o_timeout_entry_t *entry)
         if (gc->condemned) {
             if (now - gc->condemned_ms > GW_CONDEMNED_GRACE_MS)
                 shut(gc);
-        } else if (!gc->is_h2 && !check_send_http1(gc, w->cfg, now) && gc->inflight == 0) {
+        } else if (!gc->is_h2 && !check_send_http1(gc, w->cfg, now) && gc->inflight == 0 && !gc->upgraded) {
             check_http1(gc, w->cfg, now);
         }
     }

@@ -31,6 +31,10 @@ struct gw_conn *gw_conn_of(h2o_req_t *req);
  * ::ffff:a.b.c.d, IPv6 cut to its /64 (the unit of per-address limits). */
 const uint8_t *gw_conn_addr_key(const struct gw_conn *gc);
 
+/* The connection became a WebSocket (session_ws.c): from now on only the
+ * send clock applies to it. */
+void gw_conn_upgraded(struct gw_conn *gc);
+
 /* The client's address as text, taken at accept ("?" if unknown). */
 const char *gw_conn_peer(const struct gw_conn *gc);
 

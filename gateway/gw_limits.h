@@ -42,9 +42,13 @@
 #define GW_MAX_TENANT_NAME 64
 #define GW_MAX_PATH_LEN    4096 /* file paths in the configuration */
 
-#define GW_REQUEST_ID_LEN 16    /* hex characters */
-#define GW_DRAIN_MS       10000 /* how long SIGTERM waits for requests in flight */
-#define GW_LOOP_WAKE_MS   250   /* loops poll the stop flag this often */
+#define GW_REQUEST_ID_LEN 16 /* hex characters */
+/* live sessions (session.c, session_ws.c) */
+#define GW_SESSION_TICK_MS   100   /* how often init deadlines and close graces are checked */
+#define GW_WATCH_POLL_MS     20    /* how often a watcher reads its session's transcript */
+#define GW_WS_CLOSE_GRACE_MS 2000  /* a close frame's answer waited for, then the socket closes */
+#define GW_DRAIN_MS          10000 /* how long SIGTERM waits for requests in flight */
+#define GW_LOOP_WAKE_MS      250   /* loops poll the stop flag this often */
 
 /* Tenant policy defaults (each is also the tenant's ceiling unless the
  * configuration says otherwise). */

@@ -4,11 +4,21 @@
  * MOAT_MSG_EXEC_REQUEST, and the backend's result turned back into Piston
  * JSON.  Only translation: authentication, admission, the audit trail and
  * the answer are the pipeline's (pipeline.c).
+ *
+ * Streamed execute: a request that accepts application/x-ndjson is run as
+ * a session (session.c) with the request's stdin, closed at once, and the
+ * same limits as an execute; the session's events (runtime, stage, data,
+ * exit) go out one JSON object per line as they happen, and the last line
+ * is the whole result ({"type":"result", ...the execute body}).  A refusal
+ * before the program starts is an ordinary JSON error response.
  */
 #include "pipeline.h"
 #include "log.h"
+#include "http.h"
+#include "judge.h"
 #include "piston_json.h"
 #include "runtime_table.h"
+#include "session.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +28,7 @@
 struct exec_job {
     struct moat_exec_request ereq;
     int asked_table; /* the runtime table was fetched once for this request */
+    int stream;      /* answer as application/x-ndjson, as it happens */
 };
 
 static void job_dispose(void *p)
@@ -78,6 +89,22 @@ static int is_json_content_type(h2o_req_t *req)
     }
 }
 
+/* Does the client take a stream of JSON lines?  Accept names the media
+ * type (parameters and other types around it allowed). */
+static int accepts_ndjson(h2o_req_t *req)
+{
+    static const char want[] = "application/x-ndjson";
+    ssize_t i = -1;
+
+    while ((i = h2o_find_header(&req->headers, H2O_TOKEN_ACCEPT, i)) != -1) {
+        const h2o_iovec_t v = req->headers.entries[i].value;
+        for (size_t at = 0; at + sizeof(want) - 1 <= v.len; at++)
+            if (strncasecmp(v.base + at, want, sizeof(want) - 1) == 0)
+                return 1;
+    }
+    return 0;
+}
+
 /* The body, strictly: size, type, Piston JSON. */
 static enum gw_flow parse(struct gw_request *r)
 {
@@ -93,50 +120,22 @@ static enum gw_flow parse(struct gw_request *r)
     memset(job, 0, sizeof(*job));
     if (piston_parse_exec_request(req->entity.base, req->entity.len, &job->ereq, err, sizeof(err)) != 0)
         return gw_deny_copy(r, 400, GW_REASON_FILTER, err);
+    job->stream = accepts_ndjson(req);
     r->job = job;
     return GW_NEXT;
 }
 
-/* The tenant's policy: language (by any name of its runtime), input
- * structure, limits (-1 becomes the tenant's default), content rules.
- * Allowed: the effective limits are written into ereq. */
+/* The tenant's policy (judge.c): language by any name of its runtime,
+ * input structure, limits (-1 becomes the tenant's default), content rules. */
 static enum gw_flow judge(struct gw_request *r, struct moat_exec_request *ereq)
 {
-    struct policy_file files[MOAT_MAX_FILES];
-    size_t arg_lens[MOAT_MAX_ARGS];
-    struct policy_runtime rt;
-    struct policy_request pr;
     struct policy_verdict v;
 
-    memset(&pr, 0, sizeof(pr));
-    pr.endpoint = POLICY_EP_EXECUTE;
-    pr.language = ereq->language;
-    pr.version = ereq->version;
-    pr.runtime = gw_runtime_table_find(r->worker, ereq->language, &rt);
-    for (size_t i = 0; i < ereq->nfiles && i < MOAT_MAX_FILES; i++)
-        files[i] = (struct policy_file){ereq->files[i].name, ereq->files[i].content, ereq->files[i].content_len};
-    for (size_t i = 0; i < ereq->nargs && i < MOAT_MAX_ARGS; i++)
-        arg_lens[i] = strlen(ereq->args[i]);
-    pr.files = files;
-    pr.nfiles = ereq->nfiles;
-    pr.stdin_len = ereq->stdin_len;
-    pr.nargs = ereq->nargs;
-    pr.arg_lens = arg_lens;
-    pr.run_timeout_ms = ereq->run_timeout_ms;
-    pr.compile_timeout_ms = ereq->compile_timeout_ms;
-    pr.run_memory_bytes = ereq->run_memory_bytes;
-    pr.compile_memory_bytes = ereq->compile_memory_bytes;
-    if (policy_evaluate(&r->tenant_cfg->policy, &pr, &v) != 0 || !v.allow) {
-        r->rule = v.rule;
-        r->note = v.rule;
-        return gw_deny_copy(r, v.http_status ? v.http_status : 403, gw_reason_of_policy(v.reason),
-                            v.message[0] ? v.message : "denied by policy");
-    }
-    ereq->run_timeout_ms = v.run_timeout_ms;
-    ereq->compile_timeout_ms = v.compile_timeout_ms;
-    ereq->run_memory_bytes = v.run_memory_bytes;
-    ereq->compile_memory_bytes = v.compile_memory_bytes;
-    return GW_NEXT;
+    if (gw_judge_exec(r->worker, &r->tenant_cfg->policy, POLICY_EP_EXECUTE, ereq, &v) == 0)
+        return GW_NEXT;
+    r->rule = v.rule;
+    r->note = v.rule;
+    return gw_deny_copy(r, v.http_status, gw_reason_of_policy(v.reason), v.message);
 }
 
 /* Step 7: parse, make sure the runtime table is known, judge, encode. */
@@ -155,6 +154,8 @@ static enum gw_flow prepare(struct gw_request *r)
     }
     if ((f = judge(r, &job->ereq)) != GW_NEXT)
         return f;
+    if (job->stream)
+        return GW_NEXT; /* no frame: step 9 starts the session */
     r->job_id = backend_next_job_id();
     if (moat_encode_exec_request(&r->frame, r->job_id, &job->ereq, &why) != 0) {
         /* a structural cap the parser does not know about: the client's fault */
@@ -170,15 +171,163 @@ static void describe(struct gw_request *r, json_t *record)
 {
     const struct exec_job *job = r->job;
 
+    if (job->stream) {
+        /* the session's SESSION_OPEN is made later: the request's own bytes name it */
+        gw_audit_add_request(record, &job->ereq, r->req->entity.base, r->req->entity.len);
+        json_object_set_new(record, "session", json_string("stream"));
+        return;
+    }
     gw_audit_add_request(record, &job->ereq, r->frame.data + MOAT_FRAME_HEADER_SIZE, r->frame.len - MOAT_FRAME_HEADER_SIZE);
+}
+
+/* ------------------------------------------------------ a streamed answer */
+
+struct stream_sink {
+    h2o_generator_t gen; /* first: h2o passes it back */
+    struct gw_request *r;
+    struct gw_session *session; /* NULL once it ended */
+    struct moat_buf pending, flight;
+    int started, sending, ended;
+};
+
+static void stream_flush(struct stream_sink *st)
+{
+    h2o_iovec_t buf;
+    struct moat_buf t;
+
+    if (st->sending)
+        return;
+    if (st->pending.len == 0) {
+        if (st->ended) {
+            st->sending = 1;
+            h2o_send(st->r->req, NULL, 0, H2O_SEND_STATE_FINAL);
+        }
+        return;
+    }
+    t = st->flight;
+    st->flight = st->pending;
+    st->pending = t;
+    st->pending.len = 0;
+    st->sending = 1;
+    buf = h2o_iovec_init(st->flight.data, st->flight.len);
+    h2o_send(st->r->req, &buf, 1, H2O_SEND_STATE_IN_PROGRESS);
+}
+
+static void stream_proceed(h2o_generator_t *gen, h2o_req_t *req)
+{
+    struct stream_sink *st = (struct stream_sink *)gen;
+
+    (void)req;
+    st->sending = 0;
+    st->flight.len = 0;
+    stream_flush(st);
+    if (st->session != NULL)
+        gw_session_sink_progress(st->session);
+}
+
+static void stream_stop(h2o_generator_t *gen, h2o_req_t *req)
+{
+    struct stream_sink *st = (struct stream_sink *)gen;
+    struct gw_session *s = st->session;
+
+    (void)req;
+    st->session = NULL;
+    if (s != NULL)
+        gw_session_client_gone(s, 0);
+}
+
+static void stream_dispose(void *p)
+{
+    struct stream_sink *st = p;
+
+    stream_stop(&st->gen, NULL); /* the client went away first */
+    moat_buf_free(&st->pending);
+    moat_buf_free(&st->flight);
+}
+
+static void stream_start(struct stream_sink *st)
+{
+    h2o_req_t *req = st->r->req;
+
+    st->started = 1;
+    req->res.status = 200;
+    req->res.reason = "OK";
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/x-ndjson"));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, st->r->request_id,
+                          strlen(st->r->request_id));
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-store"));
+    h2o_start_response(req, &st->gen);
+}
+
+static void stream_send(void *sink, const char *json, size_t len)
+{
+    struct stream_sink *st = sink;
+
+    if (!st->started)
+        stream_start(st);
+    if (moat_buf_append(&st->pending, json, len) != 0 || moat_buf_append(&st->pending, "\n", 1) != 0)
+        return; /* out of memory: the line is lost, the session goes on */
+    stream_flush(st);
+}
+
+static size_t stream_backlog(void *sink)
+{
+    const struct stream_sink *st = sink;
+
+    return st->pending.len + st->flight.len;
+}
+
+static void stream_end(void *sink, int code, const struct gw_session_end *how)
+{
+    struct stream_sink *st = sink;
+    struct gw_request *r = st->r;
+
+    (void)code;
+    st->session = NULL;
+    r->cpu_ms = how->cpu_ms; /* charged when the in-flight slot goes back */
+    if (!st->started) {
+        /* refused before the program started: an ordinary error answer */
+        r->status = how->status ? how->status : 500;
+        gw_respond_error(r, r->status, how->code != NULL && how->code[0] ? how->code : "session_failed",
+                         how->message != NULL && how->message[0] ? how->message : "the run could not be started");
+        return;
+    }
+    r->status = 200;
+    gw_log_request(r, 200);
+    st->ended = 1;
+    stream_flush(st);
+}
+
+static const struct gw_session_sink stream_sink_ops = {stream_send, stream_backlog, stream_end};
+
+/* Step 9 of a streamed execute: the session, and the stream it answers on. */
+static enum gw_flow stream_answer(struct gw_request *r, struct exec_job *job)
+{
+    struct stream_sink *st;
+    struct gw_session *s = gw_session_new(r, GW_SESSION_STREAM);
+
+    if (s == NULL)
+        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    st = h2o_mem_alloc_shared(&r->req->pool, sizeof(*st), stream_dispose);
+    memset(st, 0, sizeof(*st));
+    st->gen.proceed = stream_proceed;
+    st->gen.stop = stream_stop;
+    st->r = r;
+    st->session = s;
+    gw_session_attach(s, &stream_sink_ops, st);
+    gw_session_start(s, &job->ereq);
+    return GW_TAKEN;
 }
 
 /* Step 9: the result as Piston JSON, and for the trail its fields and packet. */
 static enum gw_flow answer(struct gw_request *r, const struct backend_reply *reply)
 {
     const struct exec_job *job = r->job;
-    const struct moat_exec_result *res = &reply->u.result;
+    const struct moat_exec_result *res;
 
+    if (job->stream)
+        return stream_answer(r, r->job);
+    res = &reply->u.result;
     if (reply->hdr.type != MOAT_MSG_EXEC_RESULT) {
         log_warnx("%s: id=%s: unexpected reply type %u", __func__, r->request_id, reply->hdr.type);
         return gw_deny(r, 502, GW_REASON_BACKEND, "bad reply from backend");

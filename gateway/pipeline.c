@@ -229,7 +229,9 @@ static enum gw_flow step_route(struct gw_request *r)
 /* 4. Who asks (public routes: nobody needs to). */
 static enum gw_flow step_authenticate(struct gw_request *r)
 {
-    return r->route->endpoint == 0 ? GW_NEXT : gw_authenticate(r);
+    if (r->route->endpoint == 0)
+        return GW_NEXT;
+    return (r->route->flags & GW_ROUTE_WATCH) != 0 ? gw_authenticate_watch(r) : gw_authenticate(r);
 }
 
 /* 5. The tenant's endpoints and the credential's scopes: policy decides. */
@@ -447,6 +449,10 @@ static void drive(struct gw_request *r)
                 return; /* gw_step_done drives on */
             }
             f = r->answer;
+        }
+        if (f == GW_TAKEN) {
+            r->driving = 0;
+            return; /* the session answers */
         }
         r->answered = 0;
         if (f == GW_DENY)

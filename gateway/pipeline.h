@@ -39,6 +39,8 @@ enum gw_flow {
     GW_WAIT,   /* an answer comes later: its callback calls gw_step_done */
     GW_DENY,   /* refused: gw_deny() said why; the denial is recorded and answered */
     GW_REPEAT, /* run this step again (it fetched something it needed) */
+    GW_TAKEN,  /* step 9 handed the request over (a WebSocket upgrade, a streamed
+                * response): it answers and logs; no step runs after it */
 };
 
 /* One request, from h2o's on_req to its disposal; lives in req->pool. */
@@ -65,6 +67,7 @@ struct gw_request {
     struct moat_buf frame; /* the backend message; empty: answered without the backend */
     uint64_t job_id;
     uint64_t cpu_ms;       /* charged to the tenant's CPU budget when the slot goes back */
+    const char *ws_key;    /* a WebSocket handshake's Sec-WebSocket-Key (h2o's) */
     json_t *result_fields; /* fields of the result record (compile, run) */
     char *packet;          /* the full request and result for the audit pack */
     size_t packet_len;

@@ -287,6 +287,21 @@ static int parse_fields(json_t *root, struct moat_exec_request *out, char *err, 
     return parse_files(files, out, err, errlen);
 }
 
+int piston_parse_exec_object(json_t *root, struct moat_exec_request *out, char *err, size_t errlen)
+{
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    out->run_timeout_ms = out->compile_timeout_ms = -1;
+    out->run_memory_bytes = out->compile_memory_bytes = -1;
+    if (!json_is_object(root))
+        return bad(err, errlen, "request body must be a JSON object");
+    rc = parse_fields(root, out, err, errlen);
+    if (rc != 0)
+        piston_exec_request_free(out);
+    return rc;
+}
+
 int piston_parse_exec_request(const char *body, size_t len, struct moat_exec_request *out, char *err, size_t errlen)
 {
     json_error_t jerr;
@@ -294,20 +309,13 @@ int piston_parse_exec_request(const char *body, size_t len, struct moat_exec_req
     int rc;
 
     memset(out, 0, sizeof(*out));
-    out->run_timeout_ms = out->compile_timeout_ms = -1;
-    out->run_memory_bytes = out->compile_memory_bytes = -1;
     if (body == NULL || len == 0)
         return bad(err, errlen, "request body must be a JSON object");
     root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (root == NULL)
         return bad(err, errlen, "invalid JSON at line %d column %d: %s", jerr.line, jerr.column, jerr.text);
-    if (!json_is_object(root))
-        rc = bad(err, errlen, "request body must be a JSON object");
-    else
-        rc = parse_fields(root, out, err, errlen);
+    rc = piston_parse_exec_object(root, out, err, errlen);
     json_decref(root);
-    if (rc != 0)
-        piston_exec_request_free(out);
     return rc;
 }
 
@@ -397,9 +405,28 @@ static void put(json_t *obj, const char *key, json_t *v, int *failed)
         *failed = 1;
 }
 
-static json_t *stage_json(const struct moat_stage_result *st)
+int piston_stage_status_fields(json_t *o, const struct moat_stage_result *st)
 {
     const char *status = moat_status_piston(st->status);
+    int failed = 0;
+
+    put(o, "code", st->has_code ? json_integer(st->code) : json_null(), &failed);
+    put(o, "signal", signal_name(st), &failed);
+    put(o, "message", st->message != NULL ? json_bytes(st->message, strlen(st->message)) : json_null(), &failed);
+    put(o, "status", status != NULL ? json_string(status) : json_null(), &failed);
+    put(o, "cpu_time", json_u64(st->cpu_ms), &failed);
+    put(o, "wall_time", json_u64(st->wall_ms), &failed);
+    put(o, "memory", json_u64(st->memory_bytes), &failed);
+    return failed ? -1 : 0;
+}
+
+json_t *piston_json_bytes(const void *data, size_t len)
+{
+    return json_bytes(data, len);
+}
+
+static json_t *stage_json(const struct moat_stage_result *st)
+{
     json_t *o = json_object();
     int failed = 0;
 
@@ -408,13 +435,8 @@ static json_t *stage_json(const struct moat_stage_result *st)
     put(o, "stdout", json_bytes(st->stdout_data, st->stdout_len), &failed);
     put(o, "stderr", json_bytes(st->stderr_data, st->stderr_len), &failed);
     put(o, "output", json_bytes(st->output_data, st->output_len), &failed);
-    put(o, "code", st->has_code ? json_integer(st->code) : json_null(), &failed);
-    put(o, "signal", signal_name(st), &failed);
-    put(o, "message", st->message != NULL ? json_bytes(st->message, strlen(st->message)) : json_null(), &failed);
-    put(o, "status", status != NULL ? json_string(status) : json_null(), &failed);
-    put(o, "cpu_time", json_u64(st->cpu_ms), &failed);
-    put(o, "wall_time", json_u64(st->wall_ms), &failed);
-    put(o, "memory", json_u64(st->memory_bytes), &failed);
+    if (!failed && piston_stage_status_fields(o, st) != 0)
+        failed = 1;
     if (failed) {
         json_decref(o);
         return NULL;

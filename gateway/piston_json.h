@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "moat_proto.h"
 
 /*
@@ -18,6 +20,10 @@
  * left empty.  Limits absent from the request are -1.
  */
 int piston_parse_exec_request(const char *body, size_t len, struct moat_exec_request *out, char *err, size_t errlen);
+
+/* The same from an object already parsed (a session's `init` message,
+ * its "type" member removed). */
+int piston_parse_exec_object(json_t *root, struct moat_exec_request *out, char *err, size_t errlen);
 
 /* Free what piston_parse_exec_request allocated; leaves r zeroed. */
 void piston_exec_request_free(struct moat_exec_request *r);
@@ -35,6 +41,11 @@ char *piston_utf8_sanitize(const uint8_t *in, size_t len, size_t *outlen);
  * (free with free()) or NULL when memory runs out.
  */
 char *piston_exec_result_json(const struct moat_exec_result *res);
+/* A stage's status members (code, signal, message, status, cpu_time,
+ * wall_time, memory) added to o, as in an execute result.  0 or -1. */
+int piston_stage_status_fields(json_t *o, const struct moat_stage_result *st);
+/* A JSON string of arbitrary bytes (invalid UTF-8 replaced), or NULL. */
+json_t *piston_json_bytes(const void *data, size_t len);
 char *piston_runtimes_json(const struct moat_runtimes *rt);
 /* {"message", "code", "request_id"}: an error body (the gateway's slow path) */
 char *piston_error_json(const char *message, const char *code, const char *request_id);

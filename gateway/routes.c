@@ -19,6 +19,8 @@ static const struct gw_route routes[] = {
     {"/readyz", "GET", 0, GW_ROUTE_NO_AUDIT | GW_ROUTE_NO_ADMIT, &gw_handler_readyz},
     {"/api/v2/runtimes", "GET", POLICY_EP_RUNTIMES, 0, &gw_handler_runtimes},
     {"/api/v2/execute", "POST", POLICY_EP_EXECUTE, GW_ROUTE_EXECUTION, &gw_handler_execute},
+    {"/api/v2/connect", "GET", POLICY_EP_CONNECT, 0, &gw_handler_connect}, /* a live session: WebSocket */
+    {"/api/v2/watch", "GET", POLICY_EP_WATCH, GW_ROUTE_WATCH, &gw_handler_watch},
 };
 
 static const struct gw_route *match(const struct gw_route *table, size_t n, const char *path, size_t path_len)

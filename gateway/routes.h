@@ -12,6 +12,7 @@ enum gw_route_flags {
     GW_ROUTE_NO_AUDIT = 1u << 0,  /* opt out of the audit trail (healthz); audited otherwise */
     GW_ROUTE_NO_ADMIT = 1u << 1,  /* not counted by the tenant's limiter */
     GW_ROUTE_EXECUTION = 1u << 2, /* admission takes an in-flight slot; a result record follows */
+    GW_ROUTE_WATCH = 1u << 3,     /* the credential is a session's watch token, nothing else */
 };
 
 struct gw_route {
@@ -23,7 +24,8 @@ struct gw_route {
 };
 
 /* The handlers of the routes (handler_*.c). */
-extern const struct gw_handler gw_handler_healthz, gw_handler_readyz, gw_handler_runtimes, gw_handler_execute;
+extern const struct gw_handler gw_handler_healthz, gw_handler_readyz, gw_handler_runtimes, gw_handler_execute, gw_handler_connect,
+    gw_handler_watch;
 
 /* The route for path, or NULL; *method_ok says whether method matches it. */
 const struct gw_route *gw_route_find(const char *path, size_t path_len, const char *method, size_t method_len, int *method_ok);

@@ -284,6 +284,8 @@ static void *worker_main(void *arg)
     w->gen = generation_current(w->server);
     h2o_context_init(&w->ctx, loop, &w->h2o);
     h2o_timeout_init(loop, &w->backend_timeout, w->gen->cfg.backend_timeout_ms);
+    h2o_timeout_init(loop, &w->session_tick, GW_SESSION_TICK_MS);
+    h2o_timeout_init(loop, &w->watch_tick, GW_WATCH_POLL_MS);
     h2o_linklist_init_anchor(&w->conns);
     apply_generation(w);
     gw_conn_watchdog_start(w);

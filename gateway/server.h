@@ -56,6 +56,8 @@ struct gw_worker {
     h2o_globalconf_t h2o;
     h2o_accept_ctx_t accept_ctx;
     h2o_timeout_t backend_timeout; /* backend.timeout_ms, on this loop */
+    h2o_timeout_t session_tick;    /* GW_SESSION_TICK_MS: sessions' init deadlines, WebSockets' close grace */
+    h2o_timeout_t watch_tick;      /* GW_WATCH_POLL_MS: watchers read their session's transcript */
     h2o_timeout_t watchdog_timeout;
     h2o_timeout_entry_t watchdog; /* conn.c: connection clocks and limits */
     struct gw_server *server;

@@ -1,0 +1,117 @@
+/*
+ * handler_session.c - GET /api/v2/connect (a live session, Piston's
+ * WebSocket protocol) and GET /api/v2/watch (a read-only watcher of one).
+ * Only translation: authentication (a watch token for watchers), the
+ * endpoint allow-list, the rate limit and the decision record are the
+ * pipeline's; the session is session.c's, the WebSocket session_ws.c's.
+ *
+ * Step 7 of connect checks the handshake, refreshes the runtime table the
+ * `init` will be judged with, and counts the session against the tenant's
+ * sessions.max_concurrent and the gateway's sessions.max_sessions: over
+ * either it is a 429 (tenant) or 503 (gateway) with Retry-After, before the
+ * upgrade.  Step 9 upgrades, and the session takes the count over.
+ */
+#include "pipeline.h"
+#include "http.h"
+#include "runtime_table.h"
+#include "session_ws.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define GW_SESSION_RETRY_AFTER_MS 1000
+
+struct connect_job {
+    int asked_table;
+    int counted; /* holds a count in the session registry */
+    char tenant[GW_MAX_TENANT_NAME + 1];
+};
+
+static void connect_dispose(void *p)
+{
+    struct connect_job *job = p;
+
+    if (job->counted)
+        gw_sessions_release(job->tenant); /* never handed to a session */
+}
+
+static enum gw_flow connect_prepare(struct gw_request *r)
+{
+    struct connect_job *job = r->job;
+    const struct policy_session_limits *sl = &r->tenant_cfg->policy.sessions;
+    enum gw_flow f;
+    char msg[160];
+
+    if (job == NULL) {
+        if ((f = gw_ws_handshake(r, &r->ws_key)) != GW_NEXT)
+            return f;
+        job = h2o_mem_alloc_shared(&r->req->pool, sizeof(*job), connect_dispose);
+        memset(job, 0, sizeof(*job));
+        r->job = job;
+    }
+    if (!gw_runtime_table_fresh(r->worker) && !job->asked_table) {
+        job->asked_table = 1;
+        return gw_runtime_table_fetch(r); /* then this step again */
+    }
+    switch (gw_sessions_acquire(r->tenant, sl->max_concurrent, r->cfg->sessions.max_sessions)) {
+    case GW_SESSIONS_OK:
+        break;
+    case GW_SESSIONS_TENANT_FULL:
+        gw_add_retry_after(r, GW_SESSION_RETRY_AFTER_MS);
+        r->code = "too_many_sessions";
+        snprintf(msg, sizeof(msg), "this tenant already holds its %u concurrent sessions (sessions.max_concurrent)",
+                 sl->max_concurrent);
+        return gw_deny_copy(r, 429, GW_REASON_CONCURRENCY, msg);
+    case GW_SESSIONS_FULL:
+        gw_add_retry_after(r, GW_SESSION_RETRY_AFTER_MS);
+        r->code = "sessions_full";
+        return gw_deny(r, 503, GW_REASON_CONCURRENCY, "the gateway holds as many sessions as it may (sessions.max_sessions)");
+    default:
+        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    }
+    job->counted = 1;
+    snprintf(job->tenant, sizeof(job->tenant), "%s", r->tenant);
+    return GW_NEXT;
+}
+
+static void connect_describe(struct gw_request *r, json_t *record)
+{
+    (void)r;
+    json_object_set_new(record, "session", json_string("websocket"));
+}
+
+static enum gw_flow connect_answer(struct gw_request *r, const struct backend_reply *reply)
+{
+    struct connect_job *job = r->job;
+    enum gw_flow f;
+
+    (void)reply;
+    f = gw_ws_connect(r, r->ws_key);
+    if (f == GW_TAKEN)
+        job->counted = 0; /* the session holds it now */
+    return f;
+}
+
+const struct gw_handler gw_handler_connect = {connect_prepare, connect_describe, connect_answer};
+
+/* ------------------------------------------------------------- watchers */
+
+static enum gw_flow watch_prepare(struct gw_request *r)
+{
+    return gw_ws_handshake(r, &r->ws_key);
+}
+
+static void watch_describe(struct gw_request *r, json_t *record)
+{
+    const struct gw_watch_grant *g = r->job;
+
+    json_object_set_new(record, "watch", json_string(g->session_id));
+}
+
+static enum gw_flow watch_answer(struct gw_request *r, const struct backend_reply *reply)
+{
+    (void)reply;
+    return gw_ws_watch(r, r->ws_key, r->job); /* the grant from auth.c */
+}
+
+const struct gw_handler gw_handler_watch = {watch_prepare, watch_describe, watch_answer};

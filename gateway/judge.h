@@ -1,0 +1,22 @@
+/*
+ * judge.h - the tenant's policy applied to a parsed execution request
+ * (batch execute, streamed execute, a session's `init`): one place that
+ * fills policy_request from it.
+ */
+#ifndef GW_JUDGE_H
+#define GW_JUDGE_H
+
+#include "policy.h"
+#include "moat_proto.h"
+#include "server.h"
+
+/*
+ * Judge ereq for endpoint (POLICY_EP_EXECUTE or POLICY_EP_CONNECT) by the
+ * tenant's policy p, naming languages through w's runtime table.  0 when
+ * allowed: the effective limits are written into ereq.  -1 when denied: v
+ * says why (status, reason, message, rule).
+ */
+int gw_judge_exec(struct gw_worker *w, const struct tenant_policy *p, unsigned endpoint, struct moat_exec_request *ereq,
+                  struct policy_verdict *v);
+
+#endif /* GW_JUDGE_H */
