@@ -86,7 +86,8 @@ class SessionTest(unittest.TestCase):
         self.assertEqual((code, reason), (4999, "Job Completed"))
 
     def test_output_arrives_as_it_is_written(self):
-        code = "import time\nprint('first', flush=True)\ntime.sleep(1)\nprint('second')\n"
+        # one write per line (print() writes the text and its newline separately)
+        code = "import sys, time\nsys.stdout.write('first\\n')\ntime.sleep(1)\nsys.stdout.write('second\\n')\n"
 
         async def go():
             ws = await connect(self.stack)
@@ -120,8 +121,8 @@ class SessionTest(unittest.TestCase):
 
     def test_signal_reaches_the_program(self):
         code = ("import signal, sys, time\n"
-                "signal.signal(signal.SIGINT, lambda *a: (print('caught', flush=True), sys.exit(7)))\n"
-                "print('ready', flush=True)\nwhile True: time.sleep(0.05)\n")
+                "signal.signal(signal.SIGINT, lambda *a: (sys.stdout.write('caught\\n'), sys.exit(7)))\n"
+                "sys.stdout.write('ready\\n')\nwhile True: time.sleep(0.05)\n")
 
         async def go():
             ws = await connect(self.stack, token=self.tok("demo"))
@@ -358,8 +359,8 @@ class SessionTest(unittest.TestCase):
     # ---- watchers -----------------------------------------------------------------
 
     def test_watcher_sees_output_and_cannot_write(self):
-        program = ('import sys\nprint("prompt", flush=True)\nline = sys.stdin.readline()\n'
-                   'print("echo " + line.strip(), flush=True)\n')
+        program = ('import sys\nsys.stdout.write("prompt\\n")\nline = sys.stdin.readline()\n'
+                   'sys.stdout.write("echo " + line.strip() + "\\n")\n')
 
         async def go():
             ws = await connect(self.stack)
@@ -415,7 +416,7 @@ class SessionTest(unittest.TestCase):
         return resp.status, resp.getheader("content-type"), lines
 
     def test_streamed_execute(self):
-        code = "import time\nprint('first', flush=True)\ntime.sleep(1)\nprint(input())\n"
+        code = "import sys, time\nsys.stdout.write('first\\n')\ntime.sleep(1)\nprint(input())\n"
         st, ctype, lines = self.ndjson({"language": "python", "version": "*", "files": [{"content": code}], "stdin": "in\n"})
         self.assertEqual(st, 200)
         self.assertEqual(ctype, "application/x-ndjson")
