@@ -515,6 +515,15 @@ static void record_result(struct gw_session *s)
     }
     audit_who(s, &who);
     limits = limits_json(s);
+    /* the packet's result without the output: the transcript holds every
+     * byte of it once, which keeps a session's packet near 4/3 of its
+     * stdin and output (audit packet_max_bytes, README) */
+    free(result_json);
+    for (int k = 0; k < 2; k++) {
+        struct moat_stage_result *st = k == 0 ? &res.compile : &res.run;
+        st->stdout_len = st->stderr_len = st->output_len = 0;
+    }
+    result_json = piston_exec_result_json(&res);
     packet = gw_audit_session_packet(&who, &s->ereq, limits, s->tr, result_json, &plen);
     if ((b = gw_audit_base(&who, "result")) != NULL) {
         if (s->outcome == OUT_COMPLETED)

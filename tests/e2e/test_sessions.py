@@ -11,6 +11,7 @@ import asyncio
 import base64
 import json
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -18,7 +19,7 @@ import unittest
 
 import websockets
 
-from moat_harness import MOAT_AUDIT, Stack, box_pids, wait_until
+from moat_harness import MOAT_AUDIT, SOURCE, Stack, box_pids, wait_until
 from ws_client import connect, events_until_close, init_message, recv_event, run, stream_text, wait_for_event
 
 LONG = "sessions: {wall_ms: 600000, idle_ms: 600000, cpu_ms: 600000}\n"
@@ -476,6 +477,40 @@ class SessionTest(unittest.TestCase):
         # the upgrade, the init's decision (before the box), the result with the transcript
         self.assertEqual(kinds, [("request", "allowed"), ("request", "allowed"), ("result", "allowed")])
         self.assertIn("packet", recs[-1])
+
+
+    # ---- the README's clients, run as written ------------------------------------
+
+    def readme_example(self, name):
+        with open(os.path.join(SOURCE, "README.md")) as f:
+            text = f.read()
+        block = text.split("<!-- example: %s -->" % name, 1)[1].split("```", 2)[1]
+        return block.split("\n", 1)[1]  # after the fence's language name
+
+    def run_example(self, name, cmd, env=None):
+        d = os.path.join(self.stack.tmp, "example")
+        os.makedirs(os.path.join(d, ".demo"), exist_ok=True)
+        subprocess.run(["cp", self.stack.ca, os.path.join(d, ".demo", "ca.pem")], check=True)
+        with open(os.path.join(d, ".demo", "token"), "w") as f:
+            f.write(self.stack.token + "\n")
+        with open(os.path.join(d, name), "w") as f:
+            f.write(self.readme_example(name).replace("127.0.0.1:8443", "127.0.0.1:%d" % self.stack.port))
+        p = subprocess.run(cmd + [name], cwd=d, capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, **(env or {})))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("hello, ada", p.stdout)
+        self.assertIn("4999", p.stdout)
+
+    def test_readme_python_client(self):
+        self.run_example("session.py", ["/usr/bin/python3"])
+
+    def test_readme_javascript_client(self):
+        probe = subprocess.run(["node", "--experimental-websocket", "-e", "if (typeof WebSocket !== 'function') process.exit(3)"],
+                               capture_output=True) if shutil.which("node") else None
+        if probe is None or probe.returncode != 0:
+            self.skipTest("this host's Node has no built-in WebSocket (Node 20.10+ with --experimental-websocket, or 22+)")
+        self.run_example("session.mjs", ["node", "--experimental-websocket"],
+                         env={"NODE_EXTRA_CA_CERTS": os.path.join(self.stack.tmp, "example", ".demo", "ca.pem")})
 
 
 if __name__ == "__main__":
