@@ -8,11 +8,10 @@ needs (generous deadlines), and the one timing claim (output arrives
 before the program ends) is measured against the program's own sleep."""
 
 import asyncio
-import base64
 import json
 import os
 import shutil
-import socket
+import signal
 import subprocess
 import time
 import unittest
@@ -20,6 +19,7 @@ import unittest
 import websockets
 
 from moat_harness import MOAT_AUDIT, SOURCE, Stack, box_pids, wait_until
+from test_audit_gateway import writer_pid
 from ws_client import connect, events_until_close, init_message, recv_event, run, stream_text, wait_for_event
 
 LONG = "sessions: {wall_ms: 600000, idle_ms: 600000, cpu_ms: 600000}\n"
@@ -478,6 +478,56 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(kinds, [("request", "allowed"), ("request", "allowed"), ("result", "allowed")])
         self.assertIn("packet", recs[-1])
 
+
+    # ---- fail closed ----------------------------------------------------------------
+
+    def with_writer_stopped(self, before_stop, after_stop):
+        """Runs a session: before_stop(ws) with the audit writer working, then
+        the writer frozen (SIGSTOP: nothing it is sent becomes durable) and
+        after_stop(ws); returns every event and the close code."""
+        writer = writer_pid(self.stack)
+        self.assertIsNotNone(writer)
+
+        async def go():
+            ws = await connect(self.stack)
+            await before_stop(ws)
+            os.kill(writer, signal.SIGSTOP)
+            try:
+                await after_stop(ws)
+                return await events_until_close(ws)
+            finally:
+                os.kill(writer, signal.SIGCONT)
+
+        return run(go())
+
+    def test_no_durable_decision_no_box(self):
+        idle = box_pids(self.tag)
+
+        async def nothing(ws):
+            pass
+
+        async def init(ws):
+            await ws.send(init_message("python", "print('never')\n"))
+
+        events, code, _ = self.with_writer_stopped(nothing, init)
+        self.assertEqual(code, 4002)
+        self.assertEqual([e["type"] for e in events], ["error"])
+        self.assertIn("audit log unavailable", events[0]["message"])
+        self.assertFalse(box_pids(self.tag) - idle, "no box may start")
+
+    def test_no_durable_result_no_job_completed(self):
+        async def started(ws):
+            await ws.send(init_message("python", "input()\nprint('done')\n"))
+            await wait_for_event(ws, lambda e: e["type"] == "stage")
+
+        async def finish(ws):
+            await ws.send(json.dumps({"type": "data", "stream": "stdin", "data": "go\n"}))
+
+        events, code, _ = self.with_writer_stopped(started, finish)
+        self.assertEqual(stream_text(events), "done\n")  # the output was live
+        self.assertEqual(events[-1]["type"], "error")
+        self.assertIn("could not be recorded", events[-1]["message"])
+        self.assertEqual(code, 4002)  # never "Job Completed" without its record
 
     # ---- the README's clients, run as written ------------------------------------
 
