@@ -311,17 +311,25 @@ class SessionTest(unittest.TestCase):
             except websockets.InvalidStatusCode as e:
                 return e.status_code
 
+        async def started(ws):
+            await ws.send(init_message("python", "input()\n"))
+            return (await wait_for_event(ws, lambda e: e["type"] == "stage"))[0]
+
         async def go():
+            idle = box_pids(self.tag)
             results = await asyncio.gather(*[one() for _ in range(50)])
             opened = [r for r in results if not isinstance(r, int)]
             refused = [r for r in results if isinstance(r, int)]
+            await asyncio.gather(*[started(ws) for ws in opened])
+            running = len({os.readlink("/proc/%d/ns/pid" % p) for p in box_pids(self.tag) - idle})
             for ws in opened:
                 await ws.close()
-            return len(opened), refused
+            return len(opened), refused, running
 
-        opened, refused = run(go())
+        opened, refused, running = run(go())
         self.assertEqual(opened, 10)
         self.assertEqual(refused, [429] * 40)
+        self.assertEqual(running, 10)  # ten boxes (pid namespaces), one per session
 
     def test_refusal_before_upgrade_says_why(self):
         st, h, body = self.stack.request("GET", "/api/v2/connect")
