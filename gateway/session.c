@@ -98,7 +98,7 @@ struct gw_session {
     /* the client */
     const struct gw_session_sink *sink;
     void *sink_data;
-    h2o_timeout_entry_t init_timer; /* on the worker's session tick */
+    h2o_timeout_entry_t init_timer; /* on the worker's session tick: init, then SESSION_READY */
     uint64_t init_deadline_ms;
     /* the request, once known */
     int have_request;
@@ -654,6 +654,8 @@ static void on_ready(struct gw_session *s, const uint8_t *payload, size_t len)
         return;
     }
     s->ready = 1;
+    if (h2o_timeout_is_linked(&s->init_timer))
+        h2o_timeout_unlink(&s->init_timer);
     s->language = r.language;
     s->version = r.version;
     r.language = r.version = NULL;
@@ -887,6 +889,9 @@ static void open_backend(struct gw_session *s)
 
     s->state = S_RUNNING;
     s->t0_ms = now_ms();
+    s->init_deadline_ms = s->t0_ms + s->cfg->backend_timeout_ms;
+    if (!h2o_timeout_is_linked(&s->init_timer))
+        h2o_timeout_link(s->worker->ctx.loop, &s->worker->session_tick, &s->init_timer);
     if ((s->bs = gw_bstream_open(s->worker->ctx.loop, s->cfg->backend_socket, on_backend_frame, on_backend_end, s)) == NULL) {
         set_error(s, 503, "backend_unavailable", "backend unavailable");
         finish(s, OUT_BROKEN);
@@ -1052,14 +1057,23 @@ int gw_session_initialised(const struct gw_session *s)
     return s->have_request;
 }
 
+/* The two deadlines before a session runs: its `init` (a WebSocket's), and
+ * the backend's SESSION_READY (backend.timeout_ms, as for an execute's reply). */
 static void on_init_timeout(h2o_timeout_entry_t *entry)
 {
     struct gw_session *s = H2O_STRUCT_FROM_MEMBER(struct gw_session, init_timer, entry);
 
-    if (s->state != S_WAIT_INIT)
+    if (s->state != S_WAIT_INIT && (s->state != S_RUNNING || s->ready))
         return;
     if (now_ms() < s->init_deadline_ms) {
         h2o_timeout_link(s->worker->ctx.loop, &s->worker->session_tick, &s->init_timer);
+        return;
+    }
+    if (s->state == S_RUNNING) {
+        log_warnx("session: id=%s job=%llu: no SESSION_READY from the backend in time", s->request_id,
+                  (unsigned long long)s->job_id);
+        set_error(s, 504, "backend_timeout", "backend timed out");
+        finish(s, OUT_BROKEN);
         return;
     }
     log_info("session: id=%s tenant=%s: no init within %llu ms", s->request_id, s->tenant,
