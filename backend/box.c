@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -54,10 +55,11 @@
 #include "moat_io.h"
 #include "moat_limits.h"
 
-#define BOX_STACK_SIZE (256 * 1024)
-#define CPU_POLL_MS    20
-#define DRAIN_GRACE_MS 200
-#define READ_CHUNK     65536
+#define BOX_STACK_SIZE  (256 * 1024)
+#define CPU_POLL_MS     20
+#define CPU_POLL_MAX_MS 1000
+#define DRAIN_GRACE_MS  200
+#define READ_CHUNK      65536
 
 static uint64_t now_ms(void)
 {
@@ -85,7 +87,7 @@ static void warm_reset(struct warm_box *w)
         w->out_rd[k] = w->err_rd[k] = -1;
 }
 
-int slot_init(struct slot *s, int index, const char *run_dir, uid_t uid, struct errbuf *e)
+int slot_init(struct slot *s, int index, const char *cg_name, const char *run_dir, uid_t uid, struct errbuf *e)
 {
     memset(s, 0, sizeof(*s));
     warm_reset(&s->warm);
@@ -95,7 +97,8 @@ int slot_init(struct slot *s, int index, const char *run_dir, uid_t uid, struct 
     if ((size_t)snprintf(s->dir, sizeof(s->dir), "%s/slots/%d", run_dir, index) >= sizeof(s->dir) ||
         (size_t)snprintf(s->root, sizeof(s->root), "%s/root", s->dir) >= sizeof(s->root))
         return errf(e, "run dir path too long");
-    snprintf(s->cg_name, sizeof(s->cg_name), "slot%d", index);
+    if ((size_t)snprintf(s->cg_name, sizeof(s->cg_name), "%s", cg_name) >= sizeof(s->cg_name))
+        return errf(e, "cgroup name too long: %s", cg_name);
     char slots[PATH_MAX];
     snprintf(slots, sizeof(slots), "%s/slots", run_dir);
     if (mkdir(slots, 0700) != 0 && errno != EEXIST)
@@ -147,17 +150,18 @@ void box_discard(struct slot *s)
 /*
  * Slot s's init_args, cleared and filled but for the descriptors: a static
  * copy per slot, because init reads it after clone() (no malloc there) and a
- * slot prepares one box at a time.  pool_init() keeps slot indexes below
- * MAX_SLOTS (-j is capped there too); checked again here rather than
- * masked, so a bad index fails instead of sharing another slot's copy.
+ * slot prepares one box at a time.  The pools keep slot indexes below
+ * MAX_BOXES (batch slots first, then session slots; -j and --sessions are
+ * capped too); checked again here rather than masked, so a bad index fails
+ * instead of sharing another slot's copy.
  */
 static struct init_args *slot_init_args(const struct slot *s, const struct seccomp_prog *seccomp, struct errbuf *e)
 {
-    static struct init_args args[MAX_SLOTS];
+    static struct init_args args[MAX_BOXES];
     struct init_args *a;
 
-    if (s->index < 0 || s->index >= MAX_SLOTS) {
-        errf(e, "slot index %d out of range 0..%d", s->index, MAX_SLOTS - 1);
+    if (s->index < 0 || s->index >= MAX_BOXES) {
+        errf(e, "slot index %d out of range 0..%d", s->index, MAX_BOXES - 1);
         return NULL;
     }
     a = &args[s->index];
@@ -378,20 +382,23 @@ static int stream_append(struct box_stream *st, const uint8_t *data, size_t len)
     return take < len;
 }
 
-struct stage_state {
+/* One stage under supervision: what the loop knows, and what the io's
+ * callbacks reach through box_run_kill / box_run_active. */
+struct box_run {
     struct warm_box *w;
     int stage;
-    int out_open, err_open, ctl_open;
+    const struct box_io *io;
+    int out_open, err_open, ctl_open, extra_open;
     int timer;
-    const uint8_t *stdin_data;
-    size_t stdin_len, in_off;
     int killed; /* a limit killed the box */
     uint8_t kill_status;
+    uint8_t kill_clock;
     const char *kill_message;
     int have_report;
     struct box_report report;
     size_t report_got;
     uint64_t last_activity_ms; /* for the idle clock */
+    uint64_t cpu_base_ns;      /* the box's CPU time before this stage */
 };
 
 static void kill_now(struct warm_box *w)
@@ -404,58 +411,112 @@ static void kill_now(struct warm_box *w)
     w->broken = 1;
 }
 
-/* Kills the box for a limit; the first limit to trip names the status. */
-static void kill_box(struct stage_state *h, uint8_t status, const char *message)
+void box_run_kill(struct box_run *h, uint8_t status, uint8_t clock, const char *message)
 {
     if (!h->killed) {
         h->killed = 1;
         h->kill_status = status;
+        h->kill_clock = clock;
         h->kill_message = message;
     }
     kill_now(h->w);
 }
 
-/* Reads what one pipe has; enforces the stream's cap while reading. */
-static void drain_pipe(struct stage_state *h, int fd, int *open_flag, struct box_stream *st, struct box_stream *both,
-                       uint8_t over_status, const char *over_message)
+void box_run_active(struct box_run *h)
+{
+    h->last_activity_ms = now_ms();
+}
+
+/* The descriptor and open flag of one of the stage's output streams. */
+static int stream_fd(const struct box_run *h, int stream)
+{
+    return stream == BOX_STDOUT ? h->w->out_rd[h->stage] : h->w->err_rd[h->stage];
+}
+
+static int *stream_open(struct box_run *h, int stream)
+{
+    return stream == BOX_STDOUT ? &h->out_open : &h->err_open;
+}
+
+/* Whether the loop reads a stream now: while the sink has room, and always
+ * once the box is killed (nothing is held back for a dead program: what the
+ * sink has no room for is dropped). */
+static int stream_wanted(struct box_run *h, int stream)
+{
+    return *stream_open(h, stream) && (h->killed || h->io->room(h->io->ctx, stream) > 0);
+}
+
+/* Reads what one pipe has, at most what the sink has room for, and hands it over. */
+static void drain_pipe(struct box_run *h, int stream)
 {
     uint8_t buf[READ_CHUNK];
-    ssize_t n = read(fd, buf, sizeof(buf));
+    size_t room = h->io->room(h->io->ctx, stream);
+    size_t want = h->killed || room > sizeof(buf) ? sizeof(buf) : room;
+    ssize_t n = read(stream_fd(h, stream), buf, want);
     if (n < 0) {
         if (errno == EINTR || errno == EAGAIN)
             return;
         n = 0;
     }
     if (n == 0) {
-        *open_flag = 0;
+        *stream_open(h, stream) = 0;
         return;
     }
     h->last_activity_ms = now_ms();
-    int over = stream_append(st, buf, (size_t)n);
-    stream_append(both, buf, (size_t)n);
-    if (over)
-        kill_box(h, over_status, over_message);
+    size_t give = (size_t)n < room ? (size_t)n : room;
+    if (give > 0)
+        h->io->output(h->io->ctx, h, stream, buf, give);
 }
 
-static void feed_stdin(struct stage_state *h)
+/* Output the sink holds back (no room) while the program has more in the
+ * pipe: the program is blocked in write(), which is not idleness. */
+static int output_held_back(struct box_run *h)
+{
+    for (int stream = BOX_STDOUT; stream <= BOX_STDERR; stream++) {
+        int pending = 0;
+        if (*stream_open(h, stream) && h->io->room(h->io->ctx, stream) == 0 &&
+            ioctl(stream_fd(h, stream), FIONREAD, &pending) == 0 && pending > 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The run stage's stdin, before each poll: the pipe closes once the source
+ * has ended and nothing is pending; once it is closed (that, or EPIPE: the
+ * program stopped reading) whatever is pending is dropped. */
+static void tend_stdin(struct box_run *h)
 {
     struct warm_box *w = h->w;
-    if (w->in_wr < 0)
-        return;
-    if (h->in_off < h->stdin_len) {
-        ssize_t n = write(w->in_wr, h->stdin_data + h->in_off, h->stdin_len - h->in_off);
-        if (n > 0) {
-            h->in_off += (size_t)n;
-            h->last_activity_ms = now_ms();
-        } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
-            h->in_off = h->stdin_len; /* EPIPE: the program stopped reading */
-        }
-    }
-    if (h->in_off >= h->stdin_len)
+    const struct box_io *io = h->io;
+    const uint8_t *data;
+    size_t len;
+
+    if (w->in_wr >= 0 && io->stdin_pending(io->ctx, &data) == 0 && io->stdin_ended(io->ctx))
         close_fd(&w->in_wr);
+    if (w->in_wr < 0)
+        while ((len = io->stdin_pending(io->ctx, &data)) > 0)
+            io->stdin_consumed(io->ctx, len);
 }
 
-static void read_report(struct stage_state *h)
+static void feed_stdin(struct box_run *h)
+{
+    struct warm_box *w = h->w;
+    const struct box_io *io = h->io;
+    const uint8_t *data;
+    size_t len = io->stdin_pending(io->ctx, &data);
+
+    if (w->in_wr < 0 || len == 0)
+        return;
+    ssize_t n = write(w->in_wr, data, len);
+    if (n > 0) {
+        io->stdin_consumed(io->ctx, (size_t)n);
+        h->last_activity_ms = now_ms();
+    } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        close_fd(&w->in_wr); /* EPIPE: the program stopped reading */
+    }
+}
+
+static void read_report(struct box_run *h)
 {
     ssize_t n = read(h->w->ctl, (uint8_t *)&h->report + h->report_got, sizeof(h->report) - h->report_got);
     if (n < 0 && (errno == EINTR || errno == EAGAIN))
@@ -471,72 +532,154 @@ static void read_report(struct stage_state *h)
     }
 }
 
-static void supervise(const struct box_stage *st, struct stage_state *h, struct box_result *res, uint64_t start_ms)
+/* CPUs the box could use at once: how fast its CPU time can grow. */
+static uint64_t cpus_configured(void)
+{
+    static long cached;
+    long n = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (n <= 0) {
+        n = sysconf(_SC_NPROCESSORS_CONF);
+        if (n <= 0)
+            n = 1;
+        __atomic_store_n(&cached, n, __ATOMIC_RELAXED);
+    }
+    return (uint64_t)n;
+}
+
+/*
+ * The CPU clock: the stage's cgroup usage against its limit.  Returns when
+ * to look again: no sooner than the remaining budget could be spent with
+ * every CPU busy (so an idle session costs a read now and then, not fifty a
+ * second), never later than CPU_POLL_MAX_MS, never sooner than CPU_POLL_MS.
+ */
+static uint64_t check_cpu(struct box_run *h, uint64_t limit_ns, uint64_t now)
+{
+    struct cg_usage u;
+    struct errbuf e;
+    uint64_t wait_ms = CPU_POLL_MS;
+
+    if (cg_box_usage(&h->w->cgb, &u, &e) == 0) {
+        uint64_t used = u.cpu_ns > h->cpu_base_ns ? u.cpu_ns - h->cpu_base_ns : 0;
+        if (used > limit_ns) {
+            box_run_kill(h, MOAT_STATUS_TO, MOAT_CLOCK_CPU, "cpu-time limit exceeded");
+            return now + CPU_POLL_MAX_MS;
+        }
+        wait_ms = (limit_ns - used) / 1000000u / cpus_configured();
+    }
+    if (wait_ms < CPU_POLL_MS)
+        wait_ms = CPU_POLL_MS;
+    if (wait_ms > CPU_POLL_MAX_MS)
+        wait_ms = CPU_POLL_MAX_MS;
+    return now + wait_ms;
+}
+
+/* The idle clock: no output read, no input written or received for idle_ms. */
+static uint64_t idle_deadline(const struct box_run *h, const struct box_stage *st)
+{
+    return st->lim.idle_ms && h->ctl_open && !h->killed ? h->last_activity_ms + st->lim.idle_ms : 0;
+}
+
+static void check_idle(struct box_run *h, const struct box_stage *st, uint64_t now)
+{
+    uint64_t due = idle_deadline(h, st);
+    if (due == 0 || now <= due)
+        return;
+    if (output_held_back(h))
+        h->last_activity_ms = now;
+    else
+        box_run_kill(h, MOAT_STATUS_TO, MOAT_CLOCK_IDLE, "idle-time limit exceeded");
+}
+
+/* How long poll may sleep: until the next clock check that is not a descriptor. */
+static int poll_wait_ms(uint64_t now, uint64_t next_cpu, uint64_t idle_due, uint64_t drain_due)
+{
+    uint64_t until = now + CPU_POLL_MAX_MS;
+    if (next_cpu && next_cpu < until)
+        until = next_cpu;
+    if (idle_due && idle_due + 1 < until)
+        until = idle_due + 1;
+    if (drain_due && drain_due < until)
+        until = drain_due;
+    return until > now ? (int)(until - now) : 0;
+}
+
+/* A descriptor to poll; its index in pfd, or -1 when not wanted. */
+static int poll_add(struct pollfd *pfd, int *nfds, int want, int fd, short events)
+{
+    if (!want)
+        return -1;
+    pfd[*nfds] = (struct pollfd){fd, events, 0};
+    return (*nfds)++;
+}
+
+/*
+ * The one supervision loop, for batch and session alike: read the stage's
+ * output while the sink has room, write its stdin as the source has it,
+ * watch the extra descriptor (a session's connection), and the clocks.
+ * Runs until init has reported and both pipes are closed.
+ */
+static void supervise(const struct box_stage *st, struct box_run *h, struct box_result *res, uint64_t start_ms)
 {
     struct warm_box *w = h->w;
-    uint64_t drain_deadline = 0;
+    const struct box_io *io = h->io;
+    uint64_t drain_deadline = 0, next_cpu = 0;
     uint64_t cpu_limit_ns = st->lim.cpu_ms * 1000000ull;
     int k = h->stage;
 
+    if (cpu_limit_ns)
+        next_cpu = start_ms + CPU_POLL_MS;
     while (h->out_open || h->err_open || h->ctl_open) {
-        struct pollfd pfd[5];
-        int nfds = 0, i_out = -1, i_err = -1, i_ctl = -1, i_in = -1, i_tm;
-        if (h->out_open) {
-            i_out = nfds;
-            pfd[nfds++] = (struct pollfd){w->out_rd[k], POLLIN, 0};
-        }
-        if (h->err_open) {
-            i_err = nfds;
-            pfd[nfds++] = (struct pollfd){w->err_rd[k], POLLIN, 0};
-        }
-        if (h->ctl_open) {
-            i_ctl = nfds;
-            pfd[nfds++] = (struct pollfd){w->ctl, POLLIN, 0};
-        }
-        if (k == BOX_STAGE_RUN && w->in_wr >= 0) {
-            i_in = nfds;
-            pfd[nfds++] = (struct pollfd){w->in_wr, POLLOUT, 0};
-        }
-        i_tm = nfds;
-        pfd[nfds++] = (struct pollfd){h->timer, POLLIN, 0};
+        struct pollfd pfd[6];
+        const uint8_t *data;
+        int nfds = 0;
 
-        if (drain_deadline && now_ms() >= drain_deadline) {
+        if (k == BOX_STAGE_RUN)
+            tend_stdin(h);
+        int i_out = poll_add(pfd, &nfds, stream_wanted(h, BOX_STDOUT), w->out_rd[k], POLLIN);
+        int i_err = poll_add(pfd, &nfds, stream_wanted(h, BOX_STDERR), w->err_rd[k], POLLIN);
+        int i_ctl = poll_add(pfd, &nfds, h->ctl_open, w->ctl, POLLIN);
+        int i_in =
+            poll_add(pfd, &nfds, k == BOX_STAGE_RUN && w->in_wr >= 0 && io->stdin_pending(io->ctx, &data) > 0, w->in_wr, POLLOUT);
+        int i_x = poll_add(pfd, &nfds, h->extra_open, io->extra_fd, POLLIN);
+        int i_tm = poll_add(pfd, &nfds, 1, h->timer, POLLIN);
+
+        uint64_t now = now_ms();
+        if (drain_deadline && now >= drain_deadline) {
             /* the program ended but something still holds a pipe */
             kill_now(w);
             drain_deadline = 0;
         }
-        int n = poll(pfd, (nfds_t)nfds, CPU_POLL_MS);
+        int n = poll(pfd, (nfds_t)nfds, poll_wait_ms(now, next_cpu, idle_deadline(h, st), drain_deadline));
         if (n < 0 && errno != EINTR) {
             log_warn("%s: poll", __func__);
-            kill_box(h, MOAT_STATUS_XX, "internal error: poll failed");
+            box_run_kill(h, MOAT_STATUS_XX, 0, "internal error: poll failed");
             break;
         }
         if (n > 0) {
             if (i_out >= 0 && pfd[i_out].revents)
-                drain_pipe(h, w->out_rd[k], &h->out_open, &res->out, &res->both, MOAT_STATUS_OL, "stdout length exceeded");
+                drain_pipe(h, BOX_STDOUT);
             if (i_err >= 0 && pfd[i_err].revents)
-                drain_pipe(h, w->err_rd[k], &h->err_open, &res->err, &res->both, MOAT_STATUS_EL, "stderr length exceeded");
+                drain_pipe(h, BOX_STDERR);
             if (i_ctl >= 0 && pfd[i_ctl].revents)
                 read_report(h);
             if (i_in >= 0 && pfd[i_in].revents)
                 feed_stdin(h);
+            if (i_x >= 0 && pfd[i_x].revents && io->extra(io->ctx, h) != 0)
+                h->extra_open = 0;
             if (pfd[i_tm].revents & POLLIN) {
                 uint64_t ticks;
                 ssize_t r = read(h->timer, &ticks, sizeof(ticks));
                 (void)r;
-                kill_box(h, MOAT_STATUS_TO, "wall-time limit exceeded");
+                box_run_kill(h, MOAT_STATUS_TO, MOAT_CLOCK_WALL, "wall-time limit exceeded");
             }
         }
-        if (!h->killed && st->lim.idle_ms && h->ctl_open && now_ms() - h->last_activity_ms > st->lim.idle_ms)
-            kill_box(h, MOAT_STATUS_TO, "idle-time limit exceeded");
-        if (!h->killed && cpu_limit_ns) {
-            struct cg_usage u;
-            struct errbuf e;
-            if (cg_box_usage(&w->cgb, &u, &e) == 0 && u.cpu_ns > cpu_limit_ns)
-                kill_box(h, MOAT_STATUS_TO, "cpu-time limit exceeded");
-        }
+        now = now_ms();
+        if (!h->killed)
+            check_idle(h, st, now);
+        if (!h->killed && next_cpu && now >= next_cpu)
+            next_cpu = check_cpu(h, cpu_limit_ns, now);
         if (!h->ctl_open && !drain_deadline && (h->out_open || h->err_open))
-            drain_deadline = now_ms() + DRAIN_GRACE_MS;
+            drain_deadline = now + DRAIN_GRACE_MS;
     }
     res->wall_ms = now_ms() - start_ms;
 }
@@ -547,14 +690,14 @@ static void supervise(const struct box_stage *st, struct stage_state *h, struct 
  * Where the kernel does not count OOM kills (v1 before 4.13), a stage that
  * failed after reaching its limit is taken as killed for memory.
  */
-static int killed_for_memory(const struct stage_state *h, const struct cg_usage *u, const struct box_result *res)
+static int killed_for_memory(const struct box_run *h, const struct cg_usage *u, const struct box_result *res)
 {
     if (u->oom_kills > 0)
         return 1;
     return !u->oom_exact && u->limit_hits > 0 && (!h->have_report || res->status != MOAT_STATUS_OK);
 }
 
-static void classify(const struct stage_state *h, const struct cg_usage *u, struct box_result *res)
+static void classify(const struct box_run *h, const struct cg_usage *u, struct box_result *res)
 {
     if (h->have_report && h->report.kind == REPORT_EXITED) {
         int st = h->report.wait_status;
@@ -570,6 +713,7 @@ static void classify(const struct stage_state *h, const struct cg_usage *u, stru
     }
     if (h->killed) {
         res->status = h->kill_status;
+        res->clock = h->kill_clock;
         snprintf(res->message, sizeof(res->message), "%s", h->kill_message ? h->kill_message : "killed");
         if (!res->has_signal && !res->has_code) {
             res->has_signal = 1;
@@ -584,6 +728,7 @@ static void classify(const struct stage_state *h, const struct cg_usage *u, stru
         }
     } else if (res->status == MOAT_STATUS_SG && res->signal == SIGXCPU) {
         res->status = MOAT_STATUS_TO;
+        res->clock = MOAT_CLOCK_CPU;
         snprintf(res->message, sizeof(res->message), "cpu-time limit exceeded");
     } else if (res->status == MOAT_STATUS_SG) {
         const char *abbrev = sigabbrev_np(res->signal);
@@ -633,27 +778,36 @@ static void stage_usage_baseline(struct warm_box *w, struct cg_usage *base)
         memset(base, 0, sizeof(*base));
 }
 
-int box_run_stage(struct slot *s, int stage, const struct box_stage *st, const uint8_t *stdin_data, size_t stdin_len,
-                  struct box_result *res, struct errbuf *e)
+/* The stage's wall clock as an absolute timer: its own wall_ms from now, or
+ * the io's deadline (a session's whole lifetime) if that comes first. */
+static int arm_wall_clock(int timer, uint64_t start, const struct box_stage *st, const struct box_io *io, struct errbuf *e)
+{
+    uint64_t end = start + st->lim.wall_ms;
+    if (io->deadline_ms && io->deadline_ms < end)
+        end = io->deadline_ms;
+    struct itimerspec its = {{0, 0}, {(time_t)(end / 1000), (long)(end % 1000) * 1000000L}};
+    if (timerfd_settime(timer, TFD_TIMER_ABSTIME, &its, NULL) != 0)
+        return errf_errno(e, "timerfd_settime");
+    return 0;
+}
+
+int box_run_stage_io(struct slot *s, int stage, const struct box_stage *st, const struct box_io *io, struct box_result *res,
+                     struct errbuf *e)
 {
     struct warm_box *w = &s->warm;
-    struct stage_state h;
+    struct box_run h;
     struct cg_usage base, u;
     int rc = -1;
 
-    memset(res, 0, sizeof(*res));
     memset(&h, 0, sizeof(h));
     h.w = w;
     h.stage = stage;
+    h.io = io;
     h.timer = -1;
-    h.stdin_data = stdin_data;
-    h.stdin_len = stdin_len;
+    h.extra_open = io->extra_fd >= 0;
 
     if (w->init_pid <= 0 || w->broken)
         return errf(e, "slot %d: box is not usable", s->index);
-    if (stream_init(&res->out, st->lim.output_cap, e) != 0 || stream_init(&res->err, st->lim.output_cap, e) != 0 ||
-        stream_init(&res->both, st->lim.output_cap * 2, e) != 0)
-        goto out;
     if ((h.timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK)) < 0) {
         errf_errno(e, "timerfd_create");
         goto out;
@@ -670,13 +824,11 @@ int box_run_stage(struct slot *s, int stage, const struct box_stage *st, const u
     }
     (void)cg_box_reset_peak(&w->cgb); /* best effort: v2 reports the box's peak */
     stage_usage_baseline(w, &base);
+    h.cpu_base_ns = base.cpu_ns;
 
-    struct itimerspec its = {{0, 0}, {(time_t)(st->lim.wall_ms / 1000), (long)(st->lim.wall_ms % 1000) * 1000000L}};
-    if (timerfd_settime(h.timer, 0, &its, NULL) != 0) {
-        errf_errno(e, "timerfd_settime");
-        goto out;
-    }
     uint64_t start = now_ms();
+    if (arm_wall_clock(h.timer, start, st, io, e) != 0)
+        goto out;
     h.last_activity_ms = start;
     char go = (char)('0' + stage);
     if (moat_send_full(w->ctl, &go, 1) != 0) {
@@ -685,11 +837,10 @@ int box_run_stage(struct slot *s, int stage, const struct box_stage *st, const u
         goto out;
     }
     h.out_open = h.err_open = h.ctl_open = 1;
-    if (stage == BOX_STAGE_RUN) {
+    if (stage == BOX_STAGE_RUN)
         fcntl(w->in_wr, F_SETFL, O_NONBLOCK);
-        if (stdin_len == 0)
-            close_fd(&w->in_wr);
-    }
+    if (io->started != NULL)
+        io->started(io->ctx, &h);
 
     supervise(st, &h, res, start);
 
@@ -712,9 +863,85 @@ out:
     close_fd(&h.timer);
     close_fd(&w->out_rd[stage]);
     close_fd(&w->err_rd[stage]);
-    if (rc != 0) {
+    if (rc != 0)
         w->broken = 1;
-        box_result_free(res);
-    }
     return rc;
+}
+
+int box_signal(struct slot *s, int sig, struct errbuf *e)
+{
+    uint8_t msg[2] = {CTL_SIGNAL, (uint8_t)sig};
+
+    if (s->warm.ctl < 0 || sig < 1 || sig > 64)
+        return errf(e, "slot %d: no stage to signal", s->index);
+    if (moat_send_full(s->warm.ctl, msg, sizeof(msg)) != 0)
+        return errf_errno(e, "signal to slot %d", s->index);
+    return 0;
+}
+
+/* ---- batch: output into capped buffers, stdin from the request ------------------ */
+
+struct batch_io {
+    struct box_result *res;
+    const uint8_t *in;
+    size_t in_len, in_off;
+};
+
+static size_t batch_room(void *ctx, int stream)
+{
+    (void)ctx;
+    (void)stream;
+    return SIZE_MAX; /* always read: bytes over the cap kill the box */
+}
+
+static void batch_output(void *ctx, struct box_run *run, int stream, const uint8_t *data, size_t len)
+{
+    struct batch_io *b = ctx;
+    int over = stream_append(stream == BOX_STDOUT ? &b->res->out : &b->res->err, data, len);
+    stream_append(&b->res->both, data, len);
+    if (over && stream == BOX_STDOUT)
+        box_run_kill(run, MOAT_STATUS_OL, 0, "stdout length exceeded");
+    else if (over)
+        box_run_kill(run, MOAT_STATUS_EL, 0, "stderr length exceeded");
+}
+
+static size_t batch_stdin_pending(void *ctx, const uint8_t **data)
+{
+    struct batch_io *b = ctx;
+    *data = b->in + b->in_off;
+    return b->in_len - b->in_off;
+}
+
+static void batch_stdin_consumed(void *ctx, size_t n)
+{
+    struct batch_io *b = ctx;
+    b->in_off += n;
+}
+
+static int batch_stdin_ended(void *ctx)
+{
+    (void)ctx;
+    return 1; /* the request's stdin is all there is */
+}
+
+int box_run_stage(struct slot *s, int stage, const struct box_stage *st, const uint8_t *stdin_data, size_t stdin_len,
+                  struct box_result *res, struct errbuf *e)
+{
+    struct batch_io b = {res, stdin_data, stdin_len, 0};
+    const struct box_io io = {.ctx = &b,
+                              .room = batch_room,
+                              .output = batch_output,
+                              .stdin_pending = batch_stdin_pending,
+                              .stdin_consumed = batch_stdin_consumed,
+                              .stdin_ended = batch_stdin_ended,
+                              .extra_fd = -1};
+
+    memset(res, 0, sizeof(*res));
+    if (stream_init(&res->out, st->lim.output_cap, e) != 0 || stream_init(&res->err, st->lim.output_cap, e) != 0 ||
+        stream_init(&res->both, st->lim.output_cap * 2, e) != 0 || box_run_stage_io(s, stage, st, &io, res, e) != 0) {
+        s->warm.broken = 1;
+        box_result_free(res);
+        return -1;
+    }
+    return 0;
 }

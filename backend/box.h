@@ -9,6 +9,11 @@
  * (box_start: runtime mounts, files, stage argv/env/limits), runs each stage
  * (box_run_stage), and leaves the box to be discarded (box_discard) and the
  * slot prepared again, after the reply has gone out.
+ *
+ * One supervision loop runs every stage, batch or session: box_run_stage
+ * gives it capped buffers and the request's stdin; a session gives it a
+ * struct box_io of its own (box_run_stage_io): output as frames while the
+ * gateway's credit lasts, stdin as it arrives, the connection to watch.
  */
 #ifndef MOAT_BOX_H
 #define MOAT_BOX_H
@@ -57,6 +62,50 @@ struct box_job {
     struct box_stage stages[BOX_NSTAGES];
 };
 
+/* The stage's output streams, as struct box_io names them. */
+enum { BOX_STDOUT = 0, BOX_STDERR = 1 };
+
+struct box_run; /* a stage under supervision (box.c) */
+
+/*
+ * Where a stage's output goes and its stdin comes from, and what else the
+ * supervision loop watches.  Callbacks run on the loop's thread and must not
+ * block for long; they may end the stage with box_run_kill().
+ */
+struct box_io {
+    void *ctx;
+    /* Bytes of stream the loop may read now.  0 holds the pipe: the loop
+     * stops reading it and the program blocks in write(); that time does
+     * not count as idle. */
+    size_t (*room)(void *ctx, int stream);
+    /* 1..room bytes read from stream (BOX_STDOUT, BOX_STDERR). */
+    void (*output)(void *ctx, struct box_run *run, int stream, const uint8_t *data, size_t len);
+    /* Run stage: stdin bytes ready to write (*data), 0 when none are. */
+    size_t (*stdin_pending)(void *ctx, const uint8_t **data);
+    /* n of them left the source: written into the pipe, or dropped because
+     * the program closed its stdin. */
+    void (*stdin_consumed)(void *ctx, size_t n);
+    /* 1 once no more stdin will come: the pipe is closed when none is pending. */
+    int (*stdin_ended)(void *ctx);
+    /* One more descriptor polled for input, -1 for none; extra() returns
+     * non-zero when it is no longer to be polled. */
+    int extra_fd;
+    int (*extra)(void *ctx, struct box_run *run);
+    /* Absolute CLOCK_MONOTONIC ms the stage must end by even if its own
+     * wall_ms lasts longer (a session's lifetime); 0 for none. */
+    uint64_t deadline_ms;
+    /* Optional: the stage was told to start ("go" sent): from here on
+     * box_signal() reaches its program. */
+    void (*started)(void *ctx, struct box_run *run);
+};
+
+/* From a box_io callback: kill the box; the first reason given names the
+ * stage's status (clock: enum moat_clock for a TO, else 0). */
+void box_run_kill(struct box_run *run, uint8_t status, uint8_t clock, const char *message);
+/* From a box_io callback: the program had input (a session's stdin
+ * arrived): the idle clock starts again. */
+void box_run_active(struct box_run *run);
+
 struct box_stream {
     uint8_t *data;
     size_t len;
@@ -65,6 +114,7 @@ struct box_stream {
 
 struct box_result {
     uint8_t status; /* enum moat_status */
+    uint8_t clock;  /* enum moat_clock when status is TO, else 0 */
     int has_code;
     int code;
     int has_signal;
@@ -101,17 +151,27 @@ struct slot {
     struct warm_box warm;
 };
 
-/* Called at start-up for each slot. */
-int slot_init(struct slot *s, int index, const char *run_dir, uid_t uid, struct errbuf *e);
+/* Called at start-up for each slot: index is unique across the pools (its
+ * directory <run_dir>/slots/<index>, its init_args), cg_name its cgroup's. */
+int slot_init(struct slot *s, int index, const char *cg_name, const char *run_dir, uid_t uid, struct errbuf *e);
 
 /* Called off the request path: make the slot's next box warm. */
 int box_prepare(const struct cg_system *cg, const struct seccomp_prog *seccomp, struct slot *s, struct errbuf *e);
 /* Called per job: hand the warm box its plan. */
 int box_start(struct slot *s, const struct box_job *job, struct errbuf *e);
-/* Runs one stage.  Returns 0 with *res filled (the program's own failures
- * are statuses in *res), or -1 if the box failed. */
+/* Runs one stage, batch: output into res's buffers (capped), stdin from
+ * stdin_data.  Returns 0 with *res filled (the program's own failures are
+ * statuses in *res), or -1 if the box failed. */
 int box_run_stage(struct slot *s, int stage, const struct box_stage *st, const uint8_t *stdin_data, size_t stdin_len,
                   struct box_result *res, struct errbuf *e);
+/* Runs one stage with io as its sink and source.  res starts zeroed; this
+ * fills its status, code, signal, clock, message and usage, never its
+ * buffers.  0, or -1 if the box failed. */
+int box_run_stage_io(struct slot *s, int stage, const struct box_stage *st, const struct box_io *io, struct box_result *res,
+                     struct errbuf *e);
+/* During a stage: init sends sig (a host signal number) to the stage's
+ * program's process group, inside the box's pid namespace (box_init.c). */
+int box_signal(struct slot *s, int sig, struct errbuf *e);
 /* Called after a job (off the request path): kill, reap, remove the
  * cgroup.  Nothing of the box is read or followed on the host. */
 void box_discard(struct slot *s);

@@ -16,9 +16,21 @@
  *   attached us by now) -> setup_job_mounts (read-only runtime binds, /box
  *   with the job's files) -> setup_pivot -> setup_uts.
  * Per "go" byte:  run_stage forks the program, which does setup_session ->
- *   setup_rlimits -> setup_credentials -> close fds -> no_new_privs ->
- *   seccomp -> execve; init reaps it, kills whatever it left behind, closes
- *   the stage's output pipes and reports the wait status.
+ *   setup_signals -> setup_rlimits -> setup_credentials -> close fds ->
+ *   no_new_privs -> seccomp -> execve; init waits for it (wait_stage),
+ *   reaps it, kills whatever it left behind, closes the stage's output pipes
+ *   and reports the wait status.
+ *
+ * Signals from the host (a session's SESSION_SIGNAL, box_signal()): while a
+ *   stage runs, init reads CTL_SIGNAL messages and sends the signal to the
+ *   stage program's process group (the program is a session and group
+ *   leader: setsid), from inside the box's pid namespace.  That is free of
+ *   pid reuse by construction: the program is init's own child, and until
+ *   init reaps it (it stops reading signals first) its pid and so its group
+ *   id cannot be taken by another process; nor can any pid the kill reaches
+ *   be a host process, since the namespace holds only the box.  Init learns
+ *   of its children's exits from a signalfd (SIGCHLD is blocked in init, and
+ *   unblocked again in the program with every other signal).
  *
  * What a box must not learn from the host (S28, S30): /dev holds device
  *   nodes made here (mknod), not binds of the host's devtmpfs, so the
@@ -33,6 +45,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/seccomp.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -41,6 +54,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -597,6 +611,23 @@ static void setup_credentials(const struct slot *s, int errfd, int stage)
         exec_die(errfd, stage, "privileges could be regained");
 }
 
+/* The program starts with no signal blocked or ignored: it would otherwise
+ * inherit init's blocked SIGCHLD, the backend's blocked SIGTERM, SIGINT and
+ * SIGHUP (kept for its signalfd) and its ignored SIGPIPE. */
+static void setup_signals(int errfd, int stage)
+{
+    struct sigaction dfl;
+    sigset_t none;
+
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; sig++)
+        (void)sigaction(sig, &dfl, NULL); /* SIGKILL, SIGSTOP and glibc's own refuse: no matter */
+    sigemptyset(&none);
+    if (sigprocmask(SIG_SETMASK, &none, NULL) != 0)
+        exec_die(errfd, stage, "sigprocmask");
+}
+
 static __attribute__((noreturn)) void run_program(const struct init_args *a, const struct stage_plan *st, int stage, int errfd)
 {
     if (stage == BOX_STAGE_COMPILE) {
@@ -608,6 +639,7 @@ static __attribute__((noreturn)) void run_program(const struct init_args *a, con
         exec_die(errfd, stage, "setsid");
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
         exec_die(errfd, stage, "PR_SET_PDEATHSIG");
+    setup_signals(errfd, stage);
     setup_rlimits(st, errfd, stage);
     setup_credentials(a->slot, errfd, stage);
     if (chdir("/box") != 0)
@@ -627,7 +659,69 @@ static __attribute__((noreturn)) void run_program(const struct init_args *a, con
     exec_die(errfd, stage, "execve");
 }
 
-static void run_stage(const struct init_args *a, const struct parsed_plan *pp, int stage)
+/* Reaps every child that has ended; 1 with *status once prog is among them. */
+static int reap_children(pid_t prog, int *status)
+{
+    int found = 0;
+    for (;;) {
+        int st;
+        pid_t w = waitpid(-1, &st, WNOHANG);
+        if (w > 0) {
+            if (w == prog) {
+                *status = st;
+                found = 1;
+            }
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno != ECHILD)
+            child_die("wait");
+        return found;
+    }
+}
+
+/* The host asked for a signal: CTL_SIGNAL and its number.  0, or -1 once
+ * the host is gone (the stage goes on; box_discard will end it). */
+static int relay_signal(pid_t prog)
+{
+    uint8_t msg[2];
+    if (moat_read_full(FD_CTL, msg, sizeof(msg)) != (ssize_t)sizeof(msg))
+        return -1;
+    if (msg[0] != CTL_SIGNAL || msg[1] < 1 || msg[1] >= NSIG) {
+        errno = EINVAL;
+        child_die("bad control message during a stage");
+    }
+    /* the program's group: init's unreaped child, so the id is still its */
+    kill(-prog, msg[1]);
+    return 0;
+}
+
+/* Until the stage's program ends: its status.  Other children are reaped as
+ * they end (orphans come to pid 1); signals from the host are relayed. */
+static int wait_stage(int sig_fd, pid_t prog)
+{
+    int status = 0, ctl_open = 1;
+
+    while (!reap_children(prog, &status)) {
+        struct pollfd pfd[2] = {{sig_fd, POLLIN, 0}, {ctl_open ? FD_CTL : -1, POLLIN, 0}};
+        if (poll(pfd, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            child_die("poll");
+        }
+        if (pfd[0].revents) {
+            struct signalfd_siginfo si;
+            while (read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+                ; /* which child does not matter: reap_children looks at all */
+        }
+        if (pfd[1].revents && relay_signal(prog) != 0)
+            ctl_open = 0;
+    }
+    return status;
+}
+
+static void run_stage(const struct init_args *a, const struct parsed_plan *pp, int sig_fd, int stage)
 {
     const struct stage_plan *st = &pp->stages[stage];
     int errpipe[2];
@@ -664,20 +758,7 @@ static void run_stage(const struct init_args *a, const struct parsed_plan *pp, i
         _exit(127);
     }
 
-    int status = 0;
-    for (;;) {
-        int st_;
-        pid_t w = wait(&st_);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            child_die("wait");
-        }
-        if (w == prog) {
-            status = st_;
-            break;
-        }
-    }
+    int status = wait_stage(sig_fd, prog);
     /* nothing a stage started outlives it: pid 1 may signal every other
      * process of its namespace */
     kill(-1, SIGKILL);
@@ -686,12 +767,28 @@ static void run_stage(const struct init_args *a, const struct parsed_plan *pp, i
     report_send(FD_CTL, REPORT_EXITED, stage, status, 0, NULL);
 }
 
+/* SIGCHLD blocked and read from a signalfd: wait_stage polls it with the
+ * control socket.  Made after setup_fds, which closes everything else. */
+static int setup_child_signals(void)
+{
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    if (sigprocmask(SIG_BLOCK, &chld, NULL) != 0)
+        child_die("block SIGCHLD");
+    int fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (fd < 0)
+        child_die("signalfd");
+    return fd;
+}
+
 int box_init_main(void *arg)
 {
     const struct init_args *a = arg;
     struct parsed_plan pp;
 
     setup_fds(a);
+    int sig_fd = setup_child_signals();
     setup_generic_mounts(a);
     setup_proc_masks(a->slot);
     read_plan(&pp);
@@ -708,11 +805,17 @@ int box_init_main(void *arg)
             continue;
         if (n != 1)
             _exit(0); /* the host is done with this box */
+        if (go == CTL_SIGNAL) {
+            uint8_t late;
+            if (moat_read_full(FD_CTL, &late, 1) != 1)
+                _exit(0);
+            continue; /* for a stage that has ended */
+        }
         int stage = go - '0';
         if (stage < 0 || stage >= BOX_NSTAGES || !pp.stages[stage].present) {
             errno = EINVAL;
             child_die("bad stage request");
         }
-        run_stage(a, &pp, stage);
+        run_stage(a, &pp, sig_fd, stage);
     }
 }

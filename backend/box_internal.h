@@ -3,7 +3,10 @@
  * say to each other over the control socket.
  *
  * host -> init: one plan, then one "go" byte per stage ('0' compile,
- *               '1' run).  The plan is "MOAT", u32 body length, body:
+ *               '1' run); while a stage runs, CTL_SIGNAL and one byte, a
+ *               signal for the stage program's process group (between
+ *               stages init reads and drops it: that stage is over).
+ *               The plan is "MOAT", u32 body length, body:
  *   u64 box_bytes, u32 nro, u32 nfiles, u32 stage_mask,
  *   nro x str (runtime path), nfiles x (str name, blob content),
  *   per present stage: u64 fsize, u64 cpu_ms, u32 nofile, u32 pids,
@@ -21,6 +24,7 @@
 #include "box.h"
 
 #define PLAN_MAGIC     0x54414f4dU /* "MOAT" */
+#define CTL_SIGNAL     'S'
 #define PLAN_MAX_BYTES (32u * 1024u * 1024u)
 
 enum report_kind {

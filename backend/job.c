@@ -3,6 +3,10 @@
  * trusts nothing the socket brings), pick the language, apply limits that may
  * only lower the server's, take a slot, run the compile stage if there is one
  * and the run stage unless compiling failed, and fill the typed result.
+ *
+ * The checks and the plan (job_plan_init) are the same for a live session
+ * (session.c), which adds its clocks and caps: the language's session
+ * limits lowered by the SESSION_OPEN's ceilings, then by run_timeout.
  */
 #include "job.h"
 
@@ -33,9 +37,7 @@ static int option_like(const char *name)
     return name[0] == '-' || name[0] == '@';
 }
 
-static int job_fail(struct job_error *je, uint16_t code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int job_fail(struct job_error *je, uint16_t code, const char *fmt, ...)
+int job_fail(struct job_error *je, uint16_t code, const char *fmt, ...)
 {
     va_list ap;
     je->code = code;
@@ -62,9 +64,18 @@ static int validate_files(const struct moat_exec_request *req, struct job_error 
     }
     if (total > MAX_CODE_BYTES)
         return job_fail(je, MOAT_ERR_LIMIT, "files exceed the configured limit of %llu bytes", (unsigned long long)MAX_CODE_BYTES);
-    if (req->stdin_len > MAX_STDIN_BYTES)
+    return 0;
+}
+
+/* A batch job's stdin against the server's cap; a session's against its own. */
+static int validate_stdin(const struct moat_exec_request *req, const struct session_limits *session, struct job_error *je)
+{
+    if (session == NULL && req->stdin_len > MAX_STDIN_BYTES)
         return job_fail(je, MOAT_ERR_LIMIT, "stdin exceeds the configured limit of %llu bytes",
                         (unsigned long long)MAX_STDIN_BYTES);
+    if (session != NULL && req->stdin_len > session->stdin_bytes)
+        return job_fail(je, MOAT_ERR_LIMIT, "stdin exceeds the session's limit of %llu bytes",
+                        (unsigned long long)session->stdin_bytes);
     return 0;
 }
 
@@ -103,6 +114,45 @@ static int stage_limits_for(const struct stage_limits *ceil, int64_t timeout_ms,
     lim->output_cap = (size_t)ceil->output_cap;
     lim->fsize_bytes = ceil->fsize_bytes;
     lim->nofile = DEFAULT_NOFILE;
+    return 0;
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* The idle clock: 0 is off, so the smaller of the two that are on. */
+static uint64_t min_on(uint64_t a, uint64_t b)
+{
+    return a == 0 ? b : b == 0 ? a : min_u64(a, b);
+}
+
+/*
+ * A session's clocks and caps: the language's (built-in defaults, the
+ * server's --limit, the manifest's session_* keys) lowered by the
+ * SESSION_OPEN's ceilings; run_timeout, when the request has one, lowers the
+ * wall clock further and may never raise it.
+ */
+static int session_limits_for(const struct language *lang, const struct session_limits *ceil, int64_t run_timeout_ms,
+                              struct session_limits *out, struct job_error *je)
+{
+    const struct session_limits *d = &lang->session_limits;
+
+    if (ceil->wall_ms == 0 || ceil->cpu_ms == 0)
+        return job_fail(je, MOAT_ERR_BAD_REQUEST, "the session's wall and cpu limits must be positive");
+    out->wall_ms = min_u64(d->wall_ms, ceil->wall_ms);
+    out->idle_ms = min_on(d->idle_ms, ceil->idle_ms);
+    out->cpu_ms = min_u64(d->cpu_ms, ceil->cpu_ms);
+    out->stdin_bytes = min_u64(d->stdin_bytes, ceil->stdin_bytes);
+    out->output_bytes = min_u64(d->output_bytes, ceil->output_bytes);
+    if (run_timeout_ms == 0)
+        return job_fail(je, MOAT_ERR_LIMIT, "run_timeout must be positive");
+    if (run_timeout_ms > 0 && (uint64_t)run_timeout_ms > out->wall_ms)
+        return job_fail(je, MOAT_ERR_LIMIT, "run_timeout cannot exceed the session's wall limit of %llu ms",
+                        (unsigned long long)out->wall_ms);
+    if (run_timeout_ms > 0)
+        out->wall_ms = (uint64_t)run_timeout_ms;
     return 0;
 }
 
@@ -176,64 +226,91 @@ static int apply_extension(const struct language *lang, struct moat_exec_request
     return 0;
 }
 
-int job_run(struct backend *b, const struct moat_exec_request *orig, struct moat_exec_result *res, struct job_error *je)
+void job_plan_free(struct job_plan *plan)
+{
+    language_argv_free(plan->argv_compile);
+    language_argv_free(plan->argv_run);
+    plan->argv_compile = plan->argv_run = NULL;
+}
+
+int job_plan_init(struct backend *b, const struct moat_exec_request *req, const struct session_limits *ceilings,
+                  struct job_plan *plan, struct job_error *je)
 {
     struct box_limits run_lim, compile_lim;
-    struct moat_file renamed[MOAT_MAX_FILES];
-    struct moat_exec_request view = *orig;
-    const struct moat_exec_request *req = &view;
-    char entry[32];
-    char **argv_compile = NULL, **argv_run = NULL;
-    struct errbuf e;
-    int rc = -1;
+    struct moat_exec_request *view = &plan->view;
 
-    memset(res, 0, sizeof(*res));
-    const struct language *lang = language_find(&b->langs, req->language, req->version);
+    memset(plan, 0, sizeof(*plan));
+    *view = *req;
+    const struct language *lang = plan->lang = language_find(&b->langs, req->language, req->version);
     if (lang == NULL)
         return job_fail(je, MOAT_ERR_UNKNOWN_LANGUAGE, "%s-%s runtime is unknown", req->language, req->version);
     if (validate_files(req, je) != 0)
         return -1;
-    if (apply_extension(lang, &view, renamed, entry, sizeof(entry)) != 0)
+    if (ceilings != NULL && session_limits_for(lang, ceilings, req->run_timeout_ms, &plan->session, je) != 0)
         return -1;
-    if (stage_limits_for(&lang->run_limits, req->run_timeout_ms, req->run_memory_bytes, "run", &run_lim, je) != 0 ||
+    if (validate_stdin(req, ceilings ? &plan->session : NULL, je) != 0)
+        return -1;
+    if (apply_extension(lang, view, plan->renamed, plan->entry, sizeof(plan->entry)) != 0)
+        return -1;
+    /* a session's run stage runs on the session's clocks, not run_timeout's batch ceiling */
+    if (stage_limits_for(&lang->run_limits, ceilings ? -1 : req->run_timeout_ms, req->run_memory_bytes, "run", &run_lim, je) != 0 ||
         stage_limits_for(&lang->compile_limits, req->compile_timeout_ms, req->compile_memory_bytes, "compile", &compile_lim, je) !=
             0)
         return -1;
-
-    struct box_job job;
-    memset(&job, 0, sizeof(job));
-    job.ro = lang->ro;
-    job.nro = lang->nro;
-    job.files = req->files;
-    job.nfiles = req->nfiles;
-    job.box_bytes = DEFAULT_BOX_BYTES;
-    if (lang->compile_argv) {
-        job.stages[BOX_STAGE_COMPILE] = (struct box_stage){1, NULL, lang->env, compile_lim};
-        if ((argv_compile = language_argv(lang->compile_argv, req->files, req->nfiles, req->args, req->nargs)) == NULL)
-            return job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
-        job.stages[BOX_STAGE_COMPILE].argv = argv_compile;
+    if (ceilings != NULL) {
+        run_lim.wall_ms = plan->session.wall_ms;
+        run_lim.cpu_ms = plan->session.cpu_ms;
+        run_lim.idle_ms = plan->session.idle_ms;
     }
-    job.stages[BOX_STAGE_RUN] = (struct box_stage){1, NULL, lang->env, run_lim};
-    if ((argv_run = language_argv(lang->run_argv, req->files, req->nfiles, req->args, req->nargs)) == NULL) {
-        language_argv_free(argv_compile);
+
+    struct box_job *job = &plan->job;
+    job->ro = lang->ro;
+    job->nro = lang->nro;
+    job->files = view->files;
+    job->nfiles = view->nfiles;
+    job->box_bytes = DEFAULT_BOX_BYTES;
+    if (lang->compile_argv) {
+        if ((plan->argv_compile = language_argv(lang->compile_argv, view->files, view->nfiles, view->args, view->nargs)) == NULL)
+            return job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
+        job->stages[BOX_STAGE_COMPILE] = (struct box_stage){1, plan->argv_compile, lang->env, compile_lim};
+    }
+    if ((plan->argv_run = language_argv(lang->run_argv, view->files, view->nfiles, view->args, view->nargs)) == NULL) {
+        job_plan_free(plan);
         return job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
     }
-    job.stages[BOX_STAGE_RUN].argv = argv_run;
+    job->stages[BOX_STAGE_RUN] = (struct box_stage){1, plan->argv_run, lang->env, run_lim};
+    return 0;
+}
 
-    struct slot *s = pool_acquire(&b->pool);
-    if (s == NULL) {
-        job_fail(je, MOAT_ERR_BUSY, "server busy: every box slot and queue place is taken, try again later");
+int job_run(struct backend *b, const struct moat_exec_request *req, struct moat_exec_result *res, struct job_error *je)
+{
+    struct job_plan plan;
+    struct errbuf e;
+    struct slot *s;
+    int rc = -1;
+
+    memset(res, 0, sizeof(*res));
+    if (job_plan_init(b, req, NULL, &plan, je) != 0)
+        return -1;
+    const struct language *lang = plan.lang;
+    struct box_job *job = &plan.job;
+    int got = pool_acquire(&b->pool, &s, &e);
+    if (got != 0) {
+        if (got == POOL_BUSY)
+            job_fail(je, MOAT_ERR_BUSY, "server busy: every box slot and queue place is taken, try again later");
+        else
+            job_fail(je, MOAT_ERR_INTERNAL, "no box could be prepared");
         goto done;
     }
-    if (box_start(s, &job, &e) != 0) {
+    if (box_start(s, job, &e) != 0) {
         log_warnx("%s: slot %d: %s", __func__, s->index, e.msg);
         job_fail(je, MOAT_ERR_INTERNAL, "the box could not be prepared");
         goto out;
     }
-    if (lang->compile_argv && run_stage(s, BOX_STAGE_COMPILE, &job.stages[BOX_STAGE_COMPILE], req, &res->compile, je) != 0)
+    if (lang->compile_argv && run_stage(s, BOX_STAGE_COMPILE, &job->stages[BOX_STAGE_COMPILE], &plan.view, &res->compile, je) != 0)
         goto out;
     if (!res->compile.present || res->compile.status == MOAT_STATUS_OK) {
-        if (run_stage(s, BOX_STAGE_RUN, &job.stages[BOX_STAGE_RUN], req, &res->run, je) != 0)
+        if (run_stage(s, BOX_STAGE_RUN, &job->stages[BOX_STAGE_RUN], &plan.view, &res->run, je) != 0)
             goto out;
     }
     if ((res->language = strdup(lang->name)) == NULL || (res->version = strdup(lang->version)) == NULL) {
@@ -245,8 +322,7 @@ out:
     /* the box is discarded and the slot made warm again off this path */
     pool_release(&b->pool, s);
 done:
-    language_argv_free(argv_compile);
-    language_argv_free(argv_run);
+    job_plan_free(&plan);
     if (rc != 0)
         moat_exec_result_free(res);
     return rc;

@@ -1,6 +1,7 @@
 /*
- * job.h - the backend's state shared by its worker threads, and the
- * execute path from a decoded request to a typed result.
+ * job.h - the backend's state shared by its worker threads, the checks and
+ * plan every request goes through, and the execute path from a decoded
+ * request to a typed result.
  */
 #ifndef MOAT_JOB_H
 #define MOAT_JOB_H
@@ -15,7 +16,8 @@
 struct backend {
     struct cg_system cg;
     struct language_set langs;
-    struct slot_pool pool;
+    struct slot_pool pool;     /* batch slots (-j) */
+    struct slot_pool sessions; /* session slots (--sessions), apart from the batch ones */
     struct seccomp_prog seccomp;
 };
 
@@ -23,6 +25,34 @@ struct job_error {
     uint16_t code; /* enum moat_error_code */
     char message[MOAT_MAX_MESSAGE_LEN / 2];
 };
+
+/*
+ * A request checked and planned, for batch (job_run) and session
+ * (session.c) alike: the language, the request as the box sees it (entry
+ * file renamed to carry the language's extension), each stage's argv and
+ * limits, the box plan.  For a session, also its effective clocks and caps,
+ * and the run stage's wall, CPU and idle clocks are the session's.
+ * Not to be moved once made (the view points into renamed[]).
+ */
+struct job_plan {
+    const struct language *lang;
+    struct moat_exec_request view;
+    struct moat_file renamed[MOAT_MAX_FILES];
+    char entry[32];
+    char **argv_compile, **argv_run;
+    struct box_job job;
+    struct session_limits session; /* when planned with ceilings */
+};
+
+/* Validates req again (the backend trusts nothing the socket brings) and
+ * plans it: 0, or -1 with *je saying why it is refused.  ceilings is NULL
+ * for a batch job, a session's SESSION_OPEN limits otherwise. */
+int job_plan_init(struct backend *b, const struct moat_exec_request *req, const struct session_limits *ceilings,
+                  struct job_plan *plan, struct job_error *je);
+void job_plan_free(struct job_plan *plan);
+
+/* printf into *je with its code; returns -1. */
+int job_fail(struct job_error *je, uint16_t code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Returns 0 with *res filled, or -1 with *je saying why it was refused. */
 int job_run(struct backend *b, const struct moat_exec_request *req, struct moat_exec_result *res, struct job_error *je);

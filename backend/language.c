@@ -126,12 +126,12 @@ static int limit_override(json_t *obj, const char *key, uint64_t *value, struct 
     return 0;
 }
 
-int limits_apply(json_t *obj, struct stage_limits *r, struct stage_limits *c, struct errbuf *e)
+int limits_apply(json_t *obj, struct stage_limits *r, struct stage_limits *c, struct session_limits *ss, struct errbuf *e)
 {
     static const char *const known[] = {
-        "run_timeout",       "run_cpu_time",     "run_memory",          "run_processes", "compile_timeout",
-        "compile_cpu_time",  "compile_memory",   "compile_processes",   "output",        "file_size",
-        "compile_file_size", "run_idle_timeout", "compile_idle_timeout"};
+        "run_timeout",          "run_cpu_time",      "run_memory",   "run_processes", "compile_timeout",   "compile_cpu_time",
+        "compile_memory",       "compile_processes", "output",       "file_size",     "compile_file_size", "run_idle_timeout",
+        "compile_idle_timeout", "session_wall",      "session_idle", "session_cpu",   "session_stdin",     "session_output"};
     const char *key;
     json_t *v;
     uint64_t pids;
@@ -152,6 +152,11 @@ int limits_apply(json_t *obj, struct stage_limits *r, struct stage_limits *c, st
         limit_override(obj, "run_memory", &r->memory_bytes, e) || limit_override(obj, "compile_timeout", &c->wall_ms, e) ||
         limit_override(obj, "compile_cpu_time", &c->cpu_ms, e) || limit_override(obj, "compile_memory", &c->memory_bytes, e) ||
         limit_override(obj, "run_idle_timeout", &r->idle_ms, e) || limit_override(obj, "compile_idle_timeout", &c->idle_ms, e))
+        return -1;
+    /* a live session's clocks and caps (session.c) */
+    if (limit_override(obj, "session_wall", &ss->wall_ms, e) || limit_override(obj, "session_idle", &ss->idle_ms, e) ||
+        limit_override(obj, "session_cpu", &ss->cpu_ms, e) || limit_override(obj, "session_stdin", &ss->stdin_bytes, e) ||
+        limit_override(obj, "session_output", &ss->output_bytes, e))
         return -1;
     /* output and file_size apply to both stages; compile_file_size after */
     if (limit_override(obj, "output", &r->output_cap, e) || limit_override(obj, "output", &c->output_cap, e) ||
@@ -185,13 +190,21 @@ static struct stage_limits server_compile = {.wall_ms = DEFAULT_COMPILE_WALL_MS,
                                              .output_cap = DEFAULT_OUTPUT_CAP,
                                              .fsize_bytes = DEFAULT_FSIZE};
 
+static struct session_limits server_session = {.wall_ms = DEFAULT_SESSION_WALL_MS,
+                                               .idle_ms = DEFAULT_SESSION_IDLE_MS,
+                                               .cpu_ms = DEFAULT_SESSION_CPU_MS,
+                                               .stdin_bytes = DEFAULT_SESSION_STDIN_BYTES,
+                                               .output_bytes = DEFAULT_SESSION_OUTPUT_BYTES};
+
 int languages_server_limits(json_t *obj, struct errbuf *e)
 {
     struct stage_limits r = server_run, c = server_compile;
-    if (limits_apply(obj, &r, &c, e) != 0)
+    struct session_limits ss = server_session;
+    if (limits_apply(obj, &r, &c, &ss, e) != 0)
         return -1;
     server_run = r;
     server_compile = c;
+    server_session = ss;
     return 0;
 }
 
@@ -199,6 +212,7 @@ static void default_limits(struct language *lang)
 {
     lang->run_limits = server_run;
     lang->compile_limits = server_compile;
+    lang->session_limits = server_session;
 }
 
 /* ---- one manifest, field by field ------------------------------------------ */
@@ -374,7 +388,7 @@ int language_parse(struct language *lang, const char *path, struct errbuf *e)
         manifest_extension(lang, root, path, e) != 0 || manifest_aliases(lang, root, path, e) != 0 ||
         manifest_stages(lang, root, e) != 0 || manifest_placeholders(lang, path, e) != 0 ||
         manifest_runtime(lang, root, path, e) != 0 || manifest_env(lang, root, path, e) != 0 ||
-        limits_apply(json_object_get(root, "limits"), &lang->run_limits, &lang->compile_limits, e) != 0) {
+        limits_apply(json_object_get(root, "limits"), &lang->run_limits, &lang->compile_limits, &lang->session_limits, e) != 0) {
         json_decref(root);
         language_free(lang);
         return -1;

@@ -26,6 +26,7 @@ struct language {
     char **env; /* NULL-terminated KEY=VALUE list */
     struct stage_limits compile_limits;
     struct stage_limits run_limits;
+    struct session_limits session_limits; /* a live session's defaults */
 };
 
 struct language_set {
@@ -34,8 +35,9 @@ struct language_set {
 };
 
 /* Applies limit keys (the manifest "limits" names, e.g. {"output": 1024})
- * to a run and a compile stage's limits. */
-int limits_apply(json_t *obj, struct stage_limits *run, struct stage_limits *compile, struct errbuf *e);
+ * to a run and a compile stage's limits and a session's. */
+int limits_apply(json_t *obj, struct stage_limits *run, struct stage_limits *compile, struct session_limits *session,
+                 struct errbuf *e);
 /* Called at start-up, before languages_load: the server's own limits, on
  * top of the built-in defaults; a manifest's "limits" still win. */
 int languages_server_limits(json_t *obj, struct errbuf *e);

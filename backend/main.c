@@ -15,8 +15,13 @@
  * clone stack each), then bind the socket.  The main thread accepts; each
  * connection gets a worker thread that reads typed frames (moat_proto),
  * validates them again, takes a slot and runs the compile and run stages in
- * boxes (box.c), and writes a typed result back.  SIGTERM/SIGINT stop
- * accepting; in-flight jobs finish (bounded by their own limits) before exit.
+ * boxes (box.c), and writes a typed result back.  A connection that opens a
+ * live session (session.c) runs it instead, in a slot of the session pool:
+ * --sessions slots with uids of their own right after the batch slots',
+ * cold until a session takes one (--sessions-warm keeps some warm).
+ * SIGTERM/SIGINT stop accepting and end every session (its box killed, its
+ * connection closed); in-flight batch jobs finish (bounded by their own
+ * limits) before exit.
  *
  * `moat-backend run` runs one job locally without a socket and prints the
  * result as JSON, for debugging and benchmarks.
@@ -55,6 +60,8 @@
 #define STR_(x)               #x
 #define STR(x)                STR_(x)
 #define DEFAULT_UID_BASE_TEXT STR(SLOT_UID_BASE) /* "60000", for the usage text */
+#define DEFAULT_SESSIONS_TEXT STR(DEFAULT_SESSIONS)
+#define MAX_SESSIONS_TEXT     STR(MAX_SESSIONS)
 
 struct options {
     const char *socket_path;
@@ -65,6 +72,8 @@ struct options {
     uid_t allowed[16];
     size_t nallowed;
     int slots;
+    int sessions;      /* session slots; 0 disables sessions */
+    int sessions_warm; /* of them kept warm */
     int queue;
     int verbose;
     long idle_ms;
@@ -83,14 +92,21 @@ static void usage(FILE *f)
                "  -L, --languages DIR    language manifests (default " MOAT_LANGUAGES_DIR ")\n"
                "  -u, --allow USER|UID   peer allowed to connect (repeatable; root always is)\n"
                "  -g, --group GROUP      group owning the socket (default: root)\n"
-               "  -j, --slots N          concurrent boxes (default 2 x CPUs)\n"
+               "  -j, --slots N          concurrent batch boxes (default 2 x CPUs)\n"
                "  -q, --queue N          requests that may wait for a slot (default 4 x slots; 0 = none)\n"
+               "      --sessions N       concurrent live sessions, in slots of their own (default " DEFAULT_SESSIONS_TEXT ",\n"
+               "                         at most " MAX_SESSIONS_TEXT "; 0 = sessions refused as busy); never queued\n"
+               "      --sessions-warm N  session slots kept warm (default 0: a session's box is made when\n"
+               "                         it opens, a few ms; every warm slot holds a waiting init)\n"
                "  -n, --name NAME        cgroup instance name (default " DEFAULT_CG_NAME ")\n"
-               "      --uid-base N       box uids and gids N..N+slots-1, held exclusively: a range that\n"
+               "      --uid-base N       box uids and gids N..N+slots-1 (batch), then N+slots..\n"
+               "                         N+slots+sessions-1 (sessions), held exclusively: a range that\n"
                "                         another backend, an account or a process uses is refused\n"
                "                         (default " DEFAULT_UID_BASE_TEXT ")\n"
                "  -o, --limit KEY=VALUE  a server limit, as in a manifest's \"limits\" (repeatable), e.g.\n"
                "                         run_timeout=3000 run_memory=268435456 output=65536 run_processes=64\n"
+               "                         session_wall=900000 session_idle=60000 session_cpu=30000\n"
+               "                         session_stdin=1048576 session_output=1048576\n"
                "      --idle-timeout MS  kill a box after MS without output or input (default: off;\n"
                "                         a manifest's run_idle_timeout/compile_idle_timeout wins)\n"
                "  -v, --verbose          debug logging\n"
@@ -128,22 +144,45 @@ static void setup_languages(struct backend *b, struct options *o)
     }
 }
 
+/* The box uids of this instance: the batch slots', then the session
+ * slots' right after (none in one-shot runs, or with --sessions 0). */
+struct box_uids {
+    struct uid_range batch;
+    struct uid_range sessions;
+};
+
 /* Before anything shared (cgroups, run dir, socket) is touched: a second
  * backend whose range overlaps this one's stops here. */
-static void setup_uid_locks(struct uid_range *u, const struct options *o)
+static void setup_uid_locks(struct box_uids *u, const struct options *o, int sessions)
 {
     struct errbuf e;
-    if (uid_range_lock(u, (uid_t)o->uid_base, o->slots, &e) != 0)
+    if (uid_range_lock(&u->batch, (uid_t)o->uid_base, o->slots, &e) != 0)
+        fatalx("%s", e.msg);
+    if (sessions > 0 && uid_range_lock(&u->sessions, (uid_t)o->uid_base + (uid_t)o->slots, sessions, &e) != 0)
         fatalx("%s", e.msg);
 }
 
-/* After setup_cgroups removed what a crashed run of this instance left. */
-static void setup_uid_check(const struct uid_range *u)
+static void uid_check_one(const struct uid_range *u, const char *what)
 {
     struct errbuf e;
+    if (u->count == 0)
+        return;
     if (uid_range_check_unused(u, &e) != 0)
         fatalx("%s", e.msg);
-    log_info("box uids and gids %u..%u", (unsigned)u->first, (unsigned)u->first + (unsigned)u->count - 1);
+    log_info("box uids and gids %u..%u (%s)", (unsigned)u->first, (unsigned)u->first + (unsigned)u->count - 1, what);
+}
+
+/* After setup_cgroups removed what a crashed run of this instance left. */
+static void setup_uid_check(const struct box_uids *u)
+{
+    uid_check_one(&u->batch, "batch slots");
+    uid_check_one(&u->sessions, "session slots");
+}
+
+static void uid_unlock_all(struct box_uids *u)
+{
+    uid_range_unlock(&u->batch);
+    uid_range_unlock(&u->sessions);
 }
 
 static void setup_cgroups(struct backend *b, const struct options *o)
@@ -161,15 +200,23 @@ static void setup_seccomp(struct backend *b)
         fatalx("%s", e.msg);
 }
 
-static void setup_slots(struct backend *b, const struct options *o, const struct uid_range *u)
+static void setup_slots(struct backend *b, const struct options *o, const struct box_uids *u, int sessions)
 {
     struct errbuf e;
     if (mkdir(o->run_dir, 0755) != 0 && errno != EEXIST)
         fatal("mkdir %s", o->run_dir);
     if (chmod(o->run_dir, 0755) != 0)
         fatal("chmod %s", o->run_dir);
-    if (pool_init_at(&b->pool, o->slots, o->queue, u, o->run_dir, &b->cg, &b->seccomp, &e) != 0)
+    if (pool_init_at(&b->pool, o->slots, o->queue, &u->batch, o->run_dir, &b->cg, &b->seccomp, &e) != 0)
         fatalx("slots: %s", e.msg);
+    if (pool_init_sessions(&b->sessions, sessions, o->sessions_warm, &u->sessions, o->run_dir, &b->cg, &b->seccomp, &e) != 0)
+        fatalx("session slots: %s", e.msg);
+}
+
+static void shutdown_slots(struct backend *b)
+{
+    pool_shutdown(&b->sessions);
+    pool_shutdown(&b->pool);
 }
 
 static int setup_signals(void)
@@ -235,7 +282,16 @@ static void add_allowed(struct options *o, const char *who)
     o->allowed[o->nallowed++] = (uid_t)uid;
 }
 
-enum { OPT_RUN_TIMEOUT = 256, OPT_RUN_MEMORY, OPT_COMPILE_TIMEOUT, OPT_COMPILE_MEMORY, OPT_IDLE_TIMEOUT, OPT_UID_BASE };
+enum {
+    OPT_RUN_TIMEOUT = 256,
+    OPT_RUN_MEMORY,
+    OPT_COMPILE_TIMEOUT,
+    OPT_COMPILE_MEMORY,
+    OPT_IDLE_TIMEOUT,
+    OPT_UID_BASE,
+    OPT_SESSIONS,
+    OPT_SESSIONS_WARM
+};
 
 static const struct option long_opts[] = {
     {"socket", required_argument, NULL, 's'},
@@ -260,6 +316,8 @@ static const struct option long_opts[] = {
     {"compile-memory", required_argument, NULL, OPT_COMPILE_MEMORY},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"uid-base", required_argument, NULL, OPT_UID_BASE},
+    {"sessions", required_argument, NULL, OPT_SESSIONS},
+    {"sessions-warm", required_argument, NULL, OPT_SESSIONS_WARM},
     {NULL, 0, NULL, 0},
 };
 
@@ -331,7 +389,7 @@ static json_t *stage_json(const struct moat_stage_result *st)
 
 static int cmd_run(struct backend *b, struct options *o, struct moat_exec_request *req, int argc, char **argv, int optind_)
 {
-    static struct uid_range uids; /* held until the boxes are gone */
+    static struct box_uids uids; /* held until the boxes are gone */
     struct moat_exec_result res;
     struct job_error je;
 
@@ -350,16 +408,16 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
         req->nfiles++;
     }
     setup_languages(b, o);
-    setup_uid_locks(&uids, o);
+    setup_uid_locks(&uids, o, 0); /* one batch job: no session slots */
     setup_cgroups(b, o);
     setup_uid_check(&uids);
     setup_seccomp(b);
-    setup_slots(b, o, &uids);
+    setup_slots(b, o, &uids, 0);
     if (job_run(b, req, &res, &je) != 0) {
         fprintf(stderr, "moat-backend: run: %s\n", je.message);
-        pool_shutdown(&b->pool);
+        shutdown_slots(b);
         cg_teardown_instance(&b->cg);
-        uid_range_unlock(&uids);
+        uid_unlock_all(&uids);
         return 2;
     }
     json_t *out = json_object();
@@ -373,9 +431,9 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     fputc('\n', stdout);
     json_decref(out);
     moat_exec_result_free(&res);
-    pool_shutdown(&b->pool);
+    shutdown_slots(b);
     cg_teardown_instance(&b->cg);
-    uid_range_unlock(&uids);
+    uid_unlock_all(&uids);
     return 0;
 }
 
@@ -447,6 +505,16 @@ static int server_option(struct options *o, int ch, char *arg)
         if (parse_uint(arg, UID_RANGE_LAST_OK, &n) != 0 || n < 1)
             fatalx("--uid-base: expected 1..%u, got \"%s\"", UID_RANGE_LAST_OK, arg);
         o->uid_base = n;
+        return 0;
+    case OPT_SESSIONS:
+        if (parse_uint(arg, MAX_SESSIONS, &n) != 0)
+            fatalx("--sessions: expected 0..%d, got \"%s\"", MAX_SESSIONS, arg);
+        o->sessions = (int)n;
+        return 0;
+    case OPT_SESSIONS_WARM:
+        if (parse_uint(arg, MAX_SESSIONS, &n) != 0)
+            fatalx("--sessions-warm: expected 0..%d, got \"%s\"", MAX_SESSIONS, arg);
+        o->sessions_warm = (int)n;
         return 0;
     }
     return 1;
@@ -542,16 +610,18 @@ static void resolve_defaults(struct options *o)
         o->queue = o->slots * 4;
 }
 
-/* After server_serve returns: stop listening, let in-flight jobs finish (bounded), tear down. */
+/* After server_serve returns: stop listening, end the sessions, let in-flight
+ * batch jobs finish (bounded), tear down. */
 static void shutdown_server(struct server *srv, struct backend *b, const struct options *o)
 {
     close(srv->listen_fd);
     unlink(o->socket_path);
+    server_stop_reading(srv);
     for (int i = 0; i < SHUTDOWN_WAIT_S * 10 && __atomic_load_n(&srv->active, __ATOMIC_SEQ_CST) > 0; i++) {
         struct timespec ts = {0, 100000000L};
         nanosleep(&ts, NULL);
     }
-    pool_shutdown(&b->pool);
+    shutdown_slots(b);
     cg_teardown_instance(&b->cg);
     log_info("stopped");
 }
@@ -559,28 +629,34 @@ static void shutdown_server(struct server *srv, struct backend *b, const struct 
 /* Serve on the socket until SIGTERM/SIGINT: the setup steps in order, then the accept loop. */
 static int serve(struct backend *b, struct options *o)
 {
-    static struct uid_range uids; /* held until the boxes are gone */
+    static struct box_uids uids; /* held until the boxes are gone */
     struct server srv;
     int sig_fd = setup_signals();
 
     setup_languages(b, o);
-    setup_uid_locks(&uids, o);
+    setup_uid_locks(&uids, o, o->sessions);
     setup_cgroups(b, o);
     setup_uid_check(&uids);
     setup_seccomp(b);
-    setup_slots(b, o, &uids);
+    setup_slots(b, o, &uids, o->sessions);
     setup_socket(&srv, b, o);
-    log_info("ready: %d slots, queue %d", o->slots, o->queue);
+    log_info("ready: %d slots, queue %d, %d session slots (%d warm)", o->slots, o->queue, o->sessions,
+             o->sessions_warm < o->sessions ? o->sessions_warm : o->sessions);
     server_serve(&srv, sig_fd);
     shutdown_server(&srv, b, o);
-    uid_range_unlock(&uids); /* every box is gone: the uids are free */
+    uid_unlock_all(&uids); /* every box is gone: the uids are free */
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    struct options o = {DEFAULT_SOCKET, DEFAULT_RUN_DIR, MOAT_LANGUAGES_DIR, DEFAULT_CG_NAME, NULL, {0}, 0, 0, -1, 0, 0,
-                        NULL,           SLOT_UID_BASE};
+    struct options o = {.socket_path = DEFAULT_SOCKET,
+                        .run_dir = DEFAULT_RUN_DIR,
+                        .lang_dir = MOAT_LANGUAGES_DIR,
+                        .cg_name = DEFAULT_CG_NAME,
+                        .sessions = DEFAULT_SESSIONS,
+                        .queue = -1,
+                        .uid_base = SLOT_UID_BASE};
     struct moat_exec_request req;
     static struct backend b;
     int run_mode = 0, status;

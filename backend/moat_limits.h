@@ -26,13 +26,27 @@
 #define DEFAULT_BOX_BYTES  (64 * MIB)
 #define DEFAULT_NOFILE     256
 
+/* a live session (session.c): the backend's defaults; a manifest or the
+ * server's --limit may change them (session_wall, session_idle, ...), the
+ * SESSION_OPEN's ceilings and run_timeout only lower them */
+#define DEFAULT_SESSION_WALL_MS      900000 /* whole lifetime, compile included */
+#define DEFAULT_SESSION_IDLE_MS      60000  /* no output and no stdin; 0 = off */
+#define DEFAULT_SESSION_CPU_MS       30000  /* the run stage's CPU time */
+#define DEFAULT_SESSION_STDIN_BYTES  (1 * MIB)
+#define DEFAULT_SESSION_OUTPUT_BYTES (1 * MIB) /* per stream */
+
 /* requests and connections */
 #define MAX_STDIN_BYTES      (1 * MIB)
 #define MAX_CODE_BYTES       (4 * MIB)
-#define MAX_CONNECTIONS      256
 #define SLOT_UID_BASE        60000
-#define MAX_SLOTS            256
+#define MAX_SLOTS            256 /* batch slots (-j) */
+#define MAX_SESSIONS         256 /* session slots (--sessions) */
+#define DEFAULT_SESSIONS     64
+#define MAX_BOXES            (MAX_SLOTS + MAX_SESSIONS) /* slot indexes: session slot n is MAX_SLOTS + n */
+#define MAX_CONNECTIONS      (256 + MAX_SESSIONS)       /* batch connections, and one per session */
 #define SOCKET_IO_TIMEOUT_MS 10000
+
+_Static_assert(MAX_SESSIONS <= MAX_SLOTS, "a session uid range is a struct uid_range too");
 
 struct stage_limits {
     uint64_t wall_ms;
@@ -42,6 +56,15 @@ struct stage_limits {
     uint32_t pids;
     uint64_t output_cap;
     uint64_t fsize_bytes;
+};
+
+/* A session's clocks and caps (idle_ms 0 = off). */
+struct session_limits {
+    uint64_t wall_ms;
+    uint64_t idle_ms;
+    uint64_t cpu_ms;
+    uint64_t stdin_bytes;
+    uint64_t output_bytes; /* per stream */
 };
 
 #endif

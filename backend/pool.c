@@ -1,8 +1,11 @@
 /*
- * pool.c - the slot pool.  Each slot has its own uid (the held range's
- * first + n), directory and clone stack, set up once; each holds one warm box, which
- * the maintenance thread replaces after every job so that cgroup creation,
- * clone and cgroup attachment are never on a request's path.
+ * pool.c - the slot pools (batch and session; see pool.h).  Each slot has
+ * its own uid (the held range's first + n), directory and clone stack, set
+ * up once.  A warm slot holds one prepared box; the maintenance thread
+ * replaces a used box after every job, or, beyond the pool's warm count,
+ * only discards it and leaves the slot cold, so that cgroup creation, clone
+ * and cgroup attachment are off a request's path wherever a warm slot is
+ * kept.
  */
 #include "pool.h"
 
@@ -17,6 +20,12 @@
 
 #define PREPARE_RETRY_MS 200
 
+/* s's place in p's lists (its index counts from the pool's first). */
+static int slot_number(const struct slot_pool *p, const struct slot *s)
+{
+    return (int)(s - p->slots);
+}
+
 static void *maintainer_main(void *arg)
 {
     struct slot_pool *p = arg;
@@ -28,60 +37,102 @@ static void *maintainer_main(void *arg)
         if (p->stopping)
             break;
         struct slot *s = &p->slots[p->dirty_list[--p->ndirty]];
+        int warm = p->nfree + p->preparing < p->warm_max;
+        p->preparing += warm;
         pthread_mutex_unlock(&p->mu);
 
         struct errbuf e;
-        int rc = box_prepare(p->cg, p->seccomp, s, &e);
-        if (rc != 0) {
+        int rc = 0;
+        if (warm && (rc = box_prepare(p->cg, p->seccomp, s, &e)) != 0) {
             log_warnx("%s: slot %d: %s (retrying)", __func__, s->index, e.msg);
             struct timespec ts = {0, PREPARE_RETRY_MS * 1000000L};
             nanosleep(&ts, NULL);
+        } else if (!warm) {
+            box_discard(s);
         }
 
         pthread_mutex_lock(&p->mu);
-        if (rc == 0) {
-            p->free_list[p->nfree++] = s->index;
+        p->preparing -= warm;
+        if (rc != 0) {
+            p->dirty_list[p->ndirty++] = slot_number(p, s);
+        } else if (warm) {
+            p->free_list[p->nfree++] = slot_number(p, s);
             pthread_cond_signal(&p->free_cv);
         } else {
-            p->dirty_list[p->ndirty++] = s->index;
+            p->cold_list[p->ncold++] = slot_number(p, s);
         }
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
-int pool_init_at(struct slot_pool *p, int nslots, int queue_max, const struct uid_range *uids, const char *run_dir,
-                 const struct cg_system *cg, const struct seccomp_prog *seccomp, struct errbuf *e)
+/* What tells one pool from the other. */
+struct pool_shape {
+    int nslots, min_slots, max_slots;
+    int warm;        /* slots prepared now and kept warm */
+    int queue_max;   /* requests that may wait for a slot */
+    int first_index; /* slot n has index first_index + n */
+    const char *cg_prefix;
+};
+
+static int pool_setup(struct slot_pool *p, const struct pool_shape *shape, const struct uid_range *uids, const char *run_dir,
+                      const struct cg_system *cg, const struct seccomp_prog *seccomp, struct errbuf *e)
 {
+    int n = shape->nslots;
+
     memset(p, 0, sizeof(*p));
-    if (nslots < 1 || nslots > MAX_SLOTS)
-        return errf(e, "slot count %d out of range 1..%d", nslots, MAX_SLOTS);
-    if (!uid_range_covers(uids, nslots))
-        return errf(e, "%d slots need a locked range of as many box uids", nslots);
-    p->slots = calloc((size_t)nslots, sizeof(*p->slots));
-    p->free_list = calloc((size_t)nslots, sizeof(int));
-    p->dirty_list = calloc((size_t)nslots, sizeof(int));
-    if (p->slots == NULL || p->free_list == NULL || p->dirty_list == NULL)
-        return errf(e, "out of memory");
-    p->cg = cg;
-    p->seccomp = seccomp;
-    for (int i = 0; i < nslots; i++) {
-        if (slot_init(&p->slots[i], i, run_dir, uids->first + (uid_t)i, e) != 0)
-            return -1;
-        if (box_prepare(cg, seccomp, &p->slots[i], e) != 0)
-            return -1;
-        p->free_list[i] = nslots - 1 - i;
-    }
-    p->nslots = p->nfree = nslots;
-    p->queue_max = queue_max;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->free_cv, NULL);
     pthread_cond_init(&p->dirty_cv, NULL);
-    int want = nslots < POOL_MAINTAINERS ? nslots : POOL_MAINTAINERS;
+    if (n < shape->min_slots || n > shape->max_slots)
+        return errf(e, "slot count %d out of range %d..%d", n, shape->min_slots, shape->max_slots);
+    if (n > 0 && !uid_range_covers(uids, n))
+        return errf(e, "%d slots need a locked range of as many box uids", n);
+    size_t alloc = n > 0 ? (size_t)n : 1;
+    p->slots = calloc(alloc, sizeof(*p->slots));
+    p->free_list = calloc(alloc, sizeof(int));
+    p->cold_list = calloc(alloc, sizeof(int));
+    p->dirty_list = calloc(alloc, sizeof(int));
+    if (p->slots == NULL || p->free_list == NULL || p->cold_list == NULL || p->dirty_list == NULL)
+        return errf(e, "out of memory");
+    p->cg = cg;
+    p->seccomp = seccomp;
+    p->warm_max = shape->warm < n ? shape->warm : n;
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "%s%d", shape->cg_prefix, i);
+        if (slot_init(&p->slots[i], shape->first_index + i, name, run_dir, uids->first + (uid_t)i, e) != 0)
+            return -1;
+    }
+    /* warm slots taken from the end of the list first: slot 0 is used first */
+    for (int i = p->warm_max - 1; i >= 0; i--) {
+        if (box_prepare(cg, seccomp, &p->slots[i], e) != 0)
+            return -1;
+        p->free_list[p->nfree++] = i;
+    }
+    for (int i = n - 1; i >= p->warm_max; i--)
+        p->cold_list[p->ncold++] = i;
+    p->nslots = n;
+    p->queue_max = shape->queue_max;
+    int want = n < POOL_MAINTAINERS ? n : POOL_MAINTAINERS;
     for (; p->nmaintainers < want; p->nmaintainers++)
         if (pthread_create(&p->maintainers[p->nmaintainers], NULL, maintainer_main, p) != 0)
             return errf(e, "cannot start the slot maintenance threads");
     return 0;
+}
+
+int pool_init_at(struct slot_pool *p, int nslots, int queue_max, const struct uid_range *uids, const char *run_dir,
+                 const struct cg_system *cg, const struct seccomp_prog *seccomp, struct errbuf *e)
+{
+    const struct pool_shape batch = {nslots, 1, MAX_SLOTS, nslots, queue_max, 0, "slot"};
+    return pool_setup(p, &batch, uids, run_dir, cg, seccomp, e);
+}
+
+int pool_init_sessions(struct slot_pool *p, int nslots, int warm, const struct uid_range *uids, const char *run_dir,
+                       const struct cg_system *cg, const struct seccomp_prog *seccomp, struct errbuf *e)
+{
+    const struct pool_shape sessions = {nslots, 0, MAX_SESSIONS, warm, 0, MAX_SLOTS, "session"};
+    return pool_setup(p, &sessions, uids, run_dir, cg, seccomp, e);
 }
 
 int pool_init(struct slot_pool *p, int nslots, int queue_max, const char *run_dir, const struct cg_system *cg,
@@ -99,13 +150,27 @@ int pool_init(struct slot_pool *p, int nslots, int queue_max, const char *run_di
     return 0;
 }
 
-struct slot *pool_acquire(struct slot_pool *p)
+int pool_acquire(struct slot_pool *p, struct slot **out, struct errbuf *e)
 {
-    struct slot *s = NULL;
+    struct slot *s;
+
+    *out = NULL;
     pthread_mutex_lock(&p->mu);
-    if (p->nfree == 0 && p->waiting >= p->queue_max) {
+    if (p->nfree == 0 && p->ncold == 0 && p->waiting >= p->queue_max) {
         pthread_mutex_unlock(&p->mu);
-        return NULL;
+        return POOL_BUSY;
+    }
+    if (p->nfree == 0 && p->ncold > 0) {
+        /* a cold slot: its box is made here, on the taker's path */
+        s = &p->slots[p->cold_list[--p->ncold]];
+        pthread_mutex_unlock(&p->mu);
+        if (box_prepare(p->cg, p->seccomp, s, e) != 0) {
+            log_warnx("%s: slot %d: %s", __func__, s->index, e->msg);
+            pool_release(p, s);
+            return -1;
+        }
+        *out = s;
+        return 0;
     }
     p->waiting++;
     while (p->nfree == 0)
@@ -113,13 +178,14 @@ struct slot *pool_acquire(struct slot_pool *p)
     p->waiting--;
     s = &p->slots[p->free_list[--p->nfree]];
     pthread_mutex_unlock(&p->mu);
-    return s;
+    *out = s;
+    return 0;
 }
 
 void pool_release(struct slot_pool *p, struct slot *s)
 {
     pthread_mutex_lock(&p->mu);
-    p->dirty_list[p->ndirty++] = s->index;
+    p->dirty_list[p->ndirty++] = slot_number(p, s);
     pthread_cond_signal(&p->dirty_cv);
     pthread_mutex_unlock(&p->mu);
 }

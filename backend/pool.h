@@ -1,10 +1,16 @@
 /*
- * pool.h - N box slots shared by the worker threads, with a bounded queue:
- * a request waits for a warm slot while fewer than queue_max others wait,
- * and is refused as busy otherwise.  A maintenance thread discards used
- * boxes and prepares the next warm box of each slot off the request path.
- * Slot n runs as uid and gid first + n of a range the instance holds
- * (uid_range.h).
+ * pool.h - box slots shared by the worker threads.
+ *
+ * Two pools use this code.  The batch pool (-j N, pool_init_at): every slot
+ * kept warm, and a bounded queue: a request waits for a warm slot while
+ * fewer than queue_max others wait, and is refused as busy otherwise.  The
+ * session pool (--sessions N, pool_init_sessions): no queue (busy at once),
+ * and only `warm` slots kept warm; the others are cold (no cgroup, no init)
+ * until a session takes one and prepares it on its own path, because a
+ * session waits on stdin most of its life and hundreds of warm inits would
+ * be memory spent on nothing.  In both, a maintenance thread discards used
+ * boxes and prepares warm ones off the request path.  Slot n of a pool runs
+ * as uid and gid first + n of a range the instance holds (uid_range.h).
  */
 #ifndef MOAT_POOL_H
 #define MOAT_POOL_H
@@ -18,6 +24,9 @@
  * grace period on v1); several threads let those waits overlap. */
 #define POOL_MAINTAINERS 1
 
+/* pool_acquire's refusal when every slot (and queue place) is taken. */
+#define POOL_BUSY 1
+
 struct slot_pool {
     pthread_mutex_t mu;
     pthread_cond_t free_cv;  /* a warm slot was added */
@@ -26,8 +35,12 @@ struct slot_pool {
     int nslots;
     int *free_list; /* warm slots */
     int nfree;
+    int *cold_list; /* slots with no box: prepared by whoever takes them */
+    int ncold;
     int *dirty_list; /* used slots, to discard and prepare */
     int ndirty;
+    int preparing; /* dirty slots the maintainer is making warm now */
+    int warm_max;  /* slots kept warm; released slots beyond go cold */
     int waiting;
     int queue_max;
     int stopping;
@@ -38,16 +51,26 @@ struct slot_pool {
     struct uid_range own_uids; /* the range pool_init took itself, if any */
 };
 
-/* Called at start-up: every slot is prepared before this returns.  Slot n
- * runs as uids->first + n; uids must be locked and hold nslots uids. */
+/* Called at start-up: the batch pool, every slot prepared before this
+ * returns.  Slot n runs as uids->first + n; uids must be locked and hold
+ * nslots uids. */
 int pool_init_at(struct slot_pool *p, int nslots, int queue_max, const struct uid_range *uids, const char *run_dir,
                  const struct cg_system *cg, const struct seccomp_prog *seccomp, struct errbuf *e);
 /* pool_init_at on the default range (SLOT_UID_BASE), which it locks and
  * checks itself and holds until pool_shutdown: for tools (bench_box). */
 int pool_init(struct slot_pool *p, int nslots, int queue_max, const char *run_dir, const struct cg_system *cg,
               const struct seccomp_prog *seccomp, struct errbuf *e);
-/* Returns a slot with a warm box, or NULL when the queue is full. */
-struct slot *pool_acquire(struct slot_pool *p);
+/* Called at start-up: the session pool, 0..MAX_SESSIONS slots (0: every
+ * session is refused as busy), `warm` of them prepared before this returns
+ * and kept warm, the rest cold.  Session slot n has index MAX_SLOTS + n
+ * (its directory and init_args apart from any batch slot's), cgroup
+ * "session<n>", uid uids->first + n. */
+int pool_init_sessions(struct slot_pool *p, int nslots, int warm, const struct uid_range *uids, const char *run_dir,
+                       const struct cg_system *cg, const struct seccomp_prog *seccomp, struct errbuf *e);
+/* A slot with a warm box in *out: 0; POOL_BUSY when every slot is taken and
+ * the queue is full; -1 (e says why) when a cold slot could not be
+ * prepared.  Waits in the queue otherwise. */
+int pool_acquire(struct slot_pool *p, struct slot **out, struct errbuf *e);
 /* Hands a used slot to the maintenance thread. */
 void pool_release(struct slot_pool *p, struct slot *s);
 /* Stops the maintenance thread, discards every box and removes the slots'

@@ -2,9 +2,13 @@
  * server.c - the backend's Unix socket: peer credentials checked on accept,
  * then framed typed messages, one worker thread per connection.
  *
- * A connection carries requests one after another.  Any malformed frame is
- * answered with an error message and the connection is closed; nothing a
- * peer sends can make the backend exit.
+ * A connection carries batch requests one after another, or one session
+ * (SESSION_OPEN: session.c runs it on the connection's thread, and the
+ * connection closes after it).  Any malformed frame is answered with an
+ * error message and the connection is closed; nothing a peer sends can make
+ * the backend exit.  On a stop, server_stop_reading() ends the reading side
+ * of every connection: batch jobs in flight still finish and answer, a
+ * session sees its gateway gone and kills its box.
  */
 #include "server.h"
 
@@ -22,12 +26,14 @@
 #include "job.h"
 #include "log.h"
 #include "moat_io.h"
+#include "session.h"
 
 struct conn {
     struct server *srv;
     int fd;
     uid_t uid;
     pid_t pid;
+    struct conn *next; /* srv->conns */
 };
 
 static int send_error(int fd, uint64_t job_id, uint16_t code, const char *message)
@@ -102,6 +108,34 @@ static int handle_runtimes(struct conn *c, const struct moat_frame_header *h)
     return rc;
 }
 
+/* The connections being served, so that a stop can end their reading. */
+static void conn_remember(struct conn *c)
+{
+    pthread_mutex_lock(&c->srv->mu);
+    c->next = c->srv->conns;
+    c->srv->conns = c;
+    pthread_mutex_unlock(&c->srv->mu);
+}
+
+static void conn_forget(struct conn *c)
+{
+    pthread_mutex_lock(&c->srv->mu);
+    for (struct conn **p = &c->srv->conns; *p != NULL; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    pthread_mutex_unlock(&c->srv->mu);
+}
+
+void server_stop_reading(struct server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    for (struct conn *c = srv->conns; c != NULL; c = c->next)
+        (void)shutdown(c->fd, SHUT_RD);
+    pthread_mutex_unlock(&srv->mu);
+}
+
 static void *conn_main(void *arg)
 {
     struct conn *c = arg;
@@ -133,6 +167,11 @@ static void *conn_main(void *arg)
         case MOAT_MSG_EXEC_REQUEST:
             rc = handle_exec(c, &h, payload);
             break;
+        case MOAT_MSG_SESSION_OPEN:
+            /* a session is the last thing on its connection */
+            session_run(c->srv->b, c->fd, &h, payload);
+            rc = -1;
+            break;
         case MOAT_MSG_RUNTIMES_QUERY:
             rc = handle_runtimes(c, &h);
             break;
@@ -145,6 +184,7 @@ static void *conn_main(void *arg)
         if (rc != 0)
             break;
     }
+    conn_forget(c);
     close(c->fd);
     __atomic_sub_fetch(&c->srv->active, 1, __ATOMIC_SEQ_CST);
     free(c);
@@ -205,10 +245,12 @@ static void accept_one(struct server *srv)
     c->uid = cred.uid;
     c->pid = cred.pid;
     __atomic_add_fetch(&srv->active, 1, __ATOMIC_SEQ_CST);
+    conn_remember(c);
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&tid, &attr, conn_main, c) != 0) {
         log_warnx("%s: pthread_create failed", __func__);
+        conn_forget(c);
         __atomic_sub_fetch(&srv->active, 1, __ATOMIC_SEQ_CST);
         close(fd);
         free(c);
@@ -233,6 +275,7 @@ int server_listen(struct server *srv, const char *path, gid_t group, struct errb
         if (unlink(path) != 0)
             return errf_errno(e, "unlink stale %s", path);
     }
+    pthread_mutex_init(&srv->mu, NULL);
     srv->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (srv->listen_fd < 0)
         return errf_errno(e, "socket");

@@ -2,7 +2,10 @@
  * uid_range.h - the box uids (and gids) of one moat-backend instance, held
  * exclusively for the process's life.
  *
- * Slot n runs as uid and gid first + n.  RLIMIT_NPROC, signals and file
+ * Slot n runs as uid and gid first + n.  A backend holds two adjacent
+ * ranges: its batch slots' (-j) and, right after, its session slots'
+ * (--sessions); each is locked and checked on its own, so the messages
+ * name the range that collided.  RLIMIT_NPROC, signals and file
  * ownership all go by uid, so a range shared with anything else (a second
  * backend during a blue/green upgrade, a test run beside a service, Isolate
  * boxes, an account) lets one box count against, or reach, the other.  Two
@@ -34,8 +37,8 @@
 struct uid_range {
     uid_t first; /* slot n: uid and gid first + n */
     int count;
-    int nlocked; /* fds[0..nlocked-1] hold the locks */
-    int fds[MAX_SLOTS];
+    int nlocked;        /* fds[0..nlocked-1] hold the locks */
+    int fds[MAX_SLOTS]; /* also bounds a session range: MAX_SESSIONS <= MAX_SLOTS */
 };
 
 /* Called at start-up: checks the bounds and locks every uid of

@@ -73,6 +73,20 @@ enum {
     TAG_EX_RESULT = 4,
     /* session credit */
     TAG_CR_BYTES = 1,
+    /* session open: the exec request's tags (TAG_REQ_*), then the ceilings */
+    TAG_SO_WALL = 20,
+    TAG_SO_IDLE = 21,
+    TAG_SO_CPU = 22,
+    TAG_SO_STDIN = 23,
+    TAG_SO_OUTPUT = 24,
+    /* session ready */
+    TAG_SR_LANGUAGE = 1,
+    TAG_SR_VERSION = 2,
+    TAG_SR_WALL = 3,
+    TAG_SR_IDLE = 4,
+    TAG_SR_CPU = 5,
+    TAG_SR_STDIN = 6,
+    TAG_SR_OUTPUT = 7,
 };
 
 #define TLV_HEADER_SIZE 6 /* u16 tag, u32 length */
@@ -237,39 +251,44 @@ static int frame_end(struct writer *w, size_t at, const char **why)
 
 /* ---- encoders --------------------------------------------------------- */
 
+/* An exec request's fields: the whole of EXEC_REQUEST, the start of SESSION_OPEN. */
+static void encode_request_fields(struct writer *w, const struct moat_exec_request *req)
+{
+    if (req->language == NULL || req->version == NULL)
+        w_fail(w, "language and version are required");
+    if (req->nfiles < 1 || req->nfiles > MOAT_MAX_FILES)
+        w_fail(w, "file count out of range");
+    if (req->nargs > MOAT_MAX_ARGS)
+        w_fail(w, "too many arguments");
+    w_str(w, TAG_REQ_LANGUAGE, req->language, MOAT_MAX_NAME_LEN);
+    w_str(w, TAG_REQ_VERSION, req->version, MOAT_MAX_NAME_LEN);
+    for (size_t i = 0; i < req->nfiles && !w->failed; i++) {
+        size_t f = w_nest_begin(w, TAG_REQ_FILE);
+        if (req->files[i].name == NULL)
+            w_fail(w, "file name missing");
+        w_str(w, TAG_FILE_NAME, req->files[i].name, MOAT_MAX_NAME_LEN);
+        w_tlv(w, TAG_FILE_CONTENT, req->files[i].content, req->files[i].content_len);
+        w_nest_end(w, f);
+    }
+    if (req->stdin_len > 0)
+        w_tlv(w, TAG_REQ_STDIN, req->stdin_data, req->stdin_len);
+    for (size_t i = 0; i < req->nargs; i++)
+        w_str(w, TAG_REQ_ARG, req->args[i], MOAT_MAX_ARG_LEN);
+    if (req->run_timeout_ms >= 0)
+        w_u64(w, TAG_REQ_RUN_TIMEOUT, (uint64_t)req->run_timeout_ms);
+    if (req->compile_timeout_ms >= 0)
+        w_u64(w, TAG_REQ_COMPILE_TIMEOUT, (uint64_t)req->compile_timeout_ms);
+    if (req->run_memory_bytes >= 0)
+        w_u64(w, TAG_REQ_RUN_MEMORY, (uint64_t)req->run_memory_bytes);
+    if (req->compile_memory_bytes >= 0)
+        w_u64(w, TAG_REQ_COMPILE_MEMORY, (uint64_t)req->compile_memory_bytes);
+}
+
 int moat_encode_exec_request(struct moat_buf *out, uint64_t job_id, const struct moat_exec_request *req, const char **why)
 {
     struct writer w = {out, 0, NULL};
     size_t at = frame_begin(&w, MOAT_MSG_EXEC_REQUEST, job_id);
-
-    if (req->language == NULL || req->version == NULL)
-        w_fail(&w, "language and version are required");
-    if (req->nfiles < 1 || req->nfiles > MOAT_MAX_FILES)
-        w_fail(&w, "file count out of range");
-    if (req->nargs > MOAT_MAX_ARGS)
-        w_fail(&w, "too many arguments");
-    w_str(&w, TAG_REQ_LANGUAGE, req->language, MOAT_MAX_NAME_LEN);
-    w_str(&w, TAG_REQ_VERSION, req->version, MOAT_MAX_NAME_LEN);
-    for (size_t i = 0; i < req->nfiles && !w.failed; i++) {
-        size_t f = w_nest_begin(&w, TAG_REQ_FILE);
-        if (req->files[i].name == NULL)
-            w_fail(&w, "file name missing");
-        w_str(&w, TAG_FILE_NAME, req->files[i].name, MOAT_MAX_NAME_LEN);
-        w_tlv(&w, TAG_FILE_CONTENT, req->files[i].content, req->files[i].content_len);
-        w_nest_end(&w, f);
-    }
-    if (req->stdin_len > 0)
-        w_tlv(&w, TAG_REQ_STDIN, req->stdin_data, req->stdin_len);
-    for (size_t i = 0; i < req->nargs; i++)
-        w_str(&w, TAG_REQ_ARG, req->args[i], MOAT_MAX_ARG_LEN);
-    if (req->run_timeout_ms >= 0)
-        w_u64(&w, TAG_REQ_RUN_TIMEOUT, (uint64_t)req->run_timeout_ms);
-    if (req->compile_timeout_ms >= 0)
-        w_u64(&w, TAG_REQ_COMPILE_TIMEOUT, (uint64_t)req->compile_timeout_ms);
-    if (req->run_memory_bytes >= 0)
-        w_u64(&w, TAG_REQ_RUN_MEMORY, (uint64_t)req->run_memory_bytes);
-    if (req->compile_memory_bytes >= 0)
-        w_u64(&w, TAG_REQ_COMPILE_MEMORY, (uint64_t)req->compile_memory_bytes);
+    encode_request_fields(&w, req);
     return frame_end(&w, at, why);
 }
 
@@ -462,6 +481,35 @@ int moat_encode_session_credit(struct moat_buf *out, uint64_t job_id, uint32_t b
     return frame_end(&w, at, why);
 }
 
+int moat_encode_session_open(struct moat_buf *out, uint64_t job_id, const struct moat_session_open *o, const char **why)
+{
+    struct writer w = {out, 0, NULL};
+    size_t at = frame_begin(&w, MOAT_MSG_SESSION_OPEN, job_id);
+    encode_request_fields(&w, &o->req);
+    w_u64(&w, TAG_SO_WALL, o->wall_ms);
+    w_u64(&w, TAG_SO_IDLE, o->idle_ms);
+    w_u64(&w, TAG_SO_CPU, o->cpu_ms);
+    w_u64(&w, TAG_SO_STDIN, o->stdin_bytes);
+    w_u64(&w, TAG_SO_OUTPUT, o->output_bytes);
+    return frame_end(&w, at, why);
+}
+
+int moat_encode_session_ready(struct moat_buf *out, uint64_t job_id, const struct moat_session_ready *r, const char **why)
+{
+    struct writer w = {out, 0, NULL};
+    size_t at = frame_begin(&w, MOAT_MSG_SESSION_READY, job_id);
+    if (r->language == NULL || r->version == NULL)
+        w_fail(&w, "language and version are required");
+    w_str(&w, TAG_SR_LANGUAGE, r->language, MOAT_MAX_NAME_LEN);
+    w_str(&w, TAG_SR_VERSION, r->version, MOAT_MAX_NAME_LEN);
+    w_u64(&w, TAG_SR_WALL, r->wall_ms);
+    w_u64(&w, TAG_SR_IDLE, r->idle_ms);
+    w_u64(&w, TAG_SR_CPU, r->cpu_ms);
+    w_u64(&w, TAG_SR_STDIN, r->stdin_bytes);
+    w_u64(&w, TAG_SR_OUTPUT, r->output_bytes);
+    return frame_end(&w, at, why);
+}
+
 /* ---- typed readers ---------------------------------------------------- */
 
 struct reader {
@@ -629,6 +677,8 @@ static const uint32_t frame_cap[MOAT_MSG_MAX + 1] = {
     [MOAT_MSG_SESSION_STAGE] = MOAT_SESSION_CTRL_FRAME_MAX,
     [MOAT_MSG_SESSION_EXIT] = MOAT_SESSION_CTRL_FRAME_MAX,
     [MOAT_MSG_SESSION_CREDIT] = MOAT_SESSION_CTRL_FRAME_MAX,
+    [MOAT_MSG_SESSION_OPEN] = MOAT_FRAME_MAX_PAYLOAD,
+    [MOAT_MSG_SESSION_READY] = MOAT_SESSION_CTRL_FRAME_MAX,
 };
 
 int moat_frame_parse_header(const uint8_t *buf, size_t len, struct moat_frame_header *h, const char **why)
@@ -696,6 +746,84 @@ static int decode_file(const struct field *outer, struct moat_file *file, const 
     return 0;
 }
 
+/* An exec request with nothing in it yet: every limit the server default. */
+static void request_init(struct moat_exec_request *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->run_timeout_ms = out->compile_timeout_ms = -1;
+    out->run_memory_bytes = out->compile_memory_bytes = -1;
+}
+
+/* Files and args repeat; every other tag of a message appears at most once. */
+static int request_once(uint32_t *seen, uint16_t tag, const char **why)
+{
+    return tag == TAG_REQ_FILE || tag == TAG_REQ_ARG ? 0 : once(seen, tag, why);
+}
+
+/*
+ * One field of an exec request (EXEC_REQUEST, and SESSION_OPEN's first
+ * fields) into *out, after request_once(): 0 when taken, 1 when the tag is
+ * not an exec request's, -1 when refused.
+ */
+static int decode_request_field(const struct field *f, struct moat_exec_request *out, const char **why)
+{
+    switch (f->tag) {
+    case TAG_REQ_LANGUAGE:
+        return r_str(f, MOAT_MAX_NAME_LEN, 0, &out->language, why);
+    case TAG_REQ_VERSION:
+        return r_str(f, MOAT_MAX_NAME_LEN, 0, &out->version, why);
+    case TAG_REQ_FILE:
+        if (out->nfiles >= MOAT_MAX_FILES) {
+            *why = "too many files";
+            return -1;
+        }
+        if (out->files == NULL && (out->files = calloc(MOAT_MAX_FILES, sizeof(*out->files))) == NULL) {
+            *why = "out of memory";
+            return -1;
+        }
+        return decode_file(f, &out->files[out->nfiles++], why);
+    case TAG_REQ_STDIN:
+        return r_bytes(f, &out->stdin_data, &out->stdin_len, why);
+    case TAG_REQ_ARG:
+        if (out->nargs >= MOAT_MAX_ARGS) {
+            *why = "too many arguments";
+            return -1;
+        }
+        if (out->args == NULL && (out->args = calloc(MOAT_MAX_ARGS, sizeof(*out->args))) == NULL) {
+            *why = "out of memory";
+            return -1;
+        }
+        if (r_str(f, MOAT_MAX_ARG_LEN, 1, &out->args[out->nargs], why) != 0)
+            return -1;
+        out->nargs++;
+        return 0;
+    case TAG_REQ_RUN_TIMEOUT:
+        return r_limit(f, &out->run_timeout_ms, why);
+    case TAG_REQ_COMPILE_TIMEOUT:
+        return r_limit(f, &out->compile_timeout_ms, why);
+    case TAG_REQ_RUN_MEMORY:
+        return r_limit(f, &out->run_memory_bytes, why);
+    case TAG_REQ_COMPILE_MEMORY:
+        return r_limit(f, &out->compile_memory_bytes, why);
+    default:
+        return 1;
+    }
+}
+
+/* The exec request's required fields, once every field is read. */
+static int request_complete(const struct moat_exec_request *out, const char *need_names, const char *need_file, const char **why)
+{
+    if (out->language == NULL || out->version == NULL) {
+        *why = need_names;
+        return -1;
+    }
+    if (out->nfiles == 0) {
+        *why = need_file;
+        return -1;
+    }
+    return 0;
+}
+
 int moat_decode_exec_request(const uint8_t *payload, size_t len, struct moat_exec_request *out, const char **why)
 {
     struct reader r = {payload, len, 0};
@@ -703,84 +831,19 @@ int moat_decode_exec_request(const uint8_t *payload, size_t len, struct moat_exe
     uint32_t seen = 0;
     int rc;
 
-    memset(out, 0, sizeof(*out));
-    out->run_timeout_ms = out->compile_timeout_ms = -1;
-    out->run_memory_bytes = out->compile_memory_bytes = -1;
-
+    request_init(out);
     while ((rc = r_next(&r, &f, why)) == 1) {
-        if (f.tag != TAG_REQ_FILE && f.tag != TAG_REQ_ARG && once(&seen, f.tag, why) != 0)
+        if (request_once(&seen, f.tag, why) != 0)
             goto fail;
-        switch (f.tag) {
-        case TAG_REQ_LANGUAGE:
-            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &out->language, why) != 0)
-                goto fail;
-            break;
-        case TAG_REQ_VERSION:
-            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &out->version, why) != 0)
-                goto fail;
-            break;
-        case TAG_REQ_FILE: {
-            if (out->nfiles >= MOAT_MAX_FILES) {
-                *why = "too many files";
-                goto fail;
-            }
-            if (out->files == NULL && (out->files = calloc(MOAT_MAX_FILES, sizeof(*out->files))) == NULL) {
-                *why = "out of memory";
-                goto fail;
-            }
-            struct moat_file *file = &out->files[out->nfiles++];
-            if (decode_file(&f, file, why) != 0)
-                goto fail;
-            break;
-        }
-        case TAG_REQ_STDIN:
-            if (r_bytes(&f, &out->stdin_data, &out->stdin_len, why) != 0)
-                goto fail;
-            break;
-        case TAG_REQ_ARG:
-            if (out->nargs >= MOAT_MAX_ARGS) {
-                *why = "too many arguments";
-                goto fail;
-            }
-            if (out->args == NULL && (out->args = calloc(MOAT_MAX_ARGS, sizeof(*out->args))) == NULL) {
-                *why = "out of memory";
-                goto fail;
-            }
-            if (r_str(&f, MOAT_MAX_ARG_LEN, 1, &out->args[out->nargs], why) != 0)
-                goto fail;
-            out->nargs++;
-            break;
-        case TAG_REQ_RUN_TIMEOUT:
-            if (r_limit(&f, &out->run_timeout_ms, why) != 0)
-                goto fail;
-            break;
-        case TAG_REQ_COMPILE_TIMEOUT:
-            if (r_limit(&f, &out->compile_timeout_ms, why) != 0)
-                goto fail;
-            break;
-        case TAG_REQ_RUN_MEMORY:
-            if (r_limit(&f, &out->run_memory_bytes, why) != 0)
-                goto fail;
-            break;
-        case TAG_REQ_COMPILE_MEMORY:
-            if (r_limit(&f, &out->compile_memory_bytes, why) != 0)
-                goto fail;
-            break;
-        default:
+        int taken = decode_request_field(&f, out, why);
+        if (taken == 1)
             *why = "unknown field in exec request";
+        if (taken != 0)
             goto fail;
-        }
     }
-    if (rc < 0)
+    if (rc < 0 ||
+        request_complete(out, "exec request needs language and version", "exec request needs at least one file", why) != 0)
         goto fail;
-    if (out->language == NULL || out->version == NULL) {
-        *why = "exec request needs language and version";
-        goto fail;
-    }
-    if (out->nfiles == 0) {
-        *why = "exec request needs at least one file";
-        goto fail;
-    }
     return 0;
 fail:
     moat_exec_request_free(out);
@@ -1285,6 +1348,116 @@ fail:
     return -1;
 }
 
+/* A u64 ceiling or effective limit of SESSION_OPEN / SESSION_READY. */
+static int r_session_limit(const struct field *f, uint64_t *v, uint32_t *limits, const char **why)
+{
+    *limits += 1;
+    return r_u64(f, v, why);
+}
+
+#define SESSION_LIMITS 5 /* wall, idle, cpu, stdin, output */
+
+int moat_decode_session_open(const uint8_t *payload, size_t len, struct moat_session_open *out, const char **why)
+{
+    struct reader r = {payload, len, 0};
+    struct field f;
+    uint32_t seen = 0, limits = 0;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    request_init(&out->req);
+    while ((rc = r_next(&r, &f, why)) == 1) {
+        if (request_once(&seen, f.tag, why) != 0)
+            goto fail;
+        switch (f.tag) {
+        case TAG_SO_WALL:
+            rc = r_session_limit(&f, &out->wall_ms, &limits, why);
+            break;
+        case TAG_SO_IDLE:
+            rc = r_session_limit(&f, &out->idle_ms, &limits, why);
+            break;
+        case TAG_SO_CPU:
+            rc = r_session_limit(&f, &out->cpu_ms, &limits, why);
+            break;
+        case TAG_SO_STDIN:
+            rc = r_session_limit(&f, &out->stdin_bytes, &limits, why);
+            break;
+        case TAG_SO_OUTPUT:
+            rc = r_session_limit(&f, &out->output_bytes, &limits, why);
+            break;
+        default:
+            rc = decode_request_field(&f, &out->req, why);
+            if (rc == 1)
+                *why = "unknown field in session open";
+        }
+        if (rc != 0)
+            goto fail;
+    }
+    if (rc < 0 ||
+        request_complete(&out->req, "session open needs language and version", "session open needs at least one file", why) != 0)
+        goto fail;
+    if (limits != SESSION_LIMITS) {
+        *why = "session open needs wall, idle, cpu, stdin and output limits";
+        goto fail;
+    }
+    return 0;
+fail:
+    moat_session_open_free(out);
+    return -1;
+}
+
+int moat_decode_session_ready(const uint8_t *payload, size_t len, struct moat_session_ready *out, const char **why)
+{
+    struct reader r = {payload, len, 0};
+    struct field f;
+    uint32_t seen = 0, limits = 0;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    while ((rc = r_next(&r, &f, why)) == 1) {
+        if (once(&seen, f.tag, why) != 0)
+            goto fail;
+        switch (f.tag) {
+        case TAG_SR_LANGUAGE:
+            rc = r_str(&f, MOAT_MAX_NAME_LEN, 0, &out->language, why);
+            break;
+        case TAG_SR_VERSION:
+            rc = r_str(&f, MOAT_MAX_NAME_LEN, 0, &out->version, why);
+            break;
+        case TAG_SR_WALL:
+            rc = r_session_limit(&f, &out->wall_ms, &limits, why);
+            break;
+        case TAG_SR_IDLE:
+            rc = r_session_limit(&f, &out->idle_ms, &limits, why);
+            break;
+        case TAG_SR_CPU:
+            rc = r_session_limit(&f, &out->cpu_ms, &limits, why);
+            break;
+        case TAG_SR_STDIN:
+            rc = r_session_limit(&f, &out->stdin_bytes, &limits, why);
+            break;
+        case TAG_SR_OUTPUT:
+            rc = r_session_limit(&f, &out->output_bytes, &limits, why);
+            break;
+        default:
+            *why = "unknown field in session ready";
+            rc = -1;
+        }
+        if (rc != 0)
+            goto fail;
+    }
+    if (rc < 0)
+        goto fail;
+    if (out->language == NULL || out->version == NULL || limits != SESSION_LIMITS) {
+        *why = "session ready needs language, version and every limit";
+        goto fail;
+    }
+    return 0;
+fail:
+    moat_session_ready_free(out);
+    return -1;
+}
+
 /* ---- release ---------------------------------------------------------- */
 
 void moat_exec_request_free(struct moat_exec_request *r)
@@ -1357,6 +1530,19 @@ void moat_session_exit_free(struct moat_session_exit *e)
 {
     stage_free(&e->result);
     memset(e, 0, sizeof(*e));
+}
+
+void moat_session_open_free(struct moat_session_open *o)
+{
+    moat_exec_request_free(&o->req);
+    memset(o, 0, sizeof(*o));
+}
+
+void moat_session_ready_free(struct moat_session_ready *r)
+{
+    free(r->language);
+    free(r->version);
+    memset(r, 0, sizeof(*r));
 }
 
 /* ---- status names ----------------------------------------------------- */

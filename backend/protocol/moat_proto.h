@@ -43,8 +43,10 @@ enum moat_msg_type {
     MOAT_MSG_SESSION_STAGE = 10,      /* backend -> gateway: a stage started */
     MOAT_MSG_SESSION_EXIT = 11,       /* backend -> gateway: a stage ended */
     MOAT_MSG_SESSION_CREDIT = 12,     /* either way: the receiver of data grants window */
+    MOAT_MSG_SESSION_OPEN = 13,       /* gateway -> backend: an exec request and the session's ceilings */
+    MOAT_MSG_SESSION_READY = 14,      /* backend -> gateway: the box took the plan; the effective limits */
 };
-#define MOAT_MSG_MAX MOAT_MSG_SESSION_CREDIT
+#define MOAT_MSG_MAX MOAT_MSG_SESSION_READY
 
 /* Session caps.  A data chunk (stdin or output) is 1..MOAT_SESSION_CHUNK_MAX
  * bytes; each side may have at most MOAT_SESSION_WINDOW data bytes
@@ -219,6 +221,29 @@ struct moat_session_exit {
     struct moat_stage_result result;
 };
 
+/* SESSION_OPEN: every EXEC_REQUEST field (same tags and rules; stdin is the
+ * initial stdin, written first) and the session's ceilings, all required.
+ * idle_ms 0 means no idle clock; stdin_bytes counts the initial stdin. */
+struct moat_session_open {
+    struct moat_exec_request req;
+    uint64_t wall_ms;      /* whole lifetime, compile stage included */
+    uint64_t idle_ms;      /* 0 = off */
+    uint64_t cpu_ms;       /* the run stage's CPU time */
+    uint64_t stdin_bytes;  /* total stdin over the session */
+    uint64_t output_bytes; /* per stream, over the whole session */
+};
+
+/* SESSION_READY: the box took the plan; the limits in force (idle_ms 0 = off). */
+struct moat_session_ready {
+    char *language;
+    char *version;
+    uint64_t wall_ms;
+    uint64_t idle_ms;
+    uint64_t cpu_ms;
+    uint64_t stdin_bytes;
+    uint64_t output_bytes;
+};
+
 /* Encoders append to a struct moat_buf (moat_buf.h, in moat_common): start
  * it {0}, free it with moat_buf_free(). */
 
@@ -247,6 +272,8 @@ int moat_encode_session_output(struct moat_buf *out, uint64_t job_id, const stru
 int moat_encode_session_stage(struct moat_buf *out, uint64_t job_id, const struct moat_session_stage *s, const char **why);
 int moat_encode_session_exit(struct moat_buf *out, uint64_t job_id, const struct moat_session_exit *e, const char **why);
 int moat_encode_session_credit(struct moat_buf *out, uint64_t job_id, uint32_t bytes, const char **why);
+int moat_encode_session_open(struct moat_buf *out, uint64_t job_id, const struct moat_session_open *o, const char **why);
+int moat_encode_session_ready(struct moat_buf *out, uint64_t job_id, const struct moat_session_ready *r, const char **why);
 
 /*
  * Decoders read a payload (without the header).  They return 0 and fill *out
@@ -265,6 +292,8 @@ int moat_decode_session_output(const uint8_t *payload, size_t len, struct moat_s
 int moat_decode_session_stage(const uint8_t *payload, size_t len, struct moat_session_stage *out, const char **why);
 int moat_decode_session_exit(const uint8_t *payload, size_t len, struct moat_session_exit *out, const char **why);
 int moat_decode_session_credit(const uint8_t *payload, size_t len, uint32_t *bytes, const char **why);
+int moat_decode_session_open(const uint8_t *payload, size_t len, struct moat_session_open *out, const char **why);
+int moat_decode_session_ready(const uint8_t *payload, size_t len, struct moat_session_ready *out, const char **why);
 
 void moat_exec_request_free(struct moat_exec_request *r);
 void moat_exec_result_free(struct moat_exec_result *r);
@@ -273,6 +302,8 @@ void moat_runtimes_free(struct moat_runtimes *rt);
 void moat_session_stdin_free(struct moat_session_stdin *s);
 void moat_session_output_free(struct moat_session_output *o);
 void moat_session_exit_free(struct moat_session_exit *e);
+void moat_session_open_free(struct moat_session_open *o);
+void moat_session_ready_free(struct moat_session_ready *r);
 
 /* 1 if signal is on SESSION_SIGNAL's allow-list (enum moat_signal). */
 int moat_session_signal_allowed(int32_t signal);

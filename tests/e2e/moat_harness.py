@@ -419,3 +419,201 @@ def run_stage_of(payload):
     f = dict(parse_tlvs(payload))
     stage = dict(parse_tlvs(f[17]))
     return {"stdout": stage.get(1, b""), "status": stage[6][0]}
+
+
+# ---- live sessions (PROTOCOL.md "Sessions"), for tests that speak to the backend ----
+
+(MSG_SESSION_STDIN, MSG_SESSION_STDIN_CLOSE, MSG_SESSION_SIGNAL, MSG_SESSION_OUTPUT, MSG_SESSION_STAGE, MSG_SESSION_EXIT,
+ MSG_SESSION_CREDIT, MSG_SESSION_OPEN, MSG_SESSION_READY) = range(6, 15)
+SESSION_WINDOW = 128 * 1024  # MOAT_SESSION_WINDOW
+SESSION_CHUNK = 64 * 1024  # MOAT_SESSION_CHUNK_MAX
+STREAM_STDOUT, STREAM_STDERR = 1, 2
+STAGE_COMPILE, STAGE_RUN = 1, 2
+CLOCK_WALL, CLOCK_IDLE, CLOCK_CPU = 1, 2, 3
+STATUS_OK, STATUS_RE, STATUS_SG, STATUS_TO, STATUS_OL, STATUS_EL, STATUS_XX, STATUS_ML = range(8)
+# ceilings that leave the backend's defaults in force (idle 0: no ceiling of the gateway's)
+SESSION_CEILINGS = {"wall_ms": 900000, "idle_ms": 0, "cpu_ms": 30000, "stdin_bytes": 1 << 20, "output_bytes": 1 << 20}
+
+
+def u64(v):
+    return struct.pack(">Q", v)
+
+
+def session_open(job_id, language, code, version="*", stdin=b"", args=(), run_timeout=None, omit=(), **ceilings):
+    """A SESSION_OPEN frame: an exec request (file main.code) and the ceilings (SESSION_CEILINGS, overridden
+    by keyword; names in `omit` are left out)."""
+    p = tlv(1, language.encode()) + tlv(2, version.encode())
+    p += tlv(3, tlv(1, b"main.code") + tlv(2, code.encode() if isinstance(code, str) else code))
+    if stdin:
+        p += tlv(4, stdin)
+    for a in args:
+        p += tlv(5, a.encode())
+    if run_timeout is not None:
+        p += tlv(6, u64(run_timeout))
+    limits = dict(SESSION_CEILINGS, **ceilings)
+    for tag, name in enumerate(("wall_ms", "idle_ms", "cpu_ms", "stdin_bytes", "output_bytes"), start=20):
+        if name not in omit:
+            p += tlv(tag, u64(limits[name]))
+    return frame(MSG_SESSION_OPEN, job_id, p)
+
+
+def session_stdin(job_id, data):
+    return frame(MSG_SESSION_STDIN, job_id, tlv(1, data))
+
+
+def session_stdin_close(job_id):
+    return frame(MSG_SESSION_STDIN_CLOSE, job_id, b"")
+
+
+def session_signal(job_id, sig):
+    return frame(MSG_SESSION_SIGNAL, job_id, tlv(1, struct.pack(">I", sig)))
+
+
+def session_credit(job_id, n):
+    return frame(MSG_SESSION_CREDIT, job_id, tlv(1, struct.pack(">I", n)))
+
+
+def _uint(b):
+    return int.from_bytes(b, "big")
+
+
+def session_event(msg_type, payload):
+    """A frame from the backend as a dict: {"type": "ready" | "stage" | "output" | "exit" | "error" | "credit", ...}."""
+    f = dict(parse_tlvs(payload))
+    if msg_type == MSG_SESSION_READY:
+        names = ("wall_ms", "idle_ms", "cpu_ms", "stdin_bytes", "output_bytes")
+        return dict({"type": "ready", "language": f[1].decode(), "version": f[2].decode()},
+                    **{n: _uint(f[3 + i]) for i, n in enumerate(names)})
+    if msg_type == MSG_SESSION_STAGE:
+        return {"type": "stage", "stage": f[1][0], "offset": _uint(f[2])}
+    if msg_type == MSG_SESSION_OUTPUT:
+        return {"type": "output", "stream": f[1][0], "offset": _uint(f[2]), "data": f[3]}
+    if msg_type == MSG_SESSION_EXIT:
+        r = dict(parse_tlvs(f[4]))
+        return {"type": "exit", "stage": f[1][0], "offset": _uint(f[2]), "clock": f[3][0] if 3 in f else None,
+                "status": r[6][0], "code": struct.unpack(">i", r[4])[0] if 4 in r else None,
+                "signal": _uint(r[5]) if 5 in r else None, "message": r[7].decode() if 7 in r else None,
+                "cpu_ms": _uint(r[8]), "wall_ms": _uint(r[9])}
+    if msg_type == MSG_ERROR:
+        code, message = error_of(payload)
+        return {"type": "error", "code": code, "message": message}
+    if msg_type == MSG_SESSION_CREDIT:
+        return {"type": "credit", "bytes": _uint(f[1])}
+    raise AssertionError("unexpected message type %d from the backend" % msg_type)
+
+
+class BackendSession:
+    """One live session over its own connection to a backend's socket.  events() yields what the backend sends,
+    each with "t" (time.monotonic() when it was read) and "job" (its job id); output is credited back as it
+    arrives unless credit=False."""
+
+    def __init__(self, socket_path, job_id=1, credit=True, timeout=None):
+        self.job_id, self.credit = job_id, credit
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.settimeout(DEADLINE_S if timeout is None else timeout)
+        self.sock.connect(socket_path)
+        self.closed = False
+        self.stdin_window = SESSION_WINDOW  # stdin the backend has room for
+        self.backlog = []  # events read while write() waited for credit
+
+    def open(self, language, code, **kw):
+        self.sock.sendall(session_open(self.job_id, language, code, **kw))
+        return self
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def write(self, data):
+        """Stdin, in chunks of at most SESSION_CHUNK bytes, within the window: waits for the backend's credit as
+        a gateway must (events read meanwhile are kept for next())."""
+        for i in range(0, len(data), SESSION_CHUNK):
+            chunk = data[i:i + SESSION_CHUNK]
+            while self.stdin_window < len(chunk):
+                event = self._read()
+                if event is None:
+                    raise AssertionError("the backend closed the session while stdin waited for credit")
+                self.backlog.append(event)
+            self.stdin_window -= len(chunk)
+            self.send(session_stdin(self.job_id, chunk))
+
+    def next(self):
+        """The next event, or None once the backend closed the connection (a reset after the last frame, when
+        the backend closed with our last credit unread, is a close too)."""
+        if self.backlog:
+            return self.backlog.pop(0)
+        return self._read()
+
+    def _read(self):
+        try:
+            f = read_frame(self.sock)
+        except ConnectionResetError:
+            f = None
+        if f is None:
+            self.closed = True
+            return None
+        event = session_event(f[0], f[2])
+        event.update(t=time.monotonic(), job=f[1])
+        if event["type"] == "credit":
+            self.stdin_window += event["bytes"]
+        if event["type"] == "output" and self.credit:
+            try:
+                self.send(session_credit(self.job_id, len(event["data"])))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the session is over: what is left to read tells how
+        return event
+
+    def until(self, predicate, what="an event"):
+        """Events up to and including the first for which predicate(event) holds."""
+        seen = []
+        while True:
+            event = self.next()
+            if event is None:
+                raise AssertionError("the backend closed the session before %s; got %r" % (what, seen))
+            seen.append(event)
+            if predicate(event):
+                return seen
+
+    def output_until(self, text, stream=STREAM_STDOUT):
+        """Events until the stream's output so far contains `text` (bytes)."""
+        got = b""
+        seen = []
+        while text not in got:
+            seen += self.until(lambda e: e["type"] == "output", "output %r" % text)
+            got = b"".join(e["data"] for e in seen if e["type"] == "output" and e["stream"] == stream)
+        return seen
+
+    def rest(self):
+        """Every event until the backend closes the connection."""
+        seen = []
+        while True:
+            event = self.next()
+            if event is None:
+                return seen
+            seen.append(event)
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def session_box_pids(tag):
+    """box_pids(tag) of the session slots' boxes only (cgroups session<n>), not the batch slots' warm ones."""
+    def in_session_box(pid):
+        try:
+            with open("/proc/%d/cgroup" % pid) as f:
+                return "/%s/session" % tag in f.read()
+        except OSError:
+            return False
+
+    return {pid for pid in box_pids(tag) if in_session_box(pid)}
+
+
+def vm_rss_kib(pid):
+    """Resident memory of a process (VmRSS), in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        return int([l for l in f if l.startswith("VmRSS:")][0].split()[1])

@@ -10,9 +10,11 @@
  * again to the same message and re-encode to the very same bytes.  A failed
  * decode must give a reason and leave its output empty.
  *
- * Seeds: a frame of every message type, full and minimal, made with the
- * real encoders.  Random inputs: mostly a valid header of a random type with
- * small tags in a random payload, so the decoders get past the first field.
+ * Seeds: a frame of every message type (SESSION_OPEN and SESSION_READY
+ * too), full and minimal, made with the real encoders.  Random inputs:
+ * mostly a valid header of a random type with small tags (up to the
+ * ceilings' 20..24) in a random payload, so the decoders get past the first
+ * field.
  *
  * Built as the real fuzzer with -DMOAT_FUZZ=ON, and always as part of
  * fuzz_proto_replay (see replay.c).  Violations abort().
@@ -434,6 +436,67 @@ static void do_session_credit(const uint8_t *p, size_t len, uint64_t job)
                       moat_decode_session_credit(p1, len1, &b, &why), moat_encode_session_credit(&e2, job, b, &why), a == b);
 }
 
+static void do_session_open(const uint8_t *p, size_t len, uint64_t job)
+{
+    struct moat_session_open a, b;
+    struct moat_buf e1 = {0}, e2 = {0};
+    const char *why = NULL;
+    size_t len1, len2;
+
+    if (moat_decode_session_open(p, len, &a, &why) != 0) {
+        CHECK(why != NULL);
+        CHECK(is_zero(&a, sizeof(a)));
+        return;
+    }
+    request_invariants(&a.req);
+    why = NULL;
+    if (moat_encode_session_open(&e1, job, &a, &why) != 0) {
+        encode_failed(&e1, len, why);
+        goto out;
+    }
+    const uint8_t *p1 = reparse(&e1, MOAT_MSG_SESSION_OPEN, job, &len1);
+    CHECK(len1 <= len); /* nothing is added to an open */
+    CHECK(moat_decode_session_open(p1, len1, &b, &why) == 0);
+    request_equal(&a.req, &b.req);
+    CHECK(a.wall_ms == b.wall_ms && a.idle_ms == b.idle_ms && a.cpu_ms == b.cpu_ms);
+    CHECK(a.stdin_bytes == b.stdin_bytes && a.output_bytes == b.output_bytes);
+    CHECK(moat_encode_session_open(&e2, job, &b, &why) == 0);
+    reparse(&e2, MOAT_MSG_SESSION_OPEN, job, &len2);
+    same_bytes(&e1, &e2);
+    moat_session_open_free(&b);
+out:
+    moat_session_open_free(&a);
+    CHECK(is_zero(&a, sizeof(a)));
+    moat_buf_free(&e1);
+    moat_buf_free(&e2);
+}
+
+static int ready_equal(const struct moat_session_ready *a, const struct moat_session_ready *b)
+{
+    return str_eq(a->language, b->language) && str_eq(a->version, b->version) && a->wall_ms == b->wall_ms &&
+           a->idle_ms == b->idle_ms && a->cpu_ms == b->cpu_ms && a->stdin_bytes == b->stdin_bytes &&
+           a->output_bytes == b->output_bytes;
+}
+
+static void do_session_ready(const uint8_t *p, size_t len, uint64_t job)
+{
+    struct moat_session_ready a, b;
+    const char *why = NULL;
+
+    if (moat_decode_session_ready(p, len, &a, &why) != 0) {
+        CHECK(why != NULL);
+        CHECK(is_zero(&a, sizeof(a)));
+        return;
+    }
+    CHECK(a.language != NULL && a.version != NULL);
+    CHECK(strlen(a.language) <= MOAT_MAX_NAME_LEN && strlen(a.version) <= MOAT_MAX_NAME_LEN);
+    SESSION_ROUNDTRIP(MOAT_MSG_SESSION_READY, job, moat_encode_session_ready(&e1, job, &a, &why),
+                      moat_decode_session_ready(p1, len1, &b, &why), moat_encode_session_ready(&e2, job, &b, &why),
+                      ready_equal(&a, &b));
+    moat_session_ready_free(&b);
+    moat_session_ready_free(&a);
+}
+
 static void decode_as(uint8_t type, const uint8_t *p, size_t len, uint64_t job)
 {
     switch (type) {
@@ -469,6 +532,12 @@ static void decode_as(uint8_t type, const uint8_t *p, size_t len, uint64_t job)
         break;
     case MOAT_MSG_SESSION_CREDIT:
         do_session_credit(p, len, job);
+        break;
+    case MOAT_MSG_SESSION_OPEN:
+        do_session_open(p, len, job);
+        break;
+    case MOAT_MSG_SESSION_READY:
+        do_session_ready(p, len, job);
         break;
     default: /* MOAT_MSG_RUNTIMES_QUERY has no payload to decode */
         break;
@@ -642,6 +711,18 @@ static void make_seeds(fuzz_add_seed_fn *add)
     add_frame(add, &b, rc, why);
     rc = moat_encode_session_credit(&b, 8, MOAT_SESSION_CHUNK_MAX, &why);
     add_frame(add, &b, rc, why);
+
+    /* session open: the full request above with ceilings; the minimal one */
+    struct moat_session_open so_full = {req, 900000, 0, 30000, 1 << 20, UINT64_MAX};
+    rc = moat_encode_session_open(&b, 9, &so_full, &why);
+    add_frame(add, &b, rc, why);
+    struct moat_session_open so_min = {min, 1, 1, 1, 0, 0};
+    rc = moat_encode_session_open(&b, 10, &so_min, &why);
+    add_frame(add, &b, rc, why);
+    /* session ready */
+    struct moat_session_ready ready = {lang, ver, 900000, 60000, 30000, 1 << 20, 1 << 20};
+    rc = moat_encode_session_ready(&b, 9, &ready, &why);
+    add_frame(add, &b, rc, why);
 }
 
 /* Mostly a valid header of a random type before random bytes with small tags; sometimes bytes alone. */
@@ -662,7 +743,7 @@ static size_t random_frame(uint8_t *buf, size_t cap, uint32_t (*rng)(void))
         buf[6] = (uint8_t)(plen >> 8);
         buf[7] = (uint8_t)plen;
         for (size_t k = MOAT_FRAME_HEADER_SIZE; k + 1 < len; k += 1 + rng() % 16)
-            buf[k] = 0, buf[k + 1] = (uint8_t)(rng() % 20);
+            buf[k] = 0, buf[k + 1] = (uint8_t)(rng() % 26); /* up to SESSION_OPEN's ceilings, 20..24 */
     }
     return len;
 }

@@ -59,6 +59,18 @@ enum {
     EX_CLOCK = 3,
     EX_RESULT = 4,
     CR_BYTES = 1,
+    SO_WALL = 20,
+    SO_IDLE = 21,
+    SO_CPU = 22,
+    SO_STDIN = 23,
+    SO_OUTPUT = 24,
+    SR_LANGUAGE = 1,
+    SR_VERSION = 2,
+    SR_WALL = 3,
+    SR_IDLE = 4,
+    SR_CPU = 5,
+    SR_STDIN = 6,
+    SR_OUTPUT = 7,
 };
 
 /* ---- a hand-rolled TLV writer for malformed input ---------------------- */
@@ -1607,7 +1619,8 @@ static void test_session_frame_caps(void **state)
         {MOAT_MSG_SESSION_STDIN, MOAT_SESSION_DATA_FRAME_MAX},  {MOAT_MSG_SESSION_STDIN_CLOSE, 0},
         {MOAT_MSG_SESSION_SIGNAL, MOAT_SESSION_CTRL_FRAME_MAX}, {MOAT_MSG_SESSION_OUTPUT, MOAT_SESSION_DATA_FRAME_MAX},
         {MOAT_MSG_SESSION_STAGE, MOAT_SESSION_CTRL_FRAME_MAX},  {MOAT_MSG_SESSION_EXIT, MOAT_SESSION_CTRL_FRAME_MAX},
-        {MOAT_MSG_SESSION_CREDIT, MOAT_SESSION_CTRL_FRAME_MAX},
+        {MOAT_MSG_SESSION_CREDIT, MOAT_SESSION_CTRL_FRAME_MAX}, {MOAT_MSG_SESSION_OPEN, MOAT_FRAME_MAX_PAYLOAD},
+        {MOAT_MSG_SESSION_READY, MOAT_SESSION_CTRL_FRAME_MAX},
     };
     assert_int_equal(sizeof(caps) / sizeof(caps[0]), MOAT_MSG_MAX - MOAT_MSG_RUNTIMES);
     for (size_t i = 0; i < sizeof(caps) / sizeof(caps[0]); i++) {
@@ -1622,9 +1635,11 @@ static void test_session_frame_caps(void **state)
         raw_header(&r, MOAT_PROTO_VERSION, caps[i].type, 0, caps[i].cap + 1, 77);
         reject_header(&r, "frame exceeds the size cap");
         raw_free(&r);
-        raw_header(&r, MOAT_PROTO_VERSION, caps[i].type, 0, MOAT_FRAME_MAX_PAYLOAD, 77);
-        reject_header(&r, "frame exceeds the size cap");
-        raw_free(&r);
+        if (caps[i].cap < MOAT_FRAME_MAX_PAYLOAD) {
+            raw_header(&r, MOAT_PROTO_VERSION, caps[i].type, 0, MOAT_FRAME_MAX_PAYLOAD, 77);
+            reject_header(&r, "frame exceeds the size cap");
+            raw_free(&r);
+        }
     }
     /* a full chunk with its fields fits its frame cap */
     assert_true(6 + MOAT_SESSION_CHUNK_MAX <= MOAT_SESSION_DATA_FRAME_MAX);
@@ -1956,6 +1971,315 @@ static void test_session_encoder_refusals(void **state)
     moat_buf_free(&out);
 }
 
+/* ==== session open and ready ============================================= */
+
+/* The five ceilings SESSION_OPEN requires, each a u64. */
+static void raw_ceilings(struct raw *r, int omit_tag)
+{
+    for (uint16_t tag = SO_WALL; tag <= SO_OUTPUT; tag++)
+        if (tag != omit_tag)
+            raw_uint(r, tag, 1000u * tag, 8);
+}
+
+static void reject_open(const struct raw *r, const char *reason)
+{
+    struct moat_session_open q;
+    const char *why = NULL;
+    assert_int_equal(moat_decode_session_open(r->b, r->n, &q, &why), -1);
+    assert_non_null(why);
+    assert_string_equal(why, reason);
+    assert_true(is_zero(&q, sizeof(q)));
+}
+
+static void reject_ready(const struct raw *r, const char *reason)
+{
+    struct moat_session_ready q;
+    const char *why = NULL;
+    assert_int_equal(moat_decode_session_ready(r->b, r->n, &q, &why), -1);
+    assert_non_null(why);
+    assert_string_equal(why, reason);
+    assert_true(is_zero(&q, sizeof(q)));
+}
+
+static void test_session_open_roundtrip(void **state)
+{
+    char n0[] = "main.py", n1[] = "data.bin", lang[] = "python", ver[] = "3.x", a0[] = "--flag", a1[] = "";
+    uint8_t c0[] = "print(input())\n", c1[] = {0, 0xff, 0xc0};
+    uint8_t in[] = {'a', 'd', 'a', '\n', 0};
+    struct moat_file files[] = {{n0, c0, sizeof(c0) - 1}, {n1, c1, sizeof(c1)}};
+    char *args[] = {a0, a1};
+    struct moat_session_open o = {
+        .req = {.language = lang,
+                .version = ver,
+                .files = files,
+                .nfiles = 2,
+                .args = args,
+                .nargs = 2,
+                .stdin_data = in,
+                .stdin_len = sizeof(in),
+                .run_timeout_ms = 60000,
+                .compile_timeout_ms = -1,
+                .run_memory_bytes = 1 << 28,
+                .compile_memory_bytes = -1},
+        .wall_ms = 900000,
+        .idle_ms = 0,
+        .cpu_ms = UINT64_MAX,
+        .stdin_bytes = 1 << 20,
+        .output_bytes = 1,
+    };
+    struct moat_buf out = {0};
+    const char *why = NULL;
+    size_t plen;
+
+    assert_int_equal(moat_encode_session_open(&out, 41, &o, &why), 0);
+    const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_SESSION_OPEN, 41, &plen);
+    struct moat_session_open d;
+    assert_int_equal(moat_decode_session_open(p, plen, &d, &why), 0);
+    assert_string_equal(d.req.language, "python");
+    assert_string_equal(d.req.version, "3.x");
+    assert_int_equal(d.req.nfiles, 2);
+    assert_string_equal(d.req.files[1].name, "data.bin");
+    assert_int_equal(d.req.files[1].content_len, sizeof(c1));
+    assert_memory_equal(d.req.files[1].content, c1, sizeof(c1));
+    assert_int_equal(d.req.nargs, 2);
+    assert_string_equal(d.req.args[1], "");
+    assert_int_equal(d.req.stdin_len, sizeof(in));
+    assert_memory_equal(d.req.stdin_data, in, sizeof(in));
+    assert_true(d.req.run_timeout_ms == 60000);
+    assert_true(d.req.compile_timeout_ms == -1);
+    assert_true(d.req.run_memory_bytes == 1 << 28);
+    assert_true(d.req.compile_memory_bytes == -1);
+    assert_true(d.wall_ms == 900000);
+    assert_true(d.idle_ms == 0);
+    assert_true(d.cpu_ms == UINT64_MAX);
+    assert_true(d.stdin_bytes == 1 << 20);
+    assert_true(d.output_bytes == 1);
+    moat_session_open_free(&d);
+    assert_true(is_zero(&d, sizeof(d)));
+
+    /* the exec request's fields are encoded as EXEC_REQUEST encodes them, then the ceilings */
+    struct moat_buf req = {0};
+    assert_int_equal(moat_encode_exec_request(&req, 41, &o.req, &why), 0);
+    assert_int_equal(out.len, req.len + 5 * 14);
+    assert_memory_equal(out.data + MOAT_FRAME_HEADER_SIZE, req.data + MOAT_FRAME_HEADER_SIZE, req.len - MOAT_FRAME_HEADER_SIZE);
+    moat_buf_free(&req);
+    moat_buf_free(&out);
+}
+
+static void test_session_open_refusals(void **state)
+{
+    struct raw r = {0};
+    struct moat_session_open d;
+    const char *why = NULL;
+
+    /* the smallest valid one */
+    raw_min_request(&r);
+    raw_ceilings(&r, 0);
+    assert_int_equal(moat_decode_session_open(r.b, r.n, &d, &why), 0);
+    assert_true(d.req.run_timeout_ms == -1 && d.req.stdin_data == NULL);
+    assert_true(d.wall_ms == 20000 && d.output_bytes == 24000);
+    moat_session_open_free(&d);
+    raw_free(&r);
+
+    /* every ceiling is required */
+    for (uint16_t tag = SO_WALL; tag <= SO_OUTPUT; tag++) {
+        raw_min_request(&r);
+        raw_ceilings(&r, tag);
+        reject_open(&r, "session open needs wall, idle, cpu, stdin and output limits");
+        raw_free(&r);
+    }
+    /* the request's own required fields */
+    reject_open(&r, "session open needs language and version");
+    raw_str(&r, REQ_LANGUAGE, "python");
+    raw_ceilings(&r, 0);
+    raw_file(&r, "a.py", "");
+    reject_open(&r, "session open needs language and version");
+    raw_free(&r);
+    raw_str(&r, REQ_LANGUAGE, "python");
+    raw_str(&r, REQ_VERSION, "3");
+    raw_ceilings(&r, 0);
+    reject_open(&r, "session open needs at least one file");
+    raw_free(&r);
+    /* unknown tags: between the request's and the ceilings', past them, and past the bitmap */
+    const uint16_t unknown[] = {0, 10, 19, 25, 31};
+    for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
+        raw_min_request(&r);
+        raw_ceilings(&r, 0);
+        raw_uint(&r, unknown[i], 1, 8);
+        reject_open(&r, "unknown field in session open");
+        raw_free(&r);
+    }
+    raw_min_request(&r);
+    raw_ceilings(&r, 0);
+    raw_uint(&r, 0x1234, 1, 8);
+    reject_open(&r, "unknown field");
+    raw_free(&r);
+    /* a repeated ceiling, a repeated request field; files and args still repeat */
+    raw_min_request(&r);
+    raw_ceilings(&r, 0);
+    raw_uint(&r, SO_IDLE, 1, 8);
+    reject_open(&r, "duplicate field");
+    raw_free(&r);
+    raw_min_request(&r);
+    raw_ceilings(&r, 0);
+    raw_str(&r, REQ_VERSION, "3");
+    reject_open(&r, "duplicate field");
+    raw_free(&r);
+    raw_min_request(&r);
+    raw_file(&r, "b.py", "");
+    raw_str(&r, REQ_ARG, "x");
+    raw_str(&r, REQ_ARG, "x");
+    raw_ceilings(&r, 0);
+    assert_int_equal(moat_decode_session_open(r.b, r.n, &d, &why), 0);
+    assert_int_equal(d.req.nfiles, 2);
+    assert_int_equal(d.req.nargs, 2);
+    moat_session_open_free(&d);
+    raw_free(&r);
+    /* widths: a ceiling is exactly 8 bytes */
+    const size_t widths[] = {0, 1, 4, 7, 9, 16};
+    const uint8_t zeros[16] = {0};
+    for (size_t i = 0; i < sizeof(widths) / sizeof(widths[0]); i++) {
+        raw_min_request(&r);
+        raw_ceilings(&r, SO_CPU);
+        raw_tlv(&r, SO_CPU, zeros, widths[i]);
+        reject_open(&r, "integer field has the wrong width");
+        raw_free(&r);
+    }
+    /* the request's rules hold inside a session open: a limit beyond int64, a NUL in a name, too many files */
+    raw_min_request(&r);
+    raw_uint(&r, REQ_RUN_TIMEOUT, (uint64_t)INT64_MAX + 1, 8);
+    raw_ceilings(&r, 0);
+    reject_open(&r, "limit out of range");
+    raw_free(&r);
+    raw_tlv(&r, REQ_LANGUAGE, "py\0", 3);
+    raw_str(&r, REQ_VERSION, "3");
+    raw_file(&r, "a.py", "");
+    raw_ceilings(&r, 0);
+    reject_open(&r, "NUL byte in string field");
+    raw_free(&r);
+    raw_str(&r, REQ_LANGUAGE, "python");
+    raw_str(&r, REQ_VERSION, "3");
+    for (int i = 0; i <= MOAT_MAX_FILES; i++)
+        raw_file(&r, "f", "");
+    raw_ceilings(&r, 0);
+    reject_open(&r, "too many files");
+    raw_free(&r);
+    /* truncated */
+    raw_min_request(&r);
+    raw_ceilings(&r, 0);
+    raw_bytes(&r, "\x00\x14\x00", 3);
+    reject_open(&r, "truncated field header");
+    raw_free(&r);
+
+    /* an exec request knows nothing of ceilings */
+    struct moat_exec_request q;
+    raw_min_request(&r);
+    raw_uint(&r, SO_WALL, 1, 8);
+    assert_int_equal(moat_decode_exec_request(r.b, r.n, &q, &why), -1);
+    assert_string_equal(why, "unknown field in exec request");
+    raw_free(&r);
+}
+
+static void test_session_ready_roundtrip_and_refusals(void **state)
+{
+    char lang[] = "python", ver[] = "3.11.2";
+    struct moat_session_ready rd = {lang, ver, 900000, 60000, 30000, 1 << 20, UINT64_MAX}, d;
+    struct moat_buf out = {0};
+    const char *why = NULL;
+    size_t plen;
+
+    assert_int_equal(moat_encode_session_ready(&out, 42, &rd, &why), 0);
+    const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_SESSION_READY, 42, &plen);
+    assert_true(plen <= MOAT_SESSION_CTRL_FRAME_MAX);
+    assert_int_equal(moat_decode_session_ready(p, plen, &d, &why), 0);
+    assert_string_equal(d.language, "python");
+    assert_string_equal(d.version, "3.11.2");
+    assert_true(d.wall_ms == 900000 && d.idle_ms == 60000 && d.cpu_ms == 30000);
+    assert_true(d.stdin_bytes == 1 << 20 && d.output_bytes == UINT64_MAX);
+    moat_session_ready_free(&d);
+    assert_true(is_zero(&d, sizeof(d)));
+    /* the longest names still fit the control-frame cap */
+    char longname[MOAT_MAX_NAME_LEN + 1];
+    memset(longname, 'v', MOAT_MAX_NAME_LEN);
+    longname[MOAT_MAX_NAME_LEN] = '\0';
+    rd.language = rd.version = longname;
+    out.len = 0;
+    assert_int_equal(moat_encode_session_ready(&out, 42, &rd, &why), 0);
+    assert_true(out.len - MOAT_FRAME_HEADER_SIZE <= MOAT_SESSION_CTRL_FRAME_MAX);
+    moat_buf_free(&out);
+
+    /* every field is required */
+    for (uint16_t omit = SR_LANGUAGE; omit <= SR_OUTPUT; omit++) {
+        struct raw r = {0};
+        for (uint16_t tag = SR_LANGUAGE; tag <= SR_OUTPUT; tag++) {
+            if (tag == omit)
+                continue;
+            if (tag <= SR_VERSION)
+                raw_str(&r, tag, "x");
+            else
+                raw_uint(&r, tag, 1, 8);
+        }
+        reject_ready(&r, "session ready needs language, version and every limit");
+        raw_free(&r);
+    }
+    struct raw r = {0};
+    raw_str(&r, SR_LANGUAGE, "c");
+    raw_str(&r, SR_VERSION, "1");
+    for (uint16_t tag = SR_WALL; tag <= SR_OUTPUT; tag++)
+        raw_uint(&r, tag, 1, 8);
+    assert_int_equal(moat_decode_session_ready(r.b, r.n, &d, &why), 0);
+    moat_session_ready_free(&d);
+    raw_uint(&r, SR_WALL, 1, 8);
+    reject_ready(&r, "duplicate field");
+    raw_free(&r);
+    raw_str(&r, 8, "x");
+    reject_ready(&r, "unknown field in session ready");
+    raw_free(&r);
+    raw_str(&r, SR_LANGUAGE, "");
+    reject_ready(&r, "empty string field");
+    raw_free(&r);
+    raw_uint(&r, SR_IDLE, 1, 4);
+    reject_ready(&r, "integer field has the wrong width");
+    raw_free(&r);
+}
+
+static void test_session_open_ready_encoder_refusals(void **state)
+{
+    struct moat_buf out = {0};
+    const char *why = NULL;
+    int rc;
+
+    assert_int_equal(moat_encode_session_stdin_close(&out, 1, &why), 0);
+    size_t before_len = out.len;
+    uint8_t before[MOAT_FRAME_HEADER_SIZE];
+    memcpy(before, out.data, before_len);
+
+    char lang[] = "python", ver[] = "3", name[] = "a.py";
+    struct moat_file f = {name, NULL, 0};
+    struct moat_session_open o = {.req = {.language = lang, .version = NULL, .files = &f, .nfiles = 1}};
+    why = NULL;
+    rc = moat_encode_session_open(&out, 2, &o, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "language and version are required");
+    o.req.version = ver;
+    o.req.nfiles = 0;
+    why = NULL;
+    rc = moat_encode_session_open(&out, 2, &o, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "file count out of range");
+
+    struct moat_session_ready rd = {lang, NULL, 1, 1, 1, 1, 1};
+    why = NULL;
+    rc = moat_encode_session_ready(&out, 3, &rd, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "language and version are required");
+    char toolong[MOAT_MAX_NAME_LEN + 2];
+    memset(toolong, 'x', sizeof(toolong) - 1);
+    toolong[sizeof(toolong) - 1] = '\0';
+    rd.version = toolong;
+    why = NULL;
+    rc = moat_encode_session_ready(&out, 3, &rd, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "string field too long");
+    moat_buf_free(&out);
+}
+
 /* ==== status names ======================================================= */
 
 static void test_status_names(void **state)
@@ -2004,6 +2328,10 @@ int main(void)
         cmocka_unit_test(test_session_frame_caps),
         cmocka_unit_test(test_session_decode_refusals),
         cmocka_unit_test(test_session_encoder_refusals),
+        cmocka_unit_test(test_session_open_roundtrip),
+        cmocka_unit_test(test_session_open_refusals),
+        cmocka_unit_test(test_session_ready_roundtrip_and_refusals),
+        cmocka_unit_test(test_session_open_ready_encoder_refusals),
         cmocka_unit_test(test_status_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
