@@ -15,16 +15,25 @@
  * On a request, box_start() sends the plan (runtime paths, files, each
  * stage's argv, environment and rlimits).  Init binds the runtime read-only,
  * writes the files into a fresh /box tmpfs, pivots and waits for "go".
- * box_run_stage() sets the stage's cgroup limits (a box that already holds
- * more than the stage's memory limit, files left in its tmpfs by the compile
- * stage, ends that stage ML without running it), sends "go", and
- * supervises: it reads stdout and stderr from pipes it made itself,
- * enforcing the caps while reading, writes stdin, and watches three clocks:
- * wall (timerfd), CPU (cgroup usage, polled) and idle (no output read and no
- * input written).  The first limit to trip kills the box through its cgroup.
- * Init reports the program's wait status after reaping it and everything it
- * started.  An OOM kill of any process of the stage makes the stage ML,
- * whatever the program's own exit (cc1 killed, gcc exits 1).
+ * box_run_stage_io() sets the stage's cgroup limits (a box that already
+ * holds more than the stage's memory limit, files left in its tmpfs by the
+ * compile stage, ends that stage ML without running it), sends "go", and
+ * supervises, in the one loop batch and sessions share (supervise): it
+ * reads stdout and stderr from pipes it made itself, as far as its sink
+ * (struct box_io) has room, writes stdin as its source has it, polls one
+ * more descriptor for the sink (a session's connection), and watches three
+ * clocks: wall (an absolute timerfd: the stage's own limit or the io's
+ * deadline, whichever comes first), CPU (the stage's cgroup usage, polled no
+ * sooner than the rest of the budget could be spent) and idle (no output
+ * read and no input written or received; output the sink holds back while
+ * the program has more in the pipe is not idleness).  The first limit to
+ * trip kills the box through its cgroup.  The batch sink (box_run_stage)
+ * has room for everything, keeps each stream up to its cap and kills the
+ * box for the first byte past it; session.c's sends frames while the
+ * gateway's credit lasts.  Init reports the program's wait status after
+ * reaping it and everything it started; during a stage it also relays
+ * signals (box_signal).  An OOM kill of any process of the stage makes the
+ * stage ML, whatever the program's own exit (cc1 killed, gcc exits 1).
  *
  * box_discard() runs after the reply has been sent: kill init (the kernel
  * tears the pid namespace down), kill anything left in the cgroup, remove
@@ -61,7 +70,7 @@
 #define DRAIN_GRACE_MS  200
 #define READ_CHUNK      65536
 
-static uint64_t now_ms(void)
+uint64_t box_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -424,7 +433,7 @@ void box_run_kill(struct box_run *h, uint8_t status, uint8_t clock, const char *
 
 void box_run_active(struct box_run *h)
 {
-    h->last_activity_ms = now_ms();
+    h->last_activity_ms = box_now_ms();
 }
 
 /* The descriptor and open flag of one of the stage's output streams. */
@@ -462,7 +471,7 @@ static void drain_pipe(struct box_run *h, int stream)
         *stream_open(h, stream) = 0;
         return;
     }
-    h->last_activity_ms = now_ms();
+    h->last_activity_ms = box_now_ms();
     size_t give = (size_t)n < room ? (size_t)n : room;
     if (give > 0)
         h->io->output(h->io->ctx, h, stream, buf, give);
@@ -510,7 +519,7 @@ static void feed_stdin(struct box_run *h)
     ssize_t n = write(w->in_wr, data, len);
     if (n > 0) {
         io->stdin_consumed(io->ctx, (size_t)n);
-        h->last_activity_ms = now_ms();
+        h->last_activity_ms = box_now_ms();
     } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
         close_fd(&w->in_wr); /* EPIPE: the program stopped reading */
     }
@@ -643,7 +652,7 @@ static void supervise(const struct box_stage *st, struct box_run *h, struct box_
         int i_x = poll_add(pfd, &nfds, h->extra_open, io->extra_fd, POLLIN);
         int i_tm = poll_add(pfd, &nfds, 1, h->timer, POLLIN);
 
-        uint64_t now = now_ms();
+        uint64_t now = box_now_ms();
         if (drain_deadline && now >= drain_deadline) {
             /* the program ended but something still holds a pipe */
             kill_now(w);
@@ -673,7 +682,7 @@ static void supervise(const struct box_stage *st, struct box_run *h, struct box_
                 box_run_kill(h, MOAT_STATUS_TO, MOAT_CLOCK_WALL, "wall-time limit exceeded");
             }
         }
-        now = now_ms();
+        now = box_now_ms();
         if (!h->killed)
             check_idle(h, st, now);
         if (!h->killed && next_cpu && now >= next_cpu)
@@ -681,7 +690,7 @@ static void supervise(const struct box_stage *st, struct box_run *h, struct box_
         if (!h->ctl_open && !drain_deadline && (h->out_open || h->err_open))
             drain_deadline = now + DRAIN_GRACE_MS;
     }
-    res->wall_ms = now_ms() - start_ms;
+    res->wall_ms = box_now_ms() - start_ms;
 }
 
 /*
@@ -826,7 +835,7 @@ int box_run_stage_io(struct slot *s, int stage, const struct box_stage *st, cons
     stage_usage_baseline(w, &base);
     h.cpu_base_ns = base.cpu_ns;
 
-    uint64_t start = now_ms();
+    uint64_t start = box_now_ms();
     if (arm_wall_clock(h.timer, start, st, io, e) != 0)
         goto out;
     h.last_activity_ms = start;

@@ -99,6 +99,9 @@ struct box_io {
     void (*started)(void *ctx, struct box_run *run);
 };
 
+/* The clock of every box deadline (struct box_io's deadline_ms): CLOCK_MONOTONIC, in ms. */
+uint64_t box_now_ms(void);
+
 /* From a box_io callback: kill the box; the first reason given names the
  * stage's status (clock: enum moat_clock for a TO, else 0). */
 void box_run_kill(struct box_run *run, uint8_t status, uint8_t clock, const char *message);

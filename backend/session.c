@@ -63,7 +63,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 
 #include "log.h"
 #include "moat_io.h"
@@ -106,16 +105,9 @@ struct session {
     uint32_t held_signals; /* bit n: wire signal n */
 };
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static uint64_t offset_ms(const struct session *ss)
 {
-    uint64_t now = now_ms();
+    uint64_t now = box_now_ms();
     return now > ss->start_ms ? now - ss->start_ms : 0;
 }
 
@@ -487,7 +479,7 @@ static int session_start(struct session *ss)
     const char *why = NULL;
     struct errbuf e;
 
-    ss->start_ms = now_ms();
+    ss->start_ms = box_now_ms();
     ss->deadline_ms = ss->start_ms + lim->wall_ms;
     ss->out_window = MOAT_SESSION_WINDOW;
     if (box_start(ss->slot, &ss->plan.job, &e) != 0) {

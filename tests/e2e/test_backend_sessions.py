@@ -516,6 +516,23 @@ class DisabledTest(unittest.TestCase):
             stack.stop()
 
 
+class WarmTest(unittest.TestCase):
+    def test_sessions_warm_keeps_that_many_boxes_waiting(self):
+        stack = Stack(audit=False, backend_args=["--sessions", "3", "--sessions-warm", "1"])
+        try:
+            stack.start_backend()
+            # one session box waits (its init) before any session; the other two slots are cold
+            wait_until(lambda: len(session_box_pids(stack.tag)) == 1, "one warm session box")
+            for i in range(3):  # the warm one, then a cold one, then whichever is free
+                with BackendSession(stack.socket, i + 1) as s:
+                    s.open("python", "print(%d)" % i)
+                    self.assertEqual(output_of(s.rest()), b"%d\n" % i)
+            # used boxes are discarded, and one is made warm again
+            wait_until(lambda: len(session_box_pids(stack.tag)) == 1, "one warm session box again")
+        finally:
+            stack.stop()
+
+
 class StopTest(unittest.TestCase):
     def test_sigterm_ends_open_sessions(self):
         stack = Stack(audit=False)
