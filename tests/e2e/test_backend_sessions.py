@@ -226,7 +226,7 @@ class SessionTest(unittest.TestCase):
     def test_closing_the_connection_kills_the_box(self):
         s = self.session(4242)
         s.open("python", SLEEPER)
-        s.output_until(b"ready")
+        s.output_until(b"ready\n")
         pids = session_box_pids(self.stack.tag)
         self.assertTrue(pids)  # init and the program
         s.close()
@@ -247,7 +247,7 @@ class SessionTest(unittest.TestCase):
                 "signal.signal(signal.SIGINT, on_int)\nprint('ready', flush=True)\ntime.sleep(600)\n")
         with self.session() as s:
             s.open("python", code)
-            events = s.output_until(b"ready")
+            events = s.output_until(b"ready\n")
             s.send(session_signal(1, SIGINT))
             events += s.rest()
         self.assertEqual(output_of(events), b"ready\ncaught 2\n")
@@ -269,7 +269,7 @@ class SessionTest(unittest.TestCase):
         code = "sleep 600 &\necho ready\nwait\n"
         with self.session() as s:
             s.open("bash", code)
-            events = s.output_until(b"ready")
+            events = s.output_until(b"ready\n")
             s.send(session_signal(1, SIGTERM))
             events += s.rest()
         end = self.last_exit(events)
@@ -278,7 +278,7 @@ class SessionTest(unittest.TestCase):
     def test_disallowed_signal_is_a_bad_request(self):
         with self.session() as s:
             s.open("python", SLEEPER)
-            events = s.output_until(b"ready")
+            events = s.output_until(b"ready\n")
             pids = session_box_pids(self.stack.tag)
             s.send(frame(8, 1, tlv(1, SIGSTOP.to_bytes(4, "big"))))
             events += s.rest()
@@ -315,7 +315,7 @@ class SessionTest(unittest.TestCase):
     def test_stdin_cap(self):
         with self.session() as s:
             s.open("python", SLEEPER, stdin_bytes=10)
-            events = s.output_until(b"ready")
+            events = s.output_until(b"ready\n")
             s.write(b"123456")
             s.write(b"789012")  # 12 in all
             events += s.rest()
@@ -361,7 +361,7 @@ class SessionTest(unittest.TestCase):
         # the program reads no stdin: its pipe takes 64 KiB, the window 128 KiB, then the gateway must wait
         with self.session() as s:
             s.open("python", SLEEPER)
-            events = s.output_until(b"ready")
+            events = s.output_until(b"ready\n")
             try:
                 for _ in range(5):
                     s.send(session_stdin(1, b"z" * SESSION_CHUNK))
@@ -373,7 +373,7 @@ class SessionTest(unittest.TestCase):
     def test_credit_beyond_the_window_is_a_bad_request(self):
         with self.session() as s:
             s.open("python", SLEEPER)
-            events = s.output_until(b"ready")  # credited back already: the window is whole
+            events = s.output_until(b"ready\n")  # credited back already: the window is whole
             s.send(session_credit(1, 1))
             events += s.rest()
         self.assert_refused(events, 1, "SESSION_CREDIT beyond the 131072-byte window")
@@ -383,7 +383,7 @@ class SessionTest(unittest.TestCase):
     def test_frame_of_another_job_is_a_bad_request(self):
         with self.session(5) as s:
             s.open("python", SLEEPER)
-            events = s.output_until(b"ready")
+            events = s.output_until(b"ready\n")
             s.send(session_stdin(6, b"x"))
             events += s.rest()
         self.assert_refused(events, 1, "session frame for an unknown job id")
@@ -392,7 +392,7 @@ class SessionTest(unittest.TestCase):
     def test_frame_of_the_wrong_direction_is_a_bad_request(self):
         with self.session() as s:
             s.open("python", SLEEPER)
-            events = s.output_until(b"ready")
+            events = s.output_until(b"ready\n")
             s.send(frame(MSG_SESSION_OUTPUT, 1, tlv(1, b"\x01") + tlv(2, bytes(8)) + tlv(3, b"x")))
             events += s.rest()
         self.assert_refused(events, 1, "unexpected message type 9 in a session")
@@ -400,7 +400,7 @@ class SessionTest(unittest.TestCase):
     def test_stdin_after_close_is_a_bad_request(self):
         with self.session() as s:
             s.open("python", SLEEPER)
-            events = s.output_until(b"ready")
+            events = s.output_until(b"ready\n")
             s.send(session_stdin_close(1))
             s.send(session_stdin(1, b"late"))
             events += s.rest()
@@ -442,7 +442,7 @@ class CapacityTest(unittest.TestCase):
                 s.close()
                 self.assertEqual(first["code"], 4, first)
                 return None
-            s.output_until(b"ready")
+            s.output_until(b"ready\n")
             return s
 
         return wait_until(opened, "a free session slot")
@@ -539,7 +539,7 @@ class StopTest(unittest.TestCase):
         try:
             stack.start_backend()
             s = BackendSession(stack.socket, 1).open("python", SLEEPER)
-            s.output_until(b"ready")
+            s.output_until(b"ready\n")
             pids = session_box_pids(stack.tag)
             stack.backend.terminate()
             self.assertEqual(stack.backend.wait(timeout=60), 0)  # well within the 30 s wait for batch jobs
