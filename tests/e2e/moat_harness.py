@@ -303,9 +303,12 @@ workers: 2
             self.gateway_log.close()
         self.stop_backend()
         if self.audit_dir:
-            # log files are append-only (chattr +a): lift that to remove them
-            subprocess.run("chattr -a %s/audit-*.log 2>/dev/null" % self.audit_dir, shell=True)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+            # logs and packs are append-only (chattr +a): lift that to remove them
+            subprocess.run("chattr -a %s/audit-*.log %s/audit-*.pack 2>/dev/null" % (self.audit_dir, self.audit_dir),
+                           shell=True)
+        # MOAT_KEEP_TMP=1 keeps the logs, configuration and trail for a look afterwards
+        if not os.environ.get("MOAT_KEEP_TMP"):
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def audit_records(self):
         """The verified audit records (moat-audit export), as dicts."""
