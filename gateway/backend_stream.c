@@ -11,6 +11,10 @@
  * one frame, and a header is judged (version, type, that type's size cap)
  * as soon as its 16 bytes are in, before its payload is waited for.
  *
+ * A write that fails stops the writing only: the backend closes its end
+ * after its last frame, and a credit the gateway sent meanwhile must not
+ * lose that frame; the read side ends the stream.
+ *
  * Callbacks may close the stream.  `depth` counts the callbacks running;
  * gw_bstream_close only marks the stream closed and shuts the socket, and
  * the last callback out frees it, so no code touches freed memory after a
@@ -27,8 +31,9 @@
 struct gw_bstream {
     h2o_socket_t *sock;
     int connected;
-    int closed; /* by gw_bstream_close or after on_end: no more callbacks */
-    int depth;  /* callbacks running */
+    int closed;       /* by gw_bstream_close or after on_end: no more callbacks */
+    int write_failed; /* the peer takes nothing more: what it sent before is still read */
+    int depth;        /* callbacks running */
     struct moat_buf out, flight;
     gw_bstream_frame_cb on_frame;
     gw_bstream_end_cb on_end;
@@ -73,7 +78,7 @@ static void flush(struct gw_bstream *b)
 {
     h2o_iovec_t buf;
 
-    if (!b->connected || b->closed || b->flight.len != 0 || b->out.len == 0)
+    if (!b->connected || b->closed || b->write_failed || b->flight.len != 0 || b->out.len == 0)
         return;
     /* the gathered frames become the write in flight */
     struct moat_buf t = b->flight;
@@ -92,7 +97,11 @@ static void on_write(h2o_socket_t *sock, const char *err)
         return;
     b->flight.len = 0;
     if (err != NULL) {
-        end(b, err);
+        /* the backend hung up after its last frame (it half-closes, then
+         * closes): its frames are still to be read, and the read side ends
+         * the stream; only the writing stops */
+        b->write_failed = 1;
+        b->out.len = 0;
         return;
     }
     flush(b);

@@ -291,14 +291,14 @@ class SessionTest(unittest.TestCase):
             total = 0
             events, close, _ = await events_until_close(ws)
             total = len(stream_text(events))
-            return base, held, pids, total, close
+            return base, held, pids, total, close, [e for e in events if e["type"] != "data"]
 
-        base, held, pids, total, close = run(go())
+        base, held, pids, total, close, others = run(go())
         self.assertTrue(pids, "the program should still be running, blocked in write()")
         # a window (128 KiB) and a sink budget (256 KiB) per side, not 64 MB
         self.assertLess(held[0] - base[0], 8 * 1024, "gateway RSS grew by %d KiB" % (held[0] - base[0]))
         self.assertLess(held[1] - base[1], 8 * 1024, "backend RSS grew by %d KiB" % (held[1] - base[1]))
-        self.assertEqual(close, 4999)
+        self.assertEqual(close, 4999, others)
         self.assertGreater(total, 60000)
 
     # ---- capacity ---------------------------------------------------------------
@@ -431,7 +431,7 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(ctype, "application/x-ndjson")
         kinds = [l["type"] for _, l in lines]
         self.assertEqual(kinds[0], "runtime")
-        self.assertEqual(kinds[-1], "result")
+        self.assertEqual(kinds[-1], "result", lines[-1])
         first = next(t for t, l in lines if l["type"] == "data")
         end = next(t for t, l in lines if l["type"] == "exit")
         self.assertGreaterEqual(end - first, 0.9)

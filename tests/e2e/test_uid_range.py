@@ -64,14 +64,16 @@ class OverlapTest(unittest.TestCase):
 
     def test_adjacent_range_is_fine(self):
         tag = "moat-t%d-adjacent" % os.getpid()
-        r = backend_run("import os; print(os.getuid())", extra=("-j", "1", "--uid-base", str(self.base + 4)), tag=tag)
-        self.assertEqual(r["run"]["stdout"], "%d\n" % (self.base + 4))
+        # the stack's backend holds -j 4 batch uids and then its 64 session slots' (--sessions' default)
+        after = self.base + 4 + 64
+        r = backend_run("import os; print(os.getuid())", extra=("-j", "1", "--uid-base", str(after)), tag=tag)
+        self.assertEqual(r["run"]["stdout"], "%d\n" % after)
 
 
 class ReleaseTest(unittest.TestCase):
     def test_stopped_backend_frees_its_range_and_removes_its_lock_files(self):
         stack = Stack()
-        locks = ["/run/moat-uids/%d.lock" % (stack.uid_base + i) for i in range(4)]  # -j 4
+        locks = ["/run/moat-uids/%d.lock" % (stack.uid_base + i) for i in range(4 + 64)]  # -j 4, --sessions 64
         try:
             stack.start_backend()
             self.assertTrue(all(os.path.exists(p) for p in locks))
