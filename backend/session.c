@@ -118,7 +118,7 @@ static uint64_t offset_ms(const struct session *ss)
 static void send_encoded(struct session *ss, int rc, const char *why)
 {
     if (rc != 0)
-        log_warnx("%s: session %llu: encode: %s", __func__, (unsigned long long)ss->job, why);
+        log_warnx("%s: session %llu: encode: %s", __func__, (unsigned long long)ss->job, why != NULL ? why : "?");
     else if (!ss->peer_gone && moat_send_full(ss->fd, ss->out.data, ss->out.len) != 0)
         ss->peer_gone = 1;
     ss->out.len = 0;
