@@ -1,0 +1,180 @@
+/*
+ * test_gateway_sessions.c - the live sessions' shared state, through the
+ * real session_registry.c and transcript.c: per-tenant and gateway-wide
+ * counts, watch tokens (issue, join, watcher cap, expiry, revocation) and a
+ * watcher's reads of a transcript.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "session_registry.h"
+#include "transcript.h"
+
+static void test_counts(void **state)
+{
+    (void)state;
+    assert_int_equal(gw_sessions_acquire("a", 2, 3), GW_SESSIONS_OK);
+    assert_int_equal(gw_sessions_acquire("a", 2, 3), GW_SESSIONS_OK);
+    assert_int_equal(gw_sessions_acquire("a", 2, 3), GW_SESSIONS_TENANT_FULL);
+    assert_int_equal(gw_sessions_acquire("b", 2, 3), GW_SESSIONS_OK);
+    assert_int_equal(gw_sessions_acquire("c", 2, 3), GW_SESSIONS_FULL); /* the gateway's cap first */
+    assert_int_equal(gw_sessions_count("a"), 2);
+    assert_int_equal(gw_sessions_count(NULL), 3);
+    gw_sessions_release("a");
+    assert_int_equal(gw_sessions_acquire("c", 2, 3), GW_SESSIONS_OK);
+    gw_sessions_release("a");
+    gw_sessions_release("b");
+    gw_sessions_release("c");
+    gw_sessions_release("nobody"); /* unknown: nothing changes */
+    assert_int_equal(gw_sessions_count(NULL), 0);
+    assert_int_equal(gw_sessions_count("a"), 0);
+}
+
+static void test_watch_tokens(void **state)
+{
+    struct gw_transcript *t = gw_transcript_new();
+    struct gw_watch_grant g1, g2, g3;
+    char token[GW_WATCH_TOKEN_LEN + 1], other[GW_WATCH_TOKEN_LEN + 1];
+    const char *why = NULL;
+
+    (void)state;
+    assert_non_null(t);
+    assert_int_equal(gw_watch_issue(t, "demo", "00112233aabbccdd", 300, 2, token), 0);
+    assert_int_equal(strlen(token), GW_WATCH_TOKEN_LEN);
+    assert_memory_equal(token, "mwt_", 4);
+    assert_int_equal(strspn(token + 4, "0123456789abcdef"), 64);
+
+    assert_int_equal(gw_watch_join(token, strlen(token), &g1, &why), 0);
+    assert_ptr_equal(g1.t, t);
+    assert_string_equal(g1.tenant, "demo");
+    assert_string_equal(g1.session_id, "00112233aabbccdd");
+    assert_int_equal(gw_watch_join(token, strlen(token), &g2, &why), 0);
+    /* the third watcher is over max_watchers */
+    assert_int_equal(gw_watch_join(token, strlen(token), &g3, &why), -1);
+    assert_non_null(strstr(why, "watchers"));
+    assert_null(g3.t);
+    gw_watch_leave(&g2);
+    assert_int_equal(gw_watch_join(token, strlen(token), &g3, &why), 0);
+
+    /* a token of the right shape that was never issued, a prefix, another shape */
+    memcpy(other, token, sizeof(other));
+    other[GW_WATCH_TOKEN_LEN - 1] = other[GW_WATCH_TOKEN_LEN - 1] == '0' ? '1' : '0';
+    assert_int_equal(gw_watch_join(other, strlen(other), &g2, &why), -1);
+    assert_int_equal(gw_watch_join(token, strlen(token) - 1, &g2, &why), -1);
+    assert_int_equal(gw_watch_join("moat_abc", 8, &g2, &why), -1);
+
+    /* a new token for the session replaces the old one */
+    assert_int_equal(gw_watch_issue(t, "demo", "00112233aabbccdd", 300, 2, other), 0);
+    assert_int_equal(gw_watch_join(token, strlen(token), &g2, &why), -1);
+    /* its two watchers are still counted against the new token */
+    assert_int_equal(gw_watch_join(other, strlen(other), &g2, &why), -1);
+
+    /* the session ends: the token stops working; watchers keep their transcript */
+    gw_watch_revoke("00112233aabbccdd");
+    gw_watch_leave(&g1);
+    assert_int_equal(gw_watch_join(other, strlen(other), &g2, &why), -1);
+    assert_non_null(strstr(why, "unknown"));
+    gw_watch_leave(&g3);
+    gw_watch_leave(&g3); /* twice: nothing */
+
+    /* a token whose time is up */
+    assert_int_equal(gw_watch_issue(t, "demo", "ffeeddccbbaa9988", 0, 8, token), 0);
+    assert_int_equal(gw_watch_join(token, strlen(token), &g1, &why), -1);
+    assert_non_null(strstr(why, "expired"));
+    gw_watch_revoke("ffeeddccbbaa9988");
+    gw_transcript_release(t); /* the last reference: ASan sees anything left */
+}
+
+static void add(struct gw_transcript *t, uint8_t kind, const char *data, const char *message)
+{
+    struct gw_tr_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = kind;
+    if (data != NULL) {
+        ev.len = strlen(data);
+        ev.data = malloc(ev.len);
+        memcpy(ev.data, data, ev.len);
+    }
+    if (message != NULL) {
+        ev.message = strdup(message);
+        ev.message_len = strlen(message);
+    }
+    assert_int_equal(gw_transcript_append(t, &ev), 0);
+    assert_null(ev.data); /* taken */
+}
+
+/* What a watcher gets: every message once, in order, in reads of at most
+ * max_bytes (at least one), and the end only after the last one. */
+static void test_transcript_reads(void **state)
+{
+    struct gw_transcript *t = gw_transcript_new();
+    size_t cursor = 0, n, *lens;
+    char **msgs;
+    int ended, code = 0;
+
+    (void)state;
+    add(t, GW_TR_STAGE, NULL, "{\"type\":\"stage\"}");
+    add(t, GW_TR_DATA, "secret stdin", NULL); /* no message: never a watcher's */
+    add(t, GW_TR_DATA, "out1", "{\"type\":\"data\",\"data\":\"out1\"}");
+    add(t, GW_TR_DATA, "out2", "{\"type\":\"data\",\"data\":\"out2\"}");
+    assert_int_equal(t->data_bytes, 20);
+
+    assert_int_equal(gw_transcript_read(t, &cursor, 1, &msgs, &lens, &n, &ended, &code), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(msgs[0], "{\"type\":\"stage\"}");
+    assert_false(ended);
+    free(msgs[0]);
+    free(msgs);
+    free(lens);
+    assert_int_equal(gw_transcript_read(t, &cursor, 1 << 20, &msgs, &lens, &n, &ended, &code), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(msgs[0], "{\"type\":\"data\",\"data\":\"out1\"}");
+    assert_string_equal(msgs[1], "{\"type\":\"data\",\"data\":\"out2\"}");
+    assert_int_equal(lens[1], strlen(msgs[1]));
+    assert_false(ended);
+    for (size_t i = 0; i < n; i++)
+        free(msgs[i]);
+    free(msgs);
+    free(lens);
+    /* nothing new, not over */
+    assert_int_equal(gw_transcript_read(t, &cursor, 1 << 20, &msgs, &lens, &n, &ended, &code), 0);
+    assert_int_equal(n, 0);
+    assert_false(ended);
+    /* a last event nobody watches, then the end */
+    add(t, GW_TR_STDIN_CLOSE, NULL, NULL);
+    gw_transcript_end(t, 4999);
+    gw_transcript_end(t, 4002); /* the first end stands */
+    assert_int_equal(gw_transcript_read(t, &cursor, 1 << 20, &msgs, &lens, &n, &ended, &code), 0);
+    assert_int_equal(n, 0);
+    assert_true(ended);
+    assert_int_equal(code, 4999);
+    /* a watcher holding its own reference outlives the session's */
+    gw_transcript_hold(t);
+    gw_transcript_release(t);
+    cursor = 0;
+    assert_int_equal(gw_transcript_read(t, &cursor, 1 << 20, &msgs, &lens, &n, &ended, &code), 0);
+    assert_int_equal(n, 3);
+    assert_true(ended);
+    for (size_t i = 0; i < n; i++)
+        free(msgs[i]);
+    free(msgs);
+    free(lens);
+    gw_transcript_release(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_watch_tokens),
+        cmocka_unit_test(test_transcript_reads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
