@@ -113,12 +113,14 @@ static uint64_t offset_ms(const struct session *ss)
 
 /* ---- frames to the gateway --------------------------------------------------- */
 
-/* Sends the frame an encoder just wrote into ss->out (rc its result).  A
+/* Sends the frame an encoder just wrote into ss->out (rc its result; *why
+ * its reason, read here, after the encoder set it: an argument `why`
+ * would be read in an unspecified order with the call that sets it).  A
  * send that fails means the gateway is gone: nothing more is sent. */
-static void send_encoded(struct session *ss, int rc, const char *why)
+static void send_encoded(struct session *ss, int rc, const char *const *why)
 {
     if (rc != 0)
-        log_warnx("%s: session %llu: encode: %s", __func__, (unsigned long long)ss->job, why != NULL ? why : "?");
+        log_warnx("%s: session %llu: encode: %s", __func__, (unsigned long long)ss->job, *why != NULL ? *why : "?");
     else if (!ss->peer_gone && moat_send_full(ss->fd, ss->out.data, ss->out.len) != 0)
         ss->peer_gone = 1;
     ss->out.len = 0;
@@ -127,7 +129,7 @@ static void send_encoded(struct session *ss, int rc, const char *why)
 static void send_error(struct session *ss, uint16_t code, const char *message)
 {
     const char *why = NULL;
-    send_encoded(ss, moat_encode_error(&ss->out, ss->job, code, message, &why), why);
+    send_encoded(ss, moat_encode_error(&ss->out, ss->job, code, message, &why), &why);
 }
 
 /* A refusal while the session runs: the first one counts; the box is
@@ -183,7 +185,7 @@ static void session_output(void *ctx, struct box_run *run, int stream, const uin
     if (give > 0) {
         struct moat_session_output o = {stream == BOX_STDOUT ? MOAT_STREAM_STDOUT : MOAT_STREAM_STDERR, offset_ms(ss),
                                         (uint8_t *)(uintptr_t)data, give};
-        send_encoded(ss, moat_encode_session_output(&ss->out, ss->job, &o, &why), why);
+        send_encoded(ss, moat_encode_session_output(&ss->out, ss->job, &o, &why), &why);
         ss->out_window -= (uint32_t)give;
         ss->out_sent[stream] += give;
     }
@@ -224,7 +226,7 @@ static void session_stdin_consumed(void *ctx, size_t n)
     ss->in_data_off += n;
     if (ss->in_data_off == ss->in_data.len)
         ss->in_data.len = ss->in_data_off = 0;
-    send_encoded(ss, moat_encode_session_credit(&ss->out, ss->job, (uint32_t)n, &why), why);
+    send_encoded(ss, moat_encode_session_credit(&ss->out, ss->job, (uint32_t)n, &why), &why);
 }
 
 static int session_stdin_ended(void *ctx)
@@ -487,7 +489,7 @@ static int session_start(struct session *ss)
         send_error(ss, MOAT_ERR_INTERNAL, "the box could not be prepared");
         return -1;
     }
-    send_encoded(ss, moat_encode_session_ready(&ss->out, ss->job, &ready, &why), why);
+    send_encoded(ss, moat_encode_session_ready(&ss->out, ss->job, &ready, &why), &why);
     return ss->peer_gone ? -1 : 0;
 }
 
@@ -508,7 +510,7 @@ static void send_exit(struct session *ss, int stage, const struct box_result *br
                                     .wall_ms = br->wall_ms,
                                     .memory_bytes = br->memory_bytes}};
     const char *why = NULL;
-    send_encoded(ss, moat_encode_session_exit(&ss->out, ss->job, &ex, &why), why);
+    send_encoded(ss, moat_encode_session_exit(&ss->out, ss->job, &ex, &why), &why);
 }
 
 /* One stage: SESSION_STAGE, the stage under supervision, SESSION_EXIT.
@@ -532,7 +534,7 @@ static int session_stage(struct session *ss, int stage)
     struct errbuf e;
 
     ss->stage = stage;
-    send_encoded(ss, moat_encode_session_stage(&ss->out, ss->job, &st, &why), why);
+    send_encoded(ss, moat_encode_session_stage(&ss->out, ss->job, &st, &why), &why);
     if (session_over(ss))
         return -1;
     memset(&br, 0, sizeof(br));

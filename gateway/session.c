@@ -462,6 +462,21 @@ static void tell_end(struct gw_session *s, int code)
     maybe_free(s);
 }
 
+/* How the session's end reads (the client's close code, and its
+ * watchers'): 4999 when the program ended, 1000 when the client left,
+ * 4002 after an error. */
+static int end_code(const struct gw_session *s)
+{
+    switch (s->outcome) {
+    case OUT_COMPLETED:
+        return GW_CLOSE_JOB_COMPLETED;
+    case OUT_CLIENT_GONE:
+        return GW_CLOSE_NORMAL;
+    default:
+        return GW_CLOSE_ERROR;
+    }
+}
+
 static void on_result_durable(void *arg, int ok, uint64_t seq)
 {
     struct gw_session *s = arg;
@@ -475,7 +490,7 @@ static void on_result_durable(void *arg, int ok, uint64_t seq)
             s->outcome = OUT_BROKEN;
         emit_error(s);
     }
-    tell_end(s, s->outcome == OUT_COMPLETED ? GW_CLOSE_JOB_COMPLETED : GW_CLOSE_ERROR);
+    tell_end(s, end_code(s));
 }
 
 /* 6. One result record, with the transcript as its packet. */
@@ -510,7 +525,7 @@ static void record_result(struct gw_session *s)
             moat_buf_free(&acc[k].err);
             moat_buf_free(&acc[k].both);
         }
-        tell_end(s, s->outcome == OUT_COMPLETED ? GW_CLOSE_JOB_COMPLETED : GW_CLOSE_ERROR);
+        tell_end(s, end_code(s));
         return;
     }
     audit_who(s, &who);
@@ -1184,14 +1199,14 @@ void gw_session_client_gone(struct gw_session *s, int code)
         s->state = S_DONE;
         break;
     case S_RECORDING:
-        break; /* on_decision_durable ends it */
+        return; /* on_decision_durable ends it */
     case S_RUNNING:
         if (code != 0 && code != GW_CLOSE_JOB_COMPLETED && s->error_status == 0)
             set_error(s, 400, "bad_request", "the session was closed: %s", gw_close_reason(code));
-        finish(s, code != 0 ? OUT_REFUSED : OUT_CLIENT_GONE);
-        break;
+        finish(s, code != 0 ? OUT_REFUSED : OUT_CLIENT_GONE); /* may free s (no record to wait for) */
+        return;
     default:
-        break;
+        break; /* S_RESULT: the result record's callback ends it */
     }
     maybe_free(s);
 }

@@ -20,6 +20,7 @@
 
 /* Piston's WebSocket close codes, and moat's own. */
 enum gw_close_code {
+    GW_CLOSE_NORMAL = 1000,        /* the client left (a watcher hears it so) */
     GW_CLOSE_ALREADY_INIT = 4000,  /* "Already Initialized" */
     GW_CLOSE_INIT_TIMEOUT = 4001,  /* "Initialization Timeout" */
     GW_CLOSE_ERROR = 4002,         /* "Notified Error": an error message came first */

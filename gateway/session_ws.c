@@ -360,7 +360,7 @@ static void watcher_read(struct gw_ws *ws)
     free(msgs);
     free(lens);
     if (ended)
-        close_with(ws, code == GW_CLOSE_JOB_COMPLETED ? code : GW_CLOSE_ERROR);
+        close_with(ws, code == GW_CLOSE_JOB_COMPLETED || code == GW_CLOSE_NORMAL ? code : GW_CLOSE_ERROR);
 }
 
 static void on_watcher_tick(h2o_timeout_entry_t *entry)

@@ -571,6 +571,47 @@ class SessionTest(unittest.TestCase):
                          env={"NODE_EXTRA_CA_CERTS": os.path.join(self.stack.tmp, "example", ".demo", "ca.pem")})
 
 
+class NoAuditTest(unittest.TestCase):
+    """Without an audit trail a session is freed the moment it ends: a client
+    that closes (or vanishes) mid-run, the gateway serving on."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = Stack(tenants=[("demo", RATE + LONG, "")], audit=False).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def test_client_leaves_mid_run(self):
+        for how in ("close", "abort", "close", "abort"):
+            async def go():
+                idle = box_pids(self.stack.tag)
+                ws = await connect(self.stack)
+                await ws.send(init_message("python", "input()\n"))
+                await wait_for_event(ws, lambda e: e["type"] == "stage")
+                mine = box_pids(self.stack.tag) - idle
+                if how == "close":
+                    await ws.close()
+                else:
+                    ws.transport.abort()
+                return mine
+
+            mine = run(go())
+            wait_until(lambda: not (box_pids(self.stack.tag) & mine), "the box of a session its client left (%s)" % how)
+            self.assertIsNone(self.stack.gateway.poll(), "the gateway died")
+            self.assertEqual(self.stack.request("GET", "/healthz", token=None)[0], 200)
+
+    def test_a_session_completes(self):
+        async def go():
+            ws = await connect(self.stack)
+            await ws.send(init_message("python", "print(input())\n", stdin="x\n"))
+            return await events_until_close(ws)
+
+        events, code, _ = run(go())
+        self.assertEqual((stream_text(events), code), ("x\n", 4999))
+
+
 class SilentBackendTest(unittest.TestCase):
     """A backend that takes the session and never answers: the session ends
     after backend.timeout_ms with an error, like an execute's 504."""
