@@ -15,8 +15,10 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -136,10 +138,44 @@ void server_stop_reading(struct server *srv)
     pthread_mutex_unlock(&srv->mu);
 }
 
+/*
+ * A box's init is cloned from this process (box.c), and clone copies the
+ * memory map: with hundreds of sessions open, their threads' stacks were
+ * most of it and made every box twice as dear to start.  So each connection
+ * thread marks the part of its stack below its first frame (and the guard
+ * page) not to be copied.  Not the top: glibc keeps the thread's TLS there
+ * (errno, the stack protector's canary), which a child cloned by this very
+ * thread (a cold session slot's box) reads at once; a child never returns
+ * into the frames below (it runs on its slot's own stack).  Best effort: a
+ * failure only costs time.
+ */
+#define STACK_KEPT 16384 /* above the mark: the thread's first frames and its TLS */
+
+static void stack_not_inherited(void)
+{
+    pthread_attr_t a;
+    void *addr;
+    size_t size, guard = 0;
+    char here;
+
+    if (pthread_getattr_np(pthread_self(), &a) != 0)
+        return;
+    if (pthread_attr_getstack(&a, &addr, &size) == 0) {
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t low = (uintptr_t)addr, mark = ((uintptr_t)&here - STACK_KEPT) & ~(page - 1);
+        (void)pthread_attr_getguardsize(&a, &guard);
+        if (mark > low && low >= guard)
+            (void)madvise((void *)(low - guard), mark - low + guard, MADV_DONTFORK);
+    }
+    pthread_attr_destroy(&a);
+}
+
 static void *conn_main(void *arg)
 {
     struct conn *c = arg;
     uint8_t hdr[MOAT_FRAME_HEADER_SIZE];
+
+    stack_not_inherited();
 
     for (;;) {
         struct moat_frame_header h;
