@@ -461,7 +461,9 @@ char *piston_exec_result_json(const struct moat_exec_result *res)
         return NULL;
     put(o, "language", res->language != NULL ? json_bytes(res->language, strlen(res->language)) : json_null(), &failed);
     put(o, "version", res->version != NULL ? json_bytes(res->version, strlen(res->version)) : json_null(), &failed);
-    put(o, "run", stage_json(&res->run), &failed);
+    /* Piston answers a failed compile with its compile result as `run` too
+     * (api/v2.js: "backward compatibility when the run stage is not started"). */
+    put(o, "run", stage_json(!res->run.present && res->compile.present ? &res->compile : &res->run), &failed);
     if (res->compile.present)
         put(o, "compile", stage_json(&res->compile), &failed);
     if (failed) {

@@ -40,6 +40,8 @@ char *piston_utf8_sanitize(const uint8_t *in, size_t len, size_t *outlen);
  * Serialisers: each returns a malloc'ed, NUL-terminated compact JSON text
  * (free with free()) or NULL when memory runs out.
  */
+/* A result without a run stage (the compile failed) shows the compile
+ * stage's result as `run` as well, as Piston does. */
 char *piston_exec_result_json(const struct moat_exec_result *res);
 /* A stage's status members (code, signal, message, status, cpu_time,
  * wall_time, memory) added to o, as in an execute result.  0 or -1. */

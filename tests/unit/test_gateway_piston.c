@@ -301,6 +301,22 @@ static void test_result_json(void **state)
     assert_string_equal(json_string_value(json_object_get(json_object_get(root, "compile"), "stdout")), "");
     json_decref(root);
     free(text);
+
+    /* A failed compile, no run stage: `run` repeats the compile result, as Piston's does. */
+    memset(&res.run, 0, sizeof(res.run));
+    res.compile.stderr_data = err;
+    res.compile.stderr_len = 4;
+    text = piston_exec_result_json(&res);
+    assert_non_null(text);
+    root = json_loads(text, 0, &jerr);
+    assert_non_null(root);
+    run = json_object_get(root, "run");
+    assert_true(json_equal(run, json_object_get(root, "compile")));
+    assert_int_equal(json_integer_value(json_object_get(run, "code")), 1);
+    assert_string_equal(json_string_value(json_object_get(run, "status")), "RE");
+    assert_string_equal(json_string_value(json_object_get(run, "stderr")), "oops");
+    json_decref(root);
+    free(text);
 }
 
 static void test_runtimes_and_error_json(void **state)
