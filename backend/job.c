@@ -96,10 +96,11 @@ static int apply_limit(int64_t requested, uint64_t ceiling, const char *field, c
     return 0;
 }
 
-static int stage_limits_for(const struct stage_limits *ceil, int64_t timeout_ms, int64_t memory, const char *stage,
+static int stage_limits_for(const struct stage_limits *ceil, int64_t timeout_ms, int64_t cpu_ms, int64_t memory, const char *stage,
                             struct box_limits *lim, struct job_error *je)
 {
     char field[32];
+    uint64_t cpu;
     memset(lim, 0, sizeof(*lim));
     snprintf(field, sizeof(field), "%s_timeout", stage);
     if (apply_limit(timeout_ms, ceil->wall_ms, field, "ms", &lim->wall_ms, je) != 0)
@@ -107,8 +108,12 @@ static int stage_limits_for(const struct stage_limits *ceil, int64_t timeout_ms,
     snprintf(field, sizeof(field), "%s_memory_limit", stage);
     if (apply_limit(memory, ceil->memory_bytes, field, "bytes", &lim->memory_bytes, je) != 0)
         return -1;
-    /* the CPU clock never runs longer than the wall clock asked for */
-    lim->cpu_ms = ceil->cpu_ms < lim->wall_ms ? ceil->cpu_ms : lim->wall_ms;
+    /* the CPU time asked for (0 is not asked: moat_proto.h) lowers the
+     * ceiling; the CPU clock never runs longer than the wall clock */
+    snprintf(field, sizeof(field), "%s_cpu_time", stage);
+    if (apply_limit(cpu_ms == 0 ? -1 : cpu_ms, ceil->cpu_ms, field, "ms", &cpu, je) != 0)
+        return -1;
+    lim->cpu_ms = cpu < lim->wall_ms ? cpu : lim->wall_ms;
     lim->idle_ms = ceil->idle_ms;
     lim->pids = ceil->pids;
     lim->output_cap = (size_t)ceil->output_cap;
@@ -135,7 +140,7 @@ static uint64_t min_on(uint64_t a, uint64_t b)
  * wall clock further and may never raise it.
  */
 static int session_limits_for(const struct language *lang, const struct session_limits *ceil, int64_t run_timeout_ms,
-                              struct session_limits *out, struct job_error *je)
+                              int64_t run_cpu_ms, struct session_limits *out, struct job_error *je)
 {
     const struct session_limits *d = &lang->session_limits;
 
@@ -153,6 +158,12 @@ static int session_limits_for(const struct language *lang, const struct session_
                         (unsigned long long)out->wall_ms);
     if (run_timeout_ms > 0)
         out->wall_ms = (uint64_t)run_timeout_ms;
+    /* run_cpu_time lowers the session's CPU clock the same way */
+    if (run_cpu_ms > 0 && (uint64_t)run_cpu_ms > out->cpu_ms)
+        return job_fail(je, MOAT_ERR_LIMIT, "run_cpu_time cannot exceed the session's cpu limit of %llu ms",
+                        (unsigned long long)out->cpu_ms);
+    if (run_cpu_ms > 0)
+        out->cpu_ms = (uint64_t)run_cpu_ms;
     return 0;
 }
 
@@ -246,16 +257,17 @@ int job_plan_init(struct backend *b, const struct moat_exec_request *req, const 
         return job_fail(je, MOAT_ERR_UNKNOWN_LANGUAGE, "%s-%s runtime is unknown", req->language, req->version);
     if (validate_files(req, je) != 0)
         return -1;
-    if (ceilings != NULL && session_limits_for(lang, ceilings, req->run_timeout_ms, &plan->session, je) != 0)
+    if (ceilings != NULL && session_limits_for(lang, ceilings, req->run_timeout_ms, req->run_cpu_ms, &plan->session, je) != 0)
         return -1;
     if (validate_stdin(req, ceilings ? &plan->session : NULL, je) != 0)
         return -1;
     if (apply_extension(lang, view, plan->renamed, plan->entry, sizeof(plan->entry)) != 0)
         return -1;
     /* a session's run stage runs on the session's clocks, not run_timeout's batch ceiling */
-    if (stage_limits_for(&lang->run_limits, ceilings ? -1 : req->run_timeout_ms, req->run_memory_bytes, "run", &run_lim, je) != 0 ||
-        stage_limits_for(&lang->compile_limits, req->compile_timeout_ms, req->compile_memory_bytes, "compile", &compile_lim, je) !=
-            0)
+    if (stage_limits_for(&lang->run_limits, ceilings ? -1 : req->run_timeout_ms, ceilings ? -1 : req->run_cpu_ms,
+                         req->run_memory_bytes, "run", &run_lim, je) != 0 ||
+        stage_limits_for(&lang->compile_limits, req->compile_timeout_ms, req->compile_cpu_ms, req->compile_memory_bytes, "compile",
+                         &compile_lim, je) != 0)
         return -1;
     if (ceilings != NULL) {
         run_lim.wall_ms = plan->session.wall_ms;

@@ -35,6 +35,9 @@ int gw_judge_exec(struct gw_worker *w, const struct tenant_policy *p, unsigned e
     pr.compile_timeout_ms = ereq->compile_timeout_ms;
     pr.run_memory_bytes = ereq->run_memory_bytes;
     pr.compile_memory_bytes = ereq->compile_memory_bytes;
+    /* 0 is "not asked" for the CPU limits (moat_proto.h) */
+    pr.run_cpu_ms = ereq->run_cpu_ms > 0 ? ereq->run_cpu_ms : -1;
+    pr.compile_cpu_ms = ereq->compile_cpu_ms > 0 ? ereq->compile_cpu_ms : -1;
     if (policy_evaluate(p, &pr, v) != 0 || !v->allow) {
         if (v->http_status == 0)
             v->http_status = 403;
@@ -46,5 +49,7 @@ int gw_judge_exec(struct gw_worker *w, const struct tenant_policy *p, unsigned e
     ereq->compile_timeout_ms = v->compile_timeout_ms;
     ereq->run_memory_bytes = v->run_memory_bytes;
     ereq->compile_memory_bytes = v->compile_memory_bytes;
+    ereq->run_cpu_ms = v->run_cpu_ms;
+    ereq->compile_cpu_ms = v->compile_cpu_ms;
     return 0;
 }

@@ -129,6 +129,17 @@ static int get_limit(json_t *v, const char *field, int64_t *dst, char *err, size
     return 0;
 }
 
+/* A CPU limit: -1 or positive.  0 would mean "not asked" on the wire
+ * (moat_proto.h), so a client's 0 is refused here rather than dropped. */
+static int get_cpu_limit(json_t *v, const char *field, int64_t *dst, char *err, size_t errlen)
+{
+    if (get_limit(v, field, dst, err, errlen) != 0)
+        return -1;
+    if (*dst == 0)
+        return bad(err, errlen, "%s must be -1 or a positive integer", field);
+    return 0;
+}
+
 static int parse_file(json_t *obj, size_t idx, struct moat_file *f, char *err, size_t errlen)
 {
     json_t *name = NULL, *content = NULL, *encoding = NULL, *v;
@@ -269,6 +280,10 @@ static int parse_fields(json_t *root, struct moat_exec_request *out, char *err, 
             rc = get_limit(v, "run_memory_limit", &out->run_memory_bytes, err, errlen);
         else if (strcmp(key, "compile_memory_limit") == 0)
             rc = get_limit(v, "compile_memory_limit", &out->compile_memory_bytes, err, errlen);
+        else if (strcmp(key, "run_cpu_time") == 0)
+            rc = get_cpu_limit(v, "run_cpu_time", &out->run_cpu_ms, err, errlen);
+        else if (strcmp(key, "compile_cpu_time") == 0)
+            rc = get_cpu_limit(v, "compile_cpu_time", &out->compile_cpu_ms, err, errlen);
         else
             return bad(err, errlen, "unknown field '%.64s'", key);
         if (rc != 0)
@@ -294,6 +309,7 @@ int piston_parse_exec_object(json_t *root, struct moat_exec_request *out, char *
     memset(out, 0, sizeof(*out));
     out->run_timeout_ms = out->compile_timeout_ms = -1;
     out->run_memory_bytes = out->compile_memory_bytes = -1;
+    out->run_cpu_ms = out->compile_cpu_ms = -1;
     if (!json_is_object(root))
         return bad(err, errlen, "request body must be a JSON object");
     rc = parse_fields(root, out, err, errlen);

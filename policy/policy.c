@@ -143,6 +143,7 @@ static int deny(struct policy_verdict *v, enum policy_reason reason, const char 
     v->http_status = reason_status(reason);
     v->run_timeout_ms = v->compile_timeout_ms = 0;
     v->run_memory_bytes = v->compile_memory_bytes = 0;
+    v->run_cpu_ms = v->compile_cpu_ms = 0;
     va_start(ap, fmt);
     (void)vsnprintf(v->message, sizeof(v->message), fmt, ap); /* a cut message is still a message */
     va_end(ap);
@@ -415,21 +416,26 @@ static int check_limit(const char *field, const char *unit, int64_t want, int64_
  * with keep_default a run_timeout of -1 stays -1 (connect: the backend
  * applies the language's default, lowered to the ceiling).
  */
-static int check_limits(const struct policy_limits *c, int64_t run_ceiling, int keep_default, const struct policy_request *r,
-                        struct policy_verdict *v)
+static int check_limits(const struct policy_limits *c, int64_t run_ceiling, int64_t run_cpu_ceiling, int keep_default,
+                        const struct policy_request *r, struct policy_verdict *v)
 {
-    int64_t run_t, comp_t, run_m, comp_m;
+    int64_t run_t, comp_t, run_m, comp_m, run_c, comp_c;
 
     /* Field names are the client's (Piston's) names for these limits. */
     if (check_limit("run_timeout", "ms", r->run_timeout_ms, run_ceiling, &run_t, v) != 0 ||
         check_limit("compile_timeout", "ms", r->compile_timeout_ms, c->compile_timeout_ms, &comp_t, v) != 0 ||
         check_limit("run_memory_limit", "bytes", r->run_memory_bytes, c->run_memory_bytes, &run_m, v) != 0 ||
-        check_limit("compile_memory_limit", "bytes", r->compile_memory_bytes, c->compile_memory_bytes, &comp_m, v) != 0)
+        check_limit("compile_memory_limit", "bytes", r->compile_memory_bytes, c->compile_memory_bytes, &comp_m, v) != 0 ||
+        check_limit("run_cpu_time", "ms", r->run_cpu_ms, run_cpu_ceiling, &run_c, v) != 0 ||
+        check_limit("compile_cpu_time", "ms", r->compile_cpu_ms, c->compile_timeout_ms, &comp_c, v) != 0)
         return -1;
     v->run_timeout_ms = keep_default && r->run_timeout_ms == -1 ? -1 : run_t;
     v->compile_timeout_ms = comp_t;
     v->run_memory_bytes = run_m;
     v->compile_memory_bytes = comp_m;
+    /* no CPU ceilings of their own: not asked stays not asked (the backend's) */
+    v->run_cpu_ms = r->run_cpu_ms == -1 ? -1 : run_c;
+    v->compile_cpu_ms = r->compile_cpu_ms == -1 ? -1 : comp_c;
     return 0;
 }
 
@@ -477,13 +483,15 @@ int policy_evaluate(const struct tenant_policy *p, const struct policy_request *
         /* session ceilings are at most POLICY_SESSION_MAX_* (validated): they fit an int64_t */
         uint64_t stdin_max = session ? p->sessions.stdin_bytes : p->ceilings.max_stdin_bytes;
         int64_t run_ceiling = session ? (int64_t)p->sessions.wall_ms : p->ceilings.run_timeout_ms;
+        int64_t run_cpu_ceiling = session ? (int64_t)p->sessions.cpu_ms : p->ceilings.run_timeout_ms;
 
         if (check_language(p, r, v) != 0 || check_input(&p->ceilings, stdin_max, r, v) != 0 ||
-            check_limits(&p->ceilings, run_ceiling, session, r, v) != 0 || check_content(p, r, v) != 0)
+            check_limits(&p->ceilings, run_ceiling, run_cpu_ceiling, session, r, v) != 0 || check_content(p, r, v) != 0)
             return -1;
     } else {
         v->run_timeout_ms = v->compile_timeout_ms = 0;
         v->run_memory_bytes = v->compile_memory_bytes = 0;
+        v->run_cpu_ms = v->compile_cpu_ms = 0;
     }
     v->allow = 1;
     v->reason = POLICY_OK;
@@ -502,6 +510,7 @@ int policy_authorize(const struct tenant_policy *p, unsigned endpoint, unsigned 
     v->message[0] = '\0';
     v->run_timeout_ms = v->compile_timeout_ms = 0;
     v->run_memory_bytes = v->compile_memory_bytes = 0;
+    v->run_cpu_ms = v->compile_cpu_ms = 0;
     if (p == NULL || policy_problem(p, &what, &at) != NULL)
         return deny(v, POLICY_DENY_NO_POLICY, "no policy for this tenant");
     if (endpoint == 0 || (endpoint & (endpoint - 1)) != 0 || (endpoint & ~(unsigned)POLICY_EP_ALL) != 0)

@@ -41,6 +41,13 @@
  *                 session's run_timeout lowers its wall clock), and -1
  *                 stays -1 in the verdict: the backend applies the
  *                 language's default, lowered to the ceiling.
+ *                 run_cpu_time and compile_cpu_time (Piston's CPU clocks)
+ *                 have no ceilings of their own: a stage's CPU clock never
+ *                 runs past its wall clock, so each is judged against its
+ *                 stage's timeout ceiling (connect: run_cpu_time against
+ *                 p->sessions.cpu_ms), 1 .. ceiling, and -1 stays -1 in the
+ *                 verdict: the backend applies the language's CPU limit,
+ *                 which the request may only lower.
  *   6. content    every rule's regex against every file's content (the whole
  *                 length, NUL bytes included, via REG_STARTEND); the first
  *                 match: POLICY_DENY_CONTENT, 422, with v->rule set.
@@ -229,6 +236,8 @@ struct policy_request {
     int64_t compile_timeout_ms;           /* requested limit, or -1 for the tenant's ceiling */
     int64_t run_memory_bytes;             /* requested limit, or -1 for the tenant's ceiling */
     int64_t compile_memory_bytes;         /* requested limit, or -1 for the tenant's ceiling */
+    int64_t run_cpu_ms;                   /* requested CPU limit, or -1 for the backend's (step 5) */
+    int64_t compile_cpu_ms;               /* requested CPU limit, or -1 for the backend's (step 5) */
 };
 
 /* The decision.  policy_evaluate() sets every field, allowed or not. */
@@ -242,6 +251,8 @@ struct policy_verdict {
     int64_t compile_timeout_ms;       /* allowed execute or connect: effective limit, else 0 */
     int64_t run_memory_bytes;         /* allowed execute or connect: effective limit, else 0 */
     int64_t compile_memory_bytes;     /* allowed execute or connect: effective limit, else 0 */
+    int64_t run_cpu_ms;               /* allowed execute or connect: as asked (-1 kept: the backend's), else 0 */
+    int64_t compile_cpu_ms;           /* allowed execute or connect: as asked (-1 kept: the backend's), else 0 */
 };
 
 /*

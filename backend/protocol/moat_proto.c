@@ -27,6 +27,8 @@ enum {
     TAG_REQ_COMPILE_TIMEOUT = 7,
     TAG_REQ_RUN_MEMORY = 8,
     TAG_REQ_COMPILE_MEMORY = 9,
+    TAG_REQ_RUN_CPU = 10,
+    TAG_REQ_COMPILE_CPU = 11,
     /* file (nested in TAG_REQ_FILE) */
     TAG_FILE_NAME = 1,
     TAG_FILE_CONTENT = 2,
@@ -282,6 +284,11 @@ static void encode_request_fields(struct writer *w, const struct moat_exec_reque
         w_u64(w, TAG_REQ_RUN_MEMORY, (uint64_t)req->run_memory_bytes);
     if (req->compile_memory_bytes >= 0)
         w_u64(w, TAG_REQ_COMPILE_MEMORY, (uint64_t)req->compile_memory_bytes);
+    /* CPU limits: 0 is "not asked" as well as -1 (see moat_proto.h) */
+    if (req->run_cpu_ms > 0)
+        w_u64(w, TAG_REQ_RUN_CPU, (uint64_t)req->run_cpu_ms);
+    if (req->compile_cpu_ms > 0)
+        w_u64(w, TAG_REQ_COMPILE_CPU, (uint64_t)req->compile_cpu_ms);
 }
 
 int moat_encode_exec_request(struct moat_buf *out, uint64_t job_id, const struct moat_exec_request *req, const char **why)
@@ -629,6 +636,18 @@ static int r_limit(const struct field *f, int64_t *v, const char **why)
     return 0;
 }
 
+/* A CPU limit: as r_limit, and never 0 (which the encoder never sends). */
+static int r_cpu_limit(const struct field *f, int64_t *v, const char **why)
+{
+    if (r_limit(f, v, why) != 0)
+        return -1;
+    if (*v == 0) {
+        *why = "cpu limit must be positive";
+        return -1;
+    }
+    return 0;
+}
+
 static int r_u32(const struct field *f, uint32_t *v, const char **why)
 {
     if (f->len != 4) {
@@ -752,6 +771,7 @@ static void request_init(struct moat_exec_request *out)
     memset(out, 0, sizeof(*out));
     out->run_timeout_ms = out->compile_timeout_ms = -1;
     out->run_memory_bytes = out->compile_memory_bytes = -1;
+    out->run_cpu_ms = out->compile_cpu_ms = -1;
 }
 
 /* Files and args repeat; every other tag of a message appears at most once. */
@@ -805,6 +825,10 @@ static int decode_request_field(const struct field *f, struct moat_exec_request 
         return r_limit(f, &out->run_memory_bytes, why);
     case TAG_REQ_COMPILE_MEMORY:
         return r_limit(f, &out->compile_memory_bytes, why);
+    case TAG_REQ_RUN_CPU:
+        return r_cpu_limit(f, &out->run_cpu_ms, why);
+    case TAG_REQ_COMPILE_CPU:
+        return r_cpu_limit(f, &out->compile_cpu_ms, why);
     default:
         return 1;
     }

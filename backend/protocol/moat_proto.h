@@ -129,7 +129,9 @@ struct moat_file {
     size_t content_len;
 };
 
-/* Limits: -1 means "the server default". */
+/* Limits: -1 means "the server default".  The CPU limits were added later:
+ * 0 means the same as -1 for them and neither is sent, so a request built
+ * with its other limits set and these left zeroed asks for no CPU limit. */
 struct moat_exec_request {
     char *language;
     char *version; /* semver selector, "*" allowed */
@@ -143,6 +145,8 @@ struct moat_exec_request {
     int64_t compile_timeout_ms;
     int64_t run_memory_bytes;
     int64_t compile_memory_bytes;
+    int64_t run_cpu_ms;     /* Piston's run_cpu_time */
+    int64_t compile_cpu_ms; /* Piston's compile_cpu_time */
 };
 
 struct moat_stage_result {

@@ -108,6 +108,8 @@ static void request_equal(const struct moat_exec_request *a, const struct moat_e
     CHECK(a->compile_timeout_ms == b->compile_timeout_ms);
     CHECK(a->run_memory_bytes == b->run_memory_bytes);
     CHECK(a->compile_memory_bytes == b->compile_memory_bytes);
+    CHECK(a->run_cpu_ms == b->run_cpu_ms);
+    CHECK(a->compile_cpu_ms == b->compile_cpu_ms);
 }
 
 static void request_invariants(const struct moat_exec_request *r)
@@ -122,6 +124,8 @@ static void request_invariants(const struct moat_exec_request *r)
         CHECK(r->args[i] != NULL && strlen(r->args[i]) <= MOAT_MAX_ARG_LEN);
     CHECK(r->run_timeout_ms >= -1 && r->compile_timeout_ms >= -1);
     CHECK(r->run_memory_bytes >= -1 && r->compile_memory_bytes >= -1);
+    /* a CPU limit is -1 (not asked) or positive: a decoded 0 would be lost on re-encoding */
+    CHECK((r->run_cpu_ms == -1 || r->run_cpu_ms > 0) && (r->compile_cpu_ms == -1 || r->compile_cpu_ms > 0));
 }
 
 static void do_request(const uint8_t *p, size_t len, uint64_t job)
@@ -609,7 +613,9 @@ static void make_seeds(fuzz_add_seed_fn *add)
                                     .run_timeout_ms = 3000,
                                     .compile_timeout_ms = 10000,
                                     .run_memory_bytes = 268435456,
-                                    .compile_memory_bytes = 0};
+                                    .compile_memory_bytes = 0,
+                                    .run_cpu_ms = 1500,
+                                    .compile_cpu_ms = 8000};
     rc = moat_encode_exec_request(&b, 1, &req, &why);
     add_frame(add, &b, rc, why);
 

@@ -26,7 +26,8 @@ static void test_valid_request(void **state)
         "{\"language\":\"python\",\"version\":\"3.11.0\","
         "\"files\":[{\"name\":\"main.py\",\"content\":\"print(1)\"},"
         "{\"content\":\"aGk=\",\"encoding\":\"base64\"},{\"name\":\"x.bin\",\"content\":\"00fF\",\"encoding\":\"hex\"}],"
-        "\"stdin\":\"in\",\"args\":[\"a\",\"b c\"],\"run_timeout\":3000,\"compile_memory_limit\":-1}";
+        "\"stdin\":\"in\",\"args\":[\"a\",\"b c\"],\"run_timeout\":3000,\"compile_memory_limit\":-1,"
+        "\"run_cpu_time\":1500,\"compile_cpu_time\":-1}";
     struct moat_exec_request r;
     char err[256];
 
@@ -51,6 +52,8 @@ static void test_valid_request(void **state)
     assert_int_equal(r.compile_timeout_ms, -1);
     assert_int_equal(r.run_memory_bytes, -1);
     assert_int_equal(r.compile_memory_bytes, -1);
+    assert_int_equal(r.run_cpu_ms, 1500);
+    assert_int_equal(r.compile_cpu_ms, -1);
     piston_exec_request_free(&r);
 }
 
@@ -69,6 +72,8 @@ static void test_minimal_defaults(void **state)
     assert_int_equal(r.compile_timeout_ms, -1);
     assert_int_equal(r.run_memory_bytes, -1);
     assert_int_equal(r.compile_memory_bytes, -1);
+    assert_int_equal(r.run_cpu_ms, -1);
+    assert_int_equal(r.compile_cpu_ms, -1);
     piston_exec_request_free(&r);
 }
 
@@ -114,6 +119,10 @@ static void test_rejections(void **state)
     expect_bad("{\"language\":\"c\",\"version\":\"1\",\"run_timeout\":\"5\"," F "}", "run_timeout must be an integer");
     expect_bad("{\"language\":\"c\",\"version\":\"1\",\"run_timeout\":1.5," F "}", "run_timeout must be an integer");
     expect_bad("{\"language\":\"c\",\"version\":\"1\",\"run_memory_limit\":-2," F "}", "run_memory_limit must be -1");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"run_cpu_time\":0," F "}", "run_cpu_time must be -1 or a positive");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"compile_cpu_time\":-2," F "}", "compile_cpu_time must be -1");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"run_cpu_time\":\"9\"," F "}", "run_cpu_time must be an integer");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"run_cpu_time\":1,\"run_cpu_time\":2," F "}", "invalid JSON");
 }
 
 static void test_bad_file_names(void **state)

@@ -205,7 +205,8 @@ static const struct policy_runtime rt_cobol = {"cobol", NULL, 0, "3.1.2"};
 #define REQ(...)                                                                                                                   \
     {                                                                                                                              \
         .endpoint = POLICY_EP_EXECUTE, .language = "python", .version = "3.11", .files = f_one, .nfiles = 1, .run_timeout_ms = -1, \
-        .compile_timeout_ms = -1, .run_memory_bytes = -1, .compile_memory_bytes = -1, __VA_ARGS__                                  \
+        .compile_timeout_ms = -1, .run_memory_bytes = -1, .compile_memory_bytes = -1, .run_cpu_ms = -1, .compile_cpu_ms = -1,      \
+        __VA_ARGS__                                                                                                                \
     }
 #define FILES_OF(a) .files = (a), .nfiles = sizeof(a) / sizeof((a)[0])
 
@@ -342,6 +343,18 @@ static const struct row rows[] = {
      NULL},
     {"compile_memory over ceiling", P_BASE, REQ(.compile_memory_bytes = COMP_M + 1), POLICY_DENY_LIMIT, 400,
      "compile_memory_limit cannot exceed the tenant's limit of 268435456 bytes", NULL},
+    /* CPU clocks: no ceilings of their own, judged against the stage's timeout ceiling */
+    {"run_cpu_time at run_timeout ceiling", P_BASE, REQ(.run_cpu_ms = RUN_T), POLICY_OK, 200, ALLOW},
+    {"run_cpu_time over run_timeout ceiling", P_BASE, REQ(.run_cpu_ms = RUN_T + 1), POLICY_DENY_LIMIT, 400,
+     "run_cpu_time cannot exceed the tenant's limit of 3000 ms", NULL},
+    {"run_cpu_time 0", P_BASE, REQ(.run_cpu_ms = 0), POLICY_DENY_LIMIT, 400, "run_cpu_time must be between 1 and 3000 ms", NULL},
+    {"run_cpu_time -2", P_BASE, REQ(.run_cpu_ms = -2), POLICY_DENY_LIMIT, 400, "run_cpu_time must be between", NULL},
+    {"compile_cpu_time at compile_timeout ceiling", P_BASE, REQ(.compile_cpu_ms = COMP_T), POLICY_OK, 200, ALLOW},
+    {"compile_cpu_time over compile_timeout ceiling", P_BASE, REQ(.compile_cpu_ms = COMP_T + 1), POLICY_DENY_LIMIT, 400,
+     "compile_cpu_time cannot exceed the tenant's limit of 10000 ms", NULL},
+    {"connect run_cpu_time over session cpu", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .run_cpu_ms = 2001), POLICY_DENY_LIMIT,
+     400, "run_cpu_time cannot exceed the tenant's limit of 2000 ms", NULL},
+    {"connect run_cpu_time at session cpu", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .run_cpu_ms = 2000), POLICY_OK, 200, ALLOW},
     {"limits beat content", P_BASE, REQ(FILES_OF(f_bomb2), .run_timeout_ms = RUN_T + 1), POLICY_DENY_LIMIT, 400, "run_timeout",
      NULL},
 
@@ -431,11 +444,15 @@ static void check_invariants(const struct policy_request *r, const struct policy
             assert_int_equal(v->run_memory_bytes, effective(r->run_memory_bytes, RUN_M));
             assert_int_equal(v->compile_memory_bytes, effective(r->compile_memory_bytes, COMP_M));
         }
+        /* CPU clocks as asked, -1 kept (the backend's) */
+        assert_int_equal(v->run_cpu_ms, r->endpoint & (POLICY_EP_EXECUTE | POLICY_EP_CONNECT) ? r->run_cpu_ms : 0);
+        assert_int_equal(v->compile_cpu_ms, r->endpoint & (POLICY_EP_EXECUTE | POLICY_EP_CONNECT) ? r->compile_cpu_ms : 0);
     } else {
         assert_int_not_equal(v->reason, POLICY_OK);
         assert_true(n > 0);
         assert_int_equal(v->run_timeout_ms, 0);
         assert_int_equal(v->run_memory_bytes, 0);
+        assert_int_equal(v->run_cpu_ms, 0);
         if (v->reason != POLICY_DENY_CONTENT)
             assert_null(v->rule);
     }

@@ -30,6 +30,8 @@ enum {
     REQ_COMPILE_TIMEOUT = 7,
     REQ_RUN_MEMORY = 8,
     REQ_COMPILE_MEMORY = 9,
+    REQ_RUN_CPU = 10,
+    REQ_COMPILE_CPU = 11,
     FILE_NAME = 1,
     FILE_CONTENT = 2,
     RES_LANGUAGE = 1,
@@ -292,6 +294,8 @@ static void test_request_roundtrip_full(void **state)
         .compile_timeout_ms = 0,
         .run_memory_bytes = INT64_MAX,
         .compile_memory_bytes = 1024LL * 1024 * 1024,
+        .run_cpu_ms = INT64_MAX,
+        .compile_cpu_ms = 1,
     };
     struct moat_buf out = {0};
     const char *why = NULL;
@@ -323,6 +327,8 @@ static void test_request_roundtrip_full(void **state)
     assert_true(d.compile_timeout_ms == 0);
     assert_true(d.run_memory_bytes == INT64_MAX);
     assert_true(d.compile_memory_bytes == 1024LL * 1024 * 1024);
+    assert_true(d.run_cpu_ms == INT64_MAX);
+    assert_true(d.compile_cpu_ms == 1);
 
     moat_exec_request_free(&d);
     assert_null(d.language);
@@ -345,6 +351,8 @@ static void test_request_defaults_omitted(void **state)
         .compile_timeout_ms = -1,
         .run_memory_bytes = -1,
         .compile_memory_bytes = -1,
+        .run_cpu_ms = -1,
+        .compile_cpu_ms = 0, /* 0 is "not asked" for a CPU limit, as -1 */
     };
     struct moat_buf dflt = {0}, set = {0};
     const char *why = NULL;
@@ -357,6 +365,8 @@ static void test_request_defaults_omitted(void **state)
     assert_false(has_tag(p, plen, REQ_COMPILE_TIMEOUT));
     assert_false(has_tag(p, plen, REQ_RUN_MEMORY));
     assert_false(has_tag(p, plen, REQ_COMPILE_MEMORY));
+    assert_false(has_tag(p, plen, REQ_RUN_CPU));
+    assert_false(has_tag(p, plen, REQ_COMPILE_CPU));
     assert_false(has_tag(p, plen, REQ_STDIN));
     assert_false(has_tag(p, plen, REQ_ARG));
     assert_true(has_tag(p, plen, REQ_FILE));
@@ -367,6 +377,8 @@ static void test_request_defaults_omitted(void **state)
     assert_true(d.compile_timeout_ms == -1);
     assert_true(d.run_memory_bytes == -1);
     assert_true(d.compile_memory_bytes == -1);
+    assert_true(d.run_cpu_ms == -1);
+    assert_true(d.compile_cpu_ms == -1);
     assert_null(d.stdin_data);
     assert_int_equal(d.stdin_len, 0);
     assert_int_equal(d.nargs, 0);
@@ -375,8 +387,9 @@ static void test_request_defaults_omitted(void **state)
 
     /* each limit that is set costs exactly one u64 TLV (6 + 8 bytes) */
     req.run_timeout_ms = req.compile_timeout_ms = req.run_memory_bytes = req.compile_memory_bytes = 7;
+    req.run_cpu_ms = req.compile_cpu_ms = 7;
     assert_int_equal(moat_encode_exec_request(&set, 1, &req, &why), 0);
-    assert_int_equal(set.len, dflt.len + 4 * 14);
+    assert_int_equal(set.len, dflt.len + 6 * 14);
     moat_buf_free(&dflt);
     moat_buf_free(&set);
 }
@@ -774,7 +787,7 @@ static void test_unknown_and_duplicate_tags(void **state)
     struct raw r = {0};
 
     raw_min_request(&r);
-    raw_str(&r, 10, "x");
+    raw_str(&r, 12, "x");
     reject_request(&r, "unknown field in exec request");
     raw_free(&r);
     raw_min_request(&r);
@@ -806,6 +819,24 @@ static void test_unknown_and_duplicate_tags(void **state)
     raw_uint(&r, REQ_RUN_TIMEOUT, 1, 8);
     raw_uint(&r, REQ_RUN_TIMEOUT, 2, 8);
     reject_request(&r, "duplicate field");
+    raw_free(&r);
+    raw_min_request(&r);
+    raw_uint(&r, REQ_RUN_CPU, 1, 8);
+    raw_uint(&r, REQ_RUN_CPU, 2, 8);
+    reject_request(&r, "duplicate field");
+    raw_free(&r);
+    /* a CPU limit: u64, never 0 (the encoder sends none for "not asked"), fits int64 */
+    raw_min_request(&r);
+    raw_uint(&r, REQ_COMPILE_CPU, 0, 8);
+    reject_request(&r, "cpu limit must be positive");
+    raw_free(&r);
+    raw_min_request(&r);
+    raw_uint(&r, REQ_RUN_CPU, (uint64_t)INT64_MAX + 1, 8);
+    reject_request(&r, "limit out of range");
+    raw_free(&r);
+    raw_min_request(&r);
+    raw_uint(&r, REQ_RUN_CPU, 5, 4);
+    reject_request(&r, "integer field has the wrong width");
     raw_free(&r);
     raw_min_request(&r);
     raw_str(&r, REQ_STDIN, "a");
@@ -2020,7 +2051,9 @@ static void test_session_open_roundtrip(void **state)
                 .run_timeout_ms = 60000,
                 .compile_timeout_ms = -1,
                 .run_memory_bytes = 1 << 28,
-                .compile_memory_bytes = -1},
+                .compile_memory_bytes = -1,
+                .run_cpu_ms = 1500,
+                .compile_cpu_ms = -1},
         .wall_ms = 900000,
         .idle_ms = 0,
         .cpu_ms = UINT64_MAX,
@@ -2049,6 +2082,8 @@ static void test_session_open_roundtrip(void **state)
     assert_true(d.req.compile_timeout_ms == -1);
     assert_true(d.req.run_memory_bytes == 1 << 28);
     assert_true(d.req.compile_memory_bytes == -1);
+    assert_true(d.req.run_cpu_ms == 1500);
+    assert_true(d.req.compile_cpu_ms == -1);
     assert_true(d.wall_ms == 900000);
     assert_true(d.idle_ms == 0);
     assert_true(d.cpu_ms == UINT64_MAX);
@@ -2101,7 +2136,7 @@ static void test_session_open_refusals(void **state)
     reject_open(&r, "session open needs at least one file");
     raw_free(&r);
     /* unknown tags: between the request's and the ceilings', past them, and past the bitmap */
-    const uint16_t unknown[] = {0, 10, 19, 25, 31};
+    const uint16_t unknown[] = {0, 12, 19, 25, 31};
     for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
         raw_min_request(&r);
         raw_ceilings(&r, 0);
