@@ -6,6 +6,13 @@
  * only discards it and leaves the slot cold, so that cgroup creation, clone
  * and cgroup attachment are off a request's path wherever a warm slot is
  * kept.
+ *
+ * A cold slot's box is made when somebody takes it, and made by the
+ * maintenance thread too (an order the taker waits for), never on the
+ * taker's thread: a box's init is a clone of this process and needs the
+ * cloning thread's TLS, and connection threads keep their whole stack,
+ * TLS included, out of every clone (server.c), so that hundreds of session
+ * threads cost a new box nothing.
  */
 #include "pool.h"
 
@@ -26,16 +33,42 @@ static int slot_number(const struct slot_pool *p, const struct slot *s)
     return (int)(s - p->slots);
 }
 
+/* A cold slot's box, ordered by its taker (pool_acquire). */
+struct pool_order {
+    struct pool_order *next;
+    struct slot *s;
+    struct errbuf *e;
+    int done, rc;
+};
+
+/* Carries out the first order, with p->mu held (dropped meanwhile). */
+static void carry_out_order(struct slot_pool *p)
+{
+    struct pool_order *o = p->orders;
+
+    p->orders = o->next;
+    pthread_mutex_unlock(&p->mu);
+    int rc = box_prepare(p->cg, p->seccomp, o->s, o->e);
+    pthread_mutex_lock(&p->mu);
+    o->rc = rc;
+    o->done = 1;
+    pthread_cond_broadcast(&p->order_cv);
+}
+
 static void *maintainer_main(void *arg)
 {
     struct slot_pool *p = arg;
 
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (p->ndirty == 0 && !p->stopping)
+        while (p->ndirty == 0 && p->orders == NULL && !p->stopping)
             pthread_cond_wait(&p->dirty_cv, &p->mu);
         if (p->stopping)
             break;
+        if (p->orders != NULL) {
+            carry_out_order(p); /* a taker waits: before any used slot */
+            continue;
+        }
         struct slot *s = &p->slots[p->dirty_list[--p->ndirty]];
         int warm = p->nfree + p->preparing < p->warm_max;
         p->preparing += warm;
@@ -84,6 +117,7 @@ static int pool_setup(struct slot_pool *p, const struct pool_shape *shape, const
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->free_cv, NULL);
     pthread_cond_init(&p->dirty_cv, NULL);
+    pthread_cond_init(&p->order_cv, NULL);
     if (n < shape->min_slots || n > shape->max_slots)
         return errf(e, "slot count %d out of range %d..%d", n, shape->min_slots, shape->max_slots);
     if (n > 0 && !uid_range_covers(uids, n))
@@ -161,15 +195,32 @@ int pool_acquire(struct slot_pool *p, struct slot **out, struct errbuf *e)
         return POOL_BUSY;
     }
     if (p->nfree == 0 && p->ncold > 0) {
-        /* a cold slot: its box is made here, on the taker's path */
-        s = &p->slots[p->cold_list[--p->ncold]];
+        /* a cold slot: its box is made now, on the taker's path, by the
+         * maintenance thread (see the top of this file) */
+        struct pool_order o = {NULL, &p->slots[p->cold_list[--p->ncold]], e, 0, 0};
+        struct pool_order **tail = &p->orders;
+        while (*tail != NULL)
+            tail = &(*tail)->next;
+        *tail = &o;
+        pthread_cond_signal(&p->dirty_cv);
+        while (!o.done && !p->stopping)
+            pthread_cond_wait(&p->order_cv, &p->mu);
+        if (!o.done) { /* shutting down: the order is void */
+            for (tail = &p->orders; *tail != NULL && *tail != &o; tail = &(*tail)->next)
+                ;
+            if (*tail == &o)
+                *tail = o.next;
+            p->cold_list[p->ncold++] = slot_number(p, o.s);
+            pthread_mutex_unlock(&p->mu);
+            return errf(e, "the backend is stopping");
+        }
         pthread_mutex_unlock(&p->mu);
-        if (box_prepare(p->cg, p->seccomp, s, e) != 0) {
-            log_warnx("%s: slot %d: %s", __func__, s->index, e->msg);
-            pool_release(p, s);
+        if (o.rc != 0) {
+            log_warnx("%s: slot %d: %s", __func__, o.s->index, e->msg);
+            pool_release(p, o.s);
             return -1;
         }
-        *out = s;
+        *out = o.s;
         return 0;
     }
     p->waiting++;
@@ -197,6 +248,7 @@ void pool_shutdown(struct slot_pool *p)
     pthread_mutex_lock(&p->mu);
     p->stopping = 1;
     pthread_cond_broadcast(&p->dirty_cv);
+    pthread_cond_broadcast(&p->order_cv);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->nmaintainers; i++)
         pthread_join(p->maintainers[i], NULL);

@@ -35,9 +35,11 @@ struct slot_pool {
     int nslots;
     int *free_list; /* warm slots */
     int nfree;
-    int *cold_list; /* slots with no box: prepared by whoever takes them */
+    int *cold_list; /* slots with no box: the maintainer prepares one for its taker */
     int ncold;
-    int *dirty_list; /* used slots, to discard and prepare */
+    struct pool_order *orders; /* cold slots takers wait for, first come first */
+    pthread_cond_t order_cv;   /* an order was carried out */
+    int *dirty_list;           /* used slots, to discard and prepare */
     int ndirty;
     int preparing; /* dirty slots the maintainer is making warm now */
     int warm_max;  /* slots kept warm; released slots beyond go cold */

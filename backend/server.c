@@ -140,32 +140,31 @@ void server_stop_reading(struct server *srv)
 
 /*
  * A box's init is cloned from this process (box.c), and clone copies the
- * memory map: with hundreds of sessions open, their threads' stacks were
- * most of it and made every box twice as dear to start.  So each connection
- * thread marks the part of its stack below its first frame (and the guard
- * page) not to be copied.  Not the top: glibc keeps the thread's TLS there
- * (errno, the stack protector's canary), which a child cloned by this very
- * thread (a cold session slot's box) reads at once; a child never returns
- * into the frames below (it runs on its slot's own stack).  Best effort: a
- * failure only costs time.
+ * memory map: with hundreds of sessions open, their threads' stacks (a
+ * mapping and a guard each, and the page tables of what they touched) were
+ * most of it, copied again when init forks the program, and made every box
+ * twice as dear to start.  So each connection thread keeps its whole stack,
+ * guard and TLS included, out of every clone (MADV_DONTFORK).  That is sound
+ * only because no connection thread ever clones: a child needs the cloning
+ * thread's TLS (errno, the stack protector's canary), and the slot pools
+ * make every box on their maintenance thread (pool.c), cold session slots
+ * included.  A clone from a connection thread would die at once in the
+ * child (its box fails to start), never run on.  Best effort: a failure
+ * here only costs time.
  */
-#define STACK_KEPT 16384 /* above the mark: the thread's first frames and its TLS */
-
 static void stack_not_inherited(void)
 {
     pthread_attr_t a;
     void *addr;
     size_t size, guard = 0;
-    char here;
 
     if (pthread_getattr_np(pthread_self(), &a) != 0)
         return;
     if (pthread_attr_getstack(&a, &addr, &size) == 0) {
-        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-        uintptr_t low = (uintptr_t)addr, mark = ((uintptr_t)&here - STACK_KEPT) & ~(page - 1);
+        uintptr_t low = (uintptr_t)addr;
         (void)pthread_attr_getguardsize(&a, &guard);
-        if (mark > low && low >= guard)
-            (void)madvise((void *)(low - guard), mark - low + guard, MADV_DONTFORK);
+        if (low < guard || madvise((void *)(low - guard), size + guard, MADV_DONTFORK) != 0)
+            (void)madvise(addr, size, MADV_DONTFORK);
     }
     pthread_attr_destroy(&a);
 }
