@@ -1,7 +1,9 @@
 /*
  * auth.c - step 4 of the request path: who is asking.
  *
- * One Authorization header, one Bearer parser.  A token holding a '.' and
+ * One Authorization header, one Bearer parser; on the routes of Judge0's
+ * API (GW_ROUTE_X_AUTH_TOKEN) the same token may come as Judge0's
+ * "X-Auth-Token: <token>" instead, never both.  A token holding a '.' and
  * not starting "moat_" is a JWT (three base64url segments): jwt_auth.c
  * verifies it against the configured issuers and the tenant comes from its
  * tenant claim.  Anything else is an API key: shape and checksum first,
@@ -13,6 +15,7 @@
 #include "auth.h"
 #include "conn.h"
 #include "http.h"
+#include "routes.h"
 #include "session_registry.h"
 
 #include <stdio.h>
@@ -46,11 +49,7 @@ int auth_bearer_token(const char *value, size_t len, const char **token, size_t 
 
 const struct gw_key *auth_bearer(const struct gw_config *cfg, const char *value, size_t len, const char **why)
 {
-    char id[APIKEY_ID_LEN + 1];
-    uint8_t digest[APIKEY_DIGEST_LEN];
-    const struct gw_key *key;
     const char *token;
-    int equal;
 
     if (value == NULL) {
         *why = "no Authorization header";
@@ -60,6 +59,16 @@ const struct gw_key *auth_bearer(const struct gw_config *cfg, const char *value,
         *why = "not a Bearer credential";
         return NULL;
     }
+    return auth_key(cfg, token, len, why);
+}
+
+const struct gw_key *auth_key(const struct gw_config *cfg, const char *token, size_t len, const char **why)
+{
+    char id[APIKEY_ID_LEN + 1];
+    uint8_t digest[APIKEY_DIGEST_LEN];
+    const struct gw_key *key;
+    int equal;
+
     if (apikey_parse(token, len, id, why) != 0)
         return NULL;
     if ((key = gw_config_find_key(cfg, id)) == NULL) {
@@ -120,17 +129,41 @@ static enum gw_flow authenticate_jwt(struct gw_request *r, const char *token, si
 }
 
 /* An API key, from the connection's cache when it is the same token again. */
-static const struct gw_key *api_key(struct gw_request *r, h2o_iovec_t v, const char *token, size_t toklen, const char **why)
+static const struct gw_key *api_key(struct gw_request *r, const char *token, size_t toklen, const char **why)
 {
     unsigned serial = r->gen->serial;
-    const struct gw_key *key = token != NULL ? gw_conn_cached_key(r->conn, serial, token, toklen) : NULL;
+    const struct gw_key *key = gw_conn_cached_key(r->conn, serial, token, toklen);
 
     if (key != NULL)
         return key;
-    key = auth_bearer(r->cfg, v.base, v.len, why);
-    if (key != NULL && token != NULL)
+    key = auth_key(r->cfg, token, toklen, why);
+    if (key != NULL)
         gw_conn_cache_key(r->conn, serial, token, toklen, key);
     return key;
+}
+
+/* Judge0's X-Auth-Token on a route that takes it: 0 none, 1 found (*token
+ * the value without surrounding white space), -1 more than one. */
+static int x_auth_token(struct gw_request *r, const char **token, size_t *toklen)
+{
+    static const char name[] = "x-auth-token";
+    h2o_req_t *req = r->req;
+    ssize_t i;
+
+    if ((r->route->flags & GW_ROUTE_X_AUTH_TOKEN) == 0 ||
+        (i = h2o_find_header_by_str(&req->headers, name, sizeof(name) - 1, -1)) == -1)
+        return 0;
+    if (h2o_find_header_by_str(&req->headers, name, sizeof(name) - 1, i) != -1)
+        return -1;
+    const char *v = req->headers.entries[i].value.base;
+    size_t len = req->headers.entries[i].value.len;
+    while (len > 0 && (*v == ' ' || *v == '\t'))
+        v++, len--;
+    while (len > 0 && (v[len - 1] == ' ' || v[len - 1] == '\t'))
+        len--;
+    *token = v;
+    *toklen = len;
+    return 1;
 }
 
 /* A refused key's id, when the token is well formed: the record of the
@@ -153,15 +186,27 @@ enum gw_flow gw_authenticate(struct gw_request *r)
     size_t toklen = 0;
     ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
 
+    int judge0 = x_auth_token(r, &token, &toklen);
+
     if (i != -1 && h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, i) != -1)
         return unauthorized(r, "more than one Authorization header", "Bearer", "invalid or missing API key");
-    if (i == -1) {
+    if (judge0 < 0)
+        return unauthorized(r, "more than one X-Auth-Token header", "Bearer", "invalid or missing API key");
+    if (judge0 > 0 && i != -1)
+        return unauthorized(r, "both Authorization and X-Auth-Token", "Bearer", "invalid or missing API key: send one credential");
+    if (i == -1 && judge0 == 0) {
         key = auth_bearer(r->cfg, NULL, 0, &why);
     } else {
-        h2o_iovec_t v = req->headers.entries[i].value;
-        if (auth_bearer_token(v.base, v.len, &token, &toklen) == 0 && is_jwt(token, toklen))
+        if (judge0 == 0) {
+            h2o_iovec_t v = req->headers.entries[i].value;
+            if (auth_bearer_token(v.base, v.len, &token, &toklen) != 0)
+                token = NULL;
+        }
+        if (token != NULL && is_jwt(token, toklen))
             return authenticate_jwt(r, token, toklen);
-        key = api_key(r, v, token, toklen, &why);
+        key = token != NULL ? api_key(r, token, toklen, &why) : NULL;
+        if (token == NULL)
+            why = "not a Bearer credential";
     }
     if (key == NULL) {
         presented_key_id(r, token, toklen);

@@ -26,8 +26,12 @@ int auth_bearer_token(const char *value, size_t len, const char **token, size_t 
  */
 const struct gw_key *auth_bearer(const struct gw_config *cfg, const char *value, size_t len, const char **why);
 
+/* The same for a token alone (no scheme: Judge0's X-Auth-Token). */
+const struct gw_key *auth_key(const struct gw_config *cfg, const char *token, size_t len, const char **why);
+
 /*
- * Step 4: authenticate r from its Authorization header, an API key or a JWT
+ * Step 4: authenticate r from its Authorization header (or, on a route
+ * with GW_ROUTE_X_AUTH_TOKEN, Judge0's X-Auth-Token), an API key or a JWT
  * from a configured issuer.  GW_NEXT with r->tenant, r->tenant_cfg,
  * r->scopes and r->key_id set, or GW_DENY (401 with WWW-Authenticate).
  */

@@ -75,6 +75,14 @@
  * tenant gets them only when its configuration names them. */
 #define GW_DEFAULT_TENANT_ENDPOINTS (POLICY_EP_EXECUTE | POLICY_EP_RUNTIMES)
 
+/* Judge0's API (submissions, languages) is opt-in likewise.  Finished
+ * submissions are kept in the gateway's memory (judge0_store.c) for this
+ * long, and at most this many (per tenant, overall) and bytes of them. */
+#define GW_JUDGE0_STORE_TTL_MS         (60u * 60u * 1000u)
+#define GW_JUDGE0_STORE_MAX_PER_TENANT 1000
+#define GW_JUDGE0_STORE_MAX_RECORDS    20000
+#define GW_JUDGE0_STORE_MAX_BYTES      (256u * 1024u * 1024u)
+
 /* Sessions (connect): each tenant's ceilings (sessions: in a tenant; bounds
  * POLICY_SESSION_MAX_* in policy.h), and the gateway's own (the top-level
  * sessions: section). */

@@ -43,7 +43,7 @@ static void job_dispose(void *p)
  * UTF-8 (RFC 8259 8.1): a charset parameter must say so, any other charset
  * is refused rather than parsed as UTF-8.
  */
-static int is_json_content_type(h2o_req_t *req)
+int gw_is_json_content_type(h2o_req_t *req)
 {
     static const char want[] = "application/json";
     const size_t wlen = sizeof(want) - 1;
@@ -114,7 +114,7 @@ static enum gw_flow parse(struct gw_request *r)
 
     if (req->entity.len > r->cfg->max_request_entity_size)
         return gw_deny(r, 413, GW_REASON_FILTER, "request body is larger than max_request_entity_size");
-    if (!is_json_content_type(req))
+    if (!gw_is_json_content_type(req))
         return gw_deny(r, 415, GW_REASON_FILTER, "Content-Type must be application/json (charset utf-8)");
     job = h2o_mem_alloc_shared(&req->pool, sizeof(*job), job_dispose);
     memset(job, 0, sizeof(*job));

@@ -18,6 +18,8 @@ static const char *reason_phrase(int status)
     switch (status) {
     case 200:
         return "OK";
+    case 201:
+        return "Created";
     case 400:
         return "Bad Request";
     case 401:

@@ -397,12 +397,16 @@ static enum gw_flow step_result(struct gw_request *r)
 /* 11. The answer.  Nothing may touch r afterwards. */
 static void respond(struct gw_request *r)
 {
+    if (r->status >= 400 && r->error_body != NULL) {
+        gw_respond(r, r->status, r->error_body);
+        return;
+    }
     if (r->status >= 400) {
         gw_respond_error(r, r->status, r->code != NULL ? r->code : gw_error_code(r->reason, r->status),
                          r->message != NULL ? r->message : "request refused");
         return;
     }
-    gw_respond(r, 200, r->body != NULL ? r->body : "{}");
+    gw_respond(r, r->ok_status != 0 ? r->ok_status : 200, r->body != NULL ? r->body : "{}");
 }
 
 /* ------------------------------------------------------------- the driver */
@@ -494,6 +498,7 @@ static void on_dispose(void *p)
     json_decref(r->result_fields);
     free(r->packet);
     free(r->body);
+    free(r->error_body);
     if (r->conn != NULL) {
         int completed = req->res.status != 0 && (req->res.content_length == SIZE_MAX || req->bytes_sent >= req->res.content_length);
         gw_conn_request_end(r->conn, completed);

@@ -71,7 +71,9 @@ struct gw_request {
     json_t *result_fields; /* fields of the result record (compile, run) */
     char *packet;          /* the full request and result for the audit pack */
     size_t packet_len;
-    char *body; /* the successful answer (malloc) */
+    char *body;       /* the successful answer (malloc) */
+    int ok_status;    /* its status when not 200 (Judge0's 201 Created) */
+    char *error_body; /* a refusal's body in a route's own shape (malloc; Judge0's), instead of the usual one */
     /* the outcome */
     int status;              /* 0 until decided; >= 400 refused or failed */
     enum gw_reason reason;   /* why, when status >= 400 */
@@ -100,6 +102,10 @@ struct gw_handler {
      * execution also sets r->cpu_ms, r->result_fields and r->packet. */
     enum gw_flow (*answer)(struct gw_request *r, const struct backend_reply *reply);
 };
+
+/* Is the body's Content-Type application/json (a charset, if any, utf-8)?
+ * (handler_execute.c; Judge0's submissions too) */
+int gw_is_json_content_type(h2o_req_t *req);
 
 /* The record of a refusal nobody waits for ("request"/"denied", or an
  * execution's "result"/"failed"), built without allocating when it can. */

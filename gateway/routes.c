@@ -1,8 +1,11 @@
 /*
  * routes.c - the one table of routes.
  *
- * Only the exact paths below exist; everything else is a JSON 404, so
- * nothing h2o might serve by default is reachable.  Adding a route is one
+ * Only the paths below exist; everything else is a JSON 404, so nothing
+ * h2o might serve by default is reachable.  A path is exact, or ends in one
+ * "{name}" segment that matches any one non-empty segment (the handler
+ * reads it with gw_route_param); exact rows win over parameterised ones
+ * (so "/submissions/batch" can be a row of its own later).  Adding a route is one
  * row here and a handler (struct gw_handler) that translates the request
  * into a backend message and the reply into a body: authentication,
  * authorization, admission and the audit trail come from the pipeline, and
@@ -21,14 +24,53 @@ static const struct gw_route routes[] = {
     {"/api/v2/execute", "POST", POLICY_EP_EXECUTE, GW_ROUTE_EXECUTION, &gw_handler_execute},
     {"/api/v2/connect", "GET", POLICY_EP_CONNECT, 0, &gw_handler_connect}, /* a live session: WebSocket */
     {"/api/v2/watch", "GET", POLICY_EP_WATCH, GW_ROUTE_WATCH, &gw_handler_watch},
+    /* Judge0 CE's API (judge0_handlers.c) */
+    {"/languages", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_languages},
+    {"/languages/{id}", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_language},
+    {"/statuses", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_statuses},
+    {"/about", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_about},
+    {"/config_info", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_config_info},
+    {"/submissions", "POST", POLICY_EP_SUBMISSIONS, GW_ROUTE_EXECUTION | GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_submit},
+    {"/submissions/{token}", "GET", POLICY_EP_SUBMISSIONS, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_submission},
 };
+
+/* Where a row's "{name}" segment starts (its prefix's length), or -1. */
+static long param_at(const char *pattern)
+{
+    const char *brace = strchr(pattern, '{');
+
+    return brace != NULL ? brace - pattern : -1;
+}
+
+/* Does path fit row's pattern: exact (params 0), or a parameterised one (params 1)? */
+static int fits(const struct gw_route *row, const char *path, size_t path_len, int params)
+{
+    long at = param_at(row->path);
+
+    if (!params)
+        return at < 0 && strlen(row->path) == path_len && memcmp(row->path, path, path_len) == 0;
+    return at >= 0 && path_len > (size_t)at && memcmp(row->path, path, (size_t)at) == 0 &&
+           memchr(path + at, '/', path_len - (size_t)at) == NULL;
+}
 
 static const struct gw_route *match(const struct gw_route *table, size_t n, const char *path, size_t path_len)
 {
-    for (size_t i = 0; i < n; i++)
-        if (strlen(table[i].path) == path_len && memcmp(table[i].path, path, path_len) == 0)
-            return &table[i];
+    for (int params = 0; params <= 1; params++)
+        for (size_t i = 0; i < n; i++)
+            if (fits(&table[i], path, path_len, params))
+                return &table[i];
     return NULL;
+}
+
+int gw_route_param(const struct gw_route *rt, const char *path, size_t path_len, const char **param, size_t *len)
+{
+    long at = param_at(rt->path);
+
+    if (at < 0 || path_len <= (size_t)at)
+        return -1;
+    *param = path + at;
+    *len = path_len - (size_t)at;
+    return 0;
 }
 
 const struct gw_route *gw_route_find(const char *path, size_t path_len, const char *method, size_t method_len, int *method_ok)

@@ -9,14 +9,16 @@
 #include "pipeline.h"
 
 enum gw_route_flags {
-    GW_ROUTE_NO_AUDIT = 1u << 0,  /* opt out of the audit trail (healthz); audited otherwise */
-    GW_ROUTE_NO_ADMIT = 1u << 1,  /* not counted by the tenant's limiter */
-    GW_ROUTE_EXECUTION = 1u << 2, /* admission takes an in-flight slot; a result record follows */
-    GW_ROUTE_WATCH = 1u << 3,     /* the credential is a session's watch token, nothing else */
+    GW_ROUTE_NO_AUDIT = 1u << 0,     /* opt out of the audit trail (healthz); audited otherwise */
+    GW_ROUTE_NO_ADMIT = 1u << 1,     /* not counted by the tenant's limiter */
+    GW_ROUTE_EXECUTION = 1u << 2,    /* admission takes an in-flight slot; a result record follows */
+    GW_ROUTE_WATCH = 1u << 3,        /* the credential is a session's watch token, nothing else */
+    GW_ROUTE_X_AUTH_TOKEN = 1u << 4, /* the API key may also come as X-Auth-Token (Judge0's header) */
 };
 
 struct gw_route {
-    const char *path;   /* exact, after h2o's normalisation */
+    const char *path;   /* after h2o's normalisation: exact, or ending in one "{name}" segment (any
+                         * non-empty segment); exact rows are matched first */
     const char *method; /* the one method it answers */
     unsigned endpoint;  /* POLICY_EP_* the tenant and the credential must allow; 0: public, no authentication */
     unsigned flags;     /* GW_ROUTE_* */
@@ -25,10 +27,15 @@ struct gw_route {
 
 /* The handlers of the routes (handler_*.c). */
 extern const struct gw_handler gw_handler_healthz, gw_handler_readyz, gw_handler_runtimes, gw_handler_execute, gw_handler_connect,
-    gw_handler_watch;
+    gw_handler_watch, gw_handler_judge0_languages, gw_handler_judge0_language, gw_handler_judge0_statuses, gw_handler_judge0_about,
+    gw_handler_judge0_config_info, gw_handler_judge0_submit, gw_handler_judge0_submission;
 
 /* The route for path, or NULL; *method_ok says whether method matches it. */
 const struct gw_route *gw_route_find(const char *path, size_t path_len, const char *method, size_t method_len, int *method_ok);
+
+/* The "{name}" segment of path under rt (a parameterised route): 0 with
+ * *param and *len set (pointing into path), or -1 (rt has no parameter). */
+int gw_route_param(const struct gw_route *rt, const char *path, size_t path_len, const char **param, size_t *len);
 
 /*
  * A test build may link extra routes (tests/unit: a route written without

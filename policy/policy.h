@@ -107,10 +107,12 @@
  * default: the configuration decides that (gw_limits.h).
  */
 #define POLICY_ENDPOINT_TABLE(X)                                                                                                   \
-    X(EXECUTE, 0, "execute")   /* POST /api/v2/execute, batch or streamed */                                                       \
-    X(RUNTIMES, 1, "runtimes") /* GET /api/v2/runtimes */                                                                          \
-    X(CONNECT, 2, "connect")   /* GET /api/v2/connect: a live session over a WebSocket */                                          \
-    X(WATCH, 3, "watch")       /* GET /api/v2/watch: a read-only view of one session, with a watch token */
+    X(EXECUTE, 0, "execute")         /* POST /api/v2/execute, batch or streamed */                                                 \
+    X(RUNTIMES, 1, "runtimes")       /* GET /api/v2/runtimes */                                                                    \
+    X(CONNECT, 2, "connect")         /* GET /api/v2/connect: a live session over a WebSocket */                                    \
+    X(WATCH, 3, "watch")             /* GET /api/v2/watch: a read-only view of one session, with a watch token */                  \
+    X(SUBMISSIONS, 4, "submissions") /* Judge0: POST /submissions, GET /submissions/{token} */                                     \
+    X(LANGUAGES, 5, "languages")     /* Judge0: GET /languages[/{id}], /statuses, /about, /config_info */
 
 #define POLICY_EP_ENUM_ROW(id, n, name) POLICY_EP_##id = 1u << (n),
 #define POLICY_EP_ALL_ROW(id, n, name)  | POLICY_EP_##id

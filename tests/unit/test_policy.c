@@ -243,7 +243,7 @@ static const struct row rows[] = {
     {"execute not allowed", P_RUNTIMES, REQ(), POLICY_DENY_ENDPOINT, 403, "endpoint \"execute\" is not allowed", NULL},
     {"endpoint 0", P_BASE, REQ(.endpoint = 0), POLICY_DENY_ENDPOINT, 403, "unknown endpoint", NULL},
     {"endpoint with two bits", P_BASE, REQ(.endpoint = POLICY_EP_ALL), POLICY_DENY_ENDPOINT, 403, "unknown endpoint", NULL},
-    {"endpoint unknown bit", P_BASE, REQ(.endpoint = 1u << 5), POLICY_DENY_ENDPOINT, 403, "unknown endpoint", NULL},
+    {"endpoint unknown bit", P_BASE, REQ(.endpoint = 1u << 30), POLICY_DENY_ENDPOINT, 403, "unknown endpoint", NULL},
     {"endpoint beats language", P_RUNTIMES, REQ(.language = "cobol"), POLICY_DENY_ENDPOINT, 403, "execute", NULL},
     {"connect not allowed", P_ANY, REQ(.endpoint = POLICY_EP_CONNECT), POLICY_DENY_ENDPOINT, 403,
      "endpoint \"connect\" is not allowed for this tenant", NULL},
@@ -613,6 +613,8 @@ static void test_endpoint_names(void **state)
         {"runtimes", POLICY_EP_RUNTIMES},
         {"connect", POLICY_EP_CONNECT},
         {"watch", POLICY_EP_WATCH},
+        {"submissions", POLICY_EP_SUBMISSIONS},
+        {"languages", POLICY_EP_LANGUAGES},
         {"Execute", 0},
         {"Connect", 0},
         {"session", 0},
@@ -643,12 +645,14 @@ static void test_endpoint_names(void **state)
     assert_string_equal(policy_endpoint_name(0), "unknown");
     assert_string_equal(policy_endpoint_name(POLICY_EP_ALL), "unknown");
     assert_string_equal(policy_endpoint_name(1u << 31), "unknown");
-    assert_string_equal(policy_endpoint_list(list, sizeof(list)), "execute, runtimes, connect, watch");
-    /* four distinct bits, in table order */
+    assert_string_equal(policy_endpoint_list(list, sizeof(list)), "execute, runtimes, connect, watch, submissions, languages");
+    /* distinct bits, in table order */
     assert_int_equal(POLICY_EP_EXECUTE, 1u << 0);
     assert_int_equal(POLICY_EP_RUNTIMES, 1u << 1);
     assert_int_equal(POLICY_EP_CONNECT, 1u << 2);
     assert_int_equal(POLICY_EP_WATCH, 1u << 3);
+    assert_int_equal(POLICY_EP_SUBMISSIONS, 1u << 4);
+    assert_int_equal(POLICY_EP_LANGUAGES, 1u << 5);
     /* a short buffer gets a cut, terminated list */
     assert_string_equal(policy_endpoint_list(small, sizeof(small)), "execute, ");
     assert_ptr_equal(policy_endpoint_list(small, 0), small);

@@ -1,0 +1,236 @@
+/*
+ * judge0_api.h - translate between Judge0 CE's JSON API and moat's typed
+ * messages.  Pure functions (no I/O, no global state besides constant
+ * tables), so the unit tests exercise exactly the code the gateway runs;
+ * judge0_handlers.c wires them into the request path, judge0_store.c keeps
+ * the results.
+ */
+#ifndef GW_JUDGE0_API_H
+#define GW_JUDGE0_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "moat_proto.h"
+#include "policy.h"
+
+#define JUDGE0_TOKEN_LEN 36 /* a random (version 4) UUID, 8-4-4-4-12 hex digits */
+
+/* What the box enforces whatever a submission asks (backend/moat_limits.h,
+ * box_init.c): a submission may ask for these or more, never less (moat
+ * cannot apply a lower one, and does not pretend to). */
+#define JUDGE0_BOX_STACK_KB     65536 /* RLIMIT_STACK, 64 MiB */
+#define JUDGE0_BOX_PROCESSES    256   /* pids.max: 64 for a run, 256 for a compile */
+#define JUDGE0_BOX_FILE_SIZE_KB 9765  /* RLIMIT_FSIZE, 10 MB */
+
+/* Judge0's own bounds of the fields moat only checks. */
+#define JUDGE0_MAX_STACK_KB       (1024 * 1024)
+#define JUDGE0_MAX_PROCESSES      4096
+#define JUDGE0_MAX_FILE_SIZE_KB   (1024 * 1024)
+#define JUDGE0_MAX_CPU_EXTRA_TIME 5.0
+
+/* Judge0's statuses (GET /statuses), ids 1..14. */
+enum judge0_status {
+    JUDGE0_IN_QUEUE = 1,
+    JUDGE0_PROCESSING = 2,
+    JUDGE0_ACCEPTED = 3,
+    JUDGE0_WRONG_ANSWER = 4,
+    JUDGE0_TIME_LIMIT = 5,
+    JUDGE0_COMPILATION_ERROR = 6,
+    JUDGE0_RE_SIGSEGV = 7,
+    JUDGE0_RE_SIGXFSZ = 8,
+    JUDGE0_RE_SIGFPE = 9,
+    JUDGE0_RE_SIGABRT = 10,
+    JUDGE0_RE_NZEC = 11,
+    JUDGE0_RE_OTHER = 12,
+    JUDGE0_INTERNAL_ERROR = 13,
+    JUDGE0_EXEC_FORMAT_ERROR = 14,
+};
+#define JUDGE0_STATUS_MAX JUDGE0_EXEC_FORMAT_ERROR
+
+/* Judge0's description of status id, or NULL. */
+const char *judge0_status_description(int id);
+
+/* One of Judge0 CE's well-known languages that moat has. */
+struct judge0_lang {
+    int id;                  /* Judge0 CE's language id */
+    const char *moat;        /* the backend's language name */
+    const char *name_prefix; /* Judge0's name before the installed version: "Python ", "C (GCC " */
+    const char *source_file; /* the file name the source is given */
+};
+
+/* The language with Judge0 id `id`, or NULL; the i-th of the table, or NULL past its end. */
+const struct judge0_lang *judge0_lang_by_id(int64_t id);
+const struct judge0_lang *judge0_lang_at(size_t i);
+
+/* Judge0's name of l with the installed version: "Python (3.11.2)". */
+void judge0_language_name(const struct judge0_lang *l, const char *version, char *out, size_t size);
+
+/* {"id", "name"} (detail: also is_archived, source_file, compile_cmd,
+ * run_cmd), the name with the installed version; NULL out of memory. */
+json_t *judge0_language_json(const struct judge0_lang *l, const char *version, int detail);
+
+/* --------------------------------------------------------------- queries */
+
+/* Query parameters a route accepts (judge0_parse_query). */
+enum judge0_query_param {
+    JUDGE0_Q_WAIT = 1u << 0,
+    JUDGE0_Q_BASE64 = 1u << 1,
+    JUDGE0_Q_FIELDS = 1u << 2,
+};
+
+/* Submission fields a response may carry (fields=). */
+#define JUDGE0_FIELDS(X)                                                                                                           \
+    X(SOURCE_CODE, "source_code")                                                                                                  \
+    X(LANGUAGE_ID, "language_id")                                                                                                  \
+    X(STDIN, "stdin")                                                                                                              \
+    X(EXPECTED_OUTPUT, "expected_output")                                                                                          \
+    X(STDOUT, "stdout")                                                                                                            \
+    X(STATUS_ID, "status_id")                                                                                                      \
+    X(CREATED_AT, "created_at")                                                                                                    \
+    X(FINISHED_AT, "finished_at")                                                                                                  \
+    X(TIME, "time")                                                                                                                \
+    X(MEMORY, "memory")                                                                                                            \
+    X(STDERR, "stderr")                                                                                                            \
+    X(TOKEN, "token")                                                                                                              \
+    X(NUMBER_OF_RUNS, "number_of_runs")                                                                                            \
+    X(CPU_TIME_LIMIT, "cpu_time_limit")                                                                                            \
+    X(CPU_EXTRA_TIME, "cpu_extra_time")                                                                                            \
+    X(WALL_TIME_LIMIT, "wall_time_limit")                                                                                          \
+    X(MEMORY_LIMIT, "memory_limit")                                                                                                \
+    X(STACK_LIMIT, "stack_limit")                                                                                                  \
+    X(MAX_PROCESSES, "max_processes_and_or_threads")                                                                               \
+    X(PER_PROCESS_TIME, "enable_per_process_and_thread_time_limit")                                                                \
+    X(PER_PROCESS_MEMORY, "enable_per_process_and_thread_memory_limit")                                                            \
+    X(MAX_FILE_SIZE, "max_file_size")                                                                                              \
+    X(COMPILE_OUTPUT, "compile_output")                                                                                            \
+    X(EXIT_CODE, "exit_code")                                                                                                      \
+    X(EXIT_SIGNAL, "exit_signal")                                                                                                  \
+    X(MESSAGE, "message")                                                                                                          \
+    X(WALL_TIME, "wall_time")                                                                                                      \
+    X(COMPILER_OPTIONS, "compiler_options")                                                                                        \
+    X(COMMAND_LINE_ARGUMENTS, "command_line_arguments")                                                                            \
+    X(REDIRECT_STDERR, "redirect_stderr_to_stdout")                                                                                \
+    X(CALLBACK_URL, "callback_url")                                                                                                \
+    X(ADDITIONAL_FILES, "additional_files")                                                                                        \
+    X(ENABLE_NETWORK, "enable_network")                                                                                            \
+    X(STATUS, "status")                                                                                                            \
+    X(LANGUAGE, "language")
+
+#define JUDGE0_FIELD_ENUM(id, name) JUDGE0_F_##id,
+enum judge0_field { JUDGE0_FIELDS(JUDGE0_FIELD_ENUM) JUDGE0_NFIELDS };
+#undef JUDGE0_FIELD_ENUM
+
+struct judge0_query {
+    int wait;                            /* wait=true */
+    int base64;                          /* base64_encoded=true */
+    uint64_t fields;                     /* 1 << JUDGE0_F_*: the response's fields */
+    unsigned char order[JUDGE0_NFIELDS]; /* in the order asked */
+    size_t nfields;
+};
+
+/*
+ * Parse a query string (without the '?'; NULL or empty: none) for a route
+ * that accepts the parameters in `allowed`: wait and base64_encoded are
+ * "true" or "false", fields a comma-separated list of field names or "*"
+ * (absent: Judge0's default: stdout, time, memory, stderr, token,
+ * compile_output, message, status).  Percent-escapes are decoded.  0, or -1
+ * with a message naming the parameter (an unknown one included) in err.
+ */
+int judge0_parse_query(const char *q, size_t len, unsigned allowed, struct judge0_query *out, char *err, size_t errlen);
+
+/* ----------------------------------------------------------- submissions */
+
+/* A POST /submissions body, parsed and checked.  Absent limits are -1. */
+struct judge0_request {
+    int64_t language_id;
+    const struct judge0_lang *lang;
+    uint8_t *source; /* malloc'ed, NUL-terminated; may hold NULs */
+    size_t source_len;
+    uint8_t *stdin_data; /* NULL: none */
+    size_t stdin_len;
+    uint8_t *expected; /* NULL: none (any output is Accepted) */
+    size_t expected_len;
+    char *command_line_arguments; /* as sent, NULL: none */
+    char **args;                  /* split: nargs entries */
+    size_t nargs;
+    double cpu_time_limit, cpu_extra_time, wall_time_limit; /* seconds; -1 */
+    int64_t memory_limit, stack_limit, max_file_size;       /* KB; -1 */
+    int64_t max_processes;                                  /* -1 */
+    int redirect_stderr;                                    /* redirect_stderr_to_stdout */
+    int64_t number_of_runs;                                 /* -1 */
+};
+
+/*
+ * Parse a POST /submissions body (base64: source_code, stdin and
+ * expected_output are base64).  0 with out filled (release with
+ * judge0_request_free); -1: malformed (not JSON, duplicate or unknown
+ * field, a member of the wrong JSON type): err names it, for a 400; -2: a
+ * field Judge0 would refuse, or one moat refuses (compiler_options,
+ * enable_network, additional_files...): *errors is Judge0's 422 body
+ * ({"field": ["message"]}, new reference) and err its first message.
+ */
+int judge0_parse_submission(const char *body, size_t len, int base64, struct judge0_request *out, json_t **errors, char *err,
+                            size_t errlen);
+void judge0_request_free(struct judge0_request *j);
+
+/*
+ * The execution request for the backend: the source as the language's
+ * file, arguments, stdin, and the limits asked for (run timeout: the
+ * smaller of cpu_time_limit and wall_time_limit; memory: memory_limit) or
+ * -1 for the tenant's defaults.  0, or -1 out of memory (out left empty;
+ * release with moat_exec_request_free).
+ */
+int judge0_exec_request(const struct judge0_request *j, struct moat_exec_request *out);
+
+/* The outcome of a run in Judge0's terms. */
+struct judge0_verdict {
+    int status;          /* enum judge0_status */
+    const char *message; /* static, or the backend's message; NULL: none */
+};
+
+/* Judge0's status for the backend's result (compile failure, timeout,
+ * signal, exit code, expected output compared as Judge0 does: each line's
+ * trailing white space and the whole text's surrounding white space
+ * ignored). */
+void judge0_verdict_of(const struct judge0_request *j, const struct moat_exec_result *res, struct judge0_verdict *v);
+
+/*
+ * The stored form of a finished submission: every field of fields=*, the
+ * texts (source_code, stdin, expected_output, stdout, stderr,
+ * compile_output, message) base64-encoded so that any bytes survive.  eff:
+ * the request as judged (the effective limits).  NULL out of memory.
+ */
+json_t *judge0_submission_record(const char *token, int64_t created_ms, int64_t finished_ms, const struct judge0_request *j,
+                                 const struct moat_exec_request *eff, const struct moat_exec_result *res, const char *lang_name);
+
+/*
+ * A response from a stored record: the fields q asks for, the texts as
+ * base64 (q->base64) or as they are.  Returns a malloc'ed JSON text, or
+ * NULL with *not_utf8 set when a text is not UTF-8 and base64 was not asked
+ * for (Judge0's "cannot be converted to UTF-8"), or NULL out of memory.
+ */
+char *judge0_render(const json_t *record, const struct judge0_query *q, int *not_utf8);
+
+/* -------------------------------------------------------- the catalogue */
+
+/* GET /statuses: [{"id", "description"}, ...] */
+char *judge0_statuses_json(void);
+/* GET /about */
+char *judge0_about_json(void);
+/* GET /config_info: the tenant's effective limits in Judge0's fields
+ * (ttl_s: how long results are kept). */
+char *judge0_config_info_json(const struct tenant_policy *p, uint64_t ttl_s, uint64_t max_queue);
+
+/* A random UUID (version 4) from 16 random bytes. */
+void judge0_token(const uint8_t rnd[16], char out[JUDGE0_TOKEN_LEN + 1]);
+/* Is s[0..len) a token's shape (lower-case hex UUID)? */
+int judge0_token_valid(const char *s, size_t len);
+
+/* RFC 3339 UTC with milliseconds, as Judge0 writes created_at ("...T...Z"). */
+#define JUDGE0_TIME_LEN 64
+void judge0_time_iso(int64_t ms, char out[JUDGE0_TIME_LEN]);
+
+#endif /* GW_JUDGE0_API_H */

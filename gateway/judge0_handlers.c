@@ -1,0 +1,454 @@
+/*
+ * judge0_handlers.c - the routes of Judge0 CE's API (routes.c): the
+ * catalogue (GET /languages, /languages/{id}, /statuses, /about,
+ * /config_info), POST /submissions and GET /submissions/{token}.
+ *
+ * Theory of operation
+ * -------------------
+ * Handlers only translate (judge0_api.c holds the translation, as pure
+ * functions): authentication (an API key as Bearer or as Judge0's
+ * X-Auth-Token), authorization (the endpoints "submissions" and
+ * "languages"), admission, the audit trail and the answer are the
+ * pipeline's.  A submission is an execution like /api/v2/execute: parsed
+ * strictly, judged by the tenant's policy (judge.c, the one judge), sent to
+ * the backend as a MOAT_MSG_EXEC_REQUEST built afresh, recorded with its
+ * request and packet, and its result judged in Judge0's terms, kept in the
+ * store (judge0_store.c) under a random token bound to the tenant, and
+ * answered.  wait=false is answered with the token only, after the run
+ * (the asynchronous queue is issue 12 item 2): a client that then polls
+ * finds the result at once.
+ *
+ * Errors carry moat's {message, code, request_id} and, where Judge0
+ * clients read them, Judge0's own members: "error" (400, 404) and the
+ * field errors of a 422 ({"language_id": ["can't be blank"]}).
+ */
+#include "pipeline.h"
+#include "http.h"
+#include "judge.h"
+#include "judge0_api.h"
+#include "judge0_store.h"
+#include "log.h"
+#include "routes.h"
+#include "runtime_table.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/rand.h>
+
+/* ------------------------------------------------------------- helpers */
+
+/*
+ * Refuse r with Judge0's shape as well as moat's: {message, code,
+ * request_id, error} and extra's members (taken; Judge0's field errors).
+ */
+static enum gw_flow refuse(struct gw_request *r, int status, enum gw_reason reason, const char *message, json_t *extra)
+{
+    enum gw_flow f = gw_deny_copy(r, status, reason, message);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s}", "message", message, "code", gw_error_code(reason, status), "request_id",
+                          r->request_id, "error", message);
+
+    if (o != NULL && extra != NULL)
+        json_object_update_missing(o, extra);
+    json_decref(extra);
+    if (o != NULL)
+        r->error_body = json_dumps(o, JSON_COMPACT); /* NULL: the usual body */
+    json_decref(o);
+    return f;
+}
+
+/* The query string's parameters, as the route allows them. */
+static enum gw_flow query(struct gw_request *r, unsigned allowed, struct judge0_query *q)
+{
+    h2o_req_t *req = r->req;
+    const char *s = NULL;
+    size_t len = 0;
+    char err[256];
+
+    if (req->query_at != SIZE_MAX) {
+        s = req->path.base + req->query_at + 1;
+        len = req->path.len - req->query_at - 1;
+    }
+    if (judge0_parse_query(s, len, allowed, q, err, sizeof(err)) != 0)
+        return refuse(r, 400, GW_REASON_FILTER, err, NULL);
+    return GW_NEXT;
+}
+
+static uint64_t now_ms(void)
+{
+    return gw_monotonic_ns() / 1000000u;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The body is r->body = text (malloc'ed) or a 500. */
+static enum gw_flow answer_with(struct gw_request *r, char *text)
+{
+    if (text == NULL)
+        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    r->body = text;
+    return GW_NEXT;
+}
+
+/* A route without query parameters. */
+static enum gw_flow no_query(struct gw_request *r)
+{
+    struct judge0_query q;
+
+    return query(r, 0, &q);
+}
+
+/* ----------------------------------------------------------- catalogue */
+
+/* The installed runtime of l the tenant may use, or NULL. */
+static const struct moat_runtime *usable(struct gw_request *r, const struct moat_runtimes *all, const struct judge0_lang *l)
+{
+    for (size_t i = 0; i < all->count; i++) {
+        const struct moat_runtime *rt = &all->items[i];
+        struct policy_runtime pr = {rt->language, (const char *const *)rt->aliases, rt->naliases, rt->version};
+        if (strcmp(rt->language, l->moat) == 0)
+            return policy_runtime_allowed(&r->tenant_cfg->policy, &pr) ? rt : NULL;
+    }
+    return NULL;
+}
+
+static int runtimes_reply(struct gw_request *r, const struct backend_reply *reply)
+{
+    if (reply->hdr.type != MOAT_MSG_RUNTIMES) {
+        log_warnx("%s: id=%s: unexpected reply type %u", __func__, r->request_id, reply->hdr.type);
+        return -1;
+    }
+    gw_runtime_table_store(r->worker, &reply->u.runtimes);
+    return 0;
+}
+
+/* GET /languages: the languages installed that the tenant may use. */
+static enum gw_flow languages_prepare(struct gw_request *r)
+{
+    enum gw_flow f = no_query(r);
+
+    return f != GW_NEXT ? f : gw_runtimes_query(r, &r->frame, &r->job_id);
+}
+
+static enum gw_flow languages_answer(struct gw_request *r, const struct backend_reply *reply)
+{
+    const struct judge0_lang *l;
+    const struct moat_runtime *rt;
+    json_t *a;
+
+    if (runtimes_reply(r, reply) != 0)
+        return gw_deny(r, 502, GW_REASON_BACKEND, "bad reply from backend");
+    if ((a = json_array()) == NULL)
+        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    for (size_t i = 0; (l = judge0_lang_at(i)) != NULL; i++)
+        if ((rt = usable(r, &reply->u.runtimes, l)) != NULL &&
+            json_array_append_new(a, judge0_language_json(l, rt->version, 0)) != 0) {
+            json_decref(a);
+            return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+        }
+    char *s = json_dumps(a, JSON_COMPACT);
+    json_decref(a);
+    return answer_with(r, s);
+}
+
+const struct gw_handler gw_handler_judge0_languages = {languages_prepare, NULL, languages_answer};
+
+/* GET /languages/{id}: one of them; 404 unless installed and allowed. */
+static const struct judge0_lang *language_of_path(struct gw_request *r)
+{
+    const char *p;
+    size_t len;
+    int64_t id = 0;
+
+    if (gw_route_param(r->route, r->req->path_normalized.base, r->req->path_normalized.len, &p, &len) != 0 || len > 6)
+        return NULL;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return NULL;
+        id = id * 10 + (p[i] - '0');
+    }
+    return judge0_lang_by_id(id);
+}
+
+static enum gw_flow language_prepare(struct gw_request *r)
+{
+    enum gw_flow f = no_query(r);
+
+    if (f != GW_NEXT)
+        return f;
+    if (language_of_path(r) == NULL)
+        return refuse(r, 404, GW_REASON_ENDPOINT, "language not found", NULL);
+    return gw_runtimes_query(r, &r->frame, &r->job_id);
+}
+
+static enum gw_flow language_answer(struct gw_request *r, const struct backend_reply *reply)
+{
+    const struct judge0_lang *l = language_of_path(r);
+    const struct moat_runtime *rt;
+
+    if (runtimes_reply(r, reply) != 0)
+        return gw_deny(r, 502, GW_REASON_BACKEND, "bad reply from backend");
+    if ((rt = usable(r, &reply->u.runtimes, l)) == NULL)
+        return refuse(r, 404, GW_REASON_ENDPOINT, "language not found", NULL);
+    json_t *o = judge0_language_json(l, rt->version, 1);
+    char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return answer_with(r, s);
+}
+
+const struct gw_handler gw_handler_judge0_language = {language_prepare, NULL, language_answer};
+
+static enum gw_flow statuses_answer(struct gw_request *r, const struct backend_reply *reply)
+{
+    (void)reply;
+    return answer_with(r, judge0_statuses_json());
+}
+
+const struct gw_handler gw_handler_judge0_statuses = {no_query, NULL, statuses_answer};
+
+static enum gw_flow about_answer(struct gw_request *r, const struct backend_reply *reply)
+{
+    (void)reply;
+    return answer_with(r, judge0_about_json());
+}
+
+const struct gw_handler gw_handler_judge0_about = {no_query, NULL, about_answer};
+
+/* GET /config_info: this tenant's effective limits. */
+static enum gw_flow config_info_answer(struct gw_request *r, const struct backend_reply *reply)
+{
+    const struct tenant_policy *p = &r->tenant_cfg->policy;
+
+    (void)reply;
+    return answer_with(r, judge0_config_info_json(p, GW_JUDGE0_STORE_TTL_MS / 1000u, p->max_in_flight));
+}
+
+const struct gw_handler gw_handler_judge0_config_info = {no_query, NULL, config_info_answer};
+
+/* --------------------------------------------------------- submissions */
+
+/* A submission, from its parse to its answer (in req->pool). */
+struct submission {
+    struct judge0_query q;
+    struct judge0_request j;
+    struct moat_exec_request ereq; /* as judged: the effective limits */
+    char token[JUDGE0_TOKEN_LEN + 1];
+    char lang_name[128];
+    int64_t created_ms;
+    int asked_table;
+};
+
+static void submission_dispose(void *p)
+{
+    struct submission *s = p;
+
+    judge0_request_free(&s->j);
+    moat_exec_request_free(&s->ereq);
+}
+
+/* Step 7, first time: the query and the body, strictly. */
+static enum gw_flow submission_parse(struct gw_request *r)
+{
+    h2o_req_t *req = r->req;
+    struct submission *s;
+    json_t *errors = NULL;
+    char err[GW_ERR_MSG_MAX];
+    enum gw_flow f;
+    int rc;
+
+    s = h2o_mem_alloc_shared(&req->pool, sizeof(*s), submission_dispose);
+    memset(s, 0, sizeof(*s));
+    r->job = s;
+    if ((f = query(r, JUDGE0_Q_WAIT | JUDGE0_Q_BASE64 | JUDGE0_Q_FIELDS, &s->q)) != GW_NEXT)
+        return f;
+    if (req->entity.len > r->cfg->max_request_entity_size)
+        return refuse(r, 413, GW_REASON_FILTER, "request body is larger than max_request_entity_size", NULL);
+    if (!gw_is_json_content_type(req))
+        return refuse(r, 415, GW_REASON_FILTER, "Content-Type must be application/json (charset utf-8)", NULL);
+    rc = judge0_parse_submission(req->entity.base, req->entity.len, s->q.base64, &s->j, &errors, err, sizeof(err));
+    if (rc == -2)
+        return refuse(r, 422, GW_REASON_FILTER, err, errors);
+    if (rc != 0)
+        return refuse(r, 400, GW_REASON_FILTER, err, NULL);
+    return GW_NEXT;
+}
+
+/* The submission as an execution request, judged by the tenant's policy. */
+static enum gw_flow submission_judge(struct gw_request *r, struct submission *s)
+{
+    struct policy_runtime rt;
+    struct policy_verdict v;
+
+    if (gw_runtime_table_find(r->worker, s->j.lang->moat, &rt) == NULL) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "language with id %lld doesn't exist", (long long)s->j.language_id);
+        return refuse(r, 422, GW_REASON_LANGUAGE, msg, json_pack("{s:[s]}", "language_id", msg));
+    }
+    judge0_language_name(s->j.lang, rt.version, s->lang_name, sizeof(s->lang_name));
+    if (judge0_exec_request(&s->j, &s->ereq) != 0)
+        return gw_deny(r, 500, GW_REASON_FILTER, "out of memory");
+    if (gw_judge_exec(r->worker, &r->tenant_cfg->policy, POLICY_EP_EXECUTE, &s->ereq, &v) != 0) {
+        r->rule = v.rule;
+        r->note = v.rule;
+        return refuse(r, v.http_status, gw_reason_of_policy(v.reason), v.message, NULL);
+    }
+    return GW_NEXT;
+}
+
+/* Step 7: parse, the runtime table, judge, token, encode. */
+static enum gw_flow submit_prepare(struct gw_request *r)
+{
+    struct submission *s = r->job;
+    const char *why = NULL;
+    uint8_t rnd[16];
+    enum gw_flow f;
+
+    if (s == NULL && (f = submission_parse(r)) != GW_NEXT)
+        return f;
+    s = r->job;
+    if (!gw_runtime_table_fresh(r->worker) && !s->asked_table) {
+        s->asked_table = 1;
+        return gw_runtime_table_fetch(r); /* then this step again */
+    }
+    if ((f = submission_judge(r, s)) != GW_NEXT)
+        return f;
+    if (RAND_bytes(rnd, sizeof(rnd)) != 1)
+        return gw_deny(r, 500, GW_REASON_FILTER, "no random bytes for a token");
+    judge0_token(rnd, s->token);
+    s->created_ms = wall_ms();
+    r->job_id = backend_next_job_id();
+    if (moat_encode_exec_request(&r->frame, r->job_id, &s->ereq, &why) != 0) {
+        char err[GW_ERR_MSG_MAX];
+        snprintf(err, sizeof(err), "request rejected: %s", why != NULL ? why : "cannot encode");
+        return refuse(r, 400, GW_REASON_FILTER, err, NULL);
+    }
+    return GW_NEXT;
+}
+
+/* Step 8: the request as execute records it, and Judge0's part. */
+static void submit_describe(struct gw_request *r, json_t *record)
+{
+    const struct submission *s = r->job;
+
+    gw_audit_add_request(record, &s->ereq, r->frame.data + MOAT_FRAME_HEADER_SIZE, r->frame.len - MOAT_FRAME_HEADER_SIZE);
+    json_object_set_new(record, "judge0",
+                        json_pack("{s:s, s:I, s:b, s:b}", "token", s->token, "language_id", (json_int_t)s->j.language_id, "wait",
+                                  s->q.wait, "base64_encoded", s->q.base64));
+}
+
+/* The body of a POST: the result (wait=true), or the token. */
+static char *submit_body(struct submission *s, const json_t *record)
+{
+    int not_utf8 = 0;
+    char *body;
+
+    json_t *o;
+
+    if (s->q.wait && ((body = judge0_render(record, &s->q, &not_utf8)) != NULL || !not_utf8))
+        return body;
+    if (!s->q.wait)
+        o = json_pack("{s:s}", "token", s->token);
+    else /* Judge0's answer: created, but not showable without base64 */
+        o = json_pack("{s:s, s:s}", "error",
+                      "some attributes for this submission cannot be converted to UTF-8, use base64_encoded=true query parameter",
+                      "token", s->token);
+    body = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return body;
+}
+
+/* Step 9: judge the result, keep it, answer; the record's fields and packet. */
+static enum gw_flow submit_answer(struct gw_request *r, const struct backend_reply *reply)
+{
+    struct submission *s = r->job;
+    const struct moat_exec_result *res = &reply->u.result;
+    json_t *record;
+    char *text;
+    size_t len;
+
+    if (reply->hdr.type != MOAT_MSG_EXEC_RESULT) {
+        log_warnx("%s: id=%s: unexpected reply type %u", __func__, r->request_id, reply->hdr.type);
+        return gw_deny(r, 502, GW_REASON_BACKEND, "bad reply from backend");
+    }
+    r->cpu_ms = (res->compile.present ? res->compile.cpu_ms : 0) + (res->run.present ? res->run.cpu_ms : 0);
+    if ((record = judge0_submission_record(s->token, s->created_ms, wall_ms(), &s->j, &s->ereq, res, s->lang_name)) == NULL)
+        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    text = json_dumps(record, JSON_COMPACT);
+    r->body = text != NULL ? submit_body(s, record) : NULL;
+    if (text == NULL || r->body == NULL) {
+        json_decref(record);
+        free(text);
+        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    }
+    len = strlen(text);
+    if (judge0_store_default() == NULL || judge0_store_put(judge0_store_default(), r->tenant, s->token, text, len, now_ms()) != 0)
+        log_warnx("%s: id=%s: token %s: the result could not be kept", __func__, r->request_id, s->token);
+    r->ok_status = 201;
+    if (r->worker->audit.enabled) {
+        struct gw_audit_who who = {.request_id = r->request_id, .tenant = r->tenant};
+        if ((r->result_fields = json_object()) == NULL) {
+            json_decref(record);
+            free(text);
+            return gw_deny(r, 500, GW_REASON_AUDIT, "out of memory");
+        }
+        gw_audit_add_result(r->result_fields, res);
+        json_object_set_new(r->result_fields, "judge0",
+                            json_pack("{s:s, s:O}", "token", s->token, "status", json_object_get(record, "status")));
+        r->packet = gw_audit_packet(&who, &s->ereq, text, &r->packet_len); /* every field, texts in base64 */
+    }
+    json_decref(record);
+    free(text);
+    return GW_NEXT;
+}
+
+const struct gw_handler gw_handler_judge0_submit = {submit_prepare, submit_describe, submit_answer};
+
+/* GET /submissions/{token}: the tenant's own result; anyone else's is "not found". */
+static enum gw_flow submission_prepare(struct gw_request *r)
+{
+    struct judge0_query q;
+    char token[JUDGE0_TOKEN_LEN + 1], *text;
+    const char *p;
+    size_t len;
+    int not_utf8;
+    enum gw_flow f;
+
+    if ((f = query(r, JUDGE0_Q_BASE64 | JUDGE0_Q_FIELDS, &q)) != GW_NEXT)
+        return f;
+    if (gw_route_param(r->route, r->req->path_normalized.base, r->req->path_normalized.len, &p, &len) != 0 ||
+        !judge0_token_valid(p, len))
+        return refuse(r, 404, GW_REASON_ENDPOINT, "submission not found", NULL);
+    memcpy(token, p, len);
+    token[len] = '\0';
+    if (judge0_store_default() == NULL ||
+        (text = judge0_store_get(judge0_store_default(), r->tenant, token, now_ms(), &len)) == NULL)
+        return refuse(r, 404, GW_REASON_ENDPOINT, "submission not found", NULL);
+    json_t *record = json_loadb(text, len, 0, NULL);
+    free(text);
+    not_utf8 = 0;
+    r->body = record != NULL ? judge0_render(record, &q, &not_utf8) : NULL;
+    json_decref(record);
+    if (r->body == NULL && not_utf8)
+        return refuse(r, 400, GW_REASON_FILTER,
+                      "some attributes for this submission cannot be converted to UTF-8, use base64_encoded=true query parameter",
+                      NULL);
+    if (r->body == NULL)
+        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    return GW_NEXT;
+}
+
+static enum gw_flow submission_answer(struct gw_request *r, const struct backend_reply *reply)
+{
+    (void)r;
+    (void)reply;
+    return GW_NEXT; /* the body is made in step 7 */
+}
+
+const struct gw_handler gw_handler_judge0_submission = {submission_prepare, NULL, submission_answer};

@@ -1,0 +1,543 @@
+/*
+ * test_gateway_judge0.c - Judge0 CE's API in moat's terms, through the real
+ * judge0_api.c (query, submission, verdicts, records, rendering, the
+ * catalogue) and judge0_store.c (bounds, expiry, tenants).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "judge0_api.h"
+#include "judge0_store.h"
+
+/* ---------------------------------------------------------------- query */
+
+static int q(const char *s, unsigned allowed, struct judge0_query *out, char *err)
+{
+    err[0] = '\0';
+    return judge0_parse_query(s, s != NULL ? strlen(s) : 0, allowed, out, err, 256);
+}
+
+static const unsigned ALL_Q = JUDGE0_Q_WAIT | JUDGE0_Q_BASE64 | JUDGE0_Q_FIELDS;
+
+static void test_query(void **state)
+{
+    struct judge0_query out;
+    char err[256];
+
+    (void)state;
+    /* none: Judge0's default fields, in its order */
+    assert_int_equal(q(NULL, ALL_Q, &out, err), 0);
+    assert_int_equal(out.wait, 0);
+    assert_int_equal(out.base64, 0);
+    assert_int_equal(out.nfields, 8);
+    assert_int_equal(out.order[0], JUDGE0_F_STDOUT);
+    assert_int_equal(out.order[7], JUDGE0_F_STATUS);
+    assert_int_equal(q("wait=true&base64_encoded=true&fields=token,status_id,stdout", ALL_Q, &out, err), 0);
+    assert_int_equal(out.wait, 1);
+    assert_int_equal(out.base64, 1);
+    assert_int_equal(out.nfields, 3);
+    assert_int_equal(out.order[0], JUDGE0_F_TOKEN);
+    assert_int_equal(out.order[2], JUDGE0_F_STDOUT);
+    /* percent-escapes, "*" */
+    assert_int_equal(q("fields=token%2Cstatus", ALL_Q, &out, err), 0);
+    assert_int_equal(out.nfields, 2);
+    assert_int_equal(q("fields=*", ALL_Q, &out, err), 0);
+    assert_int_equal(out.nfields, JUDGE0_NFIELDS);
+    /* refusals name what is wrong */
+    assert_int_equal(q("fields=stdout,bogus,nope", ALL_Q, &out, err), -1);
+    assert_string_equal(err, "invalid fields: [bogus, nope]");
+    assert_int_equal(q("wait=yes", ALL_Q, &out, err), -1);
+    assert_string_equal(err, "wait must be true or false");
+    assert_int_equal(q("base64_encoded=1", ALL_Q, &out, err), -1);
+    assert_int_equal(q("page=2", ALL_Q, &out, err), -1);
+    assert_string_equal(err, "unknown query parameter: page");
+    assert_int_equal(q("wait=true", JUDGE0_Q_BASE64 | JUDGE0_Q_FIELDS, &out, err), -1);
+    assert_string_equal(err, "unknown query parameter: wait");
+    assert_int_equal(q("wait=true&wait=false", ALL_Q, &out, err), -1);
+    assert_int_equal(q("wait", ALL_Q, &out, err), -1);
+    assert_int_equal(q("fields=%zz", ALL_Q, &out, err), -1);
+    assert_int_equal(q("fields=%00", ALL_Q, &out, err), -1);
+}
+
+/* ----------------------------------------------------------- submission */
+
+static int parse(const char *body, int base64, struct judge0_request *j, json_t **errors, char *err)
+{
+    err[0] = '\0';
+    return judge0_parse_submission(body, strlen(body), base64, j, errors, err, 256);
+}
+
+static void test_submission_valid(void **state)
+{
+    const char *body =
+        "{\"source_code\":\"print(input())\",\"language_id\":71,\"stdin\":\"world\",\"expected_output\":\"hello, world\","
+        "\"cpu_time_limit\":2,\"wall_time_limit\":1.5,\"memory_limit\":128000,\"stack_limit\":65536,"
+        "\"max_processes_and_or_threads\":null,\"max_file_size\":10000,\"redirect_stderr_to_stdout\":true,"
+        "\"number_of_runs\":1,\"command_line_arguments\":\"a 'b c' \\\"d\\\"\",\"compiler_options\":\"\","
+        "\"enable_network\":false,\"cpu_extra_time\":0.5,\"callback_url\":null,\"additional_files\":null}";
+    struct judge0_request j;
+    struct moat_exec_request e;
+    json_t *errors;
+    char err[256];
+
+    (void)state;
+    assert_int_equal(parse(body, 0, &j, &errors, err), 0);
+    assert_int_equal(j.language_id, 71);
+    assert_string_equal(j.lang->moat, "python");
+    assert_int_equal(j.source_len, 14);
+    assert_memory_equal(j.stdin_data, "world", 5);
+    assert_int_equal(j.nargs, 3);
+    assert_string_equal(j.args[0], "a");
+    assert_string_equal(j.args[1], "b c");
+    assert_string_equal(j.args[2], "d");
+    assert_int_equal(j.redirect_stderr, 1);
+    assert_int_equal(judge0_exec_request(&j, &e), 0);
+    assert_string_equal(e.language, "python");
+    assert_string_equal(e.version, "*");
+    assert_int_equal(e.nfiles, 1);
+    assert_string_equal(e.files[0].name, "script.py");
+    assert_int_equal(e.run_timeout_ms, 1500); /* the smaller of cpu and wall */
+    assert_int_equal(e.run_memory_bytes, 128000LL * 1024);
+    assert_int_equal(e.compile_timeout_ms, -1);
+    assert_int_equal(e.stdin_len, 5);
+    assert_int_equal(e.nargs, 3);
+    moat_exec_request_free(&e);
+    judge0_request_free(&j);
+
+    /* the minimum: defaults everywhere */
+    assert_int_equal(parse("{\"source_code\":\"x\",\"language_id\":50}", 0, &j, &errors, err), 0);
+    assert_int_equal(judge0_exec_request(&j, &e), 0);
+    assert_string_equal(e.files[0].name, "main.c");
+    assert_int_equal(e.run_timeout_ms, -1);
+    assert_int_equal(e.run_memory_bytes, -1);
+    assert_null(e.stdin_data);
+    moat_exec_request_free(&e);
+    judge0_request_free(&j);
+
+    /* cpu_time_limit alone; fractions round up to whole milliseconds */
+    assert_int_equal(parse("{\"source_code\":\"x\",\"language_id\":50,\"cpu_time_limit\":0.0005}", 0, &j, &errors, err), 0);
+    assert_int_equal(judge0_exec_request(&j, &e), 0);
+    assert_int_equal(e.run_timeout_ms, 1);
+    moat_exec_request_free(&e);
+    judge0_request_free(&j);
+}
+
+static void test_submission_base64(void **state)
+{
+    struct judge0_request j;
+    json_t *errors;
+    char err[256];
+
+    (void)state;
+    /* "print(1)\n" with a line break inside the base64 (Ruby's encode64 does that) */
+    assert_int_equal(parse("{\"source_code\":\"cHJpbnQo\\nMSkK\",\"language_id\":71,\"stdin\":\"AP8=\"}", 1, &j, &errors, err), 0);
+    assert_int_equal(j.source_len, 9);
+    assert_memory_equal(j.source, "print(1)\n", 9);
+    assert_int_equal(j.stdin_len, 2);
+    assert_memory_equal(j.stdin_data, "\x00\xff", 2);
+    judge0_request_free(&j);
+    assert_int_equal(parse("{\"source_code\":\"not base64!\",\"language_id\":71}", 1, &j, &errors, err), -2);
+    assert_string_equal(err, "source_code is not valid base64");
+    assert_non_null(json_object_get(errors, "source_code"));
+    json_decref(errors);
+}
+
+/* A body that is a 400: err names the member. */
+static void expect_400(const char *body, const char *msg)
+{
+    struct judge0_request j;
+    json_t *errors = NULL;
+    char err[256];
+
+    assert_int_equal(parse(body, 0, &j, &errors, err), -1);
+    assert_null(errors);
+    assert_string_equal(err, msg);
+}
+
+static void test_submission_malformed(void **state)
+{
+    (void)state;
+    expect_400("{\"source_code\":\"x\",\"language_id\":71,\"priority\":1}", "unknown field: priority");
+    expect_400("{\"source_code\":1,\"language_id\":71}", "source_code must be a string");
+    expect_400("{\"source_code\":\"x\",\"language_id\":\"71\"}", "language_id must be an integer");
+    expect_400("{\"source_code\":\"x\",\"language_id\":71,\"cpu_time_limit\":\"2\"}", "cpu_time_limit must be a number");
+    expect_400("{\"source_code\":\"x\",\"language_id\":71,\"redirect_stderr_to_stdout\":1}",
+               "redirect_stderr_to_stdout must be true or false");
+    expect_400("[1]", "the body must be a JSON object");
+    struct judge0_request j;
+    json_t *errors;
+    char err[256];
+    assert_int_equal(parse("{\"source_code\":\"x\",\"source_code\":\"y\",\"language_id\":71}", 0, &j, &errors, err), -1);
+    assert_non_null(strstr(err, "invalid JSON"));
+}
+
+/* A body that is a 422: field holds message (Judge0's shape). */
+static void expect_422(const char *body, const char *field, const char *message)
+{
+    struct judge0_request j;
+    json_t *errors = NULL;
+    char err[256], want[512];
+
+    assert_int_equal(parse(body, 0, &j, &errors, err), -2);
+    json_t *a = json_object_get(errors, field);
+    assert_true(json_is_array(a));
+    assert_string_equal(json_string_value(json_array_get(a, 0)), message);
+    snprintf(want, sizeof(want), "%s %s", field, message);
+    if (json_object_size(errors) == 1)
+        assert_string_equal(err, want);
+    json_decref(errors);
+}
+
+static void test_submission_refused(void **state)
+{
+    (void)state;
+    expect_422("{\"language_id\":71}", "source_code", "can't be blank");
+    expect_422("{\"source_code\":\"x\"}", "language_id", "can't be blank");
+    expect_422("{\"source_code\":\"x\",\"language_id\":999}", "language_id", "language with id 999 doesn't exist");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"enable_network\":true}", "enable_network",
+               "is not allowed: boxes have no network");
+    expect_422("{\"source_code\":\"x\",\"language_id\":50,\"compiler_options\":\"-O3\"}", "compiler_options",
+               "are not allowed for this language (no compiler options are allow-listed)");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"number_of_runs\":3}", "number_of_runs",
+               "must be 1: repeated runs are not supported yet");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"stack_limit\":1000}", "stack_limit",
+               "must be at least 65536: moat's box enforces that limit itself and cannot apply a lower one");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"max_processes_and_or_threads\":1}", "max_processes_and_or_threads",
+               "must be at least 256: moat's box enforces that limit itself and cannot apply a lower one");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"max_file_size\":99999999}", "max_file_size",
+               "must be less than or equal to 1048576");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"cpu_time_limit\":0}", "cpu_time_limit", "must be greater than 0");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"wall_time_limit\":-1}", "wall_time_limit", "must be greater than 0");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"cpu_extra_time\":6}", "cpu_extra_time",
+               "must be less than or equal to 5");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"memory_limit\":0}", "memory_limit", "must be greater than 0");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"callback_url\":\"https://example.com/\"}", "callback_url",
+               "is not supported yet");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"additional_files\":\"UEsDBA==\"}", "additional_files",
+               "are not supported yet");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"enable_per_process_and_thread_time_limit\":true}",
+               "enable_per_process_and_thread_time_limit", "is not supported: the limits are per box");
+    /* never a shell: its syntax is refused, not interpreted */
+    static const char *const shells[] = {"a; rm -rf /", "$(id)",         "`id`",  "a | b",  "a > f",
+                                         "a && b",      "\\\"$HOME\\\"", "'open", "a\\\\b", "*"};
+    for (size_t i = 0; i < sizeof(shells) / sizeof(shells[0]); i++) {
+        char body[256];
+        snprintf(body, sizeof(body), "{\"source_code\":\"x\",\"language_id\":71,\"command_line_arguments\":\"%s\"}", shells[i]);
+        expect_422(body, "command_line_arguments",
+                   "may only be words separated by spaces, optionally quoted: they are never given to a shell");
+    }
+    /* every field error at once */
+    struct judge0_request j;
+    json_t *errors;
+    char err[256];
+    assert_int_equal(parse("{\"language_id\":1,\"enable_network\":true}", 0, &j, &errors, err), -2);
+    assert_int_equal(json_object_size(errors), 3);
+    json_decref(errors);
+}
+
+/* ---------------------------------------------------------------- verdicts */
+
+static struct judge0_request request_of(const char *body)
+{
+    struct judge0_request j;
+    json_t *errors;
+    char err[256];
+
+    assert_int_equal(parse(body, 0, &j, &errors, err), 0);
+    return j;
+}
+
+static struct moat_exec_result run_result(uint8_t status, int code, int sig, const char *text)
+{
+    static uint8_t out[256]; /* one result at a time */
+    struct moat_exec_result res;
+
+    memset(&res, 0, sizeof(res));
+    res.run.present = 1;
+    res.run.status = status;
+    res.run.has_code = code >= 0;
+    res.run.code = code;
+    res.run.has_signal = sig > 0;
+    res.run.signal = sig;
+    snprintf((char *)out, sizeof(out), "%s", text);
+    res.run.stdout_data = out;
+    res.run.stdout_len = strlen(text);
+    res.run.output_data = out;
+    res.run.output_len = strlen(text);
+    return res;
+}
+
+static int verdict(const struct judge0_request *j, const struct moat_exec_result *res)
+{
+    struct judge0_verdict v;
+
+    judge0_verdict_of(j, res, &v);
+    return v.status;
+}
+
+static void test_verdicts(void **state)
+{
+    struct judge0_request plain = request_of("{\"source_code\":\"x\",\"language_id\":50}");
+    struct judge0_request expect = request_of("{\"source_code\":\"x\",\"language_id\":50,\"expected_output\":\"1 2\\n3\\n\"}");
+    struct moat_exec_result res;
+
+    (void)state;
+    res = run_result(MOAT_STATUS_OK, 0, 0, "anything");
+    assert_int_equal(verdict(&plain, &res), JUDGE0_ACCEPTED);
+    /* trailing white space of lines and of the text does not count */
+    res = run_result(MOAT_STATUS_OK, 0, 0, "1 2  \n3\n\n");
+    assert_int_equal(verdict(&expect, &res), JUDGE0_ACCEPTED);
+    res = run_result(MOAT_STATUS_OK, 0, 0, "1  2\n3\n");
+    assert_int_equal(verdict(&expect, &res), JUDGE0_WRONG_ANSWER);
+    res = run_result(MOAT_STATUS_TO, -1, 9, "");
+    assert_int_equal(verdict(&plain, &res), JUDGE0_TIME_LIMIT);
+    res = run_result(MOAT_STATUS_SG, -1, 11, "");
+    assert_int_equal(verdict(&plain, &res), JUDGE0_RE_SIGSEGV);
+    res = run_result(MOAT_STATUS_SG, -1, 25, "");
+    assert_int_equal(verdict(&plain, &res), JUDGE0_RE_SIGXFSZ);
+    res = run_result(MOAT_STATUS_SG, -1, 8, "");
+    assert_int_equal(verdict(&plain, &res), JUDGE0_RE_SIGFPE);
+    res = run_result(MOAT_STATUS_SG, -1, 6, "");
+    assert_int_equal(verdict(&plain, &res), JUDGE0_RE_SIGABRT);
+    res = run_result(MOAT_STATUS_SG, -1, 15, "");
+    assert_int_equal(verdict(&plain, &res), JUDGE0_RE_OTHER);
+    res = run_result(MOAT_STATUS_RE, 3, 0, "");
+    assert_int_equal(verdict(&plain, &res), JUDGE0_RE_NZEC);
+    res = run_result(MOAT_STATUS_ML, -1, 9, "");
+    assert_int_equal(verdict(&plain, &res), JUDGE0_RE_OTHER);
+    res = run_result(MOAT_STATUS_OL, -1, 9, "");
+    assert_int_equal(verdict(&plain, &res), JUDGE0_RE_SIGXFSZ);
+    res = run_result(MOAT_STATUS_XX, -1, 0, "");
+    assert_int_equal(verdict(&plain, &res), JUDGE0_INTERNAL_ERROR);
+    /* a failed compile: no run */
+    memset(&res, 0, sizeof(res));
+    res.compile.present = 1;
+    res.compile.status = MOAT_STATUS_RE;
+    res.compile.has_code = 1;
+    res.compile.code = 1;
+    assert_int_equal(verdict(&plain, &res), JUDGE0_COMPILATION_ERROR);
+    judge0_request_free(&plain);
+    judge0_request_free(&expect);
+}
+
+/* ------------------------------------------------------ records, render */
+
+static void test_record_and_render(void **state)
+{
+    struct judge0_request j = request_of("{\"source_code\":\"x\",\"language_id\":71,\"stdin\":\"in\"}");
+    struct moat_exec_request e;
+    struct moat_exec_result res = run_result(MOAT_STATUS_OK, 0, 0, "");
+    static uint8_t binary[] = {0x00, 0xff, 0xfe, 'a'}, oops[] = "oops", outerr[] = "outerr";
+    struct judge0_query qu;
+    char err[256], *s;
+    int not_utf8;
+
+    (void)state;
+    res.run.stdout_data = binary;
+    res.run.stdout_len = sizeof(binary);
+    res.run.stderr_data = oops;
+    res.run.stderr_len = 4;
+    res.run.cpu_ms = 12;
+    res.run.wall_ms = 1034;
+    res.run.memory_bytes = 2048 * 1024;
+    assert_int_equal(judge0_exec_request(&j, &e), 0);
+    e.run_timeout_ms = 3000; /* as judged */
+    e.run_memory_bytes = 256LL * 1024 * 1024;
+    json_t *rec = judge0_submission_record("0b3c1f3e-1a2b-4c3d-8e4f-001122334455", 1700000000123, 1700000001000, &j, &e, &res,
+                                           "Python (3.11.2)");
+    assert_non_null(rec);
+    assert_string_equal(json_string_value(json_object_get(rec, "stdout")), "AP/+YQ==");
+    assert_string_equal(json_string_value(json_object_get(rec, "created_at")), "2023-11-14T22:13:20.123Z");
+    assert_string_equal(json_string_value(json_object_get(rec, "time")), "0.012");
+    assert_string_equal(json_string_value(json_object_get(rec, "wall_time")), "1.034");
+    assert_int_equal(json_integer_value(json_object_get(rec, "memory")), 2048);
+    assert_int_equal(json_integer_value(json_object_get(rec, "memory_limit")), 262144);
+    assert_true(json_is_null(json_object_get(rec, "compile_output")));
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(rec, "status"), "id")), JUDGE0_ACCEPTED);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(rec, "language"), "name")), "Python (3.11.2)");
+
+    /* binary output: base64 round trip; without base64 Judge0's "cannot be converted" */
+    assert_int_equal(q("base64_encoded=true&fields=stdout,stderr,token", ALL_Q, &qu, err), 0);
+    s = judge0_render(rec, &qu, &not_utf8);
+    assert_string_equal(s, "{\"stdout\":\"AP/+YQ==\",\"stderr\":\"b29wcw==\",\"token\":\"0b3c1f3e-1a2b-4c3d-8e4f-001122334455\"}");
+    free(s);
+    assert_int_equal(q("fields=stdout", ALL_Q, &qu, err), 0);
+    assert_null(judge0_render(rec, &qu, &not_utf8));
+    assert_int_equal(not_utf8, 1);
+    assert_int_equal(q("fields=stderr,stdin,status", ALL_Q, &qu, err), 0);
+    s = judge0_render(rec, &qu, &not_utf8);
+    assert_string_equal(s, "{\"stderr\":\"oops\",\"stdin\":\"in\",\"status\":{\"id\":3,\"description\":\"Accepted\"}}");
+    free(s);
+    json_decref(rec);
+    judge0_request_free(&j);
+
+    /* redirect_stderr_to_stdout: stdout is both, interleaved; stderr null */
+    j = request_of("{\"source_code\":\"x\",\"language_id\":71,\"redirect_stderr_to_stdout\":true}");
+    res = run_result(MOAT_STATUS_OK, 0, 0, "out");
+    res.run.output_data = outerr;
+    res.run.output_len = 6;
+    rec = judge0_submission_record("0b3c1f3e-1a2b-4c3d-8e4f-001122334455", 0, 0, &j, &e, &res, "Python (3.11.2)");
+    assert_int_equal(q("fields=stdout,stderr", ALL_Q, &qu, err), 0);
+    s = judge0_render(rec, &qu, &not_utf8);
+    assert_string_equal(s, "{\"stdout\":\"outerr\",\"stderr\":null}");
+    free(s);
+    json_decref(rec);
+    judge0_request_free(&j);
+    moat_exec_request_free(&e);
+}
+
+/* ------------------------------------------------------------ catalogue */
+
+static void test_catalogue(void **state)
+{
+    char *s, name[128];
+    json_t *a;
+
+    (void)state;
+    s = judge0_statuses_json();
+    a = json_loads(s, 0, NULL);
+    free(s);
+    assert_int_equal(json_array_size(a), 14);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(a, 6), "description")), "Runtime Error (SIGSEGV)");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(a, 13), "id")), 14);
+    json_decref(a);
+    /* the well-known ids, named with the installed version */
+    static const struct {
+        int id;
+        const char *moat, *name;
+    } ids[] = {{71, "python", "Python (3.11.2)"},     {50, "c", "C (GCC 12.2.0)"},
+               {54, "c++", "C++ (GCC 12.2.0)"},       {63, "javascript", "JavaScript (Node.js 12.2.0)"},
+               {62, "java", "Java (OpenJDK 12.2.0)"}, {60, "go", "Go (12.2.0)"},
+               {73, "rust", "Rust (12.2.0)"},         {72, "ruby", "Ruby (12.2.0)"},
+               {85, "perl", "Perl (12.2.0)"},         {64, "lua", "Lua (12.2.0)"},
+               {46, "bash", "Bash (12.2.0)"},         {82, "sqlite3", "SQL (SQLite 12.2.0)"}};
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+        const struct judge0_lang *l = judge0_lang_by_id(ids[i].id);
+        assert_non_null(l);
+        assert_string_equal(l->moat, ids[i].moat);
+        judge0_language_name(l, i < 1 ? "3.11.2" : "12.2.0", name, sizeof(name));
+        assert_string_equal(name, ids[i].name);
+    }
+    assert_null(judge0_lang_by_id(1));
+    assert_null(judge0_lang_at(12));
+    /* config_info: the tenant's ceilings are its limits */
+    struct tenant_policy p;
+    memset(&p, 0, sizeof(p));
+    p.ceilings.run_timeout_ms = 2500;
+    p.ceilings.run_memory_bytes = 64LL * 1024 * 1024;
+    s = judge0_config_info_json(&p, 3600, 4);
+    json_t *o = json_loads(s, 0, NULL);
+    free(s);
+    assert_true(json_real_value(json_object_get(o, "cpu_time_limit")) == 2.5);
+    assert_true(json_real_value(json_object_get(o, "max_wall_time_limit")) == 2.5);
+    assert_int_equal(json_integer_value(json_object_get(o, "memory_limit")), 65536);
+    assert_int_equal(json_integer_value(json_object_get(o, "submission_cache_duration")), 3600);
+    assert_int_equal(json_integer_value(json_object_get(o, "max_queue_size")), 4);
+    assert_true(json_is_false(json_object_get(o, "allow_enable_network")));
+    assert_true(json_is_false(json_object_get(o, "enable_compiler_options")));
+    json_decref(o);
+}
+
+static void test_tokens(void **state)
+{
+    uint8_t rnd[16];
+    char t[JUDGE0_TOKEN_LEN + 1];
+
+    (void)state;
+    memset(rnd, 0xff, sizeof(rnd));
+    judge0_token(rnd, t);
+    assert_string_equal(t, "ffffffff-ffff-4fff-bfff-ffffffffffff");
+    assert_true(judge0_token_valid(t, strlen(t)));
+    memset(rnd, 0, sizeof(rnd));
+    judge0_token(rnd, t);
+    assert_string_equal(t, "00000000-0000-4000-8000-000000000000");
+    assert_false(judge0_token_valid("ffffffff-ffff-4fff-bfff-fffffffffff", 35));
+    assert_false(judge0_token_valid("FFFFFFFF-ffff-4fff-bfff-ffffffffffff", 36));
+    assert_false(judge0_token_valid("ffffffff-ffff-4fff-bfff/ffffffffffff", 36));
+}
+
+/* ---------------------------------------------------------------- store */
+
+static void put(struct judge0_store *s, const char *tenant, const char *token, uint64_t now)
+{
+    assert_int_equal(judge0_store_put(s, tenant, token, token, strlen(token), now), 0);
+}
+
+static int has(struct judge0_store *s, const char *tenant, const char *token, uint64_t now)
+{
+    size_t len;
+    char *t = judge0_store_get(s, tenant, token, now, &len);
+    int found = t != NULL;
+
+    if (found)
+        assert_string_equal(t, token);
+    free(t);
+    return found;
+}
+
+static void test_store(void **state)
+{
+    const struct judge0_store_limits lim = {5, 3, 64, 1000};
+    struct judge0_store *s = judge0_store_new(&lim);
+    char tok[16];
+
+    (void)state;
+    put(s, "a", "t1", 0);
+    assert_true(has(s, "a", "t1", 10));
+    assert_false(has(s, "b", "t1", 10)); /* another tenant's: not found */
+    assert_false(has(s, "a", "t2", 10));
+    assert_false(has(s, "a", "t1", 1000)); /* expired */
+    /* the tenant's cap drops its own oldest */
+    for (int i = 0; i < 4; i++) {
+        snprintf(tok, sizeof(tok), "a%d", i);
+        put(s, "a", tok, 2000);
+    }
+    put(s, "b", "b0", 2000);
+    assert_false(has(s, "a", "a0", 2001));
+    assert_true(has(s, "a", "a1", 2001));
+    assert_true(has(s, "a", "a3", 2001));
+    assert_true(has(s, "b", "b0", 2001));
+    /* the overall cap drops anyone's oldest */
+    put(s, "c", "c0", 2000);
+    put(s, "c", "c1", 2000);
+    assert_int_equal(judge0_store_count(s), 5);
+    assert_false(has(s, "a", "a1", 2001));
+    assert_true(has(s, "c", "c1", 2001));
+    /* bytes: a record larger than the store is refused; a large one makes room */
+    char big[80];
+    memset(big, 'x', sizeof(big));
+    assert_int_equal(judge0_store_put(s, "a", "big", big, sizeof(big), 2000), -1);
+    assert_int_equal(judge0_store_put(s, "a", "big", big, 60, 2000), 0);
+    assert_int_equal(judge0_store_count(s), 3); /* c0, c1 and it: 64 bytes */
+    assert_true(has(s, "c", "c1", 2001));
+    /* expiry at the next put */
+    put(s, "a", "late", 5000);
+    assert_int_equal(judge0_store_count(s), 1);
+    judge0_store_free(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_query),
+        cmocka_unit_test(test_submission_valid),
+        cmocka_unit_test(test_submission_base64),
+        cmocka_unit_test(test_submission_malformed),
+        cmocka_unit_test(test_submission_refused),
+        cmocka_unit_test(test_verdicts),
+        cmocka_unit_test(test_record_and_render),
+        cmocka_unit_test(test_catalogue),
+        cmocka_unit_test(test_tokens),
+        cmocka_unit_test(test_store),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
