@@ -14,7 +14,9 @@
  *   then block on the control socket.
  * On the plan:  read_plan -> unshare the cgroup namespace (the host has
  *   attached us by now) -> setup_job_mounts (read-only runtime binds, /box
- *   with the job's files) -> setup_pivot -> setup_uts.
+ *   with the job's files; a nested name's directories are made below /box's
+ *   descriptor one component at a time, never following a link:
+ *   open_parent_dir) -> setup_pivot -> setup_uts.
  * Per "go" byte:  run_stage forks the program, which does setup_session ->
  *   setup_signals -> setup_rlimits -> setup_credentials -> close fds ->
  *   no_new_privs -> seccomp -> execve; init waits for it (wait_stage),
@@ -504,15 +506,59 @@ static void bind_ro(const struct slot *s, const char *path)
         child_die("remount runtime path read-only");
 }
 
+/*
+ * The directory that holds a file named "a/b/c" (validated by the backend:
+ * relative, no empty, "." or ".." component; moat_path.h), made and opened
+ * one component at a time below /box's descriptor: mkdirat never follows a
+ * link, and each openat has O_NOFOLLOW | O_DIRECTORY, so a path can only
+ * ever lead into directories made here, inside the box's own tmpfs.  (Before
+ * any program has run the tmpfs holds only the job's regular files: there
+ * is no link to follow; this holds even if there were.)  Directories belong
+ * to the slot's uid, as /box does, so the program may write in them.  Returns
+ * a descriptor of the directory and the file's last component in *leaf.
+ */
+static int open_parent_dir(const struct slot *s, int boxfd, const char *name, const char **leaf)
+{
+    char part[MOAT_MAX_NAME_LEN + 1];
+    int dfd = dup(boxfd);
+    const char *slash;
+
+    if (dfd < 0)
+        child_die("dup /box");
+    while ((slash = strchr(name, '/')) != NULL) {
+        size_t n = (size_t)(slash - name);
+        if (n == 0 || n >= sizeof(part) || (n == 1 && name[0] == '.') || (n == 2 && name[0] == '.' && name[1] == '.'))
+            child_die("box file path"); /* the backend refused these already */
+        memcpy(part, name, n);
+        part[n] = '\0';
+        if (mkdirat(dfd, part, 0755) == 0) {
+            if (fchownat(dfd, part, s->uid, s->gid, AT_SYMLINK_NOFOLLOW) != 0)
+                child_die("chown box directory");
+        } else if (errno != EEXIST) {
+            child_die("create box directory");
+        }
+        int next = openat(dfd, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (next < 0)
+            child_die("open box directory");
+        close(dfd);
+        dfd = next;
+        name = slash + 1;
+    }
+    *leaf = name;
+    return dfd;
+}
+
 static void write_box_files(const struct slot *s, const struct parsed_plan *pp)
 {
     char dst[PATH_MAX];
-    int dfd = open(in_root(dst, sizeof(dst), s, "/box"), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0)
+    int boxfd = open(in_root(dst, sizeof(dst), s, "/box"), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (boxfd < 0)
         child_die("open /box");
     for (uint32_t i = 0; i < pp->nfiles; i++) {
-        /* names were validated by the backend: no '/', not "." or ".." */
-        int fd = openat(dfd, pp->file_names[i], O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        const char *leaf;
+        int dfd = open_parent_dir(s, boxfd, pp->file_names[i], &leaf);
+        int fd = openat(dfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        close(dfd);
         if (fd < 0)
             child_die("create box file");
         size_t off = 0;
@@ -526,7 +572,7 @@ static void write_box_files(const struct slot *s, const struct parsed_plan *pp)
         }
         close(fd);
     }
-    close(dfd);
+    close(boxfd);
 }
 
 static void setup_job_mounts(const struct slot *s, const struct parsed_plan *pp)

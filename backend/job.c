@@ -15,27 +15,9 @@
 #include <string.h>
 
 #include "log.h"
+#include "moat_path.h"
 
 /* ---- validation -------------------------------------------------------- */
-
-static int valid_file_name(const char *name)
-{
-    size_t len = strlen(name);
-    if (len == 0 || len > MOAT_MAX_NAME_LEN || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-        return 0;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-        if (*p == '/' || *p < 0x20 || *p == 0x7f)
-            return 0;
-    return 1;
-}
-
-/* S26: a name a tool could read as an option ("-o", "--version") or an
- * option file ("@o" to gcc, rustc, javac, java).  Refused whatever the
- * gateway checked; language_argv()'s "./" is the second line. */
-static int option_like(const char *name)
-{
-    return name[0] == '-' || name[0] == '@';
-}
 
 int job_fail(struct job_error *je, uint16_t code, const char *fmt, ...)
 {
@@ -53,13 +35,23 @@ static int validate_files(const struct moat_exec_request *req, struct job_error 
     if (req->nfiles == 0)
         return job_fail(je, MOAT_ERR_BAD_REQUEST, "files must hold at least one file");
     for (size_t i = 0; i < req->nfiles; i++) {
-        if (!valid_file_name(req->files[i].name))
-            return job_fail(je, MOAT_ERR_BAD_REQUEST, "files[%zu].name is not a valid file name", i);
-        if (option_like(req->files[i].name))
-            return job_fail(je, MOAT_ERR_BAD_REQUEST, "files[%zu].name must not begin with '-' or '@'", i);
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(req->files[i].name, req->files[j].name) == 0)
+        /* a relative path inside /box, whatever the gateway checked (moat_path.h);
+         * S26: no component a tool could read as an option ("-o") or an option
+         * file ("@o" to gcc, rustc, javac, java); language_argv()'s "./" is the second line */
+        const char *name = req->files[i].name;
+        enum moat_path_problem p = moat_path_check(name, strlen(name));
+        if (p == MOAT_PATH_CONTROL || p == MOAT_PATH_LENGTH)
+            return job_fail(je, MOAT_ERR_BAD_REQUEST, "files[%zu].name %s", i, moat_path_problem_text(p));
+        if (p != MOAT_PATH_OK)
+            return job_fail(je, MOAT_ERR_BAD_REQUEST, "files[%zu].name %s (\"%.64s\")", i, moat_path_problem_text(p), name);
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(name, req->files[j].name) == 0)
                 return job_fail(je, MOAT_ERR_BAD_REQUEST, "files[%zu].name repeats files[%zu].name", i, j);
+            /* box_init.c creates directories as it meets them: a name may not be both */
+            if (moat_path_is_dir_of(name, req->files[j].name) || moat_path_is_dir_of(req->files[j].name, name))
+                return job_fail(je, MOAT_ERR_BAD_REQUEST,
+                                "files[%zu].name and files[%zu].name: one is a file and a directory of the other", j, i);
+        }
         total += req->files[i].content_len;
     }
     if (total > MAX_CODE_BYTES)
@@ -219,17 +211,25 @@ static int has_suffix(const char *s, const char *suffix)
 
 /*
  * Compilers want their extension (go build, gcc without -x, ...): when the
- * entry file lacks it, it is stored as main<ext> instead, unless another
- * file already has that name.  Only the job's view of the names changes.
+ * entry file lacks it, it is stored as main<ext> instead, in its own
+ * directory ("src/prog" -> "src/main.c"), unless another file already has
+ * that name or has it as a directory.  Only the job's view of the names
+ * changes.
  */
 static int apply_extension(const struct language *lang, struct moat_exec_request *view, struct moat_file *files, char *entry,
                            size_t entry_size)
 {
-    if (lang->extension == NULL || has_suffix(view->files[0].name, lang->extension))
+    const char *name = view->files[0].name, *slash;
+
+    if (lang->extension == NULL || has_suffix(name, lang->extension))
         return 0;
-    snprintf(entry, entry_size, "main%s", lang->extension);
+    slash = strrchr(name, '/');
+    if ((size_t)snprintf(entry, entry_size, "%.*smain%s", slash ? (int)(slash - name + 1) : 0, name, lang->extension) >= entry_size)
+        return 0;
+    if (moat_path_check(entry, strlen(entry)) != MOAT_PATH_OK)
+        return 0;
     for (size_t i = 1; i < view->nfiles; i++)
-        if (strcmp(view->files[i].name, entry) == 0)
+        if (strcmp(view->files[i].name, entry) == 0 || moat_path_is_dir_of(entry, view->files[i].name))
             return 0;
     memcpy(files, view->files, view->nfiles * sizeof(*files));
     files[0].name = entry;

@@ -38,7 +38,7 @@ struct job_plan {
     const struct language *lang;
     struct moat_exec_request view;
     struct moat_file renamed[MOAT_MAX_FILES];
-    char entry[32];
+    char entry[MOAT_MAX_NAME_LEN + 16]; /* the entry file's name with the language's extension */
     char **argv_compile, **argv_run;
     struct box_job job;
     struct session_limits session; /* when planned with ceilings */

@@ -20,6 +20,7 @@
 
 #include "moat_base64.h"
 #include "moat_hex.h"
+#include "moat_path.h"
 #include "moat_utf8.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -47,23 +48,6 @@ static int valid_label(const char *s, size_t len)
             return 0;
     }
     return 1;
-}
-
-static int valid_file_name(const char *s, size_t len)
-{
-    if (!valid_label(s, len) || memchr(s, '/', len) != NULL)
-        return 0;
-    if ((len == 1 && s[0] == '.') || (len == 2 && s[0] == '.' && s[1] == '.'))
-        return 0;
-    return 1;
-}
-
-/* A name a compiler or interpreter could read as an option ("-o") or an
- * option file ("@o" to gcc, rustc, java): refused here with its own message,
- * and again by the backend, which also passes names as "./name" (S26). */
-static int option_like(const char *s)
-{
-    return s[0] == '-' || s[0] == '@';
 }
 
 static char *dup_bytes(const char *s, size_t len)
@@ -162,10 +146,13 @@ static int parse_file(json_t *obj, size_t idx, struct moat_file *f, char *err, s
     if (name != NULL) {
         if (!json_is_string(name))
             return bad(err, errlen, "files[%zu].name must be a string", idx);
-        if (!valid_file_name(json_string_value(name), json_string_length(name)))
-            return bad(err, errlen, "files[%zu].name is not a valid file name", idx);
-        if (option_like(json_string_value(name)))
-            return bad(err, errlen, "files[%zu].name must not begin with '-' or '@'", idx);
+        /* a relative path inside /box (moat_path.h); the backend checks again.
+         * Option-like names ("-o", "@o" to gcc) are refused too (S26). */
+        enum moat_path_problem p = moat_path_check(json_string_value(name), json_string_length(name));
+        if (p == MOAT_PATH_CONTROL || p == MOAT_PATH_LENGTH)
+            return bad(err, errlen, "files[%zu].name %s", idx, moat_path_problem_text(p));
+        if (p != MOAT_PATH_OK)
+            return bad(err, errlen, "files[%zu].name %s (\"%.64s\")", idx, moat_path_problem_text(p), json_string_value(name));
         f->name = dup_bytes(json_string_value(name), json_string_length(name));
     } else {
         char def[32];
@@ -202,6 +189,21 @@ static int parse_file(json_t *obj, size_t idx, struct moat_file *f, char *err, s
     return 0;
 }
 
+/* Of two names, one may not be a directory of the other ("pkg" and "pkg/mod.py"). */
+static int dir_conflict(const struct moat_file *files, size_t i, size_t j, char *err, size_t errlen)
+{
+    size_t file = j, below = i;
+
+    if (moat_path_is_dir_of(files[i].name, files[j].name)) {
+        file = i;
+        below = j;
+    } else if (!moat_path_is_dir_of(files[j].name, files[i].name)) {
+        return 0;
+    }
+    return bad(err, errlen, "files[%zu].name \"%.64s\" is a file, and a directory of files[%zu].name \"%.64s\"", file,
+               files[file].name, below, files[below].name);
+}
+
 static int parse_files(json_t *arr, struct moat_exec_request *out, char *err, size_t errlen)
 {
     size_t i, j, n;
@@ -217,9 +219,13 @@ static int parse_files(json_t *arr, struct moat_exec_request *out, char *err, si
         out->nfiles = i + 1; /* so a partial parse is freed */
         if (parse_file(json_array_get(arr, i), i, &out->files[i], err, errlen) != 0)
             return -1;
-        for (j = 0; j < i; j++)
-            if (strcmp(out->files[j].name, out->files[i].name) == 0)
+        for (j = 0; j < i; j++) {
+            const char *a = out->files[j].name, *b = out->files[i].name;
+            if (strcmp(a, b) == 0)
                 return bad(err, errlen, "files[%zu].name duplicates files[%zu].name", i, j);
+            if (dir_conflict(out->files, i, j, err, errlen) != 0)
+                return -1;
+        }
     }
     return 0;
 }

@@ -98,7 +98,7 @@ class BackendSocketTest(unittest.TestCase):
             s.sendall(frame(MSG_EXEC_REQUEST, 4, payload))
             t, _, body = read_frame(s)
             self.assertEqual(t, MSG_ERROR)
-            self.assertEqual(error_of(body), (1, "files[0].name is not a valid file name"))
+            self.assertEqual(error_of(body), (1, "files[0].name must not have a '.' or '..' component (\"../etc/x\")"))
 
     def test_truncated_frame_is_dropped_without_harm(self):
         with connect(self.stack) as s:

@@ -8,9 +8,10 @@ semver ranges (`^3`, `>=3 <4`, `3.x || 4`).  Fields Piston does not know
 are still refused with a 400 that names them.
 """
 
+import socket
 import unittest
 
-from moat_harness import Stack
+from moat_harness import MSG_ERROR, MSG_EXEC_REQUEST, Stack, error_of, frame, read_frame, tlv
 
 C_BROKEN = "int main(void) { return undefined_name; }\n"
 BUSY = "while True:\n    pass\n"
@@ -83,6 +84,98 @@ class PistonCompatTest(unittest.TestCase):
         self.refused(dict(base, run_cpu_time=0), "run_cpu_time must be -1 or a positive integer")
         self.refused(dict(base, compile_cpu_time=-2), "compile_cpu_time must be -1")
         self.refused(dict(base, run_cpu_time="100"), "run_cpu_time must be an integer")
+
+    # ---- nested file paths -------------------------------------------------
+
+    def test_python_imports_a_module_from_a_package_dir(self):
+        data = self.run_ok({"language": "python", "version": "3", "files": [
+            {"name": "main.py", "content": "from pkg.mod import answer\nfrom pkg import other\nprint(answer(), other.X)\n"},
+            {"name": "pkg/mod.py", "content": "def answer():\n    return 42\n"},
+            {"name": "pkg/other.py", "content": "X = 'shared dir'\n"}]})  # two files, one directory
+        self.assertEqual(data["run"]["stdout"], "42 shared dir\n", data)
+
+    def test_c_includes_a_header_from_src(self):
+        data = self.run_ok({"language": "c", "version": "*", "files": [
+            {"name": "main.c", "content": '#include <stdio.h>\n#include "src/util.h"\nint main(void){printf("%d\\n", twice(21));}\n'},
+            {"name": "src/util.h", "content": "static int twice(int x) { return 2 * x; }\n"}]})
+        self.assertEqual(data["compile"]["code"], 0, data)
+        self.assertEqual(data["run"]["stdout"], "42\n", data)
+
+    def test_nested_entry_file_gets_its_extension_in_its_directory(self):
+        # the entry rule still holds below a directory: "src/prog" is compiled as "src/main.c", next to its header
+        data = self.run_ok({"language": "c", "version": "*", "files": [
+            {"name": "src/prog", "content": '#include <stdio.h>\n#include "util.h"\nint main(void){puts(WORD);}\n'},
+            {"name": "src/util.h", "content": '#define WORD "nested"\n'}]})
+        self.assertEqual(data["compile"]["code"], 0, data)
+        self.assertEqual(data["run"]["stdout"], "nested\n", data)
+
+    def test_box_holds_only_directories_and_regular_files_the_program_owns(self):
+        # what the request made: regular files, directories of the slot's uid (writable), no link
+        code = ("import os\n"
+                "for d, dirs, files in os.walk('.'):\n"
+                "    for n in sorted(dirs + files):\n"
+                "        p = os.path.join(d, n); st = os.lstat(p)\n"
+                "        kind = 'link' if os.path.islink(p) else 'dir' if os.path.isdir(p) else 'file'\n"
+                "        print(p, kind, st.st_uid == os.getuid() if kind == 'dir' else '')\n"
+                "open('a/b/new.txt', 'w').write('ok')\n")
+        data = self.run_ok({"language": "python", "version": "*", "files": [
+            {"name": "main.py", "content": code}, {"name": "a/b/c.txt", "content": "x"}, {"name": "a/d.txt", "content": "y"}]})
+        self.assertEqual(data["run"]["code"], 0, data)
+        self.assertEqual(data["run"]["stdout"].splitlines(), [
+            "./a dir True", "./main.py file ", "./a/b dir True", "./a/d.txt file ", "./a/b/c.txt file "])
+
+    def test_s26_path_tricks_are_a_400_naming_the_file(self):
+        cases = {
+            "../x": "files[1].name must not have a '.' or '..' component (\"../x\")",
+            "a/../../x": "must not have a '.' or '..' component (\"a/../../x\")",
+            "a/./b": "must not have a '.' or '..' component (\"a/./b\")",
+            "/etc/x": "files[1].name must be a relative path (no leading '/') (\"/etc/x\")",
+            "a//b": "files[1].name must not have an empty component ('//' or a trailing '/') (\"a//b\")",
+            "a/": "must not have an empty component",
+            "1/2/3/4/5/6/7/8/9": "files[1].name must not have more than 8 components",
+            "pkg/-o": "files[1].name must not begin with '-' or '@', nor may any of its directories (\"pkg/-o\")",
+            "@opts/x": "must not begin with '-' or '@'",
+            "a/\nb": "files[1].name must not hold control characters",
+        }
+        for name, needle in cases.items():
+            with self.subTest(name=name):
+                data = self.refused({"language": "python", "version": "*",
+                                     "files": [{"name": "main.py", "content": "print(1)"}, {"name": name, "content": "x"}]}, needle)
+                self.assertEqual(data["code"], "invalid_request")
+
+    def test_s26_a_name_that_is_both_file_and_directory_is_a_400(self):
+        for files, needle in (
+                (["main.py", "pkg", "pkg/mod.py"], 'files[1].name "pkg" is a file, and a directory of files[2].name "pkg/mod.py"'),
+                (["main.py", "a/b/c", "a/b"], 'files[2].name "a/b" is a file, and a directory of files[1].name "a/b/c"')):
+            with self.subTest(files=files):
+                self.refused({"language": "python", "version": "*",
+                              "files": [{"name": n, "content": "print(1)"} for n in files]}, needle)
+
+    def test_s26_backend_refuses_path_tricks_itself(self):
+        # straight to the backend's socket, past the gateway: it checks again (moat_path.h)
+        def request(*names):
+            p = tlv(1, b"python") + tlv(2, b"*")
+            for n in names:
+                p += tlv(3, tlv(1, n.encode()) + tlv(2, b"print(1)"))
+            return frame(MSG_EXEC_REQUEST, 7, p)
+        for names, want in ((("main.py", "../x"), "files[1].name must not have a '.' or '..' component (\"../x\")"),
+                            (("main.py", "/etc/x"), "files[1].name must be a relative path"),
+                            (("main.py", "a//b"), "files[1].name must not have an empty component"),
+                            (("main.py", "d/-o"), "files[1].name must not begin with '-' or '@'"),
+                            (("pkg", "pkg/x.py"), "files[0].name and files[1].name: one is a file and a directory of the other")):
+            with self.subTest(names=names):
+                s = socket.socket(socket.AF_UNIX)
+                s.settimeout(30)
+                s.connect(self.stack.socket)
+                try:
+                    s.sendall(request(*names))
+                    t, _, body = read_frame(s)
+                    self.assertEqual(t, MSG_ERROR)
+                    code, message = error_of(body)
+                    self.assertEqual(code, 1)
+                    self.assertIn(want, message)
+                finally:
+                    s.close()
 
 
 class BackendCpuCeilingTest(unittest.TestCase):

@@ -99,6 +99,31 @@ static int label_ok(const char *s)
     return utf8_valid((const uint8_t *)s, len);
 }
 
+/* A relative path of 1..8 components, none empty, "." or "..", none
+ * beginning with '-' or '@' (S26): moat_path.h's rule, written out again. */
+static int path_ok(const char *n)
+{
+    size_t parts = 0;
+
+    for (const char *p = n;;) {
+        const char *e = strchr(p, '/');
+        size_t len = e != NULL ? (size_t)(e - p) : strlen(p);
+        if (len == 0 || (len == 1 && p[0] == '.') || (len == 2 && p[0] == '.' && p[1] == '.') || p[0] == '-' || p[0] == '@')
+            return 0;
+        if (++parts > 8)
+            return 0;
+        if (e == NULL)
+            return 1;
+        p = e + 1;
+    }
+}
+
+/* 1 when a names a directory of b ("pkg" of "pkg/mod.py"). */
+static int dir_of(const char *a, const char *b)
+{
+    return strncmp(a, b, strlen(a)) == 0 && b[strlen(a)] == '/';
+}
+
 static void request_invariants(const struct moat_exec_request *r)
 {
     CHECK(r->language != NULL && label_ok(r->language));
@@ -107,10 +132,10 @@ static void request_invariants(const struct moat_exec_request *r)
     for (size_t i = 0; i < r->nfiles; i++) {
         const char *n = r->files[i].name;
         CHECK(n != NULL && label_ok(n));
-        CHECK(strchr(n, '/') == NULL && strcmp(n, ".") != 0 && strcmp(n, "..") != 0);
+        CHECK(path_ok(n));
         CHECK(r->files[i].content != NULL || r->files[i].content_len == 0);
         for (size_t j = 0; j < i; j++)
-            CHECK(strcmp(r->files[j].name, n) != 0);
+            CHECK(strcmp(r->files[j].name, n) != 0 && !dir_of(r->files[j].name, n) && !dir_of(n, r->files[j].name));
     }
     CHECK(r->nargs <= MOAT_MAX_ARGS);
     CHECK(r->nargs == 0 || r->args != NULL);

@@ -127,7 +127,7 @@ static void test_rejections(void **state)
 
 static void test_bad_file_names(void **state)
 {
-    static const char *names[] = {"\"a/b\"", "\".\"", "\"..\"", "\"\"", "\"a\\u0000b\"", "\"a\\nb\"", "\"a\\u007fb\"", "7"};
+    static const char *names[] = {"\".\"", "\"..\"", "\"\"", "\"a\\u0000b\"", "\"a\\nb\"", "\"a\\u007fb\"", "7", "\"pkg/a\\nb\""};
     char body[512];
     size_t i;
 
@@ -148,6 +148,59 @@ static void test_bad_file_names(void **state)
     expect_bad(
         "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"a\",\"content\":\"x\"},{\"name\":\"a\",\"content\":\"y\"}]}",
         "files[1].name duplicates files[0].name");
+}
+
+/* Nested paths: relative, no empty, '.' or '..' component, at most 8 deep,
+ * S26 for every component; each refusal names the rule and the file. */
+static void test_path_tricks(void **state)
+{
+    static const struct {
+        const char *name, *needle;
+    } bad[] = {
+        {"../x", "files[0].name must not have a '.' or '..' component (\"../x\")"},
+        {"a/../../x", "must not have a '.' or '..' component"},
+        {"a/./b", "must not have a '.' or '..' component (\"a/./b\")"},
+        {"./a", "must not have a '.' or '..' component"},
+        {"a/..", "must not have a '.' or '..' component"},
+        {"/etc/x", "files[0].name must be a relative path (no leading '/') (\"/etc/x\")"},
+        {"/", "must be a relative path"},
+        {"a//b", "files[0].name must not have an empty component ('//' or a trailing '/') (\"a//b\")"},
+        {"a/", "must not have an empty component"},
+        {"1/2/3/4/5/6/7/8/9", "files[0].name must not have more than 8 components"},
+        {"pkg/-o", "files[0].name must not begin with '-' or '@', nor may any of its directories (\"pkg/-o\")"},
+        {"@d/main.c", "must not begin with '-' or '@'"},
+        {"src/--help/x.c", "must not begin with '-' or '@'"},
+    };
+    static const char *fine[] = {"pkg/mod.py", "src/util.h", "1/2/3/4/5/6/7/8", "a.b/c..d/.e", "a-b/c@d", "..a/b.."};
+    struct moat_exec_request r;
+    char body[512], err[256];
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(body, sizeof(body), "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"%s\",\"content\":\"x\"}]}",
+                 bad[i].name);
+        expect_bad(body, bad[i].needle);
+    }
+    for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
+        snprintf(body, sizeof(body), "{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"%s\",\"content\":\"x\"}]}",
+                 fine[i]);
+        if (parse(body, &r, err, sizeof(err)) != 0)
+            fail_msg("name \"%s\" refused: %s", fine[i], err);
+        assert_string_equal(r.files[0].name, fine[i]);
+        piston_exec_request_free(&r);
+    }
+    /* two files may share a directory; a name may not be a file and a directory at once */
+    assert_int_equal(parse("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"pkg/a.py\",\"content\":\"x\"},"
+                           "{\"name\":\"pkg/b.py\",\"content\":\"y\"},{\"name\":\"pkg.py\",\"content\":\"z\"}]}",
+                           &r, err, sizeof(err)),
+                     0);
+    assert_int_equal(r.nfiles, 3);
+    piston_exec_request_free(&r);
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"pkg\",\"content\":\"x\"},"
+               "{\"name\":\"pkg/mod.py\",\"content\":\"y\"}]}",
+               "files[0].name \"pkg\" is a file, and a directory of files[1].name \"pkg/mod.py\"");
+    expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[{\"name\":\"a/b/c\",\"content\":\"x\"},"
+               "{\"name\":\"a/b\",\"content\":\"y\"}]}",
+               "files[1].name \"a/b\" is a file, and a directory of files[0].name \"a/b/c\"");
 }
 
 /* S26: a name a tool could take for an option or an @-file is refused with a
@@ -359,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_minimal_defaults),
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_bad_file_names),
+        cmocka_unit_test(test_path_tricks),
         cmocka_unit_test(test_option_like_file_names),
         cmocka_unit_test(test_bad_encodings),
         cmocka_unit_test(test_too_many),

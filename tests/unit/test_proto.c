@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "moat_path.h"
 #include "moat_proto.h"
 
 /* Tag numbers from PROTOCOL.md / moat_proto.c (private to the codec). */
@@ -780,6 +781,56 @@ static void test_tlv_structure_rejections(void **state)
     raw_bytes(&r, "\x00", 1);
     reject_request(&r, "truncated field header");
     raw_free(&r);
+}
+
+/* moat_path.h: one row per rule, the gateway's and the backend's alike. */
+static void test_path_rules(void **state)
+{
+    static const struct {
+        const char *name;
+        enum moat_path_problem want;
+    } rows[] = {
+        {"main.py", MOAT_PATH_OK},
+        {"pkg/mod.py", MOAT_PATH_OK},
+        {"a/b/c/d/e/f/g/h", MOAT_PATH_OK},
+        {"...", MOAT_PATH_OK},
+        {".hidden/x", MOAT_PATH_OK},
+        {"a-b/c@d", MOAT_PATH_OK},
+        {"", MOAT_PATH_LENGTH},
+        {"a\nb", MOAT_PATH_CONTROL},
+        {"a/\x7f", MOAT_PATH_CONTROL},
+        {"/etc/x", MOAT_PATH_ABSOLUTE},
+        {"/", MOAT_PATH_ABSOLUTE},
+        {"a//b", MOAT_PATH_EMPTY_PART},
+        {"a/", MOAT_PATH_EMPTY_PART},
+        {".", MOAT_PATH_DOT_PART},
+        {"..", MOAT_PATH_DOT_PART},
+        {"../x", MOAT_PATH_DOT_PART},
+        {"a/./b", MOAT_PATH_DOT_PART},
+        {"a/..", MOAT_PATH_DOT_PART},
+        {"a/b/c/d/e/f/g/h/i", MOAT_PATH_DEPTH},
+        {"-o", MOAT_PATH_OPTION_LIKE},
+        {"@o", MOAT_PATH_OPTION_LIKE},
+        {"pkg/-o", MOAT_PATH_OPTION_LIKE},
+        {"@d/x.c", MOAT_PATH_OPTION_LIKE},
+    };
+    char longest[MOAT_MAX_NAME_LEN + 2];
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (moat_path_check(rows[i].name, strlen(rows[i].name)) != rows[i].want)
+            fail_msg("\"%s\": got %d, want %d", rows[i].name, moat_path_check(rows[i].name, strlen(rows[i].name)), rows[i].want);
+    assert_int_equal(moat_path_check("a\0b", 3), MOAT_PATH_CONTROL);
+    memset(longest, 'n', sizeof(longest));
+    assert_int_equal(moat_path_check(longest, MOAT_MAX_NAME_LEN), MOAT_PATH_OK);
+    assert_int_equal(moat_path_check(longest, MOAT_MAX_NAME_LEN + 1), MOAT_PATH_LENGTH);
+    for (int p = MOAT_PATH_OK; p <= MOAT_PATH_OPTION_LIKE; p++)
+        assert_true(strlen(moat_path_problem_text((enum moat_path_problem)p)) > 0);
+    assert_true(moat_path_is_dir_of("pkg", "pkg/mod.py"));
+    assert_true(moat_path_is_dir_of("a/b", "a/b/c"));
+    assert_false(moat_path_is_dir_of("pkg", "pkg.py"));
+    assert_false(moat_path_is_dir_of("pkg", "pkg"));
+    assert_false(moat_path_is_dir_of("pkg/mod.py", "pkg"));
+    assert_false(moat_path_is_dir_of("pk", "pkg/x"));
 }
 
 static void test_unknown_and_duplicate_tags(void **state)
@@ -2352,6 +2403,7 @@ int main(void)
         cmocka_unit_test(test_header_rejections),
         cmocka_unit_test(test_tlv_structure_rejections),
         cmocka_unit_test(test_unknown_and_duplicate_tags),
+        cmocka_unit_test(test_path_rules),
         cmocka_unit_test(test_required_fields),
         cmocka_unit_test(test_string_rules),
         cmocka_unit_test(test_count_caps),
