@@ -7,17 +7,21 @@
  * timer.  finish() tears the same things down before running the user
  * callback, so no event can reach a call after either path, and the user
  * callback may free the request (by responding) without leaving anything
- * behind that still points at it.
+ * behind that still points at it.  A detached call (no request: an
+ * asynchronous Judge0 submission that outlives its HTTP request) is
+ * malloc'ed instead, cannot be abandoned, and is freed after its callback.
  */
 #include "backend_client.h"
 #include "log.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
 struct backend_call {
+    int detached; /* malloc'ed (no request): freed after its callback */
     h2o_socket_t *sock;
     h2o_timeout_entry_t timer;
     struct moat_buf frame;
@@ -59,10 +63,13 @@ static void finish(struct backend_call *call, enum backend_status status, const 
 {
     backend_done_cb cb = call->cb;
     void *data = call->data;
+    int detached = call->detached; /* read before cb: a request's call may go with it */
 
     teardown(call);
     call->cb = NULL;
     cb(data, status, reply);
+    if (detached)
+        free(call);
 }
 
 static void on_timeout(h2o_timeout_entry_t *entry)
@@ -203,8 +210,14 @@ void backend_call(h2o_req_t *req, h2o_loop_t *loop, h2o_timeout_t *timeout, cons
     }
     memcpy(sun.sun_path, socket_path, plen + 1);
 
-    call = h2o_mem_alloc_shared(&req->pool, sizeof(*call), on_call_dispose);
+    call = req != NULL ? h2o_mem_alloc_shared(&req->pool, sizeof(*call), on_call_dispose) : malloc(sizeof(*call));
+    if (call == NULL) {
+        moat_buf_free(frame);
+        cb(data, BACKEND_UNAVAILABLE, NULL);
+        return;
+    }
     memset(call, 0, sizeof(*call));
+    call->detached = req == NULL;
     call->frame = *frame;
     memset(frame, 0, sizeof(*frame));
     call->job_id = job_id;

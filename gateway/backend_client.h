@@ -50,7 +50,8 @@ uint64_t backend_next_job_id(void);
  * The call's state is allocated in req->pool, so when the request is freed
  * (for example because the client went away) the backend socket is closed
  * and the timer stopped, and cb never runs.  If the connection cannot even
- * be started, cb runs before backend_call returns.
+ * be started, cb runs before backend_call returns.  req NULL: a detached
+ * call, on the heap, that no request's end cancels: cb always runs, once.
  */
 void backend_call(h2o_req_t *req, h2o_loop_t *loop, h2o_timeout_t *timeout, const char *socket_path, struct moat_buf *frame,
                   uint64_t job_id, backend_done_cb cb, void *data);

@@ -979,13 +979,19 @@ static json_t *text_or_null(const void *data, size_t len)
 json_t *judge0_submission_record(const char *token, int64_t created_ms, int64_t finished_ms, const struct judge0_request *j,
                                  const struct moat_exec_request *eff, const struct moat_exec_result *res, const char *lang_name)
 {
-    const struct moat_stage_result *c = &res->compile, *r = &res->run;
-    struct judge0_verdict v;
+    static const struct moat_exec_result none; /* still running: no stage */
+    struct judge0_verdict v = {JUDGE0_PROCESSING, NULL};
+    const struct moat_stage_result *c, *r;
     char created[JUDGE0_TIME_LEN], finished[JUDGE0_TIME_LEN];
     json_t *o = json_object(), *st;
     int ok = o != NULL;
 
-    judge0_verdict_of(j, res, &v);
+    if (res != NULL)
+        judge0_verdict_of(j, res, &v);
+    else
+        res = &none;
+    c = &res->compile;
+    r = &res->run;
     judge0_time_iso(created_ms, created);
     judge0_time_iso(finished_ms, finished);
     st = json_pack("{s:i, s:s}", "id", v.status, "description", status_names[v.status]);
@@ -1003,7 +1009,7 @@ json_t *judge0_submission_record(const char *token, int64_t created_ms, int64_t 
     }
     SET("status_id", json_integer(v.status));
     SET("created_at", json_string(created));
-    SET("finished_at", json_string(finished));
+    SET("finished_at", v.status != JUDGE0_PROCESSING ? json_string(finished) : json_null());
     SET("time", r->present ? seconds_json(r->cpu_ms) : json_null());
     SET("wall_time", r->present ? seconds_json(r->wall_ms) : json_null());
     SET("memory", r->present ? json_integer((json_int_t)(r->memory_bytes / 1024)) : json_null());

@@ -201,7 +201,8 @@ void judge0_verdict_of(const struct judge0_request *j, const struct moat_exec_re
  * The stored form of a finished submission: every field of fields=*, the
  * texts (source_code, stdin, expected_output, stdout, stderr,
  * compile_output, message) base64-encoded so that any bytes survive.  eff:
- * the request as judged (the effective limits).  NULL out of memory.
+ * the request as judged (the effective limits).  res NULL: still running
+ * (status Processing, no output, finished_at null).  NULL out of memory.
  */
 json_t *judge0_submission_record(const char *token, int64_t created_ms, int64_t finished_ms, const struct judge0_request *j,
                                  const struct moat_exec_request *eff, const struct moat_exec_result *res, const char *lang_name);

@@ -14,9 +14,12 @@
  * the backend as a MOAT_MSG_EXEC_REQUEST built afresh, recorded with its
  * request and packet, and its result judged in Judge0's terms, kept in the
  * store (judge0_store.c) under a random token bound to the tenant, and
- * answered.  wait=false is answered with the token only, after the run
- * (the asynchronous queue is issue 12 item 2): a client that then polls
- * finds the result at once.
+ * answered.  wait=false answers {"token"} as soon as the decision record
+ * is durable: the store shows "Processing", the run goes on as a detached
+ * backend call holding the tenant's in-flight slot (so max_in_flight
+ * bounds a tenant's pending runs: past it, 429), and its end is recorded
+ * and kept like a synchronous result (async_run below).  The fair queue
+ * across tenants and a store that survives restarts are issue 12 item 2.
  *
  * Errors carry moat's {message, code, request_id} and, where Judge0
  * clients read them, Judge0's own members: "error" (400, 404) and the
@@ -243,6 +246,7 @@ struct submission {
     char lang_name[128];
     int64_t created_ms;
     int asked_table;
+    struct moat_buf frame; /* wait=false: the backend message, sent after the answer */
 };
 
 static void submission_dispose(void *p)
@@ -251,6 +255,7 @@ static void submission_dispose(void *p)
 
     judge0_request_free(&s->j);
     moat_exec_request_free(&s->ereq);
+    moat_buf_free(&s->frame);
 }
 
 /* Step 7, first time: the query and the body, strictly. */
@@ -324,10 +329,14 @@ static enum gw_flow submit_prepare(struct gw_request *r)
     judge0_token(rnd, s->token);
     s->created_ms = wall_ms();
     r->job_id = backend_next_job_id();
-    if (moat_encode_exec_request(&r->frame, r->job_id, &s->ereq, &why) != 0) {
+    if (moat_encode_exec_request(&s->frame, r->job_id, &s->ereq, &why) != 0) {
         char err[GW_ERR_MSG_MAX];
         snprintf(err, sizeof(err), "request rejected: %s", why != NULL ? why : "cannot encode");
         return refuse(r, 400, GW_REASON_FILTER, err, NULL);
+    }
+    if (s->q.wait) { /* the pipeline's backend call; wait=false: ours, after the answer */
+        r->frame = s->frame;
+        memset(&s->frame, 0, sizeof(s->frame));
     }
     return GW_NEXT;
 }
@@ -336,8 +345,9 @@ static enum gw_flow submit_prepare(struct gw_request *r)
 static void submit_describe(struct gw_request *r, json_t *record)
 {
     const struct submission *s = r->job;
+    const struct moat_buf *f = s->q.wait ? &r->frame : &s->frame;
 
-    gw_audit_add_request(record, &s->ereq, r->frame.data + MOAT_FRAME_HEADER_SIZE, r->frame.len - MOAT_FRAME_HEADER_SIZE);
+    gw_audit_add_request(record, &s->ereq, f->data + MOAT_FRAME_HEADER_SIZE, f->len - MOAT_FRAME_HEADER_SIZE);
     json_object_set_new(record, "judge0",
                         json_pack("{s:s, s:I, s:b, s:b}", "token", s->token, "language_id", (json_int_t)s->j.language_id, "wait",
                                   s->q.wait, "base64_encoded", s->q.base64));
@@ -364,15 +374,20 @@ static char *submit_body(struct submission *s, const json_t *record)
     return body;
 }
 
+static enum gw_flow start_async(struct gw_request *r, struct submission *s);
+
 /* Step 9: judge the result, keep it, answer; the record's fields and packet. */
 static enum gw_flow submit_answer(struct gw_request *r, const struct backend_reply *reply)
 {
     struct submission *s = r->job;
-    const struct moat_exec_result *res = &reply->u.result;
+    const struct moat_exec_result *res;
     json_t *record;
     char *text;
     size_t len;
 
+    if (reply == NULL)
+        return start_async(r, s);
+    res = &reply->u.result;
     if (reply->hdr.type != MOAT_MSG_EXEC_RESULT) {
         log_warnx("%s: id=%s: unexpected reply type %u", __func__, r->request_id, reply->hdr.type);
         return gw_deny(r, 502, GW_REASON_BACKEND, "bad reply from backend");
@@ -409,6 +424,210 @@ static enum gw_flow submit_answer(struct gw_request *r, const struct backend_rep
 }
 
 const struct gw_handler gw_handler_judge0_submit = {submit_prepare, submit_describe, submit_answer};
+
+/* ------------------------------------------------ wait=false: after the answer */
+
+/*
+ * An asynchronous run outlives its request: it holds copies of what the
+ * result record needs, the parsed submission, the tenant's in-flight slot
+ * (given back when the run is over) and a detached backend call on the
+ * worker's loop.  Its end: the result judged and recorded (durable before
+ * the store shows it: fail closed, like a synchronous answer), kept in the
+ * store in place of the "Processing" record, the slot given back.
+ */
+struct async_run {
+    struct gw_worker *worker;
+    char request_id[GW_REQUEST_ID_LEN + 1];
+    char tenant[GW_MAX_TENANT_NAME + 1];
+    char key_id[80];
+    char client[64];
+    char token[JUDGE0_TOKEN_LEN + 1];
+    char lang_name[128];
+    int64_t created_ms;
+    int holds_slot;
+    uint64_t cpu_ms;
+    struct judge0_request j;
+    struct moat_exec_request ereq;
+    char *record; /* the finished record, kept once its audit record is durable */
+    size_t record_len;
+};
+
+static void async_free(struct async_run *a)
+{
+    if (a->holds_slot)
+        rl_release(a->worker->server->limiter, a->tenant, a->cpu_ms, rl_monotonic_ms());
+    judge0_request_free(&a->j);
+    moat_exec_request_free(&a->ereq);
+    free(a->record);
+    free(a);
+}
+
+static void async_who(const struct async_run *a, struct gw_audit_who *who)
+{
+    static const char method[] = "POST", path[] = "/submissions";
+
+    *who =
+        (struct gw_audit_who){a->request_id, a->tenant, a->key_id, a->client, method, sizeof(method) - 1, path, sizeof(path) - 1};
+}
+
+/* The store shows text, or an Internal Error saying why it cannot. */
+static void async_keep(struct async_run *a, const char *text, size_t len)
+{
+    struct judge0_store *st = judge0_store_default();
+
+    if (st == NULL || judge0_store_put(st, a->tenant, a->token, text, len, now_ms()) != 0)
+        log_warnx("%s: id=%s: token %s: the result could not be kept", __func__, a->request_id, a->token);
+}
+
+/* A run that could not finish: an Internal Error record saying why. */
+static json_t *failure_record(struct async_run *a, const char *why)
+{
+    struct moat_exec_result failed;
+
+    memset(&failed, 0, sizeof(failed));
+    failed.run.present = 1;
+    failed.run.status = MOAT_STATUS_XX;
+    failed.run.message = (char *)(uintptr_t)why; /* only read */
+    return judge0_submission_record(a->token, a->created_ms, wall_ms(), &a->j, &a->ereq, &failed, a->lang_name);
+}
+
+/* Keep an Internal Error record in place of the result (fail closed). */
+static void async_keep_failure(struct async_run *a, const char *why)
+{
+    json_t *rec = failure_record(a, why);
+    char *text = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
+
+    if (text != NULL)
+        async_keep(a, text, strlen(text));
+    json_decref(rec);
+    free(text);
+}
+
+static void on_async_durable(void *arg, int ok, uint64_t seq)
+{
+    struct async_run *a = arg;
+
+    (void)seq;
+    if (ok)
+        async_keep(a, a->record, a->record_len);
+    else
+        async_keep_failure(a, "audit log unavailable: the result cannot be recorded, so it is withheld");
+    async_free(a);
+}
+
+/* The result record: allowed with the run and the packet, or failed with
+ * why; the store shows rec once it is durable.  Takes a. */
+static void async_record(struct async_run *a, const struct moat_exec_result *res, const json_t *rec, const char *failure)
+{
+    struct gw_audit_who who;
+    char *text = NULL, *packet = NULL;
+    size_t len = 0, plen = 0;
+    json_t *b;
+
+    async_who(a, &who);
+    if ((a->record = json_dumps(rec, JSON_COMPACT)) == NULL || (b = gw_audit_base(&who, "result")) == NULL) {
+        async_keep_failure(a, "out of memory");
+        async_free(a);
+        return;
+    }
+    a->record_len = strlen(a->record);
+    if (!a->worker->audit.enabled) {
+        json_decref(b);
+        on_async_durable(a, 1, 0);
+        return;
+    }
+    if (failure != NULL) {
+        gw_audit_add_decision(b, "failed", gw_reason_name(GW_REASON_BACKEND), NULL, 502, failure);
+    } else {
+        gw_audit_add_decision(b, "allowed", NULL, NULL, 200, NULL);
+        gw_audit_add_result(b, res);
+        packet = gw_audit_packet(&who, &a->ereq, a->record, &plen); /* every field, texts in base64 */
+    }
+    json_object_set_new(b, "judge0", json_pack("{s:s, s:O?}", "token", a->token, "status", json_object_get(rec, "status")));
+    text = gw_audit_dump(b, &len);
+    json_decref(b);
+    if (text == NULL) {
+        async_keep_failure(a, "out of memory");
+        async_free(a);
+    } else {
+        gw_audit_submit(&a->worker->audit, text, len, packet, plen, on_async_durable, a);
+    }
+    free(text);
+    free(packet);
+}
+
+/* The backend's answer to a detached call: judge, record, keep. */
+static void on_async_result(void *data, enum backend_status status, const struct backend_reply *reply)
+{
+    struct async_run *a = data;
+    const char *failure = NULL;
+    json_t *rec;
+
+    if (status == BACKEND_OK && reply->hdr.type == MOAT_MSG_EXEC_RESULT) {
+        const struct moat_exec_result *res = &reply->u.result;
+        a->cpu_ms = (res->compile.present ? res->compile.cpu_ms : 0) + (res->run.present ? res->run.cpu_ms : 0);
+        rec = judge0_submission_record(a->token, a->created_ms, wall_ms(), &a->j, &a->ereq, res, a->lang_name);
+        if (rec != NULL) {
+            async_record(a, res, rec, NULL);
+            json_decref(rec);
+            return;
+        }
+        failure = "out of memory";
+    } else if (status == BACKEND_OK && reply->hdr.type == MOAT_MSG_ERROR && reply->u.error.message != NULL) {
+        failure = reply->u.error.message;
+    } else {
+        failure = status == BACKEND_TIMEOUT       ? "backend timed out"
+                  : status == BACKEND_UNAVAILABLE ? "backend unavailable"
+                                                  : "bad reply from backend";
+    }
+    if ((rec = failure_record(a, failure)) == NULL) {
+        async_free(a);
+        return;
+    }
+    async_record(a, NULL, rec, failure);
+    json_decref(rec);
+}
+
+/* Step 9 of wait=false: the "Processing" record, the detached run, and the
+ * answer {"token"} at once. */
+static enum gw_flow start_async(struct gw_request *r, struct submission *s)
+{
+    struct async_run *a = calloc(1, sizeof(*a));
+    json_t *answer = json_pack("{s:s}", "token", s->token), *rec;
+    struct gw_audit_who who;
+    char *text;
+
+    r->body = answer != NULL ? json_dumps(answer, JSON_COMPACT) : NULL;
+    json_decref(answer);
+    if (a == NULL || r->body == NULL) {
+        free(a);
+        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    }
+    gw_request_who(r, &who);
+    a->worker = r->worker;
+    snprintf(a->request_id, sizeof(a->request_id), "%s", r->request_id);
+    snprintf(a->tenant, sizeof(a->tenant), "%s", r->tenant);
+    snprintf(a->key_id, sizeof(a->key_id), "%s", r->key_id);
+    snprintf(a->client, sizeof(a->client), "%s", who.client);
+    memcpy(a->token, s->token, sizeof(a->token));
+    memcpy(a->lang_name, s->lang_name, sizeof(a->lang_name));
+    a->created_ms = s->created_ms;
+    a->j = s->j; /* moved: the request's pool no longer frees them */
+    a->ereq = s->ereq;
+    memset(&s->j, 0, sizeof(s->j));
+    memset(&s->ereq, 0, sizeof(s->ereq));
+    if ((rec = judge0_submission_record(a->token, a->created_ms, 0, &a->j, &a->ereq, NULL, a->lang_name)) != NULL &&
+        (text = json_dumps(rec, JSON_COMPACT)) != NULL) {
+        async_keep(a, text, strlen(text));
+        free(text);
+    }
+    json_decref(rec);
+    r->ok_status = 201;
+    a->holds_slot = gw_take_slot(r); /* given back when the run is over */
+    backend_call(NULL, r->worker->ctx.loop, &r->worker->backend_timeout, r->cfg->backend_socket, &s->frame, r->job_id,
+                 on_async_result, a);
+    return GW_NEXT;
+}
 
 /* GET /submissions/{token}: the tenant's own result; anyone else's is "not found". */
 static enum gw_flow submission_prepare(struct gw_request *r)

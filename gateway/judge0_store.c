@@ -6,7 +6,9 @@
  * -------------------
  * Records sit on one list in the order they were put, which is also the
  * order they expire in (one TTL for all), and in a hash table of buckets
- * by token for the lookups.  Every put first drops what has expired from
+ * by token for the lookups.  Putting a token again replaces its record
+ * (and its place in the list): an asynchronous run's "Processing" record
+ * by its result.  Every put first drops what has expired from
  * the head of the list, then makes room: past the tenant's cap its oldest
  * record goes, past the overall caps the oldest of anyone.  A lookup
  * compares the tenant as well as the token: another tenant's token is
@@ -161,6 +163,11 @@ int judge0_store_put(struct judge0_store *s, const char *tenant, const char *tok
     r->expires_ms = now_ms + s->lim.ttl_ms;
     b = bucket_of(token);
     pthread_mutex_lock(&s->lock);
+    for (struct record *old = s->buckets[b]; old != NULL; old = old->next_in_bucket)
+        if (strcmp(old->token, token) == 0 && strcmp(old->tenant, tenant) == 0) {
+            drop(s, old); /* replaced: a finished run after its "Processing" */
+            break;
+        }
     expire(s, now_ms);
     make_room(s, tenant, len);
     r->next_in_bucket = s->buckets[b];

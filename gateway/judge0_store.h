@@ -33,8 +33,8 @@ void judge0_store_free(struct judge0_store *s);
 struct judge0_store *judge0_store_default(void);
 
 /*
- * Keep text[0..len) as tenant's record `token` (now_ms: a monotonic clock).
- * Makes room first: expired records, then the tenant's oldest past its cap,
+ * Keep text[0..len) as tenant's record `token` (now_ms: a monotonic clock),
+ * replacing the one it had, if any.  Makes room first: expired records, then the tenant's oldest past its cap,
  * then the oldest of anyone past the overall caps.  0, or -1 (too large
  * for the store, or out of memory).
  */

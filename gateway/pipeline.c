@@ -100,8 +100,17 @@ static void release_slot(struct gw_request *r)
 
 /* ---------------------------------------------------------- audit records */
 
+int gw_take_slot(struct gw_request *r)
+{
+    int held = r->holds_slot;
+
+    r->holds_slot = 0;
+    r->result_later = 1;
+    return held;
+}
+
 /* Who asked: the fields every record starts with. */
-static void audit_who(struct gw_request *r, struct gw_audit_who *who)
+void gw_request_who(struct gw_request *r, struct gw_audit_who *who)
 {
     who->request_id = r->request_id;
     who->tenant = r->tenant;
@@ -122,7 +131,7 @@ void gw_record_refusal(struct gw_request *r, const char *type, const char *decis
     const char *reason = gw_reason_name(r->reason);
     size_t len;
 
-    audit_who(r, &who);
+    gw_request_who(r, &who);
     if (reason == NULL)
         reason = gw_reason_name(GW_REASON_FILTER);
     if (gw_audit_fast_decision(&who, type, decision, reason, r->rule, r->status, r->message, fast, sizeof(fast), &len) == 0) {
@@ -164,7 +173,7 @@ static enum gw_flow record_allowed(struct gw_request *r, const char *type, json_
     struct gw_audit_who who;
     size_t len = 0;
 
-    audit_who(r, &who);
+    gw_request_who(r, &who);
     json_t *b = gw_audit_base(&who, type);
     if (b == NULL)
         return gw_deny(r, 500, GW_REASON_AUDIT, "out of memory");
@@ -385,7 +394,7 @@ static enum gw_flow step_backend(struct gw_request *r)
  * failure after the allowed decision is recorded as "failed". */
 static enum gw_flow step_result(struct gw_request *r)
 {
-    if (!audited(r) || !is_execution(r) || !r->recorded)
+    if (!audited(r) || !is_execution(r) || !r->recorded || r->result_later)
         return GW_NEXT;
     if (r->status >= 400) {
         gw_record_refusal(r, "result", "failed");

@@ -69,6 +69,7 @@ struct gw_request {
     uint64_t cpu_ms;       /* charged to the tenant's CPU budget when the slot goes back */
     const char *ws_key;    /* a WebSocket handshake's Sec-WebSocket-Key (h2o's) */
     json_t *result_fields; /* fields of the result record (compile, run) */
+    int result_later;      /* the run goes on after the answer: its handler makes the result record */
     char *packet;          /* the full request and result for the audit pack */
     size_t packet_len;
     char *body;       /* the successful answer (malloc) */
@@ -120,6 +121,16 @@ enum gw_flow gw_deny_copy(struct gw_request *r, int status, enum gw_reason reaso
 /* A step that returned GW_WAIT is finished: how to go on (GW_NEXT, GW_DENY
  * after gw_deny, or GW_REPEAT).  May be called from inside the step. */
 void gw_step_done(struct gw_request *r, enum gw_flow flow);
+
+/* An execution that goes on after its answer (step 9) takes over r's
+ * in-flight slot: the pipeline no longer gives it back, and no result
+ * record follows the answer; the caller calls rl_release once the run is
+ * over, and records the result itself.  Returns whether r held a slot. */
+int gw_take_slot(struct gw_request *r);
+
+/* Who asked, for a record made after r is gone: the fields point into r
+ * (copy them). */
+void gw_request_who(struct gw_request *r, struct gw_audit_who *who);
 
 /* A backend call that failed (status != BACKEND_OK) or answered
  * MOAT_MSG_ERROR (only then is reply->u.error read), as a refusal with the right HTTP status (503, 504, 502; 400/500/503 by error

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import time
 import unittest
 
 from moat_harness import MOAT_AUDIT, Stack, wait_until
@@ -22,6 +23,7 @@ TENANTS = [
     ("beta", BIG + JUDGE0, ""),
     ("plain", BIG, ""),  # no Judge0 endpoints: they are opt-in
     ("pyonly", BIG + JUDGE0 + "languages:\n  - python\n", ""),
+    ("single", "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 1\n" + JUDGE0, ""),
 ]
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 DEFAULT_FIELDS = ["stdout", "time", "memory", "stderr", "token", "compile_output", "message", "status"]
@@ -60,6 +62,18 @@ class Judge0Test(unittest.TestCase):
         st, headers, data = self.call("POST", "/submissions?" + query, body, tenant=tenant, **kw)
         self.assertEqual(st, 201, data)
         return data
+
+    def result_of(self, token, query="", tenant="alpha", timeout=60):
+        """Poll GET /submissions/{token} until the run is over (status 3 and above)."""
+        got = {}
+
+        def done():
+            st, _, data = self.call("GET", "/submissions/%s?%s" % (token, query), tenant=tenant)
+            self.assertEqual(st, 200, data)
+            got.update(data)
+            return data["status"]["id"] >= 3
+        wait_until(done, "submission %s to finish" % token, timeout=timeout)
+        return got
 
     def status_of(self, body, **kw):
         return self.submit(body, "wait=true&fields=status,stdout,stderr,message,exit_code,exit_signal", **kw)
@@ -154,8 +168,7 @@ class Judge0Test(unittest.TestCase):
         self.assertEqual(list(data), ["token"])
         token = data["token"]
         self.assertRegex(token, UUID)
-        st, _, got = self.call("GET", "/submissions/%s?base64_encoded=false" % token)
-        self.assertEqual(st, 200, got)
+        got = self.result_of(token, "base64_encoded=false")
         self.assertEqual(list(got), DEFAULT_FIELDS)
         self.assertEqual((got["stdout"], got["token"], got["status"]["id"]), ("hello, world\n", token, 3))
         # every field Judge0 has, in its order, with moat's values
@@ -175,6 +188,50 @@ class Judge0Test(unittest.TestCase):
                          (1, False, False))
         # the C compile leaves no output: null, as Judge0 has it
         self.assertIsNone(full["compile_output"])
+
+    def test_wait_false_answers_at_once(self):
+        code = "import time\ntime.sleep(1.5)\nprint('late')"
+        t0 = time.monotonic()
+        st, headers, data = self.call("POST", "/submissions", {"source_code": code, "language_id": 71})
+        self.assertEqual(st, 201, data)
+        self.assertLess(time.monotonic() - t0, 1.2)  # before the program is done
+        token, rid = data["token"], headers["x-request-id"]
+        st, _, now = self.call("GET", "/submissions/%s?fields=status,stdout,finished_at,token" % token)
+        self.assertEqual(st, 200, now)
+        self.assertEqual(now, {"status": {"id": 2, "description": "Processing"}, "stdout": None, "finished_at": None,
+                               "token": token})
+        done = self.result_of(token, "fields=status,stdout,finished_at")
+        self.assertEqual((done["status"]["id"], done["stdout"]), (3, "late\n"))
+        self.assertIsNotNone(done["finished_at"])
+        # recorded like a synchronous run: the decision, then the result with its packet
+        def mine():
+            return [r for r in self.stack.audit_records() if r.get("request_id") == rid]
+        wait_until(lambda: len(mine()) >= 2, "the decision and result records")
+        res = next(r for r in mine() if r["type"] == "result")
+        self.assertEqual((res["decision"], res["tenant"], res["run"]["status"]), ("allowed", "alpha", "OK"))
+        self.assertEqual(res["judge0"], {"token": token, "status": {"id": 3, "description": "Accepted"}})
+        self.assertRegex(res["packet"], "^[0-9a-f]{64}$")
+        # another tenant still cannot see it
+        self.assert_error(self.call("GET", "/submissions/" + token, tenant="beta"), 404, "submission not found")
+
+    def test_wait_false_holds_the_in_flight_slot(self):
+        code = "import time\ntime.sleep(1)\nprint('one')"
+        first = self.submit({"source_code": code, "language_id": 71}, query="wait=false", tenant="single")
+        self.assert_error(self.call("POST", "/submissions", {"source_code": "print(2)", "language_id": 71}, tenant="single"),
+                          429, "too many executions in flight")
+        self.assertEqual(self.result_of(first["token"], tenant="single")["stdout"], "one\n")
+        again = self.submit({"source_code": "print(2)", "language_id": 71}, query="wait=false", tenant="single")
+        self.assertEqual(self.result_of(again["token"], tenant="single")["stdout"], "2\n")
+
+    def test_wait_false_backend_down_is_an_internal_error(self):
+        self.stack.stop_backend()
+        try:
+            data = self.submit({"source_code": "print(1)", "language_id": 71}, query="wait=false")
+            got = self.result_of(data["token"], "fields=status,message,stdout")
+            self.assertEqual(got, {"status": {"id": 13, "description": "Internal Error"}, "message": "backend unavailable",
+                                   "stdout": None})
+        finally:
+            self.stack.start_backend()
 
     def test_fields_select_and_order(self):
         data = self.submit({"source_code": "print(42)", "language_id": 71}, query="wait=true&fields=status_id,stdout,token")
@@ -310,6 +367,7 @@ class Judge0Test(unittest.TestCase):
         self.assertEqual(len(tokens), 5)
         for t in tokens:
             self.assertRegex(t, UUID)
+            self.assertEqual(self.result_of(t)["status"]["id"], 3)
 
     def test_endpoints_are_opt_in(self):
         self.assert_error(self.call("GET", "/languages", tenant="plain"), 403, "not allowed")

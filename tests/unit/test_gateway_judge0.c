@@ -377,6 +377,15 @@ static void test_record_and_render(void **state)
     assert_string_equal(s, "{\"stderr\":\"oops\",\"stdin\":\"in\",\"status\":{\"id\":3,\"description\":\"Accepted\"}}");
     free(s);
     json_decref(rec);
+
+    /* still running: Processing, no output, no finished_at */
+    rec = judge0_submission_record("0b3c1f3e-1a2b-4c3d-8e4f-001122334455", 0, 0, &j, &e, NULL, "Python (3.11.2)");
+    assert_int_equal(q("fields=status,stdout,time,finished_at,exit_code", ALL_Q, &qu, err), 0);
+    s = judge0_render(rec, &qu, &not_utf8);
+    assert_string_equal(s, "{\"status\":{\"id\":2,\"description\":\"Processing\"},\"stdout\":null,\"time\":null,"
+                           "\"finished_at\":null,\"exit_code\":null}");
+    free(s);
+    json_decref(rec);
     judge0_request_free(&j);
 
     /* redirect_stderr_to_stdout: stdout is both, interleaved; stderr null */
@@ -511,13 +520,22 @@ static void test_store(void **state)
     assert_int_equal(judge0_store_count(s), 5);
     assert_false(has(s, "a", "a1", 2001));
     assert_true(has(s, "c", "c1", 2001));
+    /* putting a token again replaces its record */
+    assert_int_equal(judge0_store_put(s, "c", "c1", "new", 3, 2000), 0);
+    assert_int_equal(judge0_store_count(s), 5);
+    size_t len;
+    char *t = judge0_store_get(s, "c", "c1", 2001, &len);
+    assert_string_equal(t, "new");
+    free(t);
     /* bytes: a record larger than the store is refused; a large one makes room */
     char big[80];
     memset(big, 'x', sizeof(big));
     assert_int_equal(judge0_store_put(s, "a", "big", big, sizeof(big), 2000), -1);
     assert_int_equal(judge0_store_put(s, "a", "big", big, 60, 2000), 0);
-    assert_int_equal(judge0_store_count(s), 3); /* c0, c1 and it: 64 bytes */
-    assert_true(has(s, "c", "c1", 2001));
+    assert_int_equal(judge0_store_count(s), 2); /* c1 (put last before it) and it: 63 bytes */
+    t = judge0_store_get(s, "c", "c1", 2001, &len);
+    assert_string_equal(t, "new");
+    free(t);
     /* expiry at the next put */
     put(s, "a", "late", 5000);
     assert_int_equal(judge0_store_count(s), 1);
