@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "moat_semver.h"
 
 #define DPKG_STATUS "/var/lib/dpkg/status"
 
@@ -544,49 +545,10 @@ int languages_load(struct language_set *set, const char *dir, struct errbuf *e)
     return 0;
 }
 
-/* Compares dotted versions numerically, component by component. */
-static int version_cmp(const char *a, const char *b)
-{
-    while (*a || *b) {
-        char *ea, *eb;
-        long x = strtol(a, &ea, 10), y = strtol(b, &eb, 10);
-        a = ea;
-        b = eb;
-        if (x != y)
-            return x < y ? -1 : 1;
-        if (*a == '.')
-            a++;
-        else if (*a)
-            return strcmp(a, b);
-        if (*b == '.')
-            b++;
-        else if (*b)
-            return strcmp(a, b);
-    }
-    return 0;
-}
-
+/* The selector rule (plain or a semver range) is moat_semver.c's, shared with the gateway. */
 int version_matches(const char *version, const char *selector)
 {
-    if (strcmp(selector, "*") == 0 || strcmp(selector, "x") == 0)
-        return 1;
-    const char *v = version, *s = selector;
-    while (*s) {
-        if (*s == 'x' || *s == 'X' || *s == '*')
-            return 1; /* wildcard from here on */
-        size_t sl = strcspn(s, "."), vl = strcspn(v, ".");
-        if (sl != vl || strncmp(s, v, sl) != 0)
-            return 0;
-        s += sl;
-        v += vl;
-        if (*s == '.') {
-            if (*v != '.')
-                return 0;
-            s++;
-            v++;
-        }
-    }
-    return 1; /* a prefix like "3.11" matches "3.11.2" */
+    return moat_version_selects(version, selector);
 }
 
 const struct language *language_find(const struct language_set *set, const char *name, const char *selector)
@@ -597,7 +559,7 @@ const struct language *language_find(const struct language_set *set, const char 
         int named = strcmp(l->name, name) == 0;
         for (size_t j = 0; !named && j < l->naliases; j++)
             named = strcmp(l->aliases[j], name) == 0;
-        if (named && version_matches(l->version, selector) && (best == NULL || version_cmp(l->version, best->version) > 0))
+        if (named && version_matches(l->version, selector) && (best == NULL || moat_version_cmp(l->version, best->version) > 0))
             best = l;
     }
     return best;

@@ -60,7 +60,9 @@ char **language_argv(char *const *tmpl, const struct moat_file *files, size_t nf
 void language_argv_free(char **argv);
 
 /* Finds a language by name or alias and a version selector ("*", "3",
- * "3.11", "3.11.2", "3.x"); the highest matching version wins. */
+ * "3.11", "3.11.2", "3.x", or a semver range as Piston takes them: "^3.10",
+ * ">=3 <4", "~3.11", "3 || 4"; moat_semver.h); the highest matching version
+ * wins. */
 const struct language *language_find(const struct language_set *set, const char *name, const char *selector);
 int version_matches(const char *version, const char *selector);
 /* Upstream version of an installed Debian package; 0 or -1. */

@@ -4,10 +4,32 @@
  * into its terms and writes the verdict's effective limits back.
  */
 #include "judge.h"
+#include "moat_semver.h"
 #include "runtime_table.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/*
+ * A semver range ("^3.10", ">=3 <4") is judged as the concrete version it
+ * picks among the installed runtimes (the worker's runtime table), and that
+ * version is what the backend is asked for, so what runs is what policy
+ * allowed.  A range that picks nothing stays as sent: policy allows it only
+ * under "*" and the backend finds no runtime for it.  0, or -1 out of memory.
+ */
+static int resolve_range(struct moat_exec_request *ereq, const struct policy_runtime *selected)
+{
+    char *concrete;
+
+    if (selected == NULL || ereq->version == NULL || moat_selector_is_plain(ereq->version))
+        return 0;
+    if ((concrete = strdup(selected->version)) == NULL)
+        return -1;
+    free(ereq->version);
+    ereq->version = concrete;
+    return 0;
+}
 
 int gw_judge_exec(struct gw_worker *w, const struct tenant_policy *p, unsigned endpoint, struct moat_exec_request *ereq,
                   struct policy_verdict *v)
@@ -20,8 +42,17 @@ int gw_judge_exec(struct gw_worker *w, const struct tenant_policy *p, unsigned e
     memset(&pr, 0, sizeof(pr));
     pr.endpoint = endpoint;
     pr.language = ereq->language;
+    /* the runtime the version picks; else any of that name (its names widen a policy entry) */
+    pr.runtime = gw_runtime_table_select(w, ereq->language, ereq->version, &rt);
+    if (resolve_range(ereq, pr.runtime) != 0) {
+        memset(v, 0, sizeof(*v));
+        v->http_status = 503;
+        snprintf(v->message, sizeof(v->message), "%s", "out of memory");
+        return -1;
+    }
+    if (pr.runtime == NULL)
+        pr.runtime = gw_runtime_table_find(w, ereq->language, &rt);
     pr.version = ereq->version;
-    pr.runtime = gw_runtime_table_find(w, ereq->language, &rt);
     for (size_t i = 0; i < ereq->nfiles && i < MOAT_MAX_FILES; i++)
         files[i] = (struct policy_file){ereq->files[i].name, ereq->files[i].content, ereq->files[i].content_len};
     for (size_t i = 0; i < ereq->nargs && i < MOAT_MAX_ARGS; i++)

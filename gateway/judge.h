@@ -12,7 +12,9 @@
 
 /*
  * Judge ereq for endpoint (POLICY_EP_EXECUTE or POLICY_EP_CONNECT) by the
- * tenant's policy p, naming languages through w's runtime table.  0 when
+ * tenant's policy p, naming languages through w's runtime table.  A semver
+ * range in ereq->version (malloc'ed) is first replaced by the concrete
+ * version it picks from that table, when it picks one.  0 when
  * allowed: the effective limits are written into ereq.  -1 when denied: v
  * says why (status, reason, message, rule).
  */

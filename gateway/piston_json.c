@@ -21,6 +21,7 @@
 #include "moat_base64.h"
 #include "moat_hex.h"
 #include "moat_path.h"
+#include "moat_semver.h"
 #include "moat_utf8.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -303,6 +304,9 @@ static int parse_fields(json_t *root, struct moat_exec_request *out, char *err, 
         return bad(err, errlen, "version is required");
     if (get_label(version, "version", &out->version, err, errlen) != 0)
         return -1;
+    if (!moat_selector_valid(out->version))
+        return bad(err, errlen, "version \"%.64s\" is neither a version nor a semver range (\"3.11\", \"^3.10\", \">=3 <4\")",
+                   out->version);
     if (files == NULL)
         return bad(err, errlen, "files is required");
     return parse_files(files, out, err, errlen);

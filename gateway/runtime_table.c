@@ -13,6 +13,7 @@
  */
 #include "runtime_table.h"
 #include "log.h"
+#include "moat_semver.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -70,19 +71,43 @@ void gw_runtime_table_store(struct gw_worker *w, const struct moat_runtimes *rt)
     w->runtimes_ms = h2o_now(w->ctx.loop);
 }
 
+/* Is language one of rt's names (canonical or alias)? */
+static int runtime_named(const struct moat_runtime *rt, const char *language)
+{
+    int named = strcmp(rt->language, language) == 0;
+    for (size_t j = 0; !named && j < rt->naliases; j++)
+        named = strcmp(rt->aliases[j], language) == 0;
+    return named;
+}
+
 const struct policy_runtime *gw_runtime_table_find(struct gw_worker *w, const char *language, struct policy_runtime *out)
 {
     for (size_t i = 0; language != NULL && i < w->runtimes.count; i++) {
         const struct moat_runtime *rt = &w->runtimes.items[i];
-        int named = strcmp(rt->language, language) == 0;
-        for (size_t j = 0; !named && j < rt->naliases; j++)
-            named = strcmp(rt->aliases[j], language) == 0;
-        if (named) {
+        if (runtime_named(rt, language)) {
             *out = (struct policy_runtime){rt->language, (const char *const *)rt->aliases, rt->naliases, rt->version};
             return out;
         }
     }
     return NULL;
+}
+
+const struct policy_runtime *gw_runtime_table_select(struct gw_worker *w, const char *language, const char *selector,
+                                                     struct policy_runtime *out)
+{
+    const struct moat_runtime *best = NULL;
+
+    for (size_t i = 0; language != NULL && selector != NULL && i < w->runtimes.count; i++) {
+        const struct moat_runtime *rt = &w->runtimes.items[i];
+        /* the backend's own rule (language_find): the highest version the selector picks */
+        if (runtime_named(rt, language) && moat_version_selects(rt->version, selector) &&
+            (best == NULL || moat_version_cmp(rt->version, best->version) > 0))
+            best = rt;
+    }
+    if (best == NULL)
+        return NULL;
+    *out = (struct policy_runtime){best->language, (const char *const *)best->aliases, best->naliases, best->version};
+    return out;
 }
 
 static void on_table(void *data, enum backend_status status, const struct backend_reply *reply)

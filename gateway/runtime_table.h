@@ -19,6 +19,12 @@ void gw_runtime_table_store(struct gw_worker *w, const struct moat_runtimes *rt)
 /* The runtime `language` names (canonical name or alias) as *out, or NULL. */
 const struct policy_runtime *gw_runtime_table_find(struct gw_worker *w, const char *language, struct policy_runtime *out);
 
+/* The runtime `language` names whose version `selector` (plain or a semver
+ * range, moat_semver.h) picks, as the backend picks it: the highest.  NULL
+ * when none does. */
+const struct policy_runtime *gw_runtime_table_select(struct gw_worker *w, const char *language, const char *selector,
+                                                     struct policy_runtime *out);
+
 /* A runtimes query for r's backend call into frame (*job its id): GW_NEXT,
  * or a refusal when it cannot be encoded. */
 enum gw_flow gw_runtimes_query(struct gw_request *r, struct moat_buf *frame, uint64_t *job);

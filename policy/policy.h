@@ -78,6 +78,17 @@
  *     hold letters, digits and ". * + - _" (no ranges such as "3 || 4"),
  *     otherwise only policy "*" allows it.  A NULL or empty request version
  *     means "*".
+ *   - Semver ranges ("^3.10", ">=3 <4", "~3.11", "3 || 4"; moat_semver.h)
+ *     are resolved before they are judged: the gateway picks the concrete
+ *     version the range selects among the installed runtimes (its copy of
+ *     the backend's runtime table, by the backend's own rule: the highest),
+ *     judges that version under the rule above, and asks the backend for
+ *     exactly that version (gw_judge_exec), so what runs is what was
+ *     judged.  A range that selects no installed version reaches policy as
+ *     sent, and by the rule above only policy "*" allows it (the backend
+ *     then finds no runtime).  Judging the range itself ("every version it
+ *     could select is allowed") would deny ranges that only ever pick an
+ *     allowed version, and allow nothing more.
  *
  * Thread safety: policy_evaluate() only reads the policy; glibc's regexec()
  * locks each compiled regex, so worker threads may share one policy.

@@ -177,6 +177,77 @@ class PistonCompatTest(unittest.TestCase):
                 finally:
                     s.close()
 
+    # ---- semver ranges -------------------------------------------------------
+
+    def test_semver_ranges_pick_the_installed_version(self):
+        installed = self.python_version()
+        major, minor = installed.split(".")[:2]
+        for selector in ("^%s.%s" % (major, int(minor) - 1), ">=%s" % major, "~%s.%s" % (major, minor), "%s.x" % major,
+                         ">=%s.0 <%d" % (major, int(major) + 1), "%s || %d" % (major, int(major) + 1), "*",
+                         "%s.0 - %s" % (major, major)):
+            with self.subTest(selector=selector):
+                data = self.run_ok({"language": "python", "version": selector, "files": [{"content": "print(42)"}]})
+                self.assertEqual(data["version"], installed, data)
+                self.assertEqual(data["run"]["stdout"], "42\n")
+
+    def test_a_range_that_picks_nothing_is_unknown(self):
+        major = int(self.python_version().split(".")[0])
+        self.refused({"language": "python", "version": ">=%d" % (major + 1), "files": [{"content": "1"}]},
+                     "python->=%d runtime is unknown" % (major + 1))
+
+    def test_a_selector_that_does_not_parse_is_a_400(self):
+        for selector in (">=", "^3 ||<", "3.x.4 >1"):
+            with self.subTest(selector=selector):
+                self.refused({"language": "python", "version": selector, "files": [{"content": "1"}]},
+                             "version \"%s\" is neither a version nor a semver range" % selector)
+
+    def python_version(self):
+        status, _, data = self.stack.request("GET", "/api/v2/runtimes")
+        self.assertEqual(status, 200, data)
+        return next(r["version"] for r in data if r["language"] == "python")
+
+
+class SemverPolicyTest(unittest.TestCase):
+    """A range is judged as the version it picks: a pinned policy cannot be widened by a range."""
+
+    @classmethod
+    def setUpClass(cls):
+        extra = Stack.DEFAULT_TENANT_EXTRA
+        cls.stack = Stack(tenants=[
+            ("major", extra + "languages:\n  - {language: python, version: \"3\"}\n", ""),
+            ("pinned", extra + "languages:\n  - {language: python, version: \"3.10\"}\n", ""),
+        ]).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def execute(self, tenant, version):
+        return self.stack.request("POST", "/api/v2/execute", {"language": "python", "version": version,
+                                                              "files": [{"content": "print(42)"}]},
+                                  token=self.stack.tokens[tenant])
+
+    def test_range_within_the_policy_runs(self):
+        for version in ("^3.9", ">=3 <4", "~3", "3 || 4"):
+            with self.subTest(version=version):
+                status, _, data = self.execute("major", version)
+                self.assertEqual(status, 200, data)
+                self.assertEqual(data["run"]["stdout"], "42\n")
+
+    def test_range_that_picks_a_version_outside_the_policy_is_403(self):
+        # ">=3.10" could be read as "3.10 and up"; it picks the installed 3.11, which "3.10" does not allow
+        for version in (">=3.10", "^3.10", "3.10 - 3.99"):
+            with self.subTest(version=version):
+                status, _, data = self.execute("pinned", version)
+                self.assertEqual(status, 403, data)
+                self.assertIn("is not allowed for this tenant", data["message"])
+
+    def test_range_that_picks_nothing_is_judged_as_sent(self):
+        # no installed version: the range itself reaches policy, which allows a range only under "*"
+        status, _, data = self.execute("major", ">=99")
+        self.assertEqual(status, 403, data)
+        self.assertIn('version ">=99" of language "python" is not allowed', data["message"])
+
 
 class BackendCpuCeilingTest(unittest.TestCase):
     """The backend's own CPU limit is a ceiling too: a request may only lower it."""

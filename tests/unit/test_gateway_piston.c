@@ -104,6 +104,8 @@ static void test_rejections(void **state)
     expect_bad("{\"language\":\"\",\"version\":\"1\"," F "}", "language must be 1 to");
     expect_bad("{\"language\":\"c\"," F "}", "version is required");
     expect_bad("{\"language\":\"c\",\"version\":\"1\"}", "files is required");
+    expect_bad("{\"language\":\"c\",\"version\":\">=\"," F "}", "version \">=\" is neither a version nor a semver range");
+    expect_bad("{\"language\":\"c\",\"version\":\"^3 || <\"," F "}", "is neither a version nor a semver range");
     expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":{}}", "files must be an array");
     expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[]}", "files must hold between 1 and");
     expect_bad("{\"language\":\"c\",\"version\":\"1\",\"files\":[1]}", "files[0] must be an object");

@@ -19,6 +19,7 @@
 
 #include "moat_path.h"
 #include "moat_proto.h"
+#include "moat_semver.h"
 
 /* Tag numbers from PROTOCOL.md / moat_proto.c (private to the codec). */
 enum {
@@ -831,6 +832,94 @@ static void test_path_rules(void **state)
     assert_false(moat_path_is_dir_of("pkg", "pkg"));
     assert_false(moat_path_is_dir_of("pkg/mod.py", "pkg"));
     assert_false(moat_path_is_dir_of("pk", "pkg/x"));
+}
+
+/* moat_semver.h: plain selectors keep their rule; ranges as node-semver's satisfies() reads them. */
+static void test_semver_selectors(void **state)
+{
+    static const struct {
+        const char *version, *selector;
+        int want;
+    } rows[] = {
+        /* plain: whole components, a prefix selects below it */
+        {"3.11.2", "*", 1},
+        {"3.11.2", "3", 1},
+        {"3.11.2", "3.11", 1},
+        {"3.11.2", "3.x", 1},
+        {"3.11.2", "3.1", 0},
+        {"3.11.2", "3.11.2", 1},
+        {"3.11.2", "4", 0},
+        /* caret */
+        {"3.11.2", "^3.10", 1},
+        {"3.11.2", "^3.12", 0},
+        {"4.0.0", "^3.10", 0},
+        {"3.11.2", "^3", 1},
+        {"0.2.5", "^0.2.3", 1},
+        {"0.3.0", "^0.2.3", 0},
+        {"0.0.3", "^0.0.3", 1},
+        {"0.0.4", "^0.0.3", 0},
+        {"0.1.0", "^0.0", 0},
+        {"0.9.9", "^0.x", 1},
+        /* tilde */
+        {"3.11.2", "~3.11", 1},
+        {"3.11.9", "~3.11.2", 1},
+        {"3.12.0", "~3.11", 0},
+        {"3.11.1", "~3.11.2", 0},
+        {"3.99.0", "~3", 1},
+        {"3.11.2", "~>3.11", 1},
+        /* comparisons, partial versions read as node-semver reads them */
+        {"3.11.2", ">=3", 1},
+        {"2.9.9", ">=3", 0},
+        {"3.11.2", ">3.11", 0},
+        {"3.12.0", ">3.11", 1},
+        {"3.11.2", "<=3.11", 1},
+        {"3.12.0", "<=3.11", 0},
+        {"3.11.2", "<3.11", 0},
+        {"3.10.9", "<3.11", 1},
+        {"3.11.2", "=3.11.2", 1},
+        {"3.11.2", ">= 3.9 < 3.12", 1},
+        {"3.11.2", ">=3.9 <3.12", 1},
+        {"3.12.1", ">=3.9 <3.12", 0},
+        {"3.8.0", ">=3.9 <3.12", 0},
+        {"3.11.2", "v3.11.2", 0}, /* plain by its characters: "v3" is not "3" */
+        {"3.11.2", "=v3.11.2", 1},
+        {"3.11.2", "3.x || 4", 1},
+        {"4.1.0", "3.x || 4", 1},
+        {"5.0.0", "3.x || 4", 0},
+        {"5.0.0", "3 || >=5", 1},
+        {"3.11.2", "<*", 0},
+        {"3.11.2", ">=*", 1},
+        /* hyphen ranges: inclusive, a partial upper end covers its span */
+        {"3.11.2", "3.10 - 3.11", 1},
+        {"3.12.0", "3.10 - 3.11", 0},
+        {"3.10.0", "3.10.0 - 3.10.0", 1},
+        {"1.2.2", "1.2.3 - 2", 0},
+        {"2.9.9", "1.2.3 - 2", 1},
+        /* versions that are not three numbers are never in a range */
+        {"3.11.2.1", ">=3", 0},
+        {"3.11rc1", ">=3", 0},
+        {"17", ">=16", 1},
+        {"5.4", "^5.3", 1},
+    };
+    static const char *invalid[] = {">=",       "^",   ">=3 <", "3.11.2.1 || >", "^3.1x",
+                                    "3.x.4 >1", ">=a", "<<3",   "3 - ",          "99999999999 >1"};
+    static const char *valid[] = {"*", "3.x", "^3.10", ">=3 <4", "~3.11", "3 || 4", "1.2 - 3", "  ", ">= 3", "3.x.x || *"};
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (moat_version_selects(rows[i].version, rows[i].selector) != rows[i].want)
+            fail_msg("moat_version_selects(\"%s\", \"%s\") != %d", rows[i].version, rows[i].selector, rows[i].want);
+    for (size_t i = 0; i < sizeof(invalid) / sizeof(invalid[0]); i++) {
+        if (moat_selector_valid(invalid[i]))
+            fail_msg("\"%s\" taken for a selector", invalid[i]);
+        assert_int_equal(moat_version_selects("3.11.2", invalid[i]), 0);
+    }
+    for (size_t i = 0; i < sizeof(valid) / sizeof(valid[0]); i++)
+        if (!moat_selector_valid(valid[i]))
+            fail_msg("\"%s\" refused", valid[i]);
+    assert_true(moat_selector_is_plain("3.11.x") && moat_selector_is_plain("*"));
+    assert_false(moat_selector_is_plain("^3") || moat_selector_is_plain("3 || 4") || moat_selector_is_plain(""));
+    assert_true(moat_version_cmp("3.11.2", "3.9.0") > 0 && moat_version_cmp("3.9", "3.11") < 0);
+    assert_int_equal(moat_version_cmp("1.19.8", "1.19.8"), 0);
 }
 
 static void test_unknown_and_duplicate_tags(void **state)
@@ -2404,6 +2493,7 @@ int main(void)
         cmocka_unit_test(test_tlv_structure_rejections),
         cmocka_unit_test(test_unknown_and_duplicate_tags),
         cmocka_unit_test(test_path_rules),
+        cmocka_unit_test(test_semver_selectors),
         cmocka_unit_test(test_required_fields),
         cmocka_unit_test(test_string_rules),
         cmocka_unit_test(test_count_caps),
