@@ -221,6 +221,8 @@ static uint64_t append_line(struct audit_log *l, const char *line, size_t len, c
     }
     m = &l->wmarks[l->nmarks++];
     audit_sha256(line, len, m->hash);
+    l->last_line = (struct audit_line_ref){l->file_first_seq, l->file_bytes, (uint32_t)len, l->seq + 1, {0}};
+    memcpy(l->last_line.hash, m->hash, AUDIT_HASH_LEN);
     memcpy(l->wbuf + l->wlen, line, len + 1);
     l->wlen += len + 1;
     m->end = l->wlen;
@@ -394,10 +396,13 @@ static int before_record(struct audit_log *l, const void *packet, size_t packet_
     return 0;
 }
 
-/* After a record: a checkpoint when one is due.  One that fails is tried
- * again after the next record; the record itself is written either way. */
+/* After a record: its line noted (record_line), then a checkpoint when one
+ * is due.  One that fails is tried again after the next record; the record
+ * itself is written either way. */
 static uint64_t after_record(struct audit_log *l, uint64_t seq)
 {
+    if (seq)
+        l->record_line = l->last_line;
     if (seq && l->cfg.checkpoint_records && l->since_checkpoint >= l->cfg.checkpoint_records) {
         char cerr[256];
         (void)alog_checkpoint(l, cerr, sizeof(cerr));

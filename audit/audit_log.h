@@ -36,6 +36,17 @@ struct audit_config {
     uint64_t reserve_bytes;       /* free space kept for records somebody waits for (default 64 MiB; 0: off) */
 };
 
+/* Where a sealed line is: its log file, offset, length (without its '\n'),
+ * seq and SHA-256.  The writer's index of executions keeps these
+ * (audit_index.h). */
+struct audit_line_ref {
+    uint64_t file_first_seq;
+    uint64_t offset;
+    uint32_t len;
+    uint64_t seq;
+    uint8_t hash[AUDIT_HASH_LEN];
+};
+
 struct audit_wmark {
     size_t end;   /* the line's end in wbuf, past its '\n' */
     uint64_t seq; /* its seq */
@@ -88,7 +99,9 @@ struct audit_log {
     size_t nmarks;
     uint64_t wbase_seq, wbase_file_bytes; /* the state before the first buffered line */
     uint8_t wbase_prev[AUDIT_HASH_LEN];
-    int write_failed; /* errno of a write that failed since the last audit_log_sync */
+    int write_failed;                  /* errno of a write that failed since the last audit_log_sync */
+    struct audit_line_ref last_line;   /* the line sealed last (a checkpoint's too) */
+    struct audit_line_ref record_line; /* the line of the body appended last (audit_log_append*) */
 };
 
 void audit_config_defaults(struct audit_config *c);

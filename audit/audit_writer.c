@@ -26,6 +26,16 @@
  * once per pass that has such a record, then counted down by what the pass
  * appends.
  *
+ * Reading back and reviews (audit_index.c): the writer indexes the
+ * durable records of executions (once the batch's fdatasync succeeded),
+ * answers a worker's AUDIT_WIRE_QUERY for one execution of one tenant
+ * after its batch is durable, in order with the acks (the records are read
+ * back from the files, each checked against the hash it was written with,
+ * and the packet against its record), and writes a review only when it
+ * names a result record of an execution of its own tenant (refused
+ * otherwise, like any bad body).  An answer is sent whole, blocking, like
+ * the acks: a worker reads its socket on every loop turn.
+ *
  * A pass, in order: wait_for_clients (poll; no longer than until the next
  * checkpoint is due), read_requests (every complete request appended or
  * dropped, up to a batch), audit_log_tick (the log's timed duties: a
@@ -36,12 +46,16 @@
  */
 #include "audit_writer.h"
 
+#include "audit_index.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "moat_io.h"
@@ -65,9 +79,12 @@ struct client {
 struct pending {
     int client;
     int noack; /* AUDIT_WIRE_NOACK: made durable, not acknowledged */
+    int query; /* AUDIT_WIRE_QUERY: answered after the batch is durable */
     uint64_t tag;
     uint64_t seq;
     uint32_t err;
+    struct audit_index_fields f; /* the record's (indexed once durable), or the query's */
+    struct audit_line_ref ref;   /* where the record's line is */
 };
 
 /* The disk reserve's account (see the top of the file). */
@@ -83,6 +100,7 @@ struct reserve {
 /* The writer's state across passes.  Large: allocated, not on the stack. */
 struct writer {
     struct audit_log *l;
+    struct audit_index *ix;
     struct client clients[MAX_CLIENTS];
     int nclients, open_clients;
     int failing;             /* the log is failing: said once, until it writes again */
@@ -286,26 +304,74 @@ static void report_drops(struct writer *w, int closing)
 
 /* Appends one request (rq, its body and packet) to the log and the batch,
  * or counts it when the reserve keeps it out. */
+/* A query's body: {"tenant":"...","request_id":"..."}, nothing else. */
+static int parse_query(const char *body, size_t len, struct audit_index_fields *f)
+{
+    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+    const char *t = json_string_value(json_object_get(j, "tenant"));
+    const char *r = json_string_value(json_object_get(j, "request_id"));
+    int ok = json_is_object(j) && json_object_size(j) == 2 && t != NULL && r != NULL && t[0] && r[0] &&
+             strlen(t) <= AUDIT_INDEX_MAX_ID && strlen(r) <= AUDIT_INDEX_MAX_ID;
+    memset(f, 0, sizeof(*f));
+    if (ok) {
+        strcpy(f->tenant, t);
+        strcpy(f->request_id, r);
+    }
+    json_decref(j);
+    return ok ? 0 : -1;
+}
+
+/* A review is written only when it names a result of its own tenant's
+ * execution (audit_index_check_review); 0, or -1 with pe->err set. */
+static int admit_review(struct writer *w, int ci, struct pending *pe, const char *body, size_t len)
+{
+    char err[256];
+    if (strcmp(pe->f.type, "review") != 0)
+        return 0;
+    errno = EINVAL;
+    if (!pe->noack && audit_index_check_review(w->ix, body, len, err, sizeof(err)) == 0)
+        return 0;
+    if (pe->noack)
+        snprintf(err, sizeof(err), "a review is acknowledged, never sent with AUDIT_WIRE_NOACK");
+    pe->err = (uint32_t)errno;
+    fprintf(stderr, "moat-audit-writer: client %d: review refused: %s\n", ci, err);
+    return -1;
+}
+
 static void append_request(struct writer *w, int ci, const struct audit_wire_req *rq, const uint8_t *data)
 {
     const char *body = (const char *)data;
     const uint8_t *packet = rq->packet_len ? data + rq->body_len : NULL;
     char err[256];
-    if (keep_out(w, rq)) {
+    int query = (rq->flags & AUDIT_WIRE_QUERY) != 0;
+    if (!query && keep_out(w, rq)) {
         count_drop(w);
         return;
     }
-    use_room(w, rq);
+    if (!query)
+        use_room(w, rq);
     struct pending *pe = &w->batch[w->np++];
     pe->client = ci;
     pe->noack = (rq->flags & AUDIT_WIRE_NOACK) != 0;
+    pe->query = query;
     pe->tag = rq->tag;
     pe->err = 0;
+    pe->seq = 0;
+    if (query) {
+        if (rq->packet_len != 0 || parse_query(body, rq->body_len, &pe->f) != 0)
+            pe->err = EINVAL;
+        return;
+    }
+    (void)audit_index_fields(body, rq->body_len, &pe->f);
+    if (admit_review(w, ci, pe, body, rq->body_len) != 0)
+        return;
     errno = 0;
     /* bodies in compact printable ASCII are spliced as they are; any
      * other is parsed and re-encoded (audit_log_append_text) */
-    if ((pe->seq = audit_log_append_text(w->l, body, rq->body_len, packet, rq->packet_len, err, sizeof(err))) != 0)
+    if ((pe->seq = audit_log_append_text(w->l, body, rq->body_len, packet, rq->packet_len, err, sizeof(err))) != 0) {
+        pe->ref = w->l->record_line;
         return;
+    }
     pe->err = errno ? (uint32_t)errno : EIO;
     if (pe->err == EINVAL)
         fprintf(stderr, "moat-audit-writer: client %d: record refused: %s\n", ci, err);
@@ -323,7 +389,7 @@ static int drain(struct writer *w, int ci)
         struct audit_wire_req rq;
         memcpy(&rq, c->buf + off, sizeof(rq));
         if (rq.magic != AUDIT_WIRE_MAGIC || rq.body_len > AUDIT_WIRE_MAX_BODY || rq.packet_len > AUDIT_WIRE_MAX_PACKET ||
-            (rq.flags & ~AUDIT_WIRE_NOACK) != 0) {
+            (rq.flags & ~(AUDIT_WIRE_NOACK | AUDIT_WIRE_QUERY)) != 0 || rq.flags == (AUDIT_WIRE_NOACK | AUDIT_WIRE_QUERY)) {
             fprintf(stderr, "moat-audit-writer: client %d: protocol error, closing it\n", ci);
             return -1;
         }
@@ -380,19 +446,84 @@ static void write_denials(struct writer *w, uint64_t now)
         w->unsynced_since = now ? now : 1;
 }
 
-/* The batch's acknowledgements, in order, one write per client. */
+/* A query's ack and, when found, its answer (audit_wire.h), in one go. */
+static int answer_query(struct writer *w, int fd, const struct pending *pe)
+{
+    struct audit_found found;
+    struct audit_wire_ack ack = {pe->tag, 0, pe->err, 0};
+    struct audit_wire_found head = {0, 0};
+    char err[256];
+    int rc = pe->err ? 0 : audit_index_find(w->ix, w->l->dirfd, pe->f.tenant, pe->f.request_id, &found, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "moat-audit-writer: execution %s not served: %s\n", pe->f.request_id, err);
+        ack.err = EIO;
+    } else if (rc == 0 && !pe->err) {
+        ack.err = ENOENT;
+    } else if (rc == 1) {
+        head = (struct audit_wire_found){(uint32_t)found.records_len, (uint32_t)found.packet_len};
+        ack.len = (uint32_t)(sizeof(head) + found.records_len + found.packet_len);
+    }
+    int sent = moat_send_full(fd, &ack, sizeof(ack));
+    if (sent == 0 && rc == 1)
+        sent = moat_send_full(fd, &head, sizeof(head)) != 0 || moat_send_full(fd, found.records, found.records_len) != 0 ||
+                       (found.packet_len && moat_send_full(fd, found.packet, found.packet_len) != 0)
+                   ? -1
+                   : 0;
+    if (rc == 1)
+        audit_found_free(&found);
+    return sent;
+}
+
+/* One client's acknowledgements, in order: as few writes as the queries
+ * among them allow. */
+static int send_client_acks(struct writer *w, int ci)
+{
+    int fd = w->clients[ci].fd;
+    size_t na = 0;
+    for (size_t i = 0; i < w->np; i++) {
+        const struct pending *pe = &w->batch[i];
+        if (pe->client != ci || pe->noack)
+            continue;
+        if (!pe->query) {
+            w->acks[na++] = (struct audit_wire_ack){pe->tag, pe->seq, pe->err, 0};
+            continue;
+        }
+        if ((na > 0 && moat_send_full(fd, w->acks, na * sizeof(w->acks[0])) != 0) || answer_query(w, fd, pe) != 0)
+            return -1;
+        na = 0;
+    }
+    return na > 0 ? moat_send_full(fd, w->acks, na * sizeof(w->acks[0])) : 0;
+}
+
+/* The batch's acknowledgements, in order. */
 static void send_acks(struct writer *w)
 {
     for (int ci = 0; ci < w->nclients; ci++) {
         struct client *c = &w->clients[ci];
-        size_t na = 0;
-        for (size_t i = 0; i < w->np; i++) {
-            const struct pending *pe = &w->batch[i];
-            if (pe->client == ci && !pe->noack)
-                w->acks[na++] = (struct audit_wire_ack){pe->tag, pe->seq, pe->err, 0};
-        }
-        if (na > 0 && c->fd >= 0 && moat_send_full(c->fd, w->acks, na * sizeof(w->acks[0])) != 0)
+        if (c->fd >= 0 && send_client_acks(w, ci) != 0)
             close_client(w, c);
+    }
+}
+
+/* The batch's durable records of executions into the index. */
+static void index_batch(struct writer *w)
+{
+    for (size_t i = 0; i < w->np; i++) {
+        const struct pending *pe = &w->batch[i];
+        if (!pe->query && pe->seq != 0)
+            audit_index_note(w->ix, &pe->f, &pe->ref);
+    }
+}
+
+/* The log was failing and every record of this batch was written. */
+static void note_writing_again(struct writer *w)
+{
+    int all_ok = 1;
+    for (size_t i = 0; i < w->np; i++)
+        all_ok &= w->batch[i].seq != 0 || w->batch[i].query;
+    if (all_ok) {
+        fprintf(stderr, "moat-audit-writer: writing again\n");
+        w->failing = 0;
     }
 }
 
@@ -409,14 +540,10 @@ static void commit_batch(struct writer *w)
                 w->batch[i].seq = 0;
                 w->batch[i].err = EIO;
             }
-    } else if (w->failing) {
-        int all_ok = 1;
-        for (size_t i = 0; i < w->np; i++)
-            all_ok &= w->batch[i].seq != 0;
-        if (all_ok) {
-            fprintf(stderr, "moat-audit-writer: writing again\n");
-            w->failing = 0;
-        }
+    } else {
+        index_batch(w);
+        if (w->failing)
+            note_writing_again(w);
     }
     send_acks(w);
 }
@@ -459,6 +586,13 @@ int audit_writer_run(struct audit_log *l, const int *fds, int nfds)
         return -1;
     }
     w->l = l;
+    if ((w->ix = audit_index_new()) == NULL) {
+        fprintf(stderr, "moat-audit-writer: out of memory\n");
+        free(w);
+        return -1;
+    }
+    if (audit_index_load(w->ix, l->dirfd, err, sizeof(err)) != 0)
+        fprintf(stderr, "moat-audit-writer: the index of executions starts empty (reading back finds only new ones): %s\n", err);
     w->nclients = nfds > MAX_CLIENTS ? MAX_CLIENTS : nfds;
     for (int i = 0; i < w->nclients; i++)
         w->clients[i].fd = fds[i];
@@ -479,6 +613,7 @@ int audit_writer_run(struct audit_log *l, const int *fds, int nfds)
     report_drops(w, 1);
     for (int i = 0; i < w->nclients; i++)
         free(w->clients[i].buf);
+    audit_index_free(w->ix);
     free(w);
     return rc;
 }

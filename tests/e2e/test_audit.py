@@ -454,7 +454,7 @@ class AuditTest(unittest.TestCase):
             c.sock.recv(1)
         # a flag bit the protocol does not define: the writer closes that client
         bad = w.clients[1]
-        bad.send(request(99, request_id="bad"), flags=2)
+        bad.send(request(99, request_id="bad"), flags=4)  # (2 is AUDIT_WIRE_QUERY)
         bad.sock.settimeout(10)
         self.assertEqual(bad.sock.recv(1), b"")
         rc, err = w.close()

@@ -36,9 +36,11 @@
 #include <jansson.h>
 
 #include "audit_crypto.h"
+#include "audit_index.h"
 #include "audit_log.h"
 #include "audit_verify.h"
 #include "json_scan.h"
+#include "moat_hex.h"
 
 struct fixture {
     char root[256]; /* mkdtemp, mode 0755 */
@@ -1862,6 +1864,64 @@ static void test_dropped_record(void **state)
     expect_ok(f);
 }
 
+/* The writer's index of executions (audit_index.c): a record is found only
+ * under its own tenant, a review must name its result exactly, and the
+ * oldest entries go once the ring is full (bounded memory). */
+static void index_result(struct audit_index *ix, const char *tenant, unsigned i, uint64_t seq)
+{
+    char body[256];
+    struct audit_index_fields f;
+    struct audit_line_ref ref = {1, seq * 100, 99, seq, {0}};
+    int n = snprintf(body, sizeof(body), "{\"type\":\"result\",\"request_id\":\"r%u\",\"tenant\":\"%s\"}", i, tenant);
+    assert_int_equal(audit_index_fields(body, (size_t)n, &f), 0);
+    memcpy(ref.hash, &seq, sizeof(seq));
+    audit_index_note(ix, &f, &ref);
+}
+
+static int index_review(struct audit_index *ix, const char *tenant, unsigned i, uint64_t seq)
+{
+    char body[512], hex[AUDIT_HEX_LEN + 1];
+    uint8_t h[AUDIT_HASH_LEN] = {0};
+    memcpy(h, &seq, sizeof(seq));
+    moat_hex_encode(h, sizeof(h), hex);
+    int n = snprintf(body, sizeof(body),
+                     "{\"type\":\"review\",\"request_id\":\"r%u\",\"tenant\":\"%s\",\"key_id\":\"k\","
+                     "\"verdict\":\"approved\",\"note\":\"\",\"result_seq\":%llu,\"result_sha256\":\"%s\"}",
+                     i, tenant, (unsigned long long)seq, hex);
+    char err[256];
+    errno = 0;
+    return audit_index_check_review(ix, body, (size_t)n, err, sizeof(err)) == 0 ? 0 : errno;
+}
+
+static void test_index_tenant_and_ring(void **state)
+{
+    (void)state;
+    struct audit_index *ix = audit_index_new();
+    assert_non_null(ix);
+    index_result(ix, "acme", 1, 10);
+    assert_int_equal(index_review(ix, "acme", 1, 10), 0);
+    assert_int_equal(index_review(ix, "other", 1, 10), ENOENT); /* not another tenant's */
+    assert_int_equal(index_review(ix, "acme", 1, 11), ENOENT);  /* not another line */
+    assert_int_equal(index_review(ix, "acme", 2, 10), ENOENT);
+    /* a denial is not indexed */
+    struct audit_index_fields f;
+    const char *denied = "{\"type\":\"request\",\"request_id\":\"r3\",\"tenant\":\"acme\",\"decision\":\"denied\"}";
+    assert_int_equal(audit_index_fields(denied, strlen(denied), &f), 0);
+    assert_int_equal(f.allowed, 0);
+    assert_string_equal(f.request_id, "r3");
+    /* escaped strings are decoded (the slow path's encoding finds the same entry) */
+    const char *esc = "{\"type\":\"result\",\"request_id\":\"r\\u0031\",\"tenant\":\"acme\"}";
+    assert_int_equal(audit_index_fields(esc, strlen(esc), &f), 0);
+    assert_string_equal(f.request_id, "r1");
+    /* a full ring drops the oldest */
+    for (unsigned i = 100; i < 100 + AUDIT_INDEX_RECORDS; i++)
+        index_result(ix, "acme", i, i + 1000);
+    assert_int_equal(index_review(ix, "acme", 1, 10), ENOENT);
+    assert_int_equal(index_review(ix, "acme", 100, 1100), 0);
+    assert_int_equal(index_review(ix, "acme", 99 + AUDIT_INDEX_RECORDS, 1099 + AUDIT_INDEX_RECORDS), 0);
+    audit_index_free(ix);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1894,6 +1954,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a2_checkpoint_after_torn_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_export_verified_on_its_own, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dropped_record, setup, teardown),
+        cmocka_unit_test(test_index_tenant_and_ring),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,197 @@
+"""Reading an execution back and reviewing it (issue 12, item 4; FORMAT.md
+"Reading an execution back" and "Reviews").
+
+Against the real moat-audit-writer, spoken to over audit/wire/audit_wire.h as
+the gateway's workers do (test_audit.py's client): a query returns an
+execution's records and its packet, only to its own tenant (another tenant's
+query is "not found", never "forbidden"); a packet or a line that is not what
+was written is never served; the index is rebuilt when the writer starts; a
+review is written only when it names a result of its own tenant's execution;
+verify passes.  Needs root (the writer drops to moat-audit).
+"""
+
+import errno
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import unittest
+
+import test_audit
+from test_audit import audit, request
+
+QUERY = 2  # AUDIT_WIRE_QUERY
+FOUND = struct.Struct("=II")
+
+
+def query(client, tenant, request_id, timeout=30):
+    """(err, records, packet) of one execution read back."""
+    tag = client.send({"tenant": tenant, "request_id": request_id}, flags=QUERY)
+    t, seq, err, length = client.ack(timeout)
+    assert t == tag and seq == 0, (t, tag, seq)
+    while len(client.buf) < length:
+        chunk = client.sock.recv(1 << 20)
+        if not chunk:
+            raise EOFError("writer closed the socket")
+        client.buf += chunk
+    answer, client.buf = client.buf[:length], client.buf[length:]
+    if length == 0:
+        return err, [], None
+    rl, pl = FOUND.unpack(answer[:FOUND.size])
+    assert FOUND.size + rl + pl == length
+    lines = answer[FOUND.size:FOUND.size + rl].decode().splitlines()
+    return err, lines, answer[FOUND.size + rl:] if pl else None
+
+
+def result(i, tenant="acme"):
+    return {"type": "result", "request_id": "req-%d" % i, "tenant": tenant, "key_id": "k_%s" % tenant,
+            "decision": "allowed", "status": 200, "run": {"status": None, "code": 0}}
+
+
+def review(line, verdict="approved", note="looks right", **kw):
+    """A review of the result record whose line is line (as gw_audit_review builds it)."""
+    rec = json.loads(line)
+    body = {"type": "review", "request_id": rec["request_id"], "tenant": rec["tenant"], "key_id": "k_reviewer",
+            "review_request_id": "rv-1", "client": "10.0.0.9", "verdict": verdict, "note": note,
+            "result_seq": rec["seq"], "result_sha256": hashlib.sha256(line.encode()).hexdigest()}
+    body.update(kw)
+    return body
+
+
+class ReviewsTest(unittest.TestCase):
+    # test_audit's scratch trail and writer, without its tests
+    setUp = test_audit.AuditTest.setUp
+    tearDown = test_audit.AuditTest.tearDown
+    start = test_audit.AuditTest.start
+    verify_ok = test_audit.AuditTest.verify_ok
+    log_lines = test_audit.AuditTest.log_lines
+
+    def execution(self, c, i, tenant="acme", packet=None):
+        """An execution's request and result records; the result's line."""
+        self.assertNotEqual(c.call(request(i, tenant))[1], 0)
+        packet = packet if packet is not None else json.dumps({"request": {"code": "print(%d)" % i}}).encode()
+        self.assertNotEqual(c.call(result(i, tenant), packet)[1], 0)
+        err, lines, got = query(c, tenant, "req-%d" % i)
+        self.assertEqual(err, 0, self.writers[-1].stderr_text())
+        self.assertEqual(got, packet)
+        return [l for l in lines if json.loads(l)["type"] == "result"][-1]
+
+    def test_query_own_tenant_only(self):
+        w = self.start()
+        c = w.clients[0]
+        packet = b'{"request":{"code":"print(1)"},"result":{"run":{"stdout":"1\\n"}}}'
+        self.execution(c, 1, packet=packet)
+        err, lines, got = query(c, "acme", "req-1")
+        self.assertEqual(err, 0)
+        self.assertEqual([json.loads(l)["type"] for l in lines], ["request", "result"])
+        self.assertEqual(got, packet)
+        self.assertEqual(json.loads(lines[1])["packet"], hashlib.sha256(packet).hexdigest())
+        # the lines served are the log's own lines, byte for byte
+        logged = b"".join(data for _, data in self.log_lines()).decode().splitlines()
+        for l in lines:
+            self.assertIn(l, logged)
+        # another tenant, an unknown id, a denial: not found, and nothing served
+        self.assertEqual(query(c, "other", "req-1"), (errno.ENOENT, [], None))
+        self.assertEqual(query(c, "acme", "req-2"), (errno.ENOENT, [], None))
+        c.call(request(3, decision="denied", reason="rate", status=429))
+        self.assertEqual(query(c, "acme", "req-3"), (errno.ENOENT, [], None))
+        # an execution still running: its request, no packet
+        c.call(request(4))
+        err, lines, got = query(c, "acme", "req-4")
+        self.assertEqual((err, len(lines), got), (0, 1, None))
+        # a query of the wrong shape is refused; the socket goes on
+        tag = c.send({"tenant": "acme"}, flags=QUERY)
+        self.assertEqual(c.ack()[0:3], (tag, 0, errno.EINVAL))
+        tag = c.send({"tenant": "acme", "request_id": "req-1", "x": 1}, flags=QUERY)
+        self.assertEqual(c.ack()[0:3], (tag, 0, errno.EINVAL))
+        self.assertEqual(query(c, "acme", "req-1")[0], 0)
+        self.assertEqual(w.close()[0], 0)
+        self.verify_ok()
+
+    def test_tampered_packet_is_never_served(self):
+        w = self.start()
+        c = w.clients[0]
+        self.execution(c, 1, packet=b"A" * 1000)
+        pack = [n for n in os.listdir(self.adir) if n.endswith(".pack")][0]
+        path = os.path.join(self.adir, pack)
+        subprocess.run(["chattr", "-a", path], capture_output=True)
+        with open(path, "r+b") as f:
+            f.seek(10)
+            f.write(b"B")
+        err, lines, got = query(c, "acme", "req-1")
+        self.assertEqual((err, lines, got), (errno.EIO, [], None))
+        self.assertIn("not the one its record names", w.stderr_text())
+        # a line changed in the log (the same length) is not served either
+        self.execution(c, 2)
+        name, data = self.log_lines()[-1]
+        at = data.index(b'"k_acme"', data.index(b'"req-2"'))
+        path = os.path.join(self.adir, name)
+        subprocess.run(["chattr", "-a", path], capture_output=True)
+        with open(path, "r+b") as f:
+            f.seek(at + 1)
+            f.write(b"K")
+        self.assertEqual(query(c, "acme", "req-2"), (errno.EIO, [], None))
+        self.assertIn("is not what was written", w.stderr_text())
+        w.close()
+
+    def test_index_rebuilt_at_start(self):
+        w = self.start()
+        c = w.clients[0]
+        for i in range(1, 4):
+            self.execution(c, i)
+        self.assertEqual(w.close()[0], 0)
+        w = self.start()
+        c = w.clients[0]
+        for i in range(1, 4):
+            err, lines, got = query(c, "acme", "req-%d" % i)
+            self.assertEqual((err, len(lines)), (0, 2))
+            self.assertIn(b"print(%d)" % i, got)
+        self.assertEqual(query(c, "other", "req-1")[0], errno.ENOENT)
+        w.close()
+
+    def test_review_only_of_its_own_tenants_result(self):
+        w = self.start()
+        c = w.clients[0]
+        line = self.execution(c, 1)
+        self.execution(c, 1, tenant="other")  # the same request id, another tenant
+        refused = [
+            review(line, tenant="other"),                       # names acme's result under another tenant
+            review(line, result_sha256="0" * 64),               # not that line
+            review(line, result_seq=json.loads(line)["seq"] - 1),
+            review(line, request_id="req-9"),
+            review(line, verdict="fine"),
+            review(line, note="x" * 4097),
+            review(line, extra=1),
+            {k: v for k, v in review(line).items() if k != "note"},
+        ]
+        for body in refused:
+            t, seq, err, _ = c.call(body)
+            self.assertEqual(seq, 0, body)
+            self.assertIn(err, (errno.EINVAL, errno.ENOENT), body)
+        self.assertEqual(c.call(review(line, tenant="other"))[2], errno.ENOENT)
+        # a review nobody waits for is refused (the writer says so; no ack comes)
+        c.send(review(line), flags=1)
+        # accepted: durable, acknowledged, and read back with the execution
+        for verdict, note in (("needs_changes", "unbounded loop\u202e"), ("approved", "fixed \u00e9")):
+            t, seq, err, _ = c.call(review(line, verdict=verdict, note=note))
+            self.assertEqual(err, 0)
+            self.assertGreater(seq, 0)
+        err, lines, _ = query(c, "acme", "req-1")
+        recs = [json.loads(l) for l in lines]
+        self.assertEqual([r["type"] for r in recs], ["request", "result", "review", "review"])
+        self.assertEqual(recs[3]["note"], "fixed \u00e9")
+        self.assertEqual(recs[2]["result_sha256"], hashlib.sha256(line.encode()).hexdigest())
+        # other's execution has no review
+        self.assertEqual([json.loads(l)["type"] for l in query(c, "other", "req-1")[1]], ["request", "result"])
+        self.assertIn("review refused", w.stderr_text())
+        # the reviews per execution are capped
+        for _ in range(30):
+            self.assertEqual(c.call(review(line))[2], 0)
+        self.assertEqual(c.call(review(line))[2], errno.EMLINK)
+        self.assertEqual(w.close()[0], 0)
+        self.verify_ok()
+
+
+if __name__ == "__main__":
+    unittest.main()
