@@ -82,6 +82,9 @@
 #define GW_JUDGE0_STORE_MAX_PER_TENANT 1000
 #define GW_JUDGE0_STORE_MAX_RECORDS    20000
 #define GW_JUDGE0_STORE_MAX_BYTES      (256u * 1024u * 1024u)
+/* A submission's additional_files (a zip) unpacks to at most this much
+ * (the tenant's max_code_bytes then applies to all its files together). */
+#define GW_JUDGE0_ZIP_MAX_BYTES (16u * 1024u * 1024u)
 
 /* Sessions (connect): each tenant's ceilings (sessions: in a tenant; bounds
  * POLICY_SESSION_MAX_* in policy.h), and the gateway's own (the top-level

@@ -27,6 +27,7 @@
  */
 #include "judge0_api.h"
 #include "gw_limits.h"
+#include "judge0_zip.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -37,11 +38,12 @@
 #include <time.h>
 
 #include "moat_base64.h"
+#include "moat_path.h"
 #include "moat_utf8.h"
 
 /* ------------------------------------------------------------- helpers */
 
-__attribute__((format(printf, 3, 4))) static int bad(char *err, size_t errlen, const char *fmt, ...)
+int judge0_errf(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
 
@@ -219,7 +221,7 @@ char *judge0_config_info_json(const struct tenant_policy *p, uint64_t ttl_s, uin
     json_t *o = json_pack("{s:b, s:b, s:[], s:b, s:b, s:b, s:i, s:i, s:b, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}",
                           "enable_wait_result", 1, "enable_compiler_options", 0, "allowed_languages_for_compile_options",
                           "enable_command_line_arguments", 1, "enable_submission_delete", 0, "enable_callbacks", 0,
-                          "callbacks_max_tries", 0, "callbacks_timeout", 0, "enable_additional_files", 0, "max_queue_size",
+                          "callbacks_max_tries", 0, "callbacks_timeout", 0, "enable_additional_files", 1, "max_queue_size",
                           (json_int_t)max_queue, "cpu_time_limit", t, "max_cpu_time_limit", t, "cpu_extra_time", 0.0,
                           "max_cpu_extra_time", JUDGE0_MAX_CPU_EXTRA_TIME, "wall_time_limit", t, "max_wall_time_limit", t,
                           "memory_limit", mem, "max_memory_limit", mem);
@@ -231,8 +233,8 @@ char *judge0_config_info_json(const struct tenant_policy *p, uint64_t ttl_s, uin
         0, "allow_enable_per_process_and_thread_time_limit", 0, "enable_per_process_and_thread_memory_limit", 0,
         "allow_enable_per_process_and_thread_memory_limit", 0, "max_file_size", JUDGE0_BOX_FILE_SIZE_KB, "max_max_file_size",
         JUDGE0_MAX_FILE_SIZE_KB, "number_of_runs", 1, "max_number_of_runs", 1, "redirect_stderr_to_stdout", 0, "max_extract_size",
-        0, "enable_batched_submissions", 0, "max_submission_batch_size", 0, "submission_cache_duration", (json_int_t)ttl_s,
-        "use_docs_as_homepage", 0, "allow_enable_network", 0, "enable_network", 0);
+        (int)(GW_JUDGE0_ZIP_MAX_BYTES / 1024), "enable_batched_submissions", 0, "max_submission_batch_size", 0,
+        "submission_cache_duration", (json_int_t)ttl_s, "use_docs_as_homepage", 0, "allow_enable_network", 0, "enable_network", 0);
     char *s = NULL;
 
     if (o != NULL && more != NULL && json_object_update(o, more) == 0)
@@ -347,7 +349,7 @@ static int parse_fields(const char *v, struct judge0_query *q, char *err, size_t
         p = end + 1;
     }
     if (nbad > 0)
-        return bad(err, errlen, "invalid fields: [%s]", bad_names);
+        return judge0_errf(err, errlen, "invalid fields: [%s]", bad_names);
     if (q->nfields == 0)
         default_fields(q);
     return 0;
@@ -368,9 +370,9 @@ int judge0_parse_query(const char *q, size_t len, unsigned allowed, struct judge
 
         if (end > at) {
             if (url_decode(q + at, nlen, name, sizeof(name)) != 0)
-                return bad(err, errlen, "malformed query parameter");
+                return judge0_errf(err, errlen, "malformed query parameter");
             if (eq == NULL || url_decode(eq + 1, end - (size_t)(eq + 1 - q), value, sizeof(value)) != 0)
-                return bad(err, errlen, "query parameter %s needs a value", name);
+                return judge0_errf(err, errlen, "query parameter %s needs a value", name);
             if (strcmp(name, "wait") == 0)
                 bit = JUDGE0_Q_WAIT;
             else if (strcmp(name, "base64_encoded") == 0)
@@ -378,14 +380,14 @@ int judge0_parse_query(const char *q, size_t len, unsigned allowed, struct judge
             else if (strcmp(name, "fields") == 0)
                 bit = JUDGE0_Q_FIELDS;
             if ((bit & allowed) == 0)
-                return bad(err, errlen, "unknown query parameter: %s", name);
+                return judge0_errf(err, errlen, "unknown query parameter: %s", name);
             if (seen & bit)
-                return bad(err, errlen, "query parameter %s given twice", name);
+                return judge0_errf(err, errlen, "query parameter %s given twice", name);
             seen |= bit;
             if (bit == JUDGE0_Q_WAIT && parse_bool(value, &out->wait) != 0)
-                return bad(err, errlen, "wait must be true or false");
+                return judge0_errf(err, errlen, "wait must be true or false");
             if (bit == JUDGE0_Q_BASE64 && parse_bool(value, &out->base64) != 0)
-                return bad(err, errlen, "base64_encoded must be true or false");
+                return judge0_errf(err, errlen, "base64_encoded must be true or false");
             if (bit == JUDGE0_Q_FIELDS && parse_fields(value, out, err, errlen) != 0)
                 return -1;
         }
@@ -431,7 +433,7 @@ static const struct member {
     {"number_of_runs", M_INT},
     {"enable_network", M_BOOL},
     {"callback_url", M_REFUSED},
-    {"additional_files", M_REFUSED},
+    {"additional_files", M_STRING}, /* base64 of a zip archive */
 };
 #define NMEMBERS (sizeof(members) / sizeof(members[0]))
 
@@ -542,6 +544,12 @@ void judge0_request_free(struct judge0_request *j)
     free(j->stdin_data);
     free(j->expected);
     free(j->command_line_arguments);
+    free(j->zip);
+    for (size_t i = 0; i < j->nextra; i++) {
+        free(j->extra[i].name);
+        free(j->extra[i].content);
+    }
+    free(j->extra);
     for (size_t i = 0; i < j->nargs; i++)
         free(j->args[i]);
     free(j->args);
@@ -570,17 +578,17 @@ static int check_types(json_t *root, char *err, size_t errlen)
             if (strcmp(members[i].name, key) == 0)
                 m = &members[i];
         if (m == NULL)
-            return bad(err, errlen, "unknown field: %.64s", key);
+            return judge0_errf(err, errlen, "unknown field: %.64s", key);
         if (json_is_null(v) || m->kind == M_REFUSED)
             continue;
         if ((m->kind == M_TEXT || m->kind == M_STRING) && !json_is_string(v))
-            return bad(err, errlen, "%s must be a string", key);
+            return judge0_errf(err, errlen, "%s must be a string", key);
         if (m->kind == M_INT && !json_is_integer(v))
-            return bad(err, errlen, "%s must be an integer", key);
+            return judge0_errf(err, errlen, "%s must be an integer", key);
         if (m->kind == M_SECONDS && !json_is_number(v))
-            return bad(err, errlen, "%s must be a number", key);
+            return judge0_errf(err, errlen, "%s must be a number", key);
         if (m->kind == M_BOOL && !json_is_boolean(v))
-            return bad(err, errlen, "%s must be true or false", key);
+            return judge0_errf(err, errlen, "%s must be true or false", key);
     }
     return 0;
 }
@@ -673,9 +681,6 @@ static void check_refused(json_t *root, json_t *errors, char *err, size_t errlen
     v = json_object_get(root, "callback_url");
     if (v != NULL && !json_is_null(v))
         field_error(errors, err, errlen, "callback_url", "is not supported yet");
-    v = json_object_get(root, "additional_files");
-    if (v != NULL && !json_is_null(v))
-        field_error(errors, err, errlen, "additional_files", "are not supported yet");
 }
 
 /* The texts and the language. */
@@ -692,7 +697,7 @@ static int get_texts(json_t *root, int base64, struct judge0_request *j, json_t 
             continue;
         int rc = get_text(v, base64, dst[i], lens[i]);
         if (rc == -2)
-            return bad(err, errlen, "out of memory");
+            return judge0_errf(err, errlen, "out of memory");
         if (rc != 0)
             field_error(errors, err, errlen, names[i], "is not valid base64");
     }
@@ -716,7 +721,7 @@ static int get_arguments(json_t *root, struct judge0_request *j, json_t *errors,
     if (v == NULL || json_is_null(v))
         return 0;
     if ((j->command_line_arguments = (char *)dup_bytes(json_string_value(v), json_string_length(v))) == NULL)
-        return bad(err, errlen, "out of memory");
+        return judge0_errf(err, errlen, "out of memory");
     if (strlen(j->command_line_arguments) != json_string_length(v)) {
         field_error(errors, err, errlen, "command_line_arguments", "must not hold NUL characters");
         return 0;
@@ -733,8 +738,36 @@ static int get_arguments(json_t *root, struct judge0_request *j, json_t *errors,
                     MOAT_MAX_ARG_LEN);
         return 0;
     default:
-        return bad(err, errlen, "out of memory");
+        return judge0_errf(err, errlen, "out of memory");
     }
+}
+
+/*
+ * additional_files: base64 of a zip archive, unpacked here (judge0_zip.c)
+ * into files beside the source.  Any problem is a 400 naming it.
+ */
+static int get_additional_files(json_t *root, struct judge0_request *j, char *err, size_t errlen)
+{
+    const struct judge0_zip_limits lim = {MOAT_MAX_FILES - 1, GW_JUDGE0_ZIP_MAX_BYTES};
+    json_t *v = json_object_get(root, "additional_files");
+    char why[256];
+
+    if (v == NULL || json_is_null(v))
+        return 0;
+    switch (b64_decode(json_string_value(v), json_string_length(v), &j->zip, &j->zip_len)) {
+    case 0:
+        break;
+    case -1:
+        return judge0_errf(err, errlen, "additional_files is not valid base64");
+    default:
+        return judge0_errf(err, errlen, "out of memory");
+    }
+    if (judge0_zip_unpack(j->zip, j->zip_len, &lim, &j->extra, &j->nextra, why, sizeof(why)) != 0)
+        return judge0_errf(err, errlen, "additional_files %s", why);
+    for (size_t i = 0; j->lang != NULL && i < j->nextra; i++)
+        if (strcmp(j->extra[i].name, j->lang->source_file) == 0 || moat_path_is_dir_of(j->lang->source_file, j->extra[i].name))
+            return judge0_errf(err, errlen, "additional_files holds '%s', the source's own file", j->lang->source_file);
+    return 0;
 }
 
 int judge0_parse_submission(const char *body, size_t len, int base64, struct judge0_request *out, json_t **errors, char *err,
@@ -748,14 +781,15 @@ int judge0_parse_submission(const char *body, size_t len, int base64, struct jud
     *errors = NULL;
     root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (root == NULL)
-        return bad(err, errlen, "invalid JSON: %s", jerr.text);
+        return judge0_errf(err, errlen, "invalid JSON: %s", jerr.text);
     if (!json_is_object(root)) {
-        bad(err, errlen, "the body must be a JSON object");
+        judge0_errf(err, errlen, "the body must be a JSON object");
         goto out;
     }
     if (check_types(root, err, errlen) != 0 || (errs = json_object()) == NULL)
         goto out;
-    if (get_texts(root, base64, out, errs, err, errlen) != 0 || get_arguments(root, out, errs, err, errlen) != 0)
+    if (get_texts(root, base64, out, errs, err, errlen) != 0 || get_arguments(root, out, errs, err, errlen) != 0 ||
+        get_additional_files(root, out, err, errlen) != 0)
         goto out;
     check_limits(root, out, errs, err, errlen);
     check_refused(root, errs, err, errlen);
@@ -791,13 +825,19 @@ int judge0_exec_request(const struct judge0_request *j, struct moat_exec_request
     out->run_memory_bytes = j->memory_limit > 0 ? j->memory_limit * 1024 : -1;
     out->compile_memory_bytes = -1;
     if ((out->language = strdup(j->lang->moat)) == NULL || (out->version = strdup("*")) == NULL ||
-        (out->files = calloc(1, sizeof(*out->files))) == NULL)
+        (out->files = calloc(1 + j->nextra, sizeof(*out->files))) == NULL)
         goto oom;
-    out->nfiles = 1;
+    out->nfiles = 1 + j->nextra;
     if ((out->files[0].name = strdup(j->lang->source_file)) == NULL ||
         (out->files[0].content = dup_bytes(j->source, j->source_len)) == NULL)
         goto oom;
     out->files[0].content_len = j->source_len;
+    for (size_t i = 0; i < j->nextra; i++) { /* the source first: the language's entry file */
+        if ((out->files[1 + i].name = strdup(j->extra[i].name)) == NULL ||
+            (out->files[1 + i].content = dup_bytes(j->extra[i].content, j->extra[i].content_len)) == NULL)
+            goto oom;
+        out->files[1 + i].content_len = j->extra[i].content_len;
+    }
     if (j->nargs > 0 && (out->args = calloc(j->nargs, sizeof(char *))) == NULL)
         goto oom;
     for (size_t i = 0; i < j->nargs; i++, out->nargs++)
@@ -1032,7 +1072,7 @@ json_t *judge0_submission_record(const char *token, int64_t created_ms, int64_t 
     SET("command_line_arguments", j->command_line_arguments != NULL ? json_string(j->command_line_arguments) : json_null());
     SET("redirect_stderr_to_stdout", json_boolean(j->redirect_stderr));
     SET("callback_url", json_null());
-    SET("additional_files", json_null());
+    SET("additional_files", j->zip != NULL ? b64_json(j->zip, j->zip_len) : json_null());
     SET("enable_network", json_false());
     SET("status", st);
     SET("language", json_pack("{s:i, s:s}", "id", (json_int_t)j->language_id, "name", lang_name));

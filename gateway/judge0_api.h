@@ -161,15 +161,20 @@ struct judge0_request {
     int64_t max_processes;                                  /* -1 */
     int redirect_stderr;                                    /* redirect_stderr_to_stdout */
     int64_t number_of_runs;                                 /* -1 */
+    uint8_t *zip;                                           /* additional_files as sent (decoded); NULL: none */
+    size_t zip_len;
+    struct moat_file *extra; /* additional_files unpacked: files beside the source */
+    size_t nextra;
 };
 
 /*
  * Parse a POST /submissions body (base64: source_code, stdin and
  * expected_output are base64).  0 with out filled (release with
  * judge0_request_free); -1: malformed (not JSON, duplicate or unknown
- * field, a member of the wrong JSON type): err names it, for a 400; -2: a
- * field Judge0 would refuse, or one moat refuses (compiler_options,
- * enable_network, additional_files...): *errors is Judge0's 422 body
+ * field, a member of the wrong JSON type, additional_files that are not a
+ * safe zip archive): err names it, for a 400; -2: a field Judge0 would
+ * refuse, or one moat refuses (compiler_options, enable_network,
+ * callback_url...): *errors is Judge0's 422 body
  * ({"field": ["message"]}, new reference) and err its first message.
  */
 int judge0_parse_submission(const char *body, size_t len, int base64, struct judge0_request *out, json_t **errors, char *err,
@@ -224,6 +229,10 @@ char *judge0_about_json(void);
 /* GET /config_info: the tenant's effective limits in Judge0's fields
  * (ttl_s: how long results are kept). */
 char *judge0_config_info_json(const struct tenant_policy *p, uint64_t ttl_s, uint64_t max_queue);
+
+/* Format a client-facing message into err (errlen bytes); returns -1 (an
+ * error as a value, for `return judge0_errf(...)`). */
+__attribute__((format(printf, 3, 4))) int judge0_errf(char *err, size_t errlen, const char *fmt, ...);
 
 /* A random UUID (version 4) from 16 random bytes. */
 void judge0_token(const uint8_t rnd[16], char out[JUDGE0_TOKEN_LEN + 1]);

@@ -7,12 +7,14 @@ errors in Judge0's shapes, opt-in endpoints, and the audit records."""
 
 import base64
 import hashlib
+import io
 import json
 import os
 import re
 import subprocess
 import time
 import unittest
+import zipfile
 
 from moat_harness import MOAT_AUDIT, Stack, wait_until
 
@@ -133,7 +135,9 @@ class Judge0Test(unittest.TestCase):
         # the tenant's effective limits: alpha's run_timeout_ms 2000
         self.assertEqual((ci["cpu_time_limit"], ci["max_cpu_time_limit"], ci["wall_time_limit"]), (2.0, 2.0, 2.0))
         self.assertEqual(ci["max_queue_size"], 64)
-        for off in ("enable_compiler_options", "enable_callbacks", "enable_additional_files", "allow_enable_network",
+        self.assertIs(ci["enable_additional_files"], True)
+        self.assertEqual(ci["max_extract_size"], 16 * 1024)
+        for off in ("enable_compiler_options", "enable_callbacks", "allow_enable_network",
                     "enable_network", "enable_batched_submissions", "enable_submission_delete"):
             self.assertIs(ci[off], False, off)
         self.assertIs(ci["enable_wait_result"], True)
@@ -279,6 +283,55 @@ class Judge0Test(unittest.TestCase):
         self.assertEqual(st, 422, data)
         self.assertEqual(data["source_code"], ["is not valid base64"])
 
+    # ---- additional_files -------------------------------------------------------------------
+
+    @staticmethod
+    def zip_of(entries):
+        """A zip archive, base64: entries are (name, bytes) or (ZipInfo, bytes)."""
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            for name, data in entries:
+                z.writestr(name, data)
+        return base64.b64encode(buf.getvalue()).decode()
+
+    def test_additional_files(self):
+        files = self.zip_of([("data/input.txt", b"42\n"), ("helper.py", b"def double(x):\n    return 2 * x\n")])
+        code = "import helper\nprint(helper.double(int(open('data/input.txt').read())))"
+        data = self.status_of({"source_code": code, "language_id": 71, "additional_files": files})
+        self.assertEqual((data["status"]["id"], data["stdout"]), (3, "84\n"), data)
+        # C: a header beside the source
+        files = self.zip_of([("util.h", b"static int three(void) { return 3; }\n")])
+        code = '#include <stdio.h>\n#include "util.h"\nint main(void) { printf("%d\\n", three()); return 0; }'
+        data = self.status_of({"source_code": code, "language_id": 50, "additional_files": files})
+        self.assertEqual((data["status"]["id"], data["stdout"]), (3, "3\n"), data)
+
+    def test_additional_files_refused(self):
+        link = zipfile.ZipInfo("passwd")
+        link.create_system = 3
+        link.external_attr = (0o120777 << 16)
+        bomb = io.BytesIO()
+        with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("zeros", b"\0" * (64 * 1024 * 1024))  # 64 MiB of zeros in about 64 KB
+        cases = [
+            (self.zip_of([(link, b"/etc/passwd")]), "entry 'passwd' is a symbolic link or a special file"),
+            (self.zip_of([("../escape.py", b"x")]), "entry '../escape.py' must not have a '.' or '..' component"),
+            (self.zip_of([("/etc/cron.d/x", b"x")]), "entry '/etc/cron.d/x'"),
+            (self.zip_of([("script.py", b"print('not yours')")]), "the source's own file"),
+            (base64.b64encode(bomb.getvalue()).decode(), "unpacks to more than 16777216 bytes"),
+            (base64.b64encode(b"not a zip").decode(), "is not a zip archive"),
+            ("%%%", "additional_files is not valid base64"),
+        ]
+        for files, msg in cases:
+            with self.subTest(msg):
+                self.assert_error(self.call("POST", "/submissions?wait=true",
+                                            {"source_code": "print(1)", "language_id": 71, "additional_files": files}),
+                                  400, msg)
+        # within the zip's own limits, the tenant's code size still applies to all files together
+        self.assert_error(self.call("POST", "/submissions?wait=true",
+                                    {"source_code": "print(1)", "language_id": 71,
+                                     "additional_files": self.zip_of([("big.bin", b"x" * (2 * 1024 * 1024))])}),
+                          400, "files' contents total more than the tenant's limit")
+
     # ---- statuses a run ends in -----------------------------------------------------------
 
     def test_accepted_and_wrong_answer(self):
@@ -387,7 +440,6 @@ class Judge0Test(unittest.TestCase):
             ({"enable_network": True}, "enable_network", "is not allowed: boxes have no network"),
             ({"compiler_options": "-O3 -fplugin=evil.so"}, "compiler_options",
              "are not allowed for this language (no compiler options are allow-listed)"),
-            ({"additional_files": "UEsDBAoAAAAAAA=="}, "additional_files", "are not supported yet"),
             ({"callback_url": "https://example.com/cb"}, "callback_url", "is not supported yet"),
             ({"number_of_runs": 3}, "number_of_runs", "must be 1: repeated runs are not supported yet"),
             ({"command_line_arguments": "x; cat /etc/passwd"}, "command_line_arguments",

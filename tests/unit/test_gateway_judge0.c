@@ -16,6 +16,10 @@
 
 #include "judge0_api.h"
 #include "judge0_store.h"
+#include "judge0_zip.h"
+#include "moat_base64.h"
+
+#include <zlib.h>
 
 /* ---------------------------------------------------------------- query */
 
@@ -221,8 +225,6 @@ static void test_submission_refused(void **state)
     expect_422("{\"source_code\":\"x\",\"language_id\":71,\"memory_limit\":0}", "memory_limit", "must be greater than 0");
     expect_422("{\"source_code\":\"x\",\"language_id\":71,\"callback_url\":\"https://example.com/\"}", "callback_url",
                "is not supported yet");
-    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"additional_files\":\"UEsDBA==\"}", "additional_files",
-               "are not supported yet");
     expect_422("{\"source_code\":\"x\",\"language_id\":71,\"enable_per_process_and_thread_time_limit\":true}",
                "enable_per_process_and_thread_time_limit", "is not supported: the limits are per box");
     /* never a shell: its syntax is refused, not interpreted */
@@ -473,6 +475,231 @@ static void test_tokens(void **state)
     assert_false(judge0_token_valid("ffffffff-ffff-4fff-bfff/ffffffffffff", 36));
 }
 
+/* ------------------------------------------------------------------ zip */
+
+/* One entry of a test archive. */
+struct zent {
+    const char *name;
+    const void *data;
+    size_t len;
+    int deflate;
+    uint32_t mode;  /* Unix mode in the external attributes; 0: none (made on DOS) */
+    uint32_t usize; /* the size the archive claims; 0: the real one */
+    uint16_t flags; /* general purpose flags */
+    int bad_crc;
+};
+
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    put16(p, (uint16_t)v);
+    put16(p + 2, (uint16_t)(v >> 16));
+}
+
+/* A zip archive of es into out (large enough); its length. */
+static size_t zip_build(const struct zent *es, size_t n, uint8_t *out)
+{
+    size_t at = 0, locals[16], csizes[16], dir_at, dir_len;
+
+    for (size_t i = 0; i < n; i++) {
+        const struct zent *e = &es[i];
+        size_t nlen = strlen(e->name), csize = e->len;
+        uint8_t *h = out + at, *data = h + 30 + nlen;
+        locals[i] = at;
+        if (e->deflate) {
+            z_stream zs;
+            memset(&zs, 0, sizeof(zs));
+            assert_int_equal(deflateInit2(&zs, 9, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+            zs.next_in = (Bytef *)(uintptr_t)e->data;
+            zs.avail_in = (uInt)e->len;
+            zs.next_out = data;
+            zs.avail_out = (uInt)(e->len + 1024);
+            assert_int_equal(deflate(&zs, Z_FINISH), Z_STREAM_END);
+            csize = zs.total_out;
+            deflateEnd(&zs);
+        } else {
+            memcpy(data, e->data, e->len);
+        }
+        csizes[i] = csize;
+        memset(h, 0, 30);
+        put32(h, 0x04034b50);
+        put16(h + 4, 20);
+        put16(h + 6, e->flags);
+        put16(h + 8, e->deflate ? 8 : 0);
+        put32(h + 14, (uint32_t)crc32(0, e->data, (uInt)e->len) ^ (e->bad_crc ? 1u : 0u));
+        put32(h + 18, (uint32_t)csize);
+        put32(h + 22, e->usize ? e->usize : (uint32_t)e->len);
+        put16(h + 26, (uint16_t)nlen);
+        memcpy(h + 30, e->name, nlen);
+        at += 30 + nlen + csize;
+    }
+    dir_at = at;
+    for (size_t i = 0; i < n; i++) {
+        const struct zent *e = &es[i];
+        size_t nlen = strlen(e->name);
+        uint8_t *d = out + at;
+        memset(d, 0, 46);
+        put32(d, 0x02014b50);
+        put16(d + 4, e->mode ? (3 << 8 | 20) : 20);
+        put16(d + 6, 20);
+        put16(d + 8, e->flags);
+        put16(d + 10, e->deflate ? 8 : 0);
+        put32(d + 16, (uint32_t)crc32(0, e->data, (uInt)e->len) ^ (e->bad_crc ? 1u : 0u));
+        put32(d + 20, (uint32_t)csizes[i]);
+        put32(d + 24, e->usize ? e->usize : (uint32_t)e->len);
+        put16(d + 28, (uint16_t)nlen);
+        put32(d + 38, e->mode << 16);
+        put32(d + 42, (uint32_t)locals[i]);
+        memcpy(d + 46, e->name, nlen);
+        at += 46 + nlen;
+    }
+    dir_len = at - dir_at;
+    memset(out + at, 0, 22);
+    put32(out + at, 0x06054b50);
+    put16(out + at + 8, (uint16_t)n);
+    put16(out + at + 10, (uint16_t)n);
+    put32(out + at + 12, (uint32_t)dir_len);
+    put32(out + at + 16, (uint32_t)dir_at);
+    return at + 22;
+}
+
+static uint8_t zbuf[4 << 20], big_data[1 << 20];
+
+/* Unpack es with lim: 0 and the files, or -1 with err holding want. */
+static int unzip(const struct zent *es, size_t n, size_t max_files, size_t max_bytes, const char *want_err, struct moat_file **fs,
+                 size_t *nfs)
+{
+    const struct judge0_zip_limits lim = {max_files, max_bytes};
+    size_t len = zip_build(es, n, zbuf);
+    char err[256] = "";
+    int rc = judge0_zip_unpack(zbuf, len, &lim, fs, nfs, err, sizeof(err));
+
+    if (want_err != NULL) {
+        assert_int_equal(rc, -1);
+        if (strstr(err, want_err) == NULL)
+            fail_msg("error \"%s\" does not say \"%s\"", err, want_err);
+        assert_null(*fs);
+    }
+    return rc;
+}
+
+static void free_unzipped(struct moat_file *fs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(fs[i].name);
+        free(fs[i].content);
+    }
+    free(fs);
+}
+
+static void test_zip(void **state)
+{
+    static const char text[] = "x = 1\nx = 1\nx = 1\nx = 1\nx = 1\nx = 1\nx = 1\nx = 1\n";
+    struct moat_file *fs;
+    size_t n;
+
+    (void)state;
+    /* a good archive: a stored file, a directory, a deflated file in it */
+    const struct zent good[] = {
+        {"data.txt", "hello", 5, 0, 0100644, 0, 0, 0},
+        {"lib/", "", 0, 0, 040755, 0, 0, 0},
+        {"lib/util.py", text, sizeof(text) - 1, 1, 0100644, 0, 0, 0},
+    };
+    assert_int_equal(unzip(good, 3, 31, 1 << 20, NULL, &fs, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(fs[0].name, "data.txt");
+    assert_int_equal(fs[0].content_len, 5);
+    assert_memory_equal(fs[0].content, "hello", 5);
+    assert_string_equal(fs[1].name, "lib/util.py");
+    assert_int_equal(fs[1].content_len, sizeof(text) - 1);
+    assert_memory_equal(fs[1].content, text, sizeof(text) - 1);
+    free_unzipped(fs, n);
+
+    /* links, escapes, absolute paths, option-like names */
+    const struct zent link[] = {{"link", "/etc/passwd", 11, 0, 0120777, 0, 0, 0}};
+    unzip(link, 1, 31, 1 << 20, "entry 'link' is a symbolic link or a special file", &fs, &n);
+    const struct zent fifo[] = {{"pipe", "", 0, 0, 0010644, 0, 0, 0}};
+    unzip(fifo, 1, 31, 1 << 20, "a symbolic link or a special file", &fs, &n);
+    const struct zent up[] = {{"../evil.py", "x", 1, 0, 0, 0, 0, 0}};
+    unzip(up, 1, 31, 1 << 20, "entry '../evil.py' must not have a '.' or '..' component", &fs, &n);
+    const struct zent deep_up[] = {{"a/../../evil", "x", 1, 0, 0, 0, 0, 0}};
+    unzip(deep_up, 1, 31, 1 << 20, "'..'", &fs, &n);
+    const struct zent abs[] = {{"/etc/cron.d/x", "x", 1, 0, 0, 0, 0, 0}};
+    unzip(abs, 1, 31, 1 << 20, "entry '/etc/cron.d/x'", &fs, &n);
+    const struct zent opt[] = {{"-rf", "x", 1, 0, 0, 0, 0, 0}};
+    unzip(opt, 1, 31, 1 << 20, "entry '-rf'", &fs, &n);
+    /* names together */
+    const struct zent twice[] = {{"a", "1", 1, 0, 0, 0, 0, 0}, {"a", "2", 1, 0, 0, 0, 0, 0}};
+    unzip(twice, 2, 31, 1 << 20, "holds 'a' twice", &fs, &n);
+    const struct zent file_dir[] = {{"a", "1", 1, 0, 0, 0, 0, 0}, {"a/b", "2", 1, 0, 0, 0, 0, 0}};
+    unzip(file_dir, 2, 31, 1 << 20, "holds 'a' both as a file and as a directory", &fs, &n);
+    /* bombs: a declared size past the limit, a size that lies, too many files */
+    const struct zent bomb[] = {{"zeros", big_data, sizeof(big_data), 1, 0, 0, 0, 0}};
+    unzip(bomb, 1, 31, 64 * 1024, "unpacks to more than 65536 bytes", &fs, &n);
+    const struct zent liar[] = {{"zeros", big_data, sizeof(big_data), 1, 0, 100, 0, 0}};
+    unzip(liar, 1, 31, 64 * 1024, "entry 'zeros' does not inflate to its declared size", &fs, &n);
+    const struct zent many[] = {{"a", "1", 1, 0, 0, 0, 0, 0}, {"b", "2", 1, 0, 0, 0, 0, 0}, {"c", "3", 1, 0, 0, 0, 0, 0}};
+    unzip(many, 3, 2, 1 << 20, "has more than 2 files", &fs, &n);
+    /* integrity */
+    const struct zent enc[] = {{"a", "1", 1, 0, 0, 0, 1, 0}};
+    unzip(enc, 1, 31, 1 << 20, "entry 'a' is encrypted", &fs, &n);
+    const struct zent crc[] = {{"a", "1", 1, 0, 0, 0, 0, 1}};
+    unzip(crc, 1, 31, 1 << 20, "entry 'a' fails its CRC check", &fs, &n);
+    /* not an archive, or a cut one */
+    const struct judge0_zip_limits lim = {31, 1 << 20};
+    char err[256];
+    assert_int_equal(judge0_zip_unpack((const uint8_t *)"hello", 5, &lim, &fs, &n, err, sizeof(err)), -1);
+    assert_string_equal(err, "is not a zip archive");
+    size_t len = zip_build(good, 3, zbuf);
+    assert_int_equal(judge0_zip_unpack(zbuf, len - 1, &lim, &fs, &n, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "is not a zip archive"));
+    /* an empty archive is no files */
+    assert_int_equal(unzip(good, 0, 31, 1 << 20, NULL, &fs, &n), 0);
+    assert_int_equal(n, 0);
+}
+
+/* additional_files in a submission: files beside the source, or a 400. */
+static void test_submission_additional_files(void **state)
+{
+    static const char text[] = "VALUE = 42\n";
+    const struct zent files[] = {{"helper.py", text, sizeof(text) - 1, 1, 0100644, 0, 0, 0}};
+    char body[8192], b64[4096], err[256];
+    struct judge0_request j;
+    struct moat_exec_request e;
+    json_t *errors;
+    size_t len;
+
+    (void)state;
+    len = zip_build(files, 1, zbuf);
+    b64[moat_base64_encode(zbuf, len, b64)] = '\0';
+    snprintf(body, sizeof(body), "{\"source_code\":\"import helper\",\"language_id\":71,\"additional_files\":\"%s\"}", b64);
+    assert_int_equal(parse(body, 0, &j, &errors, err), 0);
+    assert_int_equal(judge0_exec_request(&j, &e), 0);
+    assert_int_equal(e.nfiles, 2);
+    assert_string_equal(e.files[0].name, "script.py"); /* the source first: the entry file */
+    assert_string_equal(e.files[1].name, "helper.py");
+    assert_memory_equal(e.files[1].content, text, sizeof(text) - 1);
+    moat_exec_request_free(&e);
+    judge0_request_free(&j);
+    /* the source's own name, bad base64, a link: 400s naming the problem */
+    const struct zent clash[] = {{"script.py", "x", 1, 0, 0, 0, 0, 0}};
+    len = zip_build(clash, 1, zbuf);
+    b64[moat_base64_encode(zbuf, len, b64)] = '\0';
+    snprintf(body, sizeof(body), "{\"source_code\":\"1\",\"language_id\":71,\"additional_files\":\"%s\"}", b64);
+    expect_400(body, "additional_files holds 'script.py', the source's own file");
+    expect_400("{\"source_code\":\"1\",\"language_id\":71,\"additional_files\":\"!!!!\"}", "additional_files is not valid base64");
+    const struct zent link[] = {{"lnk", "/", 1, 0, 0120777, 0, 0, 0}};
+    len = zip_build(link, 1, zbuf);
+    b64[moat_base64_encode(zbuf, len, b64)] = '\0';
+    snprintf(body, sizeof(body), "{\"source_code\":\"1\",\"language_id\":71,\"additional_files\":\"%s\"}", b64);
+    expect_400(body, "additional_files entry 'lnk' is a symbolic link or a special file");
+}
+
 /* ---------------------------------------------------------------- store */
 
 static void put(struct judge0_store *s, const char *tenant, const char *token, uint64_t now)
@@ -555,6 +782,8 @@ int main(void)
         cmocka_unit_test(test_catalogue),
         cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_store),
+        cmocka_unit_test(test_zip),
+        cmocka_unit_test(test_submission_additional_files),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
