@@ -9,6 +9,7 @@ are still refused with a 400 that names them.
 """
 
 import socket
+import time
 import unittest
 
 from moat_harness import MSG_ERROR, MSG_EXEC_REQUEST, Stack, error_of, frame, read_frame, tlv
@@ -247,6 +248,38 @@ class SemverPolicyTest(unittest.TestCase):
         status, _, data = self.execute("major", ">=99")
         self.assertEqual(status, 403, data)
         self.assertIn('version ">=99" of language "python" is not allowed', data["message"])
+
+
+class SessionCpuTest(unittest.TestCase):
+    """A live session's init takes run_cpu_time too: it lowers the session's cpu clock (SESSION_OPEN tag 10)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = Stack(tenants=[("live", Stack.DEFAULT_TENANT_EXTRA + "endpoints: [execute, runtimes, connect]\n"
+                                    "sessions: {wall_ms: 60000, idle_ms: 60000, cpu_ms: 5000}\n", "")]).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def test_session_run_cpu_time_lowers_the_session_cpu_clock(self):
+        # Piston's init takes the execute's fields: run_cpu_time reaches SESSION_OPEN (tag 10)
+        from ws_client import connect, events_until_close, init_message, run
+
+        async def go(**extra):
+            ws = await connect(self.stack)
+            await ws.send(init_message("python", BUSY, **extra))
+            return await events_until_close(ws)
+
+        started = time.monotonic()
+        events, code, _ = run(go(run_cpu_time=300))
+        exits = [e for e in events if e["type"] == "exit"]
+        self.assertEqual(code, 4999, events)
+        self.assertEqual((exits[-1]["status"], exits[-1]["clock"]), ("TO", "cpu"), events)
+        self.assertLess(time.monotonic() - started, 4)  # 300 ms of CPU, not the session's 5000
+        events, code, _ = run(go(run_cpu_time=5001))
+        self.assertEqual(code, 4002, events)
+        self.assertIn("run_cpu_time cannot exceed the tenant's limit of 5000 ms", events[-1]["message"])
 
 
 class BackendCpuCeilingTest(unittest.TestCase):
