@@ -146,6 +146,7 @@ static void request_invariants(const struct moat_exec_request *r)
     CHECK(utf8_valid(r->stdin_data, r->stdin_len));
     CHECK(r->run_timeout_ms >= -1 && r->compile_timeout_ms >= -1);
     CHECK(r->run_memory_bytes >= -1 && r->compile_memory_bytes >= -1);
+    CHECK((r->run_cpu_ms == -1 || r->run_cpu_ms > 0) && (r->compile_cpu_ms == -1 || r->compile_cpu_ms > 0));
 }
 
 static void request_equal(const struct moat_exec_request *a, const struct moat_exec_request *b)
@@ -165,6 +166,8 @@ static void request_equal(const struct moat_exec_request *a, const struct moat_e
     CHECK(a->compile_timeout_ms == b->compile_timeout_ms);
     CHECK(a->run_memory_bytes == b->run_memory_bytes);
     CHECK(a->compile_memory_bytes == b->compile_memory_bytes);
+    CHECK(a->run_cpu_ms == b->run_cpu_ms);
+    CHECK(a->compile_cpu_ms == b->compile_cpu_ms);
 }
 
 /* The typed message the gateway sends, decoded as the backend does. */
@@ -238,6 +241,8 @@ static void filter_idempotent(const struct moat_exec_request *a)
     set(o, "compile_timeout", json_integer(a->compile_timeout_ms));
     set(o, "run_memory_limit", json_integer(a->run_memory_bytes));
     set(o, "compile_memory_limit", json_integer(a->compile_memory_bytes));
+    set(o, "run_cpu_time", json_integer(a->run_cpu_ms));
+    set(o, "compile_cpu_time", json_integer(a->compile_cpu_ms));
     text = json_dumps(o, JSON_COMPACT);
     CHECK(text != NULL);
     json_decref(o);
@@ -327,11 +332,20 @@ static void make_seeds(fuzz_add_seed_fn *add)
         "\"run_timeout\":3000,\"compile_timeout\":-1,\"run_memory_limit\":268435456,\"compile_memory_limit\":0}",
         "{\"language\":\"c\",\"version\":\"12\",\"files\":[{\"name\":\"main.c\",\"content\":\"int main(void){return 0;}\"}],"
         "\"args\":[],\"stdin\":\"\"}",
+        /* nested paths, a semver range, the CPU clocks */
+        "{\"language\":\"python\",\"version\":\">=3.9 <4 || ^5\",\"files\":[{\"name\":\"main.py\",\"content\":\"import pkg.m\"},"
+        "{\"name\":\"pkg/m.py\",\"content\":\"\"},{\"name\":\"pkg/sub/n.py\",\"content\":\"\"}],"
+        "\"run_cpu_time\":1500,\"compile_cpu_time\":-1}",
         /* refusals */
         "{\"language\":\"python\",\"language\":\"py\",\"version\":\"*\",\"files\":[{\"content\":\"\"}]}",
         "{\"language\":\"python\",\"version\":\"*\",\"files\":[{\"content\":\"\"}],\"extra\":1}",
         "{\"language\":\"python\",\"version\":\"*\",\"files\":[{\"name\":\"..\",\"content\":\"\"}]}",
-        "{\"language\":\"python\",\"version\":\"*\",\"files\":[{\"name\":\"a/b\",\"content\":\"\"}]}",
+        "{\"language\":\"python\",\"version\":\"*\",\"files\":[{\"name\":\"a/../b\",\"content\":\"\"}]}",
+        "{\"language\":\"python\",\"version\":\"*\",\"files\":[{\"name\":\"/etc/x\",\"content\":\"\"}]}",
+        "{\"language\":\"python\",\"version\":\"*\",\"files\":[{\"name\":\"a//b\",\"content\":\"\"}]}",
+        "{\"language\":\"python\",\"version\":\"*\",\"files\":[{\"name\":\"a\",\"content\":\"\"},{\"name\":\"a/"
+        "b\",\"content\":\"\"}]}",
+        "{\"language\":\"python\",\"version\":\">=\",\"files\":[{\"content\":\"\"}],\"run_cpu_time\":0}",
         "{\"language\":\"python\",\"version\":\"*\",\"files\":[{\"name\":\"a\",\"content\":\"\"},{\"name\":\"a\",\"content\":\"\"}]"
         "}",
         "{\"language\":\"python\",\"version\":\"*\",\"files\":[{\"encoding\":\"base64\",\"content\":\"AAE=\"}]}",
