@@ -355,6 +355,27 @@ static int parse_fields(const char *v, struct judge0_query *q, char *err, size_t
     return 0;
 }
 
+/* tokens=a,b,c: Judge0's batch bounds; a malformed token is kept as "" (not found). */
+static int parse_tokens(const char *v, struct judge0_query *q, char *err, size_t errlen)
+{
+    for (const char *p = v; *p != '\0';) {
+        const char *end = strchr(p, ',');
+        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (q->ntokens == JUDGE0_BATCH_MAX)
+            return judge0_errf(err, errlen, "number of submissions in a batch should be less than or equal to %d",
+                               JUDGE0_BATCH_MAX);
+        if (judge0_token_valid(p, n))
+            memcpy(q->tokens[q->ntokens], p, n);
+        q->tokens[q->ntokens++][judge0_token_valid(p, n) ? n : 0] = '\0';
+        if (end == NULL)
+            break;
+        p = end + 1;
+    }
+    if (q->ntokens == 0)
+        return judge0_errf(err, errlen, "there should be at least one submission in a batch");
+    return 0;
+}
+
 int judge0_parse_query(const char *q, size_t len, unsigned allowed, struct judge0_query *out, char *err, size_t errlen)
 {
     char name[32], value[1024];
@@ -379,6 +400,8 @@ int judge0_parse_query(const char *q, size_t len, unsigned allowed, struct judge
                 bit = JUDGE0_Q_BASE64;
             else if (strcmp(name, "fields") == 0)
                 bit = JUDGE0_Q_FIELDS;
+            else if (strcmp(name, "tokens") == 0)
+                bit = JUDGE0_Q_TOKENS;
             if ((bit & allowed) == 0)
                 return judge0_errf(err, errlen, "unknown query parameter: %s", name);
             if (seen & bit)
@@ -390,11 +413,15 @@ int judge0_parse_query(const char *q, size_t len, unsigned allowed, struct judge
                 return judge0_errf(err, errlen, "base64_encoded must be true or false");
             if (bit == JUDGE0_Q_FIELDS && parse_fields(value, out, err, errlen) != 0)
                 return -1;
+            if (bit == JUDGE0_Q_TOKENS && parse_tokens(value, out, err, errlen) != 0)
+                return -1;
         }
         at = end + 1;
     }
     if (out->nfields == 0)
         default_fields(out);
+    if ((allowed & JUDGE0_Q_TOKENS) && !(seen & JUDGE0_Q_TOKENS))
+        return judge0_errf(err, errlen, "there should be at least one submission in a batch");
     return 0;
 }
 
@@ -1084,10 +1111,9 @@ json_t *judge0_submission_record(const char *token, int64_t created_ms, int64_t 
     return o;
 }
 
-char *judge0_render(const json_t *record, const struct judge0_query *q, int *not_utf8)
+json_t *judge0_render_object(const json_t *record, const struct judge0_query *q, int *not_utf8)
 {
     json_t *o = json_object();
-    char *s = NULL;
 
     *not_utf8 = 0;
     for (size_t i = 0; o != NULL && i < q->nfields; i++) {
@@ -1099,11 +1125,11 @@ char *judge0_render(const json_t *record, const struct judge0_query *q, int *not
             uint8_t *raw;
             size_t rawlen;
             if (b64_decode(json_string_value(v), json_string_length(v), &raw, &rawlen) != 0)
-                goto out;
+                goto fail;
             if (!moat_utf8_valid(raw, rawlen)) {
                 free(raw);
                 *not_utf8 = 1;
-                goto out;
+                goto fail;
             }
             copy = json_stringn((const char *)raw, rawlen);
             free(raw);
@@ -1111,11 +1137,19 @@ char *judge0_render(const json_t *record, const struct judge0_query *q, int *not
             copy = json_deep_copy(v);
         }
         if (copy == NULL || json_object_set_new(o, field_names[f], copy) != 0)
-            goto out;
+            goto fail;
     }
-    if (o != NULL)
-        s = json_dumps(o, JSON_COMPACT);
-out:
+    return o;
+fail:
+    json_decref(o);
+    return NULL;
+}
+
+char *judge0_render(const json_t *record, const struct judge0_query *q, int *not_utf8)
+{
+    json_t *o = judge0_render_object(record, q, not_utf8);
+    char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+
     json_decref(o);
     return s;
 }

@@ -79,7 +79,10 @@ enum judge0_query_param {
     JUDGE0_Q_WAIT = 1u << 0,
     JUDGE0_Q_BASE64 = 1u << 1,
     JUDGE0_Q_FIELDS = 1u << 2,
+    JUDGE0_Q_TOKENS = 1u << 3,
 };
+
+#define JUDGE0_BATCH_MAX 20 /* tokens in one GET /submissions/batch, as Judge0's default */
 
 /* Submission fields a response may carry (fields=). */
 #define JUDGE0_FIELDS(X)                                                                                                           \
@@ -129,6 +132,8 @@ struct judge0_query {
     uint64_t fields;                     /* 1 << JUDGE0_F_*: the response's fields */
     unsigned char order[JUDGE0_NFIELDS]; /* in the order asked */
     size_t nfields;
+    char tokens[JUDGE0_BATCH_MAX][JUDGE0_TOKEN_LEN + 1]; /* tokens=: "" for one that is not a token's shape */
+    size_t ntokens;
 };
 
 /*
@@ -136,7 +141,8 @@ struct judge0_query {
  * that accepts the parameters in `allowed`: wait and base64_encoded are
  * "true" or "false", fields a comma-separated list of field names or "*"
  * (absent: Judge0's default: stdout, time, memory, stderr, token,
- * compile_output, message, status).  Percent-escapes are decoded.  0, or -1
+ * compile_output, message, status), tokens a comma-separated list of 1 to
+ * JUDGE0_BATCH_MAX tokens.  Percent-escapes are decoded.  0, or -1
  * with a message naming the parameter (an unknown one included) in err.
  */
 int judge0_parse_query(const char *q, size_t len, unsigned allowed, struct judge0_query *out, char *err, size_t errlen);
@@ -219,6 +225,8 @@ json_t *judge0_submission_record(const char *token, int64_t created_ms, int64_t 
  * for (Judge0's "cannot be converted to UTF-8"), or NULL out of memory.
  */
 char *judge0_render(const json_t *record, const struct judge0_query *q, int *not_utf8);
+/* The same as an object (new reference). */
+json_t *judge0_render_object(const json_t *record, const struct judge0_query *q, int *not_utf8);
 
 /* -------------------------------------------------------- the catalogue */
 

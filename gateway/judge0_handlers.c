@@ -629,11 +629,44 @@ static enum gw_flow start_async(struct gw_request *r, struct submission *s)
     return GW_NEXT;
 }
 
+/* The tenant's record of token rendered as q asks (new reference), or
+ * NULL: not found (*not_utf8 0) or not showable without base64 (1). */
+static json_t *stored(struct gw_request *r, const char *token, const struct judge0_query *q, int *not_utf8)
+{
+    struct judge0_store *st = judge0_store_default();
+    char *text;
+    size_t len;
+
+    *not_utf8 = 0;
+    if (st == NULL || token[0] == '\0' || (text = judge0_store_get(st, r->tenant, token, now_ms(), &len)) == NULL)
+        return NULL;
+    json_t *record = json_loadb(text, len, 0, NULL);
+    free(text);
+    json_t *o = record != NULL ? judge0_render_object(record, q, not_utf8) : NULL;
+    json_decref(record);
+    return o;
+}
+
+static enum gw_flow not_utf8_refusal(struct gw_request *r)
+{
+    return refuse(r, 400, GW_REASON_FILTER,
+                  "some attributes for this submission cannot be converted to UTF-8, use base64_encoded=true query parameter",
+                  NULL);
+}
+
+/* The handlers' answer step when step 7 made the body. */
+static enum gw_flow body_made(struct gw_request *r, const struct backend_reply *reply)
+{
+    (void)r;
+    (void)reply;
+    return GW_NEXT;
+}
+
 /* GET /submissions/{token}: the tenant's own result; anyone else's is "not found". */
 static enum gw_flow submission_prepare(struct gw_request *r)
 {
     struct judge0_query q;
-    char token[JUDGE0_TOKEN_LEN + 1], *text;
+    char token[JUDGE0_TOKEN_LEN + 1] = "";
     const char *p;
     size_t len;
     int not_utf8;
@@ -641,33 +674,48 @@ static enum gw_flow submission_prepare(struct gw_request *r)
 
     if ((f = query(r, JUDGE0_Q_BASE64 | JUDGE0_Q_FIELDS, &q)) != GW_NEXT)
         return f;
-    if (gw_route_param(r->route, r->req->path_normalized.base, r->req->path_normalized.len, &p, &len) != 0 ||
-        !judge0_token_valid(p, len))
-        return refuse(r, 404, GW_REASON_ENDPOINT, "submission not found", NULL);
-    memcpy(token, p, len);
-    token[len] = '\0';
-    if (judge0_store_default() == NULL ||
-        (text = judge0_store_get(judge0_store_default(), r->tenant, token, now_ms(), &len)) == NULL)
-        return refuse(r, 404, GW_REASON_ENDPOINT, "submission not found", NULL);
-    json_t *record = json_loadb(text, len, 0, NULL);
-    free(text);
-    not_utf8 = 0;
-    r->body = record != NULL ? judge0_render(record, &q, &not_utf8) : NULL;
-    json_decref(record);
-    if (r->body == NULL && not_utf8)
-        return refuse(r, 400, GW_REASON_FILTER,
-                      "some attributes for this submission cannot be converted to UTF-8, use base64_encoded=true query parameter",
-                      NULL);
-    if (r->body == NULL)
-        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
-    return GW_NEXT;
+    if (gw_route_param(r->route, r->req->path_normalized.base, r->req->path_normalized.len, &p, &len) == 0 &&
+        judge0_token_valid(p, len)) { /* JUDGE0_TOKEN_LEN bytes; anything else is not found */
+        memcpy(token, p, len);
+        token[len] = '\0';
+    }
+    json_t *o = stored(r, token, &q, &not_utf8);
+    if (o == NULL)
+        return not_utf8 ? not_utf8_refusal(r) : refuse(r, 404, GW_REASON_ENDPOINT, "submission not found", NULL);
+    r->body = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return r->body != NULL ? GW_NEXT : gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
 }
 
-static enum gw_flow submission_answer(struct gw_request *r, const struct backend_reply *reply)
+const struct gw_handler gw_handler_judge0_submission = {submission_prepare, NULL, body_made};
+
+/* GET /submissions/batch?tokens=...: {"submissions": [...]}, null for a
+ * token that is not the tenant's (or not a token at all). */
+static enum gw_flow batch_prepare(struct gw_request *r)
 {
-    (void)r;
-    (void)reply;
-    return GW_NEXT; /* the body is made in step 7 */
+    struct judge0_query q;
+    int not_utf8;
+    enum gw_flow f;
+    json_t *a = json_array(), *o;
+
+    if ((f = query(r, JUDGE0_Q_BASE64 | JUDGE0_Q_FIELDS | JUDGE0_Q_TOKENS, &q)) != GW_NEXT) {
+        json_decref(a);
+        return f;
+    }
+    for (size_t i = 0; a != NULL && i < q.ntokens; i++) {
+        if ((o = stored(r, q.tokens[i], &q, &not_utf8)) == NULL && not_utf8) {
+            json_decref(a);
+            return refuse(r, 400, GW_REASON_FILTER,
+                          "some attributes for one or more submissions cannot be converted to UTF-8, use base64_encoded=true "
+                          "query parameter",
+                          NULL);
+        }
+        json_array_append_new(a, o != NULL ? o : json_null());
+    }
+    json_t *body = a != NULL ? json_pack("{s:o}", "submissions", a) : NULL;
+    r->body = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    return r->body != NULL ? GW_NEXT : gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
 }
 
-const struct gw_handler gw_handler_judge0_submission = {submission_prepare, NULL, submission_answer};
+const struct gw_handler gw_handler_judge0_batch = {batch_prepare, NULL, body_made};

@@ -28,7 +28,7 @@ struct gw_route {
 /* The handlers of the routes (handler_*.c). */
 extern const struct gw_handler gw_handler_healthz, gw_handler_readyz, gw_handler_runtimes, gw_handler_execute, gw_handler_connect,
     gw_handler_watch, gw_handler_judge0_languages, gw_handler_judge0_language, gw_handler_judge0_statuses, gw_handler_judge0_about,
-    gw_handler_judge0_config_info, gw_handler_judge0_submit, gw_handler_judge0_submission;
+    gw_handler_judge0_config_info, gw_handler_judge0_submit, gw_handler_judge0_submission, gw_handler_judge0_batch;
 
 /* The route for path, or NULL; *method_ok says whether method matches it. */
 const struct gw_route *gw_route_find(const char *path, size_t path_len, const char *method, size_t method_len, int *method_ok);

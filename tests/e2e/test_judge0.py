@@ -415,6 +415,22 @@ class Judge0Test(unittest.TestCase):
         self.assert_error(self.call("GET", "/submissions/not-a-token"), 404, "submission not found")
         self.assert_error(self.call("GET", "/submissions/" + token.upper()), 404, "submission not found")
 
+    def test_batch_get(self):
+        a = self.submit({"source_code": "print('a')", "language_id": 71})["token"]
+        b = self.submit({"source_code": "print('b')", "language_id": 71})["token"]
+        other = self.submit({"source_code": "print('c')", "language_id": 71}, tenant="beta")["token"]
+        tokens = ",".join([a, "00000000-0000-4000-8000-000000000000", other, b, "junk"])
+        st, _, got = self.call("GET", "/submissions/batch?tokens=%s&fields=stdout,token" % tokens)
+        self.assertEqual(st, 200, got)
+        self.assertEqual(got, {"submissions": [{"stdout": "a\n", "token": a}, None, None, {"stdout": "b\n", "token": b},
+                                               None]})
+        st, _, got = self.call("GET", "/submissions/batch?tokens=%s&base64_encoded=true&fields=stdout" % a, x_auth=True)
+        self.assertEqual(got, {"submissions": [{"stdout": b64("a\n")}]})
+        self.assert_error(self.call("GET", "/submissions/batch?tokens=" + ",".join([a] * 21)), 400,
+                          "less than or equal to 20")
+        self.assert_error(self.call("GET", "/submissions/batch"), 400, "at least one submission")
+        self.assert_error(self.call("POST", "/submissions/batch", {"submissions": []}), 405, "method not allowed")
+
     def test_tokens_are_unique_and_random(self):
         tokens = {self.submit({"source_code": "1", "language_id": 71}, query="wait=false")["token"] for _ in range(5)}
         self.assertEqual(len(tokens), 5)

@@ -69,6 +69,22 @@ static void test_query(void **state)
     assert_int_equal(q("wait", ALL_Q, &out, err), -1);
     assert_int_equal(q("fields=%zz", ALL_Q, &out, err), -1);
     assert_int_equal(q("fields=%00", ALL_Q, &out, err), -1);
+    /* tokens= (GET /submissions/batch): 1 to 20, a malformed one kept as "" (not found) */
+    const unsigned batch = JUDGE0_Q_TOKENS | JUDGE0_Q_FIELDS | JUDGE0_Q_BASE64;
+    assert_int_equal(q("tokens=00000000-0000-4000-8000-000000000000,nope&fields=token", batch, &out, err), 0);
+    assert_int_equal(out.ntokens, 2);
+    assert_string_equal(out.tokens[0], "00000000-0000-4000-8000-000000000000");
+    assert_string_equal(out.tokens[1], "");
+    assert_int_equal(q("fields=token", batch, &out, err), -1);
+    assert_string_equal(err, "there should be at least one submission in a batch");
+    assert_int_equal(q("tokens=", batch, &out, err), -1);
+    assert_string_equal(err, "there should be at least one submission in a batch");
+    char many[1024] = "tokens=a";
+    for (int i = 0; i < 20; i++)
+        strcat(many, ",a");
+    assert_int_equal(q(many, batch, &out, err), -1);
+    assert_string_equal(err, "number of submissions in a batch should be less than or equal to 20");
+    assert_int_equal(q("tokens=a", ALL_Q, &out, err), -1); /* only where the route takes it */
 }
 
 /* ----------------------------------------------------------- submission */
