@@ -92,7 +92,7 @@ static int stage_limits_for(const struct stage_limits *ceil, int64_t timeout_ms,
                             struct box_limits *lim, struct job_error *je)
 {
     char field[32];
-    uint64_t cpu;
+    uint64_t cpu = 0; /* set by apply_limit when it succeeds (gcc -O2 cannot tell) */
     memset(lim, 0, sizeof(*lim));
     snprintf(field, sizeof(field), "%s_timeout", stage);
     if (apply_limit(timeout_ms, ceil->wall_ms, field, "ms", &lim->wall_ms, je) != 0)
