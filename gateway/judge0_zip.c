@@ -239,7 +239,7 @@ static void free_files(struct moat_file *fs, size_t n)
 int judge0_zip_unpack(const uint8_t *zip, size_t len, const struct judge0_zip_limits *lim, struct moat_file **files, size_t *nfiles,
                       char *err, size_t errlen)
 {
-    size_t dir_at, dir_len, count, used, nreg = 0, total = 0, n = 0;
+    size_t dir_at = 0, dir_len = 0, count = 0, used = 0, nreg = 0, total = 0, n = 0;
     struct entry *es = NULL;
     struct moat_file *fs = NULL;
     int rc = -1;
