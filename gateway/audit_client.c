@@ -12,6 +12,13 @@
  * it stays in the FIFO to absorb its acknowledgement).  No acknowledgement
  * within GW_AUDIT_ACK_TIMEOUT_MS, a refused record, or a lost writer all
  * report failure: the caller refuses the request (fail closed).
+ *
+ * Reading an execution back (gw_audit_fetch) takes the same road: a query
+ * (AUDIT_WIRE_QUERY) queued in order with the records, its entry in the
+ * same FIFO, its ack in order with theirs; a found execution's ack carries
+ * len bytes of answer, which stay in the socket's buffer until they have
+ * all come (at most AUDIT_WIRE_MAX_ANSWER; more is a protocol error and
+ * the writer is let go).  A cancelled fetch absorbs its answer unread.
  */
 #include "audit_client.h"
 
@@ -21,6 +28,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "audit_wire.h"
 #include "log.h"
 
@@ -28,9 +37,24 @@ struct gw_audit_entry {
     struct gw_audit_entry *next;
     uint64_t tag;
     uint64_t deadline_ms;
-    gw_audit_cb cb; /* NULL once called or cancelled */
+    gw_audit_cb cb;             /* a record's; NULL once called or cancelled */
+    gw_audit_fetch_cb fetch_cb; /* a query's; likewise */
+    int query;                  /* sent with AUDIT_WIRE_QUERY: its ack may carry an answer */
     void *arg;
 };
+
+/* The entry's callback, with failure; never again. */
+static void entry_fail(struct gw_audit_entry *e)
+{
+    gw_audit_cb cb = e->cb;
+    gw_audit_fetch_cb fetch_cb = e->fetch_cb;
+    e->cb = NULL;
+    e->fetch_cb = NULL;
+    if (cb != NULL)
+        cb(e->arg, 0, 0);
+    else if (fetch_cb != NULL)
+        fetch_cb(e->arg, -1, NULL, 0, NULL, 0);
+}
 
 /* A batch's buffer starts at 4 KiB (many records, one allocation) and
  * doubles from there. */
@@ -54,8 +78,7 @@ static void fail_all(struct gw_audit *a, const char *why)
     a->head = a->tail = NULL;
     while (e != NULL) {
         struct gw_audit_entry *next = e->next;
-        if (e->cb != NULL)
-            e->cb(e->arg, 0, 0);
+        entry_fail(e);
         free(e);
         e = next;
     }
@@ -109,26 +132,71 @@ static void flush(struct gw_audit *a)
     h2o_socket_write(a->sock, &buf, 1, on_write);
 }
 
+/* A query's answer to its entry: found (the answer's bytes, checked
+ * against their header), not found, or failed.  -1: a protocol error. */
+static int answer_fetch(struct gw_audit_entry *e, const struct audit_wire_ack *ack, const uint8_t *answer)
+{
+    struct audit_wire_found found;
+    gw_audit_fetch_cb cb = e->fetch_cb;
+    e->fetch_cb = NULL;
+    if (ack->len == 0) {
+        if (cb != NULL)
+            cb(e->arg, ack->err == ENOENT ? 0 : -1, NULL, 0, NULL, 0);
+        return ack->err == 0 ? -1 : 0; /* found, without an answer */
+    }
+    if (ack->err != 0 || ack->len < sizeof(found))
+        return -1;
+    memcpy(&found, answer, sizeof(found));
+    if ((uint64_t)found.records_len + found.packet_len + sizeof(found) != ack->len)
+        return -1;
+    const uint8_t *packet = found.packet_len ? answer + sizeof(found) + found.records_len : NULL;
+    if (cb != NULL)
+        cb(e->arg, 1, (const char *)answer + sizeof(found), found.records_len, packet, found.packet_len);
+    return 0;
+}
+
+/* The next ack (and its answer) when all of it has come: 1 taken, 0 wait
+ * for more, -1 a protocol error (why set). */
+static int take_ack(struct gw_audit *a, h2o_socket_t *sock, const char **why)
+{
+    struct audit_wire_ack ack;
+    if (sock->input->size < sizeof(ack))
+        return 0;
+    memcpy(&ack, sock->input->bytes, sizeof(ack));
+    struct gw_audit_entry *e = a->head;
+    *why = "the audit writer acknowledged out of order";
+    if (e == NULL || e->tag != ack.tag)
+        return -1;
+    *why = "the audit writer answered out of bounds";
+    if (ack.len > AUDIT_WIRE_MAX_ANSWER || (ack.len > 0 && !e->query))
+        return -1;
+    if (sock->input->size - sizeof(ack) < ack.len)
+        return 0;
+    a->head = e->next;
+    if (a->head == NULL)
+        a->tail = NULL;
+    int rc = 0;
+    if (e->query)
+        rc = answer_fetch(e, &ack, (const uint8_t *)sock->input->bytes + sizeof(ack));
+    else if (e->cb != NULL)
+        e->cb(e->arg, ack.seq != 0 && ack.err == 0, ack.seq);
+    free(e);
+    h2o_buffer_consume(&sock->input, sizeof(ack) + ack.len);
+    return rc == 0 ? 1 : -1;
+}
+
 static void on_read(h2o_socket_t *sock, const char *err)
 {
     struct gw_audit *a = sock->data;
+    const char *why = NULL;
+    int rc;
     if (a == NULL)
         return;
-    while (sock->input->size >= sizeof(struct audit_wire_ack)) {
-        struct audit_wire_ack ack;
-        memcpy(&ack, sock->input->bytes, sizeof(ack));
-        h2o_buffer_consume(&sock->input, sizeof(ack));
-        struct gw_audit_entry *e = a->head;
-        if (e == NULL || e->tag != ack.tag) {
-            disconnect(a, "the audit writer acknowledged out of order");
-            return;
-        }
-        a->head = e->next;
-        if (a->head == NULL)
-            a->tail = NULL;
-        if (e->cb != NULL)
-            e->cb(e->arg, ack.seq != 0 && ack.err == 0, ack.seq);
-        free(e);
+    while ((rc = take_ack(a, sock, &why)) == 1)
+        ;
+    if (rc < 0) {
+        disconnect(a, why);
+        return;
     }
     if (err != NULL)
         disconnect(a, "the audit writer closed the connection");
@@ -142,10 +210,8 @@ static void on_timer(h2o_timeout_entry_t *entry)
     for (struct gw_audit_entry *e = a->head; e != NULL; e = e->next) {
         if (e->deadline_ms > now)
             break;
-        if (e->cb != NULL) {
-            gw_audit_cb cb = e->cb;
-            e->cb = NULL; /* stays queued to absorb a late acknowledgement */
-            cb(e->arg, 0, 0);
+        if (e->cb != NULL || e->fetch_cb != NULL) {
+            entry_fail(e); /* stays queued to absorb a late acknowledgement */
             expired++;
         }
     }
@@ -217,6 +283,33 @@ static int append_request(struct gw_audit *a, const struct audit_wire_req *rq, c
     return 0;
 }
 
+/* Queues rq (its tag set here), body and packet with an entry waiting for
+ * its ack: the entry, or NULL when out of memory (the writer is let go;
+ * nothing was queued). */
+static struct gw_audit_entry *queue_waited(struct gw_audit *a, struct audit_wire_req *rq, const char *body, const void *packet)
+{
+    struct gw_audit_entry *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return NULL;
+    rq->tag = ++a->next_tag;
+    if (append_request(a, rq, body, packet) != 0) {
+        free(e);
+        disconnect(a, "out of memory");
+        return NULL;
+    }
+    a->out_waited = 1;
+    e->tag = rq->tag;
+    e->deadline_ms = loop_now(a) + GW_AUDIT_ACK_TIMEOUT_MS;
+    if (a->tail)
+        a->tail->next = e;
+    else
+        a->head = e;
+    a->tail = e;
+    if (!h2o_timeout_is_linked(&a->timer))
+        h2o_timeout_link(a->loop, &a->timeout, &a->timer);
+    return e;
+}
+
 struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, size_t body_len, const void *packet, size_t packet_len,
                                        gw_audit_cb cb, void *arg)
 {
@@ -241,29 +334,36 @@ struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, siz
         submitted(a);
         return NULL;
     }
-    if ((e = calloc(1, sizeof(*e))) == NULL) {
+    if ((e = queue_waited(a, &rq, body, packet)) == NULL) {
         cb(arg, 0, 0);
         return NULL;
     }
-    rq.tag = ++a->next_tag;
-    if (append_request(a, &rq, body, packet) != 0) {
-        free(e);
-        disconnect(a, "out of memory");
-        cb(arg, 0, 0);
-        return NULL;
-    }
-    a->out_waited = 1;
-    e->tag = rq.tag;
     e->cb = cb;
     e->arg = arg;
-    e->deadline_ms = loop_now(a) + GW_AUDIT_ACK_TIMEOUT_MS;
-    if (a->tail)
-        a->tail->next = e;
-    else
-        a->head = e;
-    a->tail = e;
-    if (!h2o_timeout_is_linked(&a->timer))
-        h2o_timeout_link(a->loop, &a->timeout, &a->timer);
+    submitted(a);
+    return e;
+}
+
+struct gw_audit_entry *gw_audit_fetch(struct gw_audit *a, const char *tenant, const char *request_id, gw_audit_fetch_cb cb,
+                                      void *arg)
+{
+    struct audit_wire_req rq = {AUDIT_WIRE_MAGIC, 0, 0, AUDIT_WIRE_QUERY, 0};
+    struct gw_audit_entry *e = NULL;
+    json_t *q = json_pack("{s:s, s:s}", "tenant", tenant, "request_id", request_id);
+    char *body = q ? json_dumps(q, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    json_decref(q);
+    if (body != NULL && a->sock != NULL && strlen(body) <= AUDIT_WIRE_MAX_BODY) {
+        rq.body_len = (uint32_t)strlen(body);
+        e = queue_waited(a, &rq, body, NULL);
+    }
+    free(body);
+    if (e == NULL) {
+        cb(arg, -1, NULL, 0, NULL, 0);
+        return NULL;
+    }
+    e->query = 1;
+    e->fetch_cb = cb;
+    e->arg = arg;
     submitted(a);
     return e;
 }
@@ -293,6 +393,8 @@ int gw_audit_sending(const struct gw_audit *a)
 
 void gw_audit_cancel(struct gw_audit_entry *e)
 {
-    if (e != NULL)
+    if (e != NULL) {
         e->cb = NULL;
+        e->fetch_cb = NULL;
+    }
 }

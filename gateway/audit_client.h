@@ -30,6 +30,20 @@
  */
 typedef void (*gw_audit_cb)(void *arg, int ok, uint64_t seq);
 
+/*
+ * Called once per gw_audit_fetch: found is 1 with the execution's records
+ * (JSON lines as in the log, each ending in '\n', oldest first) and its
+ * packet (NULL, 0: none, or removed by the retention), 0 when the writer
+ * has no such execution for that tenant (another tenant's, unknown, or older
+ * than the writer's index: answer 404), -1 when it failed (the writer is
+ * gone, timed out, or found a record or packet that is not what was
+ * written: answer 503).  The bytes are the client's until the callback
+ * returns.  May be called before gw_audit_fetch returns.  Whoever keeps the
+ * entry handle must forget it in this callback.
+ */
+typedef void (*gw_audit_fetch_cb)(void *arg, int found, const char *records, size_t records_len, const uint8_t *packet,
+                                  size_t packet_len);
+
 struct gw_audit_entry;
 
 struct gw_audit {
@@ -60,6 +74,11 @@ int gw_audit_attach(struct gw_audit *a, int fd);
  * failure. */
 struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, size_t body_len, const void *packet, size_t packet_len,
                                        gw_audit_cb cb, void *arg);
+/* Asks the writer for one execution of tenant: its records and its packet
+ * (audit/FORMAT.md "Reading an execution back").  Returns a handle for
+ * gw_audit_cancel, or NULL when cb was already called. */
+struct gw_audit_entry *gw_audit_fetch(struct gw_audit *a, const char *tenant, const char *request_id, gw_audit_fetch_cb cb,
+                                      void *arg);
 /* Called by the worker once per event-loop turn: sends what was queued
  * (records nobody waits for: within GW_AUDIT_DENIAL_DELAY_MS). */
 void gw_audit_flush(struct gw_audit *a);
@@ -69,7 +88,8 @@ void gw_audit_flush_all(struct gw_audit *a);
 int gw_audit_connected(const struct gw_audit *a);
 /* Is anything queued or being written? */
 int gw_audit_sending(const struct gw_audit *a);
-/* The request went away: its callback will not be called. */
+/* The request went away: its callback (a submit's or a fetch's) will not
+ * be called. */
 void gw_audit_cancel(struct gw_audit_entry *e);
 
 #endif

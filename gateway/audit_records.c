@@ -337,3 +337,116 @@ char *gw_audit_dump(json_t *body, size_t *len)
         *len = strlen(s);
     return s;
 }
+
+/* ---- reading an execution back, and reviews -------------------------------------------- */
+
+/* Each line of records (JSON, '\n' after each) to fn, with its bytes;
+ * stops at the first fn that returns non-zero, or a line that is not JSON
+ * (-1). */
+static int each_record(const char *records, size_t len, int (*fn)(void *, json_t *, const char *, size_t), void *arg)
+{
+    size_t at = 0;
+    while (at < len) {
+        const char *nl = memchr(records + at, '\n', len - at);
+        size_t n = nl ? (size_t)(nl - (records + at)) : len - at;
+        json_t *rec = json_loadb(records + at, n, JSON_REJECT_DUPLICATES, NULL);
+        if (!json_is_object(rec)) {
+            json_decref(rec);
+            return -1;
+        }
+        int rc = fn(arg, rec, records + at, n);
+        json_decref(rec);
+        if (rc != 0)
+            return rc;
+        at += n + 1;
+    }
+    return 0;
+}
+
+struct result_of {
+    uint64_t seq;
+    char *hex;
+};
+
+static int note_result(void *arg, json_t *rec, const char *line, size_t len)
+{
+    struct result_of *r = arg;
+    json_int_t seq = json_integer_value(json_object_get(rec, "seq"));
+    const char *type = json_string_value(json_object_get(rec, "type"));
+    if (type != NULL && strcmp(type, "result") == 0 && seq > 0) {
+        r->seq = (uint64_t)seq;
+        sha256_hex(line, len, r->hex);
+    }
+    return 0;
+}
+
+int gw_audit_result_of(const char *records, size_t len, uint64_t *seq, char sha256_hex[65])
+{
+    struct result_of r = {0, sha256_hex};
+    if (each_record(records, len, note_result, &r) != 0 || r.seq == 0)
+        return -1;
+    *seq = r.seq;
+    return 0;
+}
+
+static int is_verdict(const char *v)
+{
+    return v != NULL && (strcmp(v, "approved") == 0 || strcmp(v, "rejected") == 0 || strcmp(v, "needs_changes") == 0);
+}
+
+json_t *gw_audit_review(const struct gw_audit_who *reviewer, const char *request_id, const char *verdict, const char *note,
+                        size_t note_len, uint64_t result_seq, const char *result_sha256, const char **why)
+{
+    json_t *n;
+    if (!is_verdict(verdict)) {
+        *why = "verdict must be approved, rejected or needs_changes";
+        return NULL;
+    }
+    if (note_len > GW_AUDIT_REVIEW_MAX_NOTE) {
+        *why = "note is longer than 4096 bytes";
+        return NULL;
+    }
+    if (memchr(note, '\0', note_len) != NULL || (n = json_stringn(note, note_len)) == NULL) {
+        *why = "note must be UTF-8 text without NUL";
+        return NULL;
+    }
+    json_t *b = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:I, s:s}", "type", "review", "request_id", request_id,
+                          "tenant", reviewer->tenant ? reviewer->tenant : "", "key_id", reviewer->key_id ? reviewer->key_id : "",
+                          "review_request_id", reviewer->request_id, "client", reviewer->client, "verdict", verdict, "note", n,
+                          "result_seq", (json_int_t)result_seq, "result_sha256", result_sha256);
+    if (b == NULL)
+        *why = "out of memory";
+    return b;
+}
+
+struct execution {
+    json_t *records, *reviews;
+};
+
+static int add_record(void *arg, json_t *rec, const char *line, size_t len)
+{
+    struct execution *x = arg;
+    const char *type = json_string_value(json_object_get(rec, "type"));
+    (void)line;
+    (void)len;
+    json_array_append(x->records, rec);
+    if (type != NULL && strcmp(type, "review") == 0)
+        json_array_append_new(x->reviews,
+                              json_pack("{s:O?, s:O?, s:O?, s:O?, s:O?}", "verdict", json_object_get(rec, "verdict"), "note",
+                                        json_object_get(rec, "note"), "key_id", json_object_get(rec, "key_id"), "time",
+                                        json_object_get(rec, "time"), "result_seq", json_object_get(rec, "result_seq")));
+    return 0;
+}
+
+json_t *gw_audit_execution(const char *request_id, const char *records, size_t len, const uint8_t *packet, size_t packet_len)
+{
+    struct execution x = {json_array(), json_array()};
+    json_t *p = packet ? json_loadb((const char *)packet, packet_len, 0, NULL) : json_null();
+    json_t *out = NULL;
+    if (x.records != NULL && x.reviews != NULL && p != NULL && each_record(records, len, add_record, &x) == 0)
+        out = json_pack("{s:s, s:O, s:O, s:O}", "request_id", request_id, "packet", p, "records", x.records, "reviews", x.reviews);
+    json_decref(p);
+    json_decref(x.records);
+    json_decref(x.reviews);
+    return out;
+}

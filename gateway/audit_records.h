@@ -35,6 +35,32 @@ char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_req
 char *gw_audit_session_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, json_t *limits,
                               const struct gw_transcript *t, const char *result_json, size_t *len);
 char *gw_audit_dump(json_t *body, size_t *len);
+
+/* ---- reading an execution back, and reviews (audit/FORMAT.md "Reviews") ---- */
+
+#define GW_AUDIT_REVIEW_MAX_NOTE 4096 /* bytes of a review's note; the writer refuses more */
+
+/* The result record an execution's records (gw_audit_fetch's) hold, the
+ * last one: its seq and the SHA-256 (hex) of its line, which a review names.
+ * 0, or -1 when there is none (the execution has not ended). */
+int gw_audit_result_of(const char *records, size_t len, uint64_t *seq, char sha256_hex[65]);
+
+/* A review record body: of the execution request_id (of reviewer's tenant),
+ * by reviewer (its key id and client; its request id goes in as
+ * review_request_id), naming the result record result_seq whose line has
+ * the SHA-256 result_sha256 (gw_audit_result_of).  verdict is approved,
+ * rejected or needs_changes; note UTF-8 without NUL, at most
+ * GW_AUDIT_REVIEW_MAX_NOTE bytes.  NULL with *why set: the client's 400
+ * message, or "out of memory". */
+json_t *gw_audit_review(const struct gw_audit_who *reviewer, const char *request_id, const char *verdict, const char *note,
+                        size_t note_len, uint64_t result_seq, const char *result_sha256, const char **why);
+
+/* An execution as its tenant reads it back (GET /api/v2/executions/{id}):
+ * {"request_id", "packet": the packet's JSON or null, "records": [the
+ * records], "reviews": [{"verdict","note","key_id","time","result_seq"},
+ * oldest first]}, from gw_audit_fetch's answer.  NULL when a record or the
+ * packet is not JSON (never expected: the writer checked them). */
+json_t *gw_audit_execution(const char *request_id, const char *records, size_t len, const uint8_t *packet, size_t packet_len);
 /* A decision record without jansson or an allocation, for the hot deny
  * path: the same fields and order as gw_audit_base + gw_audit_add_decision,
  * written NUL-terminated into buf.  -1 when a field is not plain ASCII or
