@@ -76,10 +76,15 @@ static void usage(FILE *f)
                "  query DIR [--tenant T] [--key-id K] [--since TIME] [--until TIME]\n"
                "            [--decision allowed|denied] [--reason R] [--status S] [--language L]\n"
                "            [--type T] [--format table|json]\n"
+               "            [--review pending|approved|rejected|needs_changes]\n"
                "      verified records that match (json: the lines as stored); the table's REQUEST_ID is\n"
-               "      what show takes; --status S is the HTTP status (401) or an execution's outcome (TO, ML)\n"
+               "      what show takes; --status S is the HTTP status (401) or an execution's outcome (TO, ML);\n"
+               "      --review: executions (their result records) nobody reviewed yet (pending), or whose\n"
+               "      latest review has that verdict\n"
                "  show DIR REQUEST_ID [--raw-packet | --transcript [--raw stdin|stdout|stderr]]\n"
-               "      every record of a request and its packet (code, stdin, args, limits, output);\n"
+               "      every record of a request and its packet (code, stdin, args, limits, output),\n"
+               "      then its reviews: verdict, reviewer, time, note, and whether the result each names is\n"
+               "      the one in the trail;\n"
                "      --raw-packet writes the verified packet's bytes to stdout instead;\n"
                "      --transcript replays a session (GET /api/v2/connect) from its packet, one line per\n"
                "      event: +<at_ms> ms  <stream or event>  <data, escaped>; --raw STREAM writes the\n"
@@ -121,7 +126,7 @@ struct opts {
     const char *pos[2];
     int npos;
     const char *user, *key, *key_fp, *checkpoints, *tenant, *key_id, *since_s, *until_s, *decision, *reason, *status, *language,
-        *type, *format, *export_file;
+        *type, *format, *export_file, *review;
     const char *strict, *json, *transcript; /* flags: non-NULL when given */
     const char *raw_stream;                 /* show --transcript --raw STREAM */
     int raw_packet;
@@ -154,6 +159,7 @@ static const struct optdef optdefs[] = {
     {"--status", OPT(status), " query ", 0},
     {"--language", OPT(language), " query ", 0},
     {"--type", OPT(type), " query ", 0},
+    {"--review", OPT(review), " query ", 0},
     {"--format", OPT(format), " query stats ", 0},
     {"--transcript", OPT(transcript), " show ", 1},
     {"--raw", OPT(raw_stream), " show ", 0},
@@ -258,6 +264,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         return die(2, "%s: --format is table or json, not '%s'", o->cmd, o->format);
     if (o->decision && strcmp(o->decision, "allowed") != 0 && strcmp(o->decision, "denied") != 0)
         return die(2, "%s: --decision is allowed or denied, not '%s'", o->cmd, o->decision);
+    if (o->review && strcmp(o->review, "pending") != 0 && strcmp(o->review, "approved") != 0 &&
+        strcmp(o->review, "rejected") != 0 && strcmp(o->review, "needs_changes") != 0)
+        return die(2, "%s: --review is pending, approved, rejected or needs_changes, not '%s'", o->cmd, o->review);
+    if (o->review && o->type && strcmp(o->type, "result") != 0)
+        return die(2, "%s: --review lists result records; --type %s does not go with it", o->cmd, o->type);
     if (o->raw_stream && o->transcript == NULL)
         return die(2, "%s: --raw STREAM goes with --transcript", o->cmd);
     if (o->raw_stream && strcmp(o->raw_stream, "stdin") != 0 && strcmp(o->raw_stream, "stdout") != 0 &&
@@ -634,7 +645,28 @@ struct query {
     const struct opts *o;
     int json;
     uint64_t shown;
+    json_t *results; /* --review: [[key, record, line]] of the result records that match */
+    json_t *latest;  /* --review: key -> the latest review's verdict */
 };
+
+/* An execution's key for --review: tenant, a NUL, request id (a review is
+ * always of its own tenant's execution). */
+static json_t *execution_key(json_t *rec)
+{
+    const char *t = str(rec, "tenant"), *r = str(rec, "request_id");
+    if (t == NULL || r == NULL)
+        return NULL;
+    size_t tl = strlen(t), rl = strlen(r);
+    char *k = malloc(tl + rl + 2);
+    if (k == NULL)
+        return NULL;
+    memcpy(k, t, tl);
+    k[tl] = '\x1f';
+    memcpy(k + tl + 1, r, rl + 1);
+    json_t *j = json_string(k);
+    free(k);
+    return j;
+}
 
 /* A JSON value as a table cell's text ("" for none). */
 static void cell_text(json_t *v, char *out, size_t size)
@@ -659,11 +691,8 @@ static void run_text(json_t *rec, const char *type, char *out, size_t size)
     }
 }
 
-static void query_cb(void *arg, json_t *rec, const char *line, size_t len)
+static void print_record(struct query *q, json_t *rec, const char *line, size_t len)
 {
-    struct query *q = arg;
-    if (!matches(q->o, rec))
-        return;
     q->shown++;
     if (q->json) {
         fwrite(line, 1, len, stdout);
@@ -700,13 +729,58 @@ static void query_cb(void *arg, json_t *rec, const char *line, size_t len)
     putchar('\n');
 }
 
+/* --review: result records that match are kept, with their key; every
+ * review (whatever the filters) sets its execution's latest verdict. */
+static void note_for_review(struct query *q, json_t *rec, const char *line, size_t len)
+{
+    const char *type = str(rec, "type");
+    json_t *key;
+    if (type == NULL || (strcmp(type, "result") != 0 && strcmp(type, "review") != 0) || (key = execution_key(rec)) == NULL)
+        return;
+    if (strcmp(type, "review") == 0) {
+        json_object_set(q->latest, json_string_value(key), json_object_get(rec, "verdict"));
+    } else if (matches(q->o, rec)) {
+        json_array_append_new(q->results, json_pack("[O, O, s%]", key, rec, line, len));
+    }
+    json_decref(key);
+}
+
+static void query_cb(void *arg, json_t *rec, const char *line, size_t len)
+{
+    struct query *q = arg;
+    if (q->o->review != NULL)
+        note_for_review(q, rec, line, len);
+    else if (matches(q->o, rec))
+        print_record(q, rec, line, len);
+}
+
+/* --review: the kept results whose execution's latest verdict is the one
+ * asked for (pending: none). */
+static void print_reviewed(struct query *q)
+{
+    size_t i;
+    json_t *row;
+    json_array_foreach(q->results, i, row)
+    {
+        const char *verdict = json_string_value(json_object_get(q->latest, json_string_value(json_array_get(row, 0))));
+        int want = strcmp(q->o->review, "pending") == 0 ? verdict == NULL : verdict != NULL && strcmp(verdict, q->o->review) == 0;
+        json_t *line = json_array_get(row, 2);
+        if (want)
+            print_record(q, json_array_get(row, 1), json_string_value(line), json_string_length(line));
+    }
+}
+
 static int cmd_query(struct opts *o, int export)
 {
-    struct query q = {o, export || (o->format && strcmp(o->format, "json") == 0), 0};
+    struct query q = {o, export || (o->format && strcmp(o->format, "json") == 0), 0, json_array(), json_object()};
     if (!q.json)
         printf("%-8s %-24s %-16s %-16s %-24s %-12s %-20s %-10s %-6s %s\n", "SEQ", "TIME", "REQUEST_ID", "TENANT", "KEY_ID",
                "ENDPOINT", "DECISION/REASON", "LANGUAGE", "STATUS", "RUN");
     int rc = verify_with(o, query_cb, &q, NULL, NULL);
+    if (o->review != NULL && rc == 0)
+        print_reviewed(&q);
+    json_decref(q.results);
+    json_decref(q.latest);
     if (!q.json && rc == 0)
         printf("(%llu record(s))\n", (unsigned long long)q.shown);
     return rc;
@@ -834,16 +908,73 @@ static int cmd_stats(struct opts *o)
 struct show {
     const char *request_id;
     json_t *records; /* verified records of the request, in order */
+    json_t *results; /* "<seq>" -> the SHA-256 of its line, for each result record among them */
 };
 
 static void show_cb(void *arg, json_t *rec, const char *line, size_t len)
 {
     struct show *s = arg;
-    const char *rid = str(rec, "request_id");
-    if (rid && strcmp(rid, s->request_id) == 0)
-        json_array_append(s->records, rec);
-    (void)line;
-    (void)len;
+    const char *rid = str(rec, "request_id"), *type = str(rec, "type");
+    if (rid == NULL || strcmp(rid, s->request_id) != 0)
+        return;
+    json_array_append(s->records, rec);
+    if (type != NULL && strcmp(type, "result") == 0) {
+        uint8_t h[AUDIT_HASH_LEN];
+        char hex[AUDIT_HEX_LEN + 1], seq[24];
+        audit_sha256(line, len, h);
+        moat_hex_encode(h, sizeof(h), hex);
+        snprintf(seq, sizeof(seq), "%lld", (long long)json_integer_value(json_object_get(rec, "seq")));
+        json_object_set_new(s->results, seq, json_string(hex));
+    }
+}
+
+/* One review: verdict, reviewer, time, whether the result it names (by seq
+ * and line SHA-256) is the one in the trail, and its note.  1 when it is
+ * not (never expected: the writer checked it). */
+static int put_review(const struct show *s, json_t *rec)
+{
+    char seq[24];
+    const char *note = str(rec, "note"), *sha = str(rec, "result_sha256");
+    json_int_t rseq = json_integer_value(json_object_get(rec, "result_seq"));
+    snprintf(seq, sizeof(seq), "%lld", (long long)rseq);
+    const char *have = json_string_value(json_object_get(s->results, seq));
+    int named = have != NULL && sha != NULL && strcmp(have, sha) == 0;
+    printf("  %s", "");
+    put_cell(str(rec, "verdict"), 14);
+    fputs("by ", stdout);
+    put_cell(str(rec, "key_id"), 0);
+    fputs("of ", stdout);
+    put_cell(str(rec, "tenant"), 0);
+    fputs("at ", stdout);
+    put_cell(str(rec, "time"), 0);
+    printf("(record %lld; result record %s: %s)\n", (long long)json_integer_value(json_object_get(rec, "seq")), seq,
+           named ? "the one shown above" : "NOT IN THE TRAIL AS NAMED");
+    if (note != NULL && note[0] != '\0') {
+        fputs("      note \"", stdout);
+        put_safe(stdout, note, json_string_length(json_object_get(rec, "note")), 0);
+        fputs("\"\n", stdout);
+    }
+    return !named;
+}
+
+/* The request's reviews, oldest first, after its records. */
+static int show_reviews(const struct show *s)
+{
+    size_t i, n = 0;
+    json_t *rec;
+    int bad = 0;
+    json_array_foreach(s->records, i, rec)
+    {
+        const char *type = str(rec, "type");
+        if (type == NULL || strcmp(type, "review") != 0)
+            continue;
+        if (n++ == 0)
+            printf("\nreviews\n");
+        bad |= put_review(s, rec);
+    }
+    if (n == 0 && json_object_size(s->results) > 0)
+        printf("\nreviews\n  (none yet)\n");
+    return bad;
 }
 
 static void indent(int n)
@@ -1310,17 +1441,19 @@ static int show_transcript(const struct opts *o, json_t *records)
 
 static int cmd_show(struct opts *o)
 {
-    struct show s = {o->pos[1], json_array()};
+    struct show s = {o->pos[1], json_array(), json_object()};
     int rc = verify_with(o, show_cb, &s, NULL, NULL);
     size_t i;
     json_t *rec;
     if (json_array_size(s.records) == 0) {
         json_decref(s.records);
+        json_decref(s.results);
         return rc ? rc : die(1, "show: no verified record of request %s", o->pos[1]);
     }
     if (o->transcript) {
         int trc = show_transcript(o, s.records);
         json_decref(s.records);
+        json_decref(s.results);
         return rc ? rc : trc;
     }
     int prc = 0, packets = 0;
@@ -1343,7 +1476,10 @@ static int cmd_show(struct opts *o)
                 prc = 1;
         }
     }
+    if (!o->raw_packet && show_reviews(&s) != 0)
+        prc = 1;
     json_decref(s.records);
+    json_decref(s.results);
     if (o->raw_packet && packets == 0 && rc == 0)
         return die(1, "show: request %s has no packet", o->pos[1]);
     return rc ? rc : prc;

@@ -7,7 +7,9 @@ execution's records and its packet, only to its own tenant (another tenant's
 query is "not found", never "forbidden"); a packet or a line that is not what
 was written is never served; the index is rebuilt when the writer starts; a
 review is written only when it names a result of its own tenant's execution;
-verify passes.  Needs root (the writer drops to moat-audit).
+moat-audit show prints an execution's reviews, query --review lists what
+nobody reviewed yet or filters by the latest verdict, and verify checks
+reviews like every record.  Needs root (the writer drops to moat-audit).
 """
 
 import errno
@@ -191,6 +193,57 @@ class ReviewsTest(unittest.TestCase):
         self.assertEqual(c.call(review(line))[2], errno.EMLINK)
         self.assertEqual(w.close()[0], 0)
         self.verify_ok()
+
+    def query_review(self, verdict, fmt="json"):
+        p = audit("query", self.adir, "--review", verdict, "--format", fmt, "--key", self.key, check=0)
+        out = p.stdout.decode()
+        return [json.loads(l)["request_id"] for l in out.splitlines()] if fmt == "json" else out
+
+    def test_cli_show_and_query_review(self):
+        w = self.start()
+        c = w.clients[0]
+        lines = {i: self.execution(c, i) for i in (1, 2, 3)}
+        self.execution(c, 4, tenant="other")
+        c.call(request(5))  # still running: no result, not pending
+        self.assertEqual(self.query_review("pending"), ["req-1", "req-2", "req-3", "req-4"])
+        self.assertEqual(self.query_review("approved"), [])
+        p = audit("query", self.adir, "--review", "pending", "--tenant", "acme", "--format", "json", "--key", self.key,
+                  check=0)
+        self.assertEqual([json.loads(l)["request_id"] for l in p.stdout.decode().splitlines()], ["req-1", "req-2", "req-3"])
+        self.assertEqual(c.call(review(lines[1], verdict="needs_changes", note="loop\n\u202eevil"))[2], 0)
+        self.assertEqual(c.call(review(lines[2], verdict="rejected"))[2], 0)
+        self.assertEqual(c.call(review(lines[1], verdict="approved", note="fixed"))[2], 0)  # the latest counts
+        self.assertEqual(self.query_review("pending"), ["req-3", "req-4"])
+        self.assertEqual(self.query_review("approved"), ["req-1"])
+        self.assertEqual(self.query_review("rejected"), ["req-2"])
+        self.assertEqual(self.query_review("needs_changes"), [])
+        table = self.query_review("pending", fmt="table")
+        self.assertIn("req-3", table)
+        self.assertIn("(2 record(s))", table)
+        # show: the records, then the reviews, oldest first, the note escaped
+        out = audit("show", self.adir, "req-1", "--key", self.key, check=0).stdout.decode()
+        tail = out[out.index("\nreviews\n"):]
+        self.assertRegex(tail, r"needs_changes +by k_reviewer of acme at \S+ \(record \d+; result record %d: the one shown above\)"
+                         % json.loads(lines[1])["seq"])
+        self.assertIn('note "loop\\n\\u202eevil"', tail)
+        self.assertLess(tail.index("needs_changes"), tail.index("approved"))
+        self.assertNotIn("\u202e", out)
+        out = audit("show", self.adir, "req-3", "--key", self.key, check=0).stdout.decode()
+        self.assertIn("reviews\n  (none yet)", out)
+        # usage errors
+        self.assertEqual(audit("query", self.adir, "--review", "fine").returncode, 2)
+        self.assertEqual(audit("query", self.adir, "--review", "pending", "--type", "request").returncode, 2)
+        self.assertEqual(w.close()[0], 0)
+        # reviews are in the chain: verify passes, and a changed verdict is caught
+        self.verify_ok()
+        name, data = self.log_lines()[-1]
+        copy = test_audit.AuditTest.copy_of(self, self.adir)
+        with open(os.path.join(copy, name), "r+b") as f:
+            at = data.index(b'"verdict":"rejected"')
+            f.seek(at + len(b'"verdict":"'))
+            f.write(b"approved")
+        p = audit("verify", copy, "--key", self.key)
+        self.assertEqual(p.returncode, 1)
 
 
 if __name__ == "__main__":
