@@ -801,14 +801,59 @@ int judge0_parse_submission(const char *body, size_t len, int base64, struct jud
                             size_t errlen)
 {
     json_error_t jerr;
-    json_t *root, *errs = NULL;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    *errors = NULL;
+    if (root == NULL)
+        return judge0_errf(err, errlen, "invalid JSON: %s", jerr.text);
+    rc = judge0_parse_submission_object(root, base64, out, errors, err, errlen);
+    json_decref(root);
+    return rc;
+}
+
+int judge0_parse_batch(const char *body, size_t len, json_t **items, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr), *a;
+    const char *key;
+    json_t *v;
+
+    *items = NULL;
+    if (root == NULL)
+        return judge0_errf(err, errlen, "invalid JSON: %s", jerr.text);
+    json_object_foreach(root, key, v)
+    {
+        if (strcmp(key, "submissions") != 0) {
+            json_decref(root);
+            return judge0_errf(err, errlen, "unknown field: %.64s", key);
+        }
+    }
+    a = json_object_get(root, "submissions");
+    if (!json_is_object(root) || !json_is_array(a)) {
+        json_decref(root);
+        return judge0_errf(err, errlen, "the body must be {\"submissions\": [...]}");
+    }
+    size_t n = json_array_size(a);
+    if (n == 0 || n > JUDGE0_BATCH_MAX) {
+        json_decref(root);
+        if (n == 0)
+            return judge0_errf(err, errlen, "there should be at least one submission in a batch");
+        return judge0_errf(err, errlen, "number of submissions in a batch should be less than or equal to %d", JUDGE0_BATCH_MAX);
+    }
+    *items = json_incref(a);
+    json_decref(root);
+    return 0;
+}
+
+int judge0_parse_submission_object(json_t *root, int base64, struct judge0_request *out, json_t **errors, char *err, size_t errlen)
+{
+    json_t *errs = NULL;
     int rc = -1;
 
     memset(out, 0, sizeof(*out));
     *errors = NULL;
-    root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
-    if (root == NULL)
-        return judge0_errf(err, errlen, "invalid JSON: %s", jerr.text);
     if (!json_is_object(root)) {
         judge0_errf(err, errlen, "the body must be a JSON object");
         goto out;
@@ -829,7 +874,6 @@ int judge0_parse_submission(const char *body, size_t len, int base64, struct jud
     rc = 0;
 out:
     json_decref(errs);
-    json_decref(root);
     if (rc != 0)
         judge0_request_free(out);
     return rc;

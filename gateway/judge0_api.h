@@ -185,6 +185,12 @@ struct judge0_request {
  */
 int judge0_parse_submission(const char *body, size_t len, int base64, struct judge0_request *out, json_t **errors, char *err,
                             size_t errlen);
+/* The same for a parsed member (an entry of a batch). */
+int judge0_parse_submission_object(json_t *root, int base64, struct judge0_request *out, json_t **errors, char *err, size_t errlen);
+/* A POST /submissions/batch body, {"submissions": [...]} with 1 to
+ * JUDGE0_BATCH_MAX entries: 0 with *items the array (new reference; each
+ * entry for judge0_parse_submission_object), or -1 with err for a 400. */
+int judge0_parse_batch(const char *body, size_t len, json_t **items, char *err, size_t errlen);
 void judge0_request_free(struct judge0_request *j);
 
 /*

@@ -434,9 +434,20 @@ const struct gw_handler gw_handler_judge0_submit = {submit_prepare, submit_descr
  * worker's loop.  Its end: the result judged and recorded (durable before
  * the store shows it: fail closed, like a synchronous answer), kept in the
  * store in place of the "Processing" record, the slot given back.
+ *
+ * The entries of a batch are runs chained on the batch's one slot: each
+ * has a request id of its own and makes its own decision record (durable
+ * before its run starts), and when it ends it hands the slot to the next.
  */
 struct async_run {
     struct gw_worker *worker;
+    struct async_run *next;                /* a batch's next entry, run after this one */
+    int own_decision;                      /* a batch entry: records its decision before it runs */
+    const char *path;                      /* the route, for the records (a literal) */
+    char parent_id[GW_REQUEST_ID_LEN + 1]; /* a batch entry: the batch's request id */
+    struct moat_buf frame;                 /* the backend message, until it is sent */
+    uint64_t job_id;
+    char socket[GW_MAX_PATH_LEN + 1];
     char request_id[GW_REQUEST_ID_LEN + 1];
     char tenant[GW_MAX_TENANT_NAME + 1];
     char key_id[80];
@@ -452,22 +463,34 @@ struct async_run {
     size_t record_len;
 };
 
+static void async_begin(struct async_run *a);
+
+/* The run is over: the slot goes to the batch's next entry, or back. */
 static void async_free(struct async_run *a)
 {
-    if (a->holds_slot)
+    struct async_run *next = a->next;
+
+    if (next != NULL) {
+        next->holds_slot = a->holds_slot;
+        next->cpu_ms += a->cpu_ms; /* charged when the chain gives the slot back */
+    } else if (a->holds_slot) {
         rl_release(a->worker->server->limiter, a->tenant, a->cpu_ms, rl_monotonic_ms());
+    }
     judge0_request_free(&a->j);
     moat_exec_request_free(&a->ereq);
+    moat_buf_free(&a->frame);
     free(a->record);
     free(a);
+    if (next != NULL)
+        async_begin(next);
 }
 
 static void async_who(const struct async_run *a, struct gw_audit_who *who)
 {
-    static const char method[] = "POST", path[] = "/submissions";
+    static const char method[] = "POST";
 
     *who =
-        (struct gw_audit_who){a->request_id, a->tenant, a->key_id, a->client, method, sizeof(method) - 1, path, sizeof(path) - 1};
+        (struct gw_audit_who){a->request_id, a->tenant, a->key_id, a->client, method, sizeof(method) - 1, a->path, strlen(a->path)};
 }
 
 /* The store shows text, or an Internal Error saying why it cannot. */
@@ -588,46 +611,281 @@ static void on_async_result(void *data, enum backend_status status, const struct
     json_decref(rec);
 }
 
-/* Step 9 of wait=false: the "Processing" record, the detached run, and the
- * answer {"token"} at once. */
-static enum gw_flow start_async(struct gw_request *r, struct submission *s)
+/* The detached backend call. */
+static void async_start(struct async_run *a)
 {
-    struct async_run *a = calloc(1, sizeof(*a));
-    json_t *answer = json_pack("{s:s}", "token", s->token), *rec;
+    backend_call(NULL, a->worker->ctx.loop, &a->worker->backend_timeout, a->socket, &a->frame, a->job_id, on_async_result, a);
+}
+
+static void on_entry_decision(void *arg, int ok, uint64_t seq)
+{
+    struct async_run *a = arg;
+
+    (void)seq;
+    if (ok) {
+        async_start(a);
+        return;
+    }
+    async_keep_failure(a, "audit log unavailable: request refused");
+    async_free(a);
+}
+
+/* A run's start: a batch entry's decision record first (fail closed). */
+static void async_begin(struct async_run *a)
+{
     struct gw_audit_who who;
+    size_t len;
+    json_t *b;
     char *text;
 
-    r->body = answer != NULL ? json_dumps(answer, JSON_COMPACT) : NULL;
-    json_decref(answer);
-    if (a == NULL || r->body == NULL) {
-        free(a);
-        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    if (!a->own_decision || !a->worker->audit.enabled) {
+        async_start(a);
+        return;
     }
+    async_who(a, &who);
+    if ((b = gw_audit_base(&who, "request")) == NULL) {
+        async_keep_failure(a, "out of memory");
+        async_free(a);
+        return;
+    }
+    gw_audit_add_decision(b, "allowed", NULL, NULL, 200, NULL);
+    gw_audit_add_request(b, &a->ereq, a->frame.data + MOAT_FRAME_HEADER_SIZE, a->frame.len - MOAT_FRAME_HEADER_SIZE);
+    json_object_set_new(
+        b, "judge0",
+        json_pack("{s:s, s:I, s:s}", "token", a->token, "language_id", (json_int_t)a->j.language_id, "batch", a->parent_id));
+    text = gw_audit_dump(b, &len);
+    json_decref(b);
+    if (text == NULL) {
+        async_keep_failure(a, "out of memory");
+        async_free(a);
+        return;
+    }
+    gw_audit_submit(&a->worker->audit, text, len, NULL, 0, on_entry_decision, a);
+    free(text);
+}
+
+/* A run for r's tenant of an accepted submission (its parts moved in), its
+ * "Processing" record kept; NULL out of memory (nothing moved). */
+static struct async_run *async_new(struct gw_request *r, const char *path, const char *request_id, const char *token,
+                                   const char *lang_name, int64_t created_ms, struct judge0_request *j,
+                                   struct moat_exec_request *ereq, struct moat_buf *frame, uint64_t job_id)
+{
+    struct async_run *a = calloc(1, sizeof(*a));
+    struct gw_audit_who who;
+    json_t *rec;
+    char *text;
+
+    if (a == NULL)
+        return NULL;
     gw_request_who(r, &who);
     a->worker = r->worker;
-    snprintf(a->request_id, sizeof(a->request_id), "%s", r->request_id);
+    a->path = path;
+    snprintf(a->parent_id, sizeof(a->parent_id), "%s", r->request_id);
+    snprintf(a->socket, sizeof(a->socket), "%s", r->cfg->backend_socket);
+    snprintf(a->request_id, sizeof(a->request_id), "%s", request_id);
     snprintf(a->tenant, sizeof(a->tenant), "%s", r->tenant);
     snprintf(a->key_id, sizeof(a->key_id), "%s", r->key_id);
     snprintf(a->client, sizeof(a->client), "%s", who.client);
-    memcpy(a->token, s->token, sizeof(a->token));
-    memcpy(a->lang_name, s->lang_name, sizeof(a->lang_name));
-    a->created_ms = s->created_ms;
-    a->j = s->j; /* moved: the request's pool no longer frees them */
-    a->ereq = s->ereq;
-    memset(&s->j, 0, sizeof(s->j));
-    memset(&s->ereq, 0, sizeof(s->ereq));
+    snprintf(a->token, sizeof(a->token), "%s", token);
+    snprintf(a->lang_name, sizeof(a->lang_name), "%s", lang_name);
+    a->created_ms = created_ms;
+    a->j = *j; /* moved: the request's pool no longer frees them */
+    a->ereq = *ereq;
+    a->frame = *frame;
+    a->job_id = job_id;
+    memset(j, 0, sizeof(*j));
+    memset(ereq, 0, sizeof(*ereq));
+    memset(frame, 0, sizeof(*frame));
     if ((rec = judge0_submission_record(a->token, a->created_ms, 0, &a->j, &a->ereq, NULL, a->lang_name)) != NULL &&
         (text = json_dumps(rec, JSON_COMPACT)) != NULL) {
         async_keep(a, text, strlen(text));
         free(text);
     }
     json_decref(rec);
+    return a;
+}
+
+/* Step 9 of wait=false: the "Processing" record, the detached run, and the
+ * answer {"token"} at once. */
+static enum gw_flow start_async(struct gw_request *r, struct submission *s)
+{
+    json_t *answer = json_pack("{s:s}", "token", s->token);
+    struct async_run *a;
+
+    r->body = answer != NULL ? json_dumps(answer, JSON_COMPACT) : NULL;
+    json_decref(answer);
+    if (r->body == NULL || (a = async_new(r, "/submissions", r->request_id, s->token, s->lang_name, s->created_ms, &s->j, &s->ereq,
+                                          &s->frame, r->job_id)) == NULL)
+        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
     r->ok_status = 201;
     a->holds_slot = gw_take_slot(r); /* given back when the run is over */
-    backend_call(NULL, r->worker->ctx.loop, &r->worker->backend_timeout, r->cfg->backend_socket, &s->frame, r->job_id,
-                 on_async_result, a);
+    async_begin(a);
     return GW_NEXT;
 }
+
+/* ---------------------------------------------------------------- batches */
+
+/* POST /submissions/batch: each entry parsed and judged on its own; the
+ * accepted ones run one after another on the request's one in-flight slot
+ * (a chain of async_runs), each with its own request id and records. */
+struct batch_entry {
+    int accepted;
+    struct judge0_request j;
+    struct moat_exec_request ereq;
+    struct moat_buf frame;
+    uint64_t job_id;
+    char token[JUDGE0_TOKEN_LEN + 1];
+    char request_id[GW_REQUEST_ID_LEN + 1];
+    char lang_name[128];
+    int64_t created_ms;
+};
+
+struct batch {
+    struct judge0_query q;
+    json_t *items;   /* the entries as sent */
+    json_t *answers; /* Judge0's answer: {"token"} or the entry's errors, in order */
+    size_t n, naccepted;
+    int asked_table;
+    struct batch_entry e[JUDGE0_BATCH_MAX];
+};
+
+static void batch_dispose(void *p)
+{
+    struct batch *b = p;
+
+    for (size_t i = 0; i < b->n; i++) {
+        judge0_request_free(&b->e[i].j);
+        moat_exec_request_free(&b->e[i].ereq);
+        moat_buf_free(&b->e[i].frame);
+    }
+    json_decref(b->items);
+    json_decref(b->answers);
+}
+
+/* One entry: parsed, its language installed, judged, encoded; the answer's
+ * element ({"token"}, or what is wrong with it). */
+static json_t *batch_entry(struct gw_request *r, struct batch *b, json_t *item, struct batch_entry *e)
+{
+    json_t *errors = NULL;
+    struct policy_runtime rt;
+    struct policy_verdict v;
+    const char *why = NULL;
+    char err[GW_ERR_MSG_MAX];
+    uint8_t rnd[16];
+    int rc = judge0_parse_submission_object(item, b->q.base64, &e->j, &errors, err, sizeof(err));
+
+    if (rc == -2)
+        return errors;
+    if (rc != 0)
+        return json_pack("{s:s}", "error", err);
+    if (gw_runtime_table_find(r->worker, e->j.lang->moat, &rt) == NULL) {
+        snprintf(err, sizeof(err), "language with id %lld doesn't exist", (long long)e->j.language_id);
+        return json_pack("{s:[s]}", "language_id", err);
+    }
+    judge0_language_name(e->j.lang, rt.version, e->lang_name, sizeof(e->lang_name));
+    if (judge0_exec_request(&e->j, &e->ereq) != 0)
+        return json_pack("{s:s}", "error", "out of memory");
+    if (gw_judge_exec(r->worker, &r->tenant_cfg->policy, POLICY_EP_EXECUTE, &e->ereq, &v) != 0)
+        return json_pack("{s:s}", "error", v.message);
+    e->job_id = backend_next_job_id();
+    if (moat_encode_exec_request(&e->frame, e->job_id, &e->ereq, &why) != 0 || RAND_bytes(rnd, sizeof(rnd)) != 1)
+        return json_pack("{s:s}", "error", why != NULL ? why : "no random bytes for a token");
+    judge0_token(rnd, e->token);
+    gw_new_request_id(e->request_id);
+    e->created_ms = wall_ms();
+    e->accepted = 1;
+    return json_pack("{s:s}", "token", e->token);
+}
+
+/* Step 7: the body, the runtime table, every entry. */
+static enum gw_flow batch_submit_prepare(struct gw_request *r)
+{
+    h2o_req_t *req = r->req;
+    struct batch *b = r->job;
+    char err[GW_ERR_MSG_MAX];
+    enum gw_flow f;
+
+    if (b == NULL) {
+        b = h2o_mem_alloc_shared(&req->pool, sizeof(*b), batch_dispose);
+        memset(b, 0, sizeof(*b));
+        r->job = b;
+        if ((f = query(r, JUDGE0_Q_BASE64 | JUDGE0_Q_FIELDS, &b->q)) != GW_NEXT) /* fields: ignored, as Judge0 does */
+            return f;
+        if (req->entity.len > r->cfg->max_request_entity_size)
+            return refuse(r, 413, GW_REASON_FILTER, "request body is larger than max_request_entity_size", NULL);
+        if (!gw_is_json_content_type(req))
+            return refuse(r, 415, GW_REASON_FILTER, "Content-Type must be application/json (charset utf-8)", NULL);
+        if (judge0_parse_batch(req->entity.base, req->entity.len, &b->items, err, sizeof(err)) != 0)
+            return refuse(r, 400, GW_REASON_FILTER, err, NULL);
+    }
+    if (!gw_runtime_table_fresh(r->worker) && !b->asked_table) {
+        b->asked_table = 1;
+        return gw_runtime_table_fetch(r); /* then this step again */
+    }
+    if ((b->answers = json_array()) == NULL)
+        return gw_deny(r, 500, GW_REASON_FILTER, "out of memory");
+    for (b->n = 0; b->n < json_array_size(b->items); b->n++) {
+        struct batch_entry *e = &b->e[b->n];
+        json_t *answer = batch_entry(r, b, json_array_get(b->items, b->n), e);
+        if (answer == NULL || json_array_append_new(b->answers, answer) != 0) {
+            b->n++;
+            return gw_deny(r, 500, GW_REASON_FILTER, "out of memory");
+        }
+        b->naccepted += (size_t)e->accepted;
+    }
+    if (b->naccepted == 0)
+        return refuse(r, 422, GW_REASON_FILTER, "no submission of the batch was accepted",
+                      json_pack("{s:O}", "submissions", b->answers));
+    return GW_NEXT;
+}
+
+/* Step 8: the batch's decision names its entries (each records its own). */
+static void batch_submit_describe(struct gw_request *r, json_t *record)
+{
+    const struct batch *b = r->job;
+    json_t *a = json_array();
+
+    for (size_t i = 0; a != NULL && i < b->n; i++)
+        if (b->e[i].accepted)
+            json_array_append_new(a, json_pack("{s:s, s:s}", "token", b->e[i].token, "request_id", b->e[i].request_id));
+    json_object_set_new(record, "judge0", json_pack("{s:o*}", "batch", a));
+}
+
+/* Step 9: the chain of runs, and the answer at once. */
+static enum gw_flow batch_submit_answer(struct gw_request *r, const struct backend_reply *reply)
+{
+    struct batch *b = r->job;
+    struct async_run *first = NULL, **link = &first;
+
+    (void)reply;
+    if ((r->body = json_dumps(b->answers, JSON_COMPACT)) == NULL)
+        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    for (size_t i = 0; i < b->n; i++) {
+        struct batch_entry *e = &b->e[i];
+        struct async_run *a;
+        if (!e->accepted)
+            continue;
+        a = async_new(r, "/submissions/batch", e->request_id, e->token, e->lang_name, e->created_ms, &e->j, &e->ereq, &e->frame,
+                      e->job_id);
+        if (a == NULL)
+            break; /* out of memory: this entry and the rest stay "Processing" until they expire */
+        a->own_decision = 1;
+        *link = a;
+        link = &a->next;
+    }
+    r->ok_status = 201;
+    int held = gw_take_slot(r); /* the chain gives it back after its last run */
+    if (first == NULL) {
+        if (held)
+            rl_release(r->worker->server->limiter, r->tenant, 0, rl_monotonic_ms());
+        return GW_NEXT;
+    }
+    first->holds_slot = held;
+    async_begin(first);
+    return GW_NEXT;
+}
+
+const struct gw_handler gw_handler_judge0_batch_submit = {batch_submit_prepare, batch_submit_describe, batch_submit_answer};
 
 /* The tenant's record of token rendered as q asks (new reference), or
  * NULL: not found (*not_utf8 0) or not showable without base64 (1). */

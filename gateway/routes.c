@@ -5,7 +5,8 @@
  * h2o might serve by default is reachable.  A path is exact, or ends in one
  * "{name}" segment that matches any one non-empty segment (the handler
  * reads it with gw_route_param); exact rows win over parameterised ones
- * (so "/submissions/batch" can be a row of its own later).  Adding a route is one
+ * ("/submissions/batch" is not a token).  A path may have a row per
+ * method; another method gets 405.  Adding a route is one
  * row here and a handler (struct gw_handler) that translates the request
  * into a backend message and the reply into a body: authentication,
  * authorization, admission and the audit trail come from the pipeline, and
@@ -32,6 +33,8 @@ static const struct gw_route routes[] = {
     {"/config_info", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_config_info},
     {"/submissions", "POST", POLICY_EP_SUBMISSIONS, GW_ROUTE_EXECUTION | GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_submit},
     {"/submissions/batch", "GET", POLICY_EP_SUBMISSIONS, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_batch},
+    {"/submissions/batch", "POST", POLICY_EP_SUBMISSIONS, GW_ROUTE_EXECUTION | GW_ROUTE_X_AUTH_TOKEN,
+     &gw_handler_judge0_batch_submit},
     {"/submissions/{token}", "GET", POLICY_EP_SUBMISSIONS, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_submission},
 };
 
@@ -54,12 +57,28 @@ static int fits(const struct gw_route *row, const char *path, size_t path_len, i
            memchr(path + at, '/', path_len - (size_t)at) == NULL;
 }
 
-static const struct gw_route *match(const struct gw_route *table, size_t n, const char *path, size_t path_len)
+static int same_method(const struct gw_route *row, const char *method, size_t method_len)
 {
-    for (int params = 0; params <= 1; params++)
-        for (size_t i = 0; i < n; i++)
-            if (fits(&table[i], path, path_len, params))
+    return strlen(row->method) == method_len && memcmp(row->method, method, method_len) == 0;
+}
+
+/* The row for path and method; else the first row for path (a 405), or NULL. */
+static const struct gw_route *match(const struct gw_route *table, size_t n, const char *path, size_t path_len, const char *method,
+                                    size_t method_len)
+{
+    for (int params = 0; params <= 1; params++) {
+        const struct gw_route *first = NULL;
+        for (size_t i = 0; i < n; i++) {
+            if (!fits(&table[i], path, path_len, params))
+                continue;
+            if (same_method(&table[i], method, method_len))
                 return &table[i];
+            if (first == NULL)
+                first = &table[i];
+        }
+        if (first != NULL)
+            return first;
+    }
     return NULL;
 }
 
@@ -76,10 +95,10 @@ int gw_route_param(const struct gw_route *rt, const char *path, size_t path_len,
 
 const struct gw_route *gw_route_find(const char *path, size_t path_len, const char *method, size_t method_len, int *method_ok)
 {
-    const struct gw_route *rt = match(routes, sizeof(routes) / sizeof(routes[0]), path, path_len);
+    const struct gw_route *rt = match(routes, sizeof(routes) / sizeof(routes[0]), path, path_len, method, method_len);
 
     if (rt == NULL && &gw_test_nroutes != NULL && gw_test_routes != NULL)
-        rt = match(gw_test_routes, gw_test_nroutes, path, path_len);
-    *method_ok = rt != NULL && strlen(rt->method) == method_len && memcmp(rt->method, method, method_len) == 0;
+        rt = match(gw_test_routes, gw_test_nroutes, path, path_len, method, method_len);
+    *method_ok = rt != NULL && same_method(rt, method, method_len);
     return rt;
 }

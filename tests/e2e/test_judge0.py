@@ -429,7 +429,78 @@ class Judge0Test(unittest.TestCase):
         self.assert_error(self.call("GET", "/submissions/batch?tokens=" + ",".join([a] * 21)), 400,
                           "less than or equal to 20")
         self.assert_error(self.call("GET", "/submissions/batch"), 400, "at least one submission")
-        self.assert_error(self.call("POST", "/submissions/batch", {"submissions": []}), 405, "method not allowed")
+
+    def batch_results(self, tokens, tenant="alpha", query="fields=status,stdout,token"):
+        got = {}
+
+        def done():
+            st, _, data = self.call("GET", "/submissions/batch?tokens=%s&%s" % (",".join(tokens), query), tenant=tenant)
+            self.assertEqual(st, 200, data)
+            got["all"] = data["submissions"]
+            return all(x is not None and x["status"]["id"] >= 3 for x in data["submissions"])
+        wait_until(done, "the batch to finish")
+        return got["all"]
+
+    def test_batch_post(self):
+        entries = [
+            {"source_code": "print(input())", "language_id": 71, "stdin": "one"},
+            {"source_code": "print(2)", "language_id": 71, "expected_output": "3"},
+            {"source_code": "int main( {", "language_id": 50},
+            {"source_code": "x", "language_id": 999},
+            {"source_code": "x", "language_id": 71, "enable_network": True},
+        ]
+        st, headers, data = self.call("POST", "/submissions/batch", {"submissions": entries})
+        self.assertEqual(st, 201, data)
+        self.assertEqual(len(data), 5)
+        tokens = [d["token"] for d in data[:3]]
+        for t in tokens:
+            self.assertRegex(t, UUID)
+        self.assertEqual(data[3], {"language_id": ["language with id 999 doesn't exist"]})
+        self.assertEqual(data[4], {"enable_network": ["is not allowed: boxes have no network"]})
+        results = self.batch_results(tokens)
+        self.assertEqual([r["status"]["id"] for r in results], [3, 4, 6])
+        self.assertEqual(results[0]["stdout"], "one\n")
+        # every entry is an execution of its own in the trail, named by the batch's decision
+        rid = headers["x-request-id"]
+        def batch_decision():
+            return [r for r in self.stack.audit_records() if r.get("request_id") == rid and r["type"] == "request"]
+        wait_until(batch_decision, "the batch's decision record")
+        named = batch_decision()[0]["judge0"]["batch"]
+        self.assertEqual([n["token"] for n in named], tokens)
+        def entry_records():
+            ids = {n["request_id"] for n in named}
+            return [r for r in self.stack.audit_records() if r.get("request_id") in ids]
+        wait_until(lambda: len(entry_records()) >= 6, "each entry's decision and result")
+        recs = entry_records()
+        self.assertEqual(sorted(r["type"] for r in recs), ["request"] * 3 + ["result"] * 3)
+        for r in recs:
+            self.assertEqual((r["decision"], r["tenant"]), ("allowed", "alpha"), r)
+            if r["type"] == "request":
+                self.assertEqual(r["judge0"]["batch"], rid)
+
+    def test_batch_post_refusals(self):
+        st, _, data = self.call("POST", "/submissions/batch", {"submissions": [{"source_code": "x", "language_id": 1}]})
+        self.assertEqual(st, 422, data)
+        self.assertEqual(data["submissions"], [{"language_id": ["language with id 1 doesn't exist"]}])
+        self.assert_error(self.call("POST", "/submissions/batch", {"submissions": [{"source_code": "1", "language_id": 71}] * 21}),
+                          400, "less than or equal to 20")
+        self.assert_error(self.call("POST", "/submissions/batch", {"submissions": []}), 400, "at least one submission")
+        self.assert_error(self.call("POST", "/submissions/batch", {"submissions": [], "x": 1}), 400, "unknown field: x")
+        self.assert_error(self.call("DELETE", "/submissions/batch"), 405, "method not allowed")
+
+    def test_batch_runs_on_one_slot(self):
+        code = "import time\ntime.sleep(0.3)\nprint('%d')"
+        st, _, data = self.call("POST", "/submissions/batch",
+                                {"submissions": [{"source_code": code % i, "language_id": 71} for i in range(4)]},
+                                tenant="single")
+        self.assertEqual(st, 201, data)
+        # the batch holds the tenant's one slot until its last entry is over
+        self.assert_error(self.call("POST", "/submissions", {"source_code": "print(1)", "language_id": 71}, tenant="single"),
+                          429, "too many executions in flight")
+        results = self.batch_results([d["token"] for d in data], tenant="single")
+        self.assertEqual([r["stdout"] for r in results], ["0\n", "1\n", "2\n", "3\n"])
+        wait_until(lambda: self.call("POST", "/submissions?wait=true", {"source_code": "print(5)", "language_id": 71},
+                                     tenant="single")[0] == 201, "the slot to come back")
 
     def test_tokens_are_unique_and_random(self):
         tokens = {self.submit({"source_code": "1", "language_id": 71}, query="wait=false")["token"] for _ in range(5)}

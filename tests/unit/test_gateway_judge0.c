@@ -199,6 +199,37 @@ static void test_submission_malformed(void **state)
     assert_non_null(strstr(err, "invalid JSON"));
 }
 
+static void test_batch_body(void **state)
+{
+    char err[256], body[4096] = "{\"submissions\":[";
+    json_t *items;
+
+    (void)state;
+    assert_int_equal(judge0_parse_batch("{\"submissions\":[{\"a\":1},2]}", 27, &items, err, sizeof(err)), 0);
+    assert_int_equal(json_array_size(items), 2); /* each entry is judged on its own later */
+    json_decref(items);
+    static const struct {
+        const char *body, *err;
+    } bad[] = {
+        {"{\"submissions\":[]}", "there should be at least one submission in a batch"},
+        {"{\"submissions\":{}}", "the body must be {\"submissions\": [...]}"},
+        {"[]", "the body must be {\"submissions\": [...]}"},
+        {"{\"submissions\":[1],\"wait\":true}", "unknown field: wait"},
+        {"{\"submissions\":[1],\"submissions\":[2]}", NULL},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(judge0_parse_batch(bad[i].body, strlen(bad[i].body), &items, err, sizeof(err)), -1);
+        assert_null(items);
+        if (bad[i].err != NULL)
+            assert_string_equal(err, bad[i].err);
+    }
+    for (int i = 0; i < 21; i++)
+        strcat(body, i ? ",{}" : "{}");
+    strcat(body, "]}");
+    assert_int_equal(judge0_parse_batch(body, strlen(body), &items, err, sizeof(err)), -1);
+    assert_string_equal(err, "number of submissions in a batch should be less than or equal to 20");
+}
+
 /* A body that is a 422: field holds message (Judge0's shape). */
 static void expect_422(const char *body, const char *field, const char *message)
 {
@@ -793,6 +824,7 @@ int main(void)
         cmocka_unit_test(test_submission_base64),
         cmocka_unit_test(test_submission_malformed),
         cmocka_unit_test(test_submission_refused),
+        cmocka_unit_test(test_batch_body),
         cmocka_unit_test(test_verdicts),
         cmocka_unit_test(test_record_and_render),
         cmocka_unit_test(test_catalogue),
