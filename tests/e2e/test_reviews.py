@@ -9,9 +9,13 @@ was written is never served; the index is rebuilt when the writer starts; a
 review is written only when it names a result of its own tenant's execution;
 moat-audit show prints an execution's reviews, query --review lists what
 nobody reviewed yet or filters by the latest verdict, and verify checks
-reviews like every record.  Needs root (the writer drops to moat-audit).
+reviews like every record.  GatewayTest does the same through the real
+gateway (two test-only routes, tests/e2e/test_reviews_routes.c, over the C
+API the real routes are to call).  Needs root (the writer drops to
+moat-audit).
 """
 
+import base64
 import errno
 import hashlib
 import json
@@ -20,7 +24,9 @@ import struct
 import subprocess
 import unittest
 
+import moat_harness
 import test_audit
+from moat_harness import Stack, wait_until
 from test_audit import audit, request
 
 QUERY = 2  # AUDIT_WIRE_QUERY
@@ -244,6 +250,86 @@ class ReviewsTest(unittest.TestCase):
             f.write(b"approved")
         p = audit("verify", copy, "--key", self.key)
         self.assertEqual(p.returncode, 1)
+
+
+TEST_GATEWAY = os.path.join(test_audit.BUILD, "tests", "moat-gateway-test-reviews")
+EXECUTE = "/api/v2/execute"
+BIG = "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\n"
+
+
+class GatewayTest(unittest.TestCase):
+    """The real gateway (with tests/e2e/test_reviews_routes.c's two routes,
+    which call gw_audit_fetch, gw_audit_execution, gw_audit_result_of,
+    gw_audit_review and gw_audit_submit as the real routes are to), the real
+    writer and boxes."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(TEST_GATEWAY):
+            raise unittest.SkipTest("moat-gateway-test-reviews not built")
+        cls.saved, moat_harness.GATEWAY = moat_harness.GATEWAY, TEST_GATEWAY
+        cls.stack = Stack(tenants=[("demo", BIG, ""), ("other", BIG, "")]).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+        moat_harness.GATEWAY = cls.saved
+
+    def execute(self, code, token="default"):
+        body = {"language": "python", "version": "*", "files": [{"name": "main.py", "content": code}]}
+        st, headers, data = self.stack.request("POST", EXECUTE, body, token=token)
+        self.assertEqual(st, 200, data)
+        return headers["x-request-id"], data
+
+    def get(self, rid, token="default"):
+        return self.stack.request("GET", "/test/executions/" + rid, token=token)
+
+    def review(self, rid, body, token="default"):
+        return self.stack.request("POST", "/test/reviews/" + rid, body, token=token)
+
+    def show(self, rid):
+        p = audit("show", self.stack.audit_dir, rid, check=0)
+        return p.stdout.decode()
+
+    def pending(self):
+        p = audit("query", self.stack.audit_dir, "--review", "pending", "--format", "json", check=0)
+        return [json.loads(l)["request_id"] for l in p.stdout.decode().splitlines()]
+
+    def test_packet_by_request_id_and_review(self):
+        rid, data = self.execute("print('hello packet')")
+        self.assertEqual(data["run"]["stdout"], "hello packet\n")
+        # the execution's packet, by its X-Request-Id, to its own tenant
+        st, _, x = self.get(rid)
+        self.assertEqual(st, 200, x)
+        self.assertEqual(x["request_id"], rid)
+        self.assertEqual(x["packet"]["result"]["run"]["stdout"], "hello packet\n")
+        self.assertEqual(base64.b64decode(x["packet"]["request"]["files"][0]["content_base64"]), b"print('hello packet')")
+        self.assertEqual([r["type"] for r in x["records"]], ["request", "result"])
+        self.assertEqual(x["reviews"], [])
+        # another tenant: not found, never forbidden; an unknown id too
+        st, _, y = self.get(rid, token=self.stack.tokens["other"])
+        self.assertEqual(st, 404, y)
+        self.assertNotIn("hello", json.dumps(y))
+        self.assertEqual(self.get("0123456789abcdef")[0], 404)
+        st, _, y = self.review(rid, {"verdict": "approved", "note": "x"}, token=self.stack.tokens["other"])
+        self.assertEqual(st, 404, y)
+        # pending before, a review recorded, shown, not pending after
+        self.assertIn(rid, self.pending())
+        self.assertEqual(self.review(rid, {"verdict": "fine"})[0], 400)
+        self.assertEqual(self.review(rid, {"verdict": "approved", "note": "x" * 4097})[0], 400)
+        st, _, y = self.review(rid, {"verdict": "needs_changes", "note": "prints the wrong greeting"})
+        self.assertEqual(st, 200, y)
+        self.assertGreater(y["seq"], 0)
+        self.assertNotIn(rid, self.pending())
+        st, _, x = self.get(rid)
+        self.assertEqual([(r["verdict"], r["note"], r["key_id"]) for r in x["reviews"]],
+                         [("needs_changes", "prints the wrong greeting", self.stack.key_ids["demo"])])
+        out = self.show(rid)
+        self.assertRegex(out, r"needs_changes +by %s of demo at \S+ \(record %d; result record \d+: the one shown above\)"
+                         % (self.stack.key_ids["demo"], y["seq"]))
+        self.assertIn('note "prints the wrong greeting"', out)
+        p = audit("verify", self.stack.audit_dir)
+        self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
 
 
 if __name__ == "__main__":
