@@ -826,8 +826,9 @@ int judge0_parse_batch(const char *body, size_t len, json_t **items, char *err, 
     json_object_foreach(root, key, v)
     {
         if (strcmp(key, "submissions") != 0) {
+            judge0_errf(err, errlen, "unknown field: %.64s", key); /* before key goes with root */
             json_decref(root);
-            return judge0_errf(err, errlen, "unknown field: %.64s", key);
+            return -1;
         }
     }
     a = json_object_get(root, "submissions");
