@@ -54,13 +54,15 @@
 #include "http.h"
 #include "log.h"
 
-#define GW_WATCH_HIGH (256u * 1024u) /* a watcher's backlog above which it stops reading */
+#define GW_WS_MAX_QUEUED (4u * 1024u * 1024u) /* queued for a client (pongs included) before it is dropped */
+#define GW_WATCH_HIGH    (256u * 1024u)       /* a watcher's backlog above which it stops reading */
 
 struct gw_ws {
     h2o_websocket_conn_t *conn;
     struct gw_worker *worker;
-    struct wslay_event_callbacks cbs; /* h2o's, with send wrapped */
+    struct wslay_event_callbacks cbs; /* h2o's, with send and recv wrapped */
     wslay_event_send_callback h2o_send;
+    wslay_event_recv_callback h2o_recv;
     h2o_timeout_entry_t flush; /* on the loop's zero timeout */
     h2o_timeout_entry_t tick;  /* the worker's session tick (close grace) or watch tick (the poll) */
     uint64_t close_by_ms;      /* closing: the socket closes then at the latest */
@@ -158,6 +160,27 @@ static ssize_t send_wrapped(wslay_event_context_ptr ctx, const uint8_t *data, si
     return n;
 }
 
+/*
+ * h2o's recv callback, unless too much waits to be sent: wslay answers
+ * every ping with a pong, queued like any message, so a client that sends
+ * pings and never reads would grow the queue without bound.  Our own
+ * messages stay far below the cap (output waits for credit, a watcher
+ * reads only below GW_WATCH_HIGH); past it the connection is dropped.
+ */
+static ssize_t recv_wrapped(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags, void *user)
+{
+    h2o_websocket_conn_t *conn = user;
+    struct gw_ws *ws = conn->data;
+
+    if (wslay_event_get_queued_msg_length(ctx) > GW_WS_MAX_QUEUED) {
+        log_warnx("websocket: id=%s: over %u bytes queued for a client that does not read: closing", ws->request_id,
+                  (unsigned)GW_WS_MAX_QUEUED);
+        wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE);
+        return -1;
+    }
+    return ws->h2o_recv(ctx, buf, len, flags, user);
+}
+
 static struct gw_ws *ws_new(struct gw_request *r, const char *key, h2o_websocket_msg_callback cb)
 {
     struct gw_ws *ws = calloc(1, sizeof(*ws));
@@ -172,6 +195,8 @@ static struct gw_ws *ws_new(struct gw_request *r, const char *key, h2o_websocket
     ws->cbs = ws->conn->ws_callbacks;
     ws->h2o_send = ws->cbs.send_callback;
     ws->cbs.send_callback = send_wrapped;
+    ws->h2o_recv = ws->cbs.recv_callback;
+    ws->cbs.recv_callback = recv_wrapped;
     wslay_event_config_set_callbacks(ws->conn->ws_ctx, &ws->cbs);
     wslay_event_config_set_max_recv_msg_length(ws->conn->ws_ctx, r->cfg->max_request_entity_size);
     if (r->conn != NULL)

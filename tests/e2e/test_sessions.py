@@ -301,6 +301,40 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(close, 4999, others)
         self.assertGreater(total, 60000)
 
+    def test_ping_flood_without_reading_is_cut(self):
+        # every ping gets a pong queued for the client: one that pings and never
+        # reads must not grow the gateway's memory without bound
+        gw = self.stack.gateway.pid
+
+        async def go():
+            ws = await connect(self.stack)
+            await ws.send(init_message("python", "input()\n"))
+            await wait_for_event(ws, lambda e: e["type"] == "stage")
+            base = rss_kib(gw)
+            ws.transport.pause_reading()
+            sent = 0
+            try:
+                for i in range(80000):  # 10 MB of pings, 10 MB of pongs to queue
+                    await ws.ping(i.to_bytes(4, "big") + b"p" * 121)
+                    sent += 1
+                    if i % 1000 == 0:
+                        await asyncio.sleep(0)
+            except websockets.ConnectionClosed:
+                pass
+            peak = rss_kib(gw)
+            ws.transport.resume_reading()
+            try:
+                await asyncio.wait_for(ws.wait_closed(), 60)
+            except asyncio.TimeoutError:
+                pass
+            return base, peak, sent, ws.closed
+
+        base, peak, sent, closed = run(go())
+        self.assertTrue(closed, "the flooding client's connection should be closed")
+        self.assertLess(peak - base, 32 * 1024, "gateway RSS grew by %d KiB" % (peak - base))
+        self.assertIsNone(self.stack.gateway.poll())
+        self.assertIn("does not read: closing", self.stack.log("gateway"))
+
     # ---- capacity ---------------------------------------------------------------
 
     def test_max_concurrent_sessions(self):
