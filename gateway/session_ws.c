@@ -266,7 +266,7 @@ static void on_controller_text(struct gw_ws *ws, const uint8_t *text, size_t len
 {
     struct gw_session *s = ws->session;
     json_error_t jerr;
-    json_t *msg = json_loadb((const char *)text, len, JSON_REJECT_DUPLICATES, &jerr), *type;
+    json_t *msg = json_loadb((const char *)text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr), *type;
     const char *t;
 
     if (s == NULL) {

@@ -137,6 +137,17 @@ class SessionTest(unittest.TestCase):
         self.assertEqual([e["code"] for e in events if e["type"] == "exit"], [7])
         self.assertEqual(code, 4999)
 
+    def test_stdin_carries_nul_bytes(self):
+        async def go():
+            ws = await connect(self.stack)
+            await ws.send(init_message("python", "import sys\nprint(list(sys.stdin.buffer.read()))\n"))
+            await ws.send(json.dumps({"type": "data", "stream": "stdin", "data": "a\u0000b"}))
+            await ws.send(json.dumps({"type": "stdin_close"}))
+            return await events_until_close(ws)
+
+        events, code, _ = run(go())
+        self.assertEqual((stream_text(events), code), ("[97, 0, 98]\n", 4999))
+
     def test_stdin_close_ends_input(self):
         async def go():
             ws = await connect(self.stack)
