@@ -559,8 +559,8 @@ static void async_record(struct async_run *a, const struct moat_exec_result *res
         on_async_durable(a, 1, 0);
         return;
     }
-    if (failure != NULL) {
-        gw_audit_add_decision(b, "failed", gw_reason_name(GW_REASON_BACKEND), NULL, 502, failure);
+    if (failure != NULL || res == NULL) {
+        gw_audit_add_decision(b, "failed", gw_reason_name(GW_REASON_BACKEND), NULL, 502, failure != NULL ? failure : "no result");
     } else {
         gw_audit_add_decision(b, "allowed", NULL, NULL, 200, NULL);
         gw_audit_add_result(b, res);
