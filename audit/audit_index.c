@@ -139,6 +139,8 @@ static int member(void *arg, const char *key, size_t key_len, const char *value,
         f->allowed = string_value(value, value_len, decision, sizeof(decision)) == 0 && strcmp(decision, "allowed") == 0;
     else if (IS("prev"))
         (void)string_value(value, value_len, f->prev, sizeof(f->prev));
+    else if (IS("seq") && value_len < 20 && value[0] >= '1' && value[0] <= '9')
+        f->seq = strtoull(value, NULL, 10); /* digits only (json_scan or jansson checked them), then a delimiter */
 #undef IS
     return 0;
 }
@@ -155,7 +157,7 @@ static int fields_by_jansson(const char *json, size_t len, struct audit_index_fi
     }
     json_object_foreach(j, k, v)
     {
-        if (!json_is_string(v))
+        if (!json_is_string(v) && !json_is_integer(v))
             continue;
         char *raw = json_dumps(v, JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
         if (raw != NULL)
@@ -316,9 +318,7 @@ static int load_file(struct audit_index *ix, int dirfd, uint64_t first_seq, uint
         audit_sha256(line, len, h);
         memcpy(prev, h, AUDIT_HASH_LEN);
         *have_prev = 1;
-        json_t *j = json_loadb(line, len, 0, NULL);
-        struct audit_line_ref ref = {first_seq, at, (uint32_t)len, (uint64_t)json_integer_value(json_object_get(j, "seq")), {0}};
-        json_decref(j);
+        struct audit_line_ref ref = {first_seq, at, (uint32_t)len, fl.seq, {0}};
         memcpy(ref.hash, h, sizeof(h));
         if (kind_of(&fl) != 0)
             audit_index_note(ix, &fl, &ref);

@@ -32,6 +32,7 @@ struct audit_index_fields {
     char tenant[AUDIT_INDEX_MAX_ID + 1];
     int allowed;                  /* decision is "allowed" */
     char prev[AUDIT_HEX_LEN + 1]; /* a whole line's prev ("" in a body) */
+    uint64_t seq;                 /* a whole line's seq (0 in a body) */
 };
 
 /* One execution read back: its records as JSON lines ('\n' after each), in
