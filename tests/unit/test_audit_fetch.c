@@ -223,6 +223,21 @@ static void test_fetch_and_review(void **state)
     json_decref(x);
     got_free(&g);
 
+    /* a packet of 4 MiB comes back whole, over many reads */
+    const struct gw_audit_who big = {"req-big", "acme", "k_acme", "10.0.0.1", "POST", 4, "/api/v2/execute", 15};
+    char *large = malloc(4u << 20);
+    assert_non_null(large);
+    memset(large, 'p', (4u << 20) - 1);
+    large[(4u << 20) - 1] = '\0';
+    execute(loop, &a, &big, large);
+    gw_audit_fetch(&a, "acme", "req-big", on_fetch, &g);
+    wait_for(loop, &a, &g);
+    assert_int_equal(g.found, 1);
+    assert_int_equal(g.packet_len, (4u << 20) - 1);
+    assert_string_equal(g.packet, large);
+    free(large);
+    got_free(&g);
+
     /* the writer gone: a fetch fails (never "not found") */
     gw_audit_attach(&a, -1);
     gw_audit_fetch(&a, "acme", "req-1", on_fetch, &g);
