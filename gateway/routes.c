@@ -2,10 +2,11 @@
  * routes.c - the one table of routes.
  *
  * Only the paths below exist; everything else is a JSON 404, so nothing
- * h2o might serve by default is reachable.  A path is exact, or ends in one
- * "{name}" segment that matches any one non-empty segment (the handler
- * reads it with gw_route_param); exact rows win over parameterised ones
- * ("/submissions/batch" is not a token).  A path may have a row per
+ * h2o might serve by default is reachable.  A path is exact, or holds one
+ * "{name}" segment that matches any one non-empty segment, with the same
+ * text before and after it (the handler reads it with gw_route_param);
+ * exact rows win over parameterised ones ("/submissions/batch" is not a
+ * token).  A path may have a row per
  * method; another method gets 405.  Adding a route is one
  * row here and a handler (struct gw_handler) that translates the request
  * into a backend message and the reply into a body: authentication,
@@ -36,6 +37,9 @@ static const struct gw_route routes[] = {
     {"/submissions/batch", "POST", POLICY_EP_SUBMISSIONS, GW_ROUTE_EXECUTION | GW_ROUTE_X_AUTH_TOKEN,
      &gw_handler_judge0_batch_submit},
     {"/submissions/{token}", "GET", POLICY_EP_SUBMISSIONS, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_submission},
+    /* result packets and reviews (handler_executions.c) */
+    {"/api/v2/executions/{id}", "GET", POLICY_EP_PACKETS, 0, &gw_handler_execution},
+    {"/api/v2/executions/{id}/reviews", "POST", POLICY_EP_REVIEW, 0, &gw_handler_execution_review},
 };
 
 /* Where a row's "{name}" segment starts (its prefix's length), or -1. */
@@ -46,15 +50,29 @@ static long param_at(const char *pattern)
     return brace != NULL ? brace - pattern : -1;
 }
 
+/* The text after a row's "{name}" (empty when it ends the path). */
+static const char *param_suffix(const char *pattern, long at)
+{
+    const char *close = strchr(pattern + at, '}');
+
+    return close != NULL ? close + 1 : "";
+}
+
 /* Does path fit row's pattern: exact (params 0), or a parameterised one (params 1)? */
 static int fits(const struct gw_route *row, const char *path, size_t path_len, int params)
 {
     long at = param_at(row->path);
+    const char *suffix;
+    size_t slen;
 
     if (!params)
         return at < 0 && strlen(row->path) == path_len && memcmp(row->path, path, path_len) == 0;
-    return at >= 0 && path_len > (size_t)at && memcmp(row->path, path, (size_t)at) == 0 &&
-           memchr(path + at, '/', path_len - (size_t)at) == NULL;
+    if (at < 0)
+        return 0;
+    suffix = param_suffix(row->path, at);
+    slen = strlen(suffix);
+    return path_len > (size_t)at + slen && memcmp(row->path, path, (size_t)at) == 0 &&
+           memcmp(path + path_len - slen, suffix, slen) == 0 && memchr(path + at, '/', path_len - slen - (size_t)at) == NULL;
 }
 
 static int same_method(const struct gw_route *row, const char *method, size_t method_len)
@@ -85,11 +103,15 @@ static const struct gw_route *match(const struct gw_route *table, size_t n, cons
 int gw_route_param(const struct gw_route *rt, const char *path, size_t path_len, const char **param, size_t *len)
 {
     long at = param_at(rt->path);
+    size_t slen;
 
-    if (at < 0 || path_len <= (size_t)at)
+    if (at < 0)
+        return -1;
+    slen = strlen(param_suffix(rt->path, at));
+    if (path_len <= (size_t)at + slen)
         return -1;
     *param = path + at;
-    *len = path_len - (size_t)at;
+    *len = path_len - slen - (size_t)at;
     return 0;
 }
 

@@ -17,8 +17,8 @@ enum gw_route_flags {
 };
 
 struct gw_route {
-    const char *path;   /* after h2o's normalisation: exact, or ending in one "{name}" segment (any
-                         * non-empty segment); exact rows are matched first */
+    const char *path;   /* after h2o's normalisation: exact, or with one "{name}" segment (any
+                         * non-empty segment; text may follow it); exact rows are matched first */
     const char *method; /* the one method it answers (a path may have a row per method) */
     unsigned endpoint;  /* POLICY_EP_* the tenant and the credential must allow; 0: public, no authentication */
     unsigned flags;     /* GW_ROUTE_* */
@@ -27,9 +27,9 @@ struct gw_route {
 
 /* The handlers of the routes (handler_*.c). */
 extern const struct gw_handler gw_handler_healthz, gw_handler_readyz, gw_handler_runtimes, gw_handler_execute, gw_handler_connect,
-    gw_handler_watch, gw_handler_judge0_languages, gw_handler_judge0_language, gw_handler_judge0_statuses, gw_handler_judge0_about,
-    gw_handler_judge0_config_info, gw_handler_judge0_submit, gw_handler_judge0_submission, gw_handler_judge0_batch,
-    gw_handler_judge0_batch_submit;
+    gw_handler_watch, gw_handler_execution, gw_handler_execution_review, gw_handler_judge0_languages, gw_handler_judge0_language,
+    gw_handler_judge0_statuses, gw_handler_judge0_about, gw_handler_judge0_config_info, gw_handler_judge0_submit,
+    gw_handler_judge0_submission, gw_handler_judge0_batch, gw_handler_judge0_batch_submit;
 
 /* The route for path, or NULL; *method_ok says whether method matches it. */
 const struct gw_route *gw_route_find(const char *path, size_t path_len, const char *method, size_t method_len, int *method_ok);

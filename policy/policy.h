@@ -123,7 +123,9 @@
     X(CONNECT, 2, "connect")         /* GET /api/v2/connect: a live session over a WebSocket */                                    \
     X(WATCH, 3, "watch")             /* GET /api/v2/watch: a read-only view of one session, with a watch token */                  \
     X(SUBMISSIONS, 4, "submissions") /* Judge0: POST /submissions, GET /submissions/{token} */                                     \
-    X(LANGUAGES, 5, "languages")     /* Judge0: GET /languages[/{id}], /statuses, /about, /config_info */
+    X(LANGUAGES, 5, "languages")     /* Judge0: GET /languages[/{id}], /statuses, /about, /config_info */                          \
+    X(PACKETS, 6, "packets")         /* GET /api/v2/executions/{id}: an execution's result packet */                               \
+    X(REVIEW, 7, "review")           /* POST /api/v2/executions/{id}/reviews */
 
 #define POLICY_EP_ENUM_ROW(id, n, name) POLICY_EP_##id = 1u << (n),
 #define POLICY_EP_ALL_ROW(id, n, name)  | POLICY_EP_##id
