@@ -85,7 +85,7 @@ class SessionConfigTest(unittest.TestCase):
         self.assert_ok("tenants:\n  - name: t\n    endpoints: [connect]\n" + key % "connect")
         p, path = self.check(self.BASE + TENANT + key % "connect, admin")
         self.assertEqual(p.returncode, 1)
-        self.assertIn(path + ":6: key scopes: unknown endpoint 'admin' (execute, runtimes, connect, watch, submissions, languages)", p.stderr)
+        self.assertIn(path + ":6: key scopes: unknown endpoint 'admin' (execute, runtimes, connect, watch, submissions, languages, packets, review)", p.stderr)
 
 
 if __name__ == "__main__":

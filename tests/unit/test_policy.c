@@ -615,6 +615,8 @@ static void test_endpoint_names(void **state)
         {"watch", POLICY_EP_WATCH},
         {"submissions", POLICY_EP_SUBMISSIONS},
         {"languages", POLICY_EP_LANGUAGES},
+        {"packets", POLICY_EP_PACKETS},
+        {"review", POLICY_EP_REVIEW},
         {"Execute", 0},
         {"Connect", 0},
         {"session", 0},
@@ -645,7 +647,7 @@ static void test_endpoint_names(void **state)
     assert_string_equal(policy_endpoint_name(0), "unknown");
     assert_string_equal(policy_endpoint_name(POLICY_EP_ALL), "unknown");
     assert_string_equal(policy_endpoint_name(1u << 31), "unknown");
-    assert_string_equal(policy_endpoint_list(list, sizeof(list)), "execute, runtimes, connect, watch, submissions, languages");
+    assert_string_equal(policy_endpoint_list(list, sizeof(list)), "execute, runtimes, connect, watch, submissions, languages, packets, review");
     /* distinct bits, in table order */
     assert_int_equal(POLICY_EP_EXECUTE, 1u << 0);
     assert_int_equal(POLICY_EP_RUNTIMES, 1u << 1);
@@ -653,6 +655,8 @@ static void test_endpoint_names(void **state)
     assert_int_equal(POLICY_EP_WATCH, 1u << 3);
     assert_int_equal(POLICY_EP_SUBMISSIONS, 1u << 4);
     assert_int_equal(POLICY_EP_LANGUAGES, 1u << 5);
+    assert_int_equal(POLICY_EP_PACKETS, 1u << 6);
+    assert_int_equal(POLICY_EP_REVIEW, 1u << 7);
     /* a short buffer gets a cut, terminated list */
     assert_string_equal(policy_endpoint_list(small, sizeof(small)), "execute, ");
     assert_ptr_equal(policy_endpoint_list(small, 0), small);
@@ -719,7 +723,7 @@ static void test_validate(void **state)
     p = policies[P_BASE]; /* shallow copies: never freed */
     p.endpoints = 0;
     assert_int_equal(policy_validate(&p, err, sizeof(err)), -1);
-    p.endpoints = 1u << 7;
+    p.endpoints = 1u << 8; /* no such row */
     assert_int_equal(policy_validate(&p, err, sizeof(err)), -1);
     p = policies[P_BASE];
     p.ceilings.run_timeout_ms = -1;
