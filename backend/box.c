@@ -63,6 +63,10 @@
 #include "moat_buf.h"
 #include "moat_io.h"
 #include "moat_limits.h"
+#include "moat_path.h"
+
+#define MOAT_STR_(x) #x
+#define MOAT_STR(x)  MOAT_STR_(x)
 
 #define BOX_STACK_SIZE  (256 * 1024)
 #define CPU_POLL_MS     20
@@ -333,6 +337,7 @@ int box_start(struct slot *s, const struct box_job *job, struct errbuf *e)
         put_str(&b, job->ro[i].path);
     for (size_t i = 0; i < job->nfiles; i++) {
         put_str(&b, job->files[i].name);
+        put_u32(&b, job->file_exec != NULL && job->file_exec[i] ? 1 : 0);
         put_blob(&b, job->files[i].content, job->files[i].content_len);
     }
     for (int k = 0; k < BOX_NSTAGES; k++) {
@@ -874,6 +879,173 @@ out:
     close_fd(&w->err_rd[stage]);
     if (rc != 0)
         w->broken = 1;
+    return rc;
+}
+
+/* ---- the pack: what the compile stage left, for the test cases' boxes ---------- */
+
+#define PACK_READ_TIMEOUT_MS 10000
+
+/* Reads exactly len bytes from the control socket, giving init at most
+ * PACK_READ_TIMEOUT_MS in all. */
+static int ctl_read(int fd, void *buf, size_t len, uint64_t deadline, struct errbuf *e)
+{
+    size_t got = 0;
+    while (got < len) {
+        uint64_t now = box_now_ms();
+        if (now >= deadline)
+            return errf(e, "box pack: init took too long");
+        struct pollfd p = {fd, POLLIN, 0};
+        int n = poll(&p, 1, (int)(deadline - now));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return errf_errno(e, "box pack: poll");
+        if (n == 0)
+            continue;
+        ssize_t r = read(fd, (uint8_t *)buf + got, len - got);
+        if (r < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (r <= 0)
+            return errf(e, "box pack: init closed the control socket");
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+void box_pack_free(struct box_pack *pack)
+{
+    free(pack->buf);
+    free(pack->files);
+    free(pack->exec);
+    memset(pack, 0, sizeof(*pack));
+}
+
+struct pack_cursor {
+    uint8_t *p;
+    size_t len, off;
+};
+
+static int pack_u32(struct pack_cursor *c, uint32_t *v)
+{
+    if (c->len - c->off < sizeof(*v))
+        return -1;
+    memcpy(v, c->p + c->off, sizeof(*v));
+    c->off += sizeof(*v);
+    return 0;
+}
+
+static uint8_t *pack_blob(struct pack_cursor *c, uint32_t *len)
+{
+    if (pack_u32(c, len) != 0 || *len > c->len - c->off)
+        return NULL;
+    uint8_t *p = c->p + c->off;
+    c->off += *len;
+    return p;
+}
+
+static const char *pack_outcome_text(uint32_t outcome)
+{
+    switch (outcome) {
+    case PACK_TOO_MANY:
+        return "more than " MOAT_STR(BOX_PACK_MAX_FILES) " files";
+    case PACK_TOO_LARGE:
+        return "more than 16 MiB";
+    case PACK_TOO_DEEP:
+        return "a directory deeper than the path depth limit";
+    case PACK_BAD_NAME:
+        return "a path longer than 255 bytes";
+    default:
+        return NULL;
+    }
+}
+
+/*
+ * The pack's body, untrusted: every length against what is left, the count
+ * against the cap, every name by the request files' rule (moat_path.h), no
+ * repeat, no name a directory of another, nothing left over.  The names
+ * and contents stay in pack->buf.
+ */
+static int pack_parse(struct box_pack *pack, size_t len, struct errbuf *e)
+{
+    struct pack_cursor c = {pack->buf, len, 0};
+    uint32_t outcome, count;
+    const char *text;
+
+    if (pack_u32(&c, &outcome) != 0 || pack_u32(&c, &count) != 0)
+        return errf(e, "box pack: truncated");
+    if (outcome != PACK_OK && (text = pack_outcome_text(outcome)) != NULL) {
+        errf(e, "the compile stage left %s in /box: the test cases cannot be given its files", text);
+        return BOX_PACK_REFUSED;
+    }
+    if (outcome != PACK_OK)
+        return errf(e, "box pack: init could not read /box (outcome %u)", outcome);
+    if (count > BOX_PACK_MAX_FILES)
+        return errf(e, "box pack: %u files", count);
+    pack->files = calloc(count ? count : 1, sizeof(*pack->files));
+    pack->exec = calloc(count ? count : 1, 1);
+    if (pack->files == NULL || pack->exec == NULL)
+        return errf(e, "out of memory");
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t nlen, exec, clen;
+        char *name = (char *)pack_blob(&c, &nlen);
+        if (name == NULL || nlen == 0 || name[nlen - 1] != '\0' || pack_u32(&c, &exec) != 0 || exec > 1)
+            return errf(e, "box pack: bad entry %u", i);
+        uint8_t *content = pack_blob(&c, &clen);
+        if (content == NULL)
+            return errf(e, "box pack: bad entry %u", i);
+        enum moat_path_problem p = moat_path_check(name, nlen - 1);
+        if (p != MOAT_PATH_OK) {
+            errf(e, "the compile stage left a file whose name %s (\"%.64s\"): the test cases cannot be given it",
+                 moat_path_problem_text(p), p == MOAT_PATH_CONTROL ? "?" : name);
+            return BOX_PACK_REFUSED;
+        }
+        for (uint32_t j = 0; j < i; j++)
+            if (strcmp(name, pack->files[j].name) == 0 || moat_path_is_dir_of(name, pack->files[j].name) ||
+                moat_path_is_dir_of(pack->files[j].name, name))
+                return errf(e, "box pack: entry %u repeats or nests in entry %u", i, j);
+        pack->files[i] = (struct moat_file){name, content, clen};
+        pack->exec[i] = (uint8_t)exec;
+        pack->nfiles = i + 1;
+    }
+    if (c.off != c.len)
+        return errf(e, "box pack: trailing bytes");
+    return 0;
+}
+
+int box_pack(struct slot *s, struct box_pack *pack, struct errbuf *e)
+{
+    struct warm_box *w = &s->warm;
+    uint64_t deadline = box_now_ms() + PACK_READ_TIMEOUT_MS;
+    uint32_t hdr[2];
+    char op = CTL_PACK;
+    int rc;
+
+    memset(pack, 0, sizeof(*pack));
+    if (w->init_pid <= 0 || w->broken || w->ctl < 0)
+        return errf(e, "slot %d: box is not usable", s->index);
+    if (moat_send_full(w->ctl, &op, 1) != 0) {
+        rc = errf_errno(e, "ask slot %d for its pack", s->index);
+        goto fail;
+    }
+    if ((rc = ctl_read(w->ctl, hdr, sizeof(hdr), deadline, e)) != 0)
+        goto fail;
+    /* names, lengths and exec flags on top of the content: twice the cap is never reached by a valid pack */
+    if (hdr[0] != PACK_MAGIC || hdr[1] < 8 || hdr[1] > 2 * BOX_PACK_MAX_BYTES) {
+        rc = errf(e, "box pack: bad header from slot %d", s->index);
+        goto fail;
+    }
+    if ((pack->buf = malloc(hdr[1])) == NULL) {
+        rc = errf(e, "out of memory");
+        goto fail;
+    }
+    if ((rc = ctl_read(w->ctl, pack->buf, hdr[1], deadline, e)) != 0 || (rc = pack_parse(pack, hdr[1], e)) != 0)
+        goto fail;
+    return 0;
+fail:
+    w->broken = 1;
+    kill_now(w);
+    box_pack_free(pack);
     return rc;
 }
 

@@ -58,7 +58,8 @@ struct box_job {
     size_t nro;
     const struct moat_file *files; /* written into /box before anything runs */
     size_t nfiles;
-    uint64_t box_bytes; /* size of the job's /box tmpfs */
+    const uint8_t *file_exec; /* per file: 1 mode 0755, 0 mode 0644; NULL: all 0644 */
+    uint64_t box_bytes;       /* size of the job's /box tmpfs */
     struct box_stage stages[BOX_NSTAGES];
 };
 
@@ -172,6 +173,28 @@ int box_run_stage(struct slot *s, int stage, const struct box_stage *st, const u
  * buffers.  0, or -1 if the box failed. */
 int box_run_stage_io(struct slot *s, int stage, const struct box_stage *st, const struct box_io *io, struct box_result *res,
                      struct errbuf *e);
+/*
+ * What a box's programs left in /box, to be the files of other boxes (a
+ * job's test cases: box.c, "Test cases").  Regular files only, with their
+ * exec bit; directories are implied by the names; links, fifos and the like
+ * are left out, never followed.  Checked here like request files are
+ * (moat_path.h), and capped.
+ */
+#define BOX_PACK_MAX_FILES 256
+#define BOX_PACK_MAX_BYTES (16u * 1024u * 1024u)
+struct box_pack {
+    uint8_t *buf; /* the bytes as init sent them; names and contents point into it */
+    struct moat_file *files;
+    uint8_t *exec;
+    size_t nfiles;
+};
+/* Between stages (after a compile stage that ended OK): init packs /box
+ * and sends it.  0 with *pack filled; BOX_PACK_REFUSED with e saying why for
+ * the client (over a cap, a name the rules refuse); -1 if the box failed. */
+#define BOX_PACK_REFUSED (-2)
+int box_pack(struct slot *s, struct box_pack *pack, struct errbuf *e);
+void box_pack_free(struct box_pack *pack);
+
 /* During a stage: init sends sig (a host signal number) to the stage's
  * program's process group, inside the box's pid namespace (box_init.c). */
 int box_signal(struct slot *s, int sig, struct errbuf *e);

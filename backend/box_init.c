@@ -66,6 +66,7 @@
 #include "box_internal.h"
 #include "moat_io.h"
 #include "moat_limits.h"
+#include "moat_path.h"
 
 #define BOX_ROOT_TMPFS_OPTS "size=1m,nr_inodes=1024,mode=0755"
 #define BOX_DEV_TMPFS_OPTS  "size=64k,nr_inodes=64,mode=0755"
@@ -88,6 +89,7 @@ struct parsed_plan {
     char **file_names;
     const uint8_t **file_data;
     uint32_t *file_len;
+    uint32_t *file_exec;
     struct stage_plan stages[BOX_NSTAGES];
 };
 
@@ -431,15 +433,18 @@ static void read_plan(struct parsed_plan *pp)
         child_die("plan: truncated");
     }
     pp->ro = take_strv(&c, pp->nro);
-    if (pp->nfiles > MOAT_MAX_FILES) {
+    /* a request's files, or a test case's: what a compile stage left (box_pack) */
+    if (pp->nfiles > BOX_PACK_MAX_FILES) {
         errno = E2BIG;
         child_die("plan: too many files");
     }
     pp->file_names = map_or_die((pp->nfiles + 1) * sizeof(char *));
     pp->file_data = map_or_die((pp->nfiles + 1) * sizeof(uint8_t *));
     pp->file_len = map_or_die((pp->nfiles + 1) * sizeof(uint32_t));
+    pp->file_exec = map_or_die((pp->nfiles + 1) * sizeof(uint32_t));
     for (uint32_t i = 0; i < pp->nfiles; i++) {
-        if ((pp->file_names[i] = take_str(&c)) == NULL || (pp->file_data[i] = take_blob(&c, &pp->file_len[i])) == NULL) {
+        if ((pp->file_names[i] = take_str(&c)) == NULL || take(&c, &pp->file_exec[i], 4) != 0 || pp->file_exec[i] > 1 ||
+            (pp->file_data[i] = take_blob(&c, &pp->file_len[i])) == NULL) {
             errno = EINVAL;
             child_die("plan: bad file");
         }
@@ -557,10 +562,12 @@ static void write_box_files(const struct slot *s, const struct parsed_plan *pp)
     for (uint32_t i = 0; i < pp->nfiles; i++) {
         const char *leaf;
         int dfd = open_parent_dir(s, boxfd, pp->file_names[i], &leaf);
-        int fd = openat(dfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        int fd = openat(dfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, pp->file_exec[i] ? 0755 : 0644);
         close(dfd);
         if (fd < 0)
             child_die("create box file");
+        if (pp->file_exec[i] && fchmod(fd, 0755) != 0) /* open obeys the umask */
+            child_die("chmod box file");
         size_t off = 0;
         while (off < pp->file_len[i]) {
             ssize_t n = write(fd, pp->file_data[i] + off, pp->file_len[i] - off);
@@ -813,6 +820,174 @@ static void run_stage(const struct init_args *a, const struct parsed_plan *pp, i
     report_send(FD_CTL, REPORT_EXITED, stage, status, 0, NULL);
 }
 
+/* ---- the pack: /box after a stage, for other boxes ------------------------------ */
+
+/*
+ * CTL_PACK (box_pack on the host, a job with test cases): after the compile
+ * stage, every regular file below /box goes to the host as bytes, for the
+ * test cases' fresh boxes.  What is in /box now was written by the box's
+ * own programs: all of them are dead (run_stage killed the namespace's
+ * every other process), but their files may be anything.  So: each entry
+ * is opened relative to its directory's descriptor with O_NOFOLLOW (a link
+ * is ELOOP and left out, never followed), O_NONBLOCK (a fifo does not block
+ * us) and checked with fstat on the open descriptor: regular files are
+ * read, directories walked (at most MOAT_MAX_PATH_DEPTH deep), anything
+ * else left out.  Sizes and counts are capped before anything is read; the
+ * host checks all of it again.  No malloc: the buffer is mmap'ed, directory
+ * entries come from getdents64.
+ */
+struct packer {
+    uint8_t *buf;
+    size_t len, cap;
+    uint32_t count;
+    uint32_t outcome;
+    char path[MOAT_MAX_NAME_LEN + 2];
+};
+
+struct dirent64_raw {
+    uint64_t d_ino;
+    int64_t d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
+static int pack_put(struct packer *pk, const void *p, size_t n)
+{
+    if (n > pk->cap - pk->len) {
+        pk->outcome = PACK_TOO_LARGE;
+        return -1;
+    }
+    memcpy(pk->buf + pk->len, p, n);
+    pk->len += n;
+    return 0;
+}
+
+static int pack_file(struct packer *pk, int fd, const struct stat *st)
+{
+    uint32_t nlen = (uint32_t)strlen(pk->path) + 1, exec = (st->st_mode & 0111) ? 1 : 0, clen;
+
+    if (pk->count >= BOX_PACK_MAX_FILES) {
+        pk->outcome = PACK_TOO_MANY;
+        return -1;
+    }
+    if ((uint64_t)st->st_size > BOX_PACK_MAX_BYTES) {
+        pk->outcome = PACK_TOO_LARGE;
+        return -1;
+    }
+    clen = (uint32_t)st->st_size;
+    if (pack_put(pk, &nlen, 4) || pack_put(pk, pk->path, nlen) || pack_put(pk, &exec, 4) || pack_put(pk, &clen, 4))
+        return -1;
+    if (clen > pk->cap - pk->len) {
+        pk->outcome = PACK_TOO_LARGE;
+        return -1;
+    }
+    size_t off = 0;
+    while (off < clen) {
+        ssize_t n = read(fd, pk->buf + pk->len + off, clen - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) { /* nothing else runs: the size cannot change under us */
+            pk->outcome = PACK_IO;
+            return -1;
+        }
+        off += (size_t)n;
+    }
+    pk->len += clen;
+    pk->count++;
+    return 0;
+}
+
+/* The entries of directory dfd, whose path below /box is pk->path[0..plen). */
+static int pack_dir(struct packer *pk, int dfd, size_t plen, int depth)
+{
+    char dents[4096] __attribute__((aligned(8)));
+
+    for (;;) {
+        long n = syscall(SYS_getdents64, dfd, dents, sizeof(dents));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            pk->outcome = PACK_IO;
+            return -1;
+        }
+        if (n == 0)
+            return 0;
+        for (long off = 0; off < n;) {
+            const struct dirent64_raw *d = (const void *)(dents + off);
+            off += d->d_reclen;
+            const char *name = d->d_name;
+            if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+                continue;
+            size_t nl = strlen(name);
+            if (plen + (plen ? 1 : 0) + nl > MOAT_MAX_NAME_LEN) {
+                pk->outcome = PACK_BAD_NAME;
+                return -1;
+            }
+            size_t at = plen;
+            if (plen)
+                pk->path[at++] = '/';
+            memcpy(pk->path + at, name, nl + 1);
+            int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+            struct stat st;
+            int rc = 0;
+            if (fd < 0) {
+                pk->path[plen] = '\0';
+                continue; /* a link (ELOOP), or what the box made unreadable: left out */
+            }
+            if (fstat(fd, &st) != 0) {
+                pk->outcome = PACK_IO;
+                rc = -1;
+            } else if (S_ISREG(st.st_mode)) {
+                rc = pack_file(pk, fd, &st);
+            } else if (S_ISDIR(st.st_mode)) {
+                if (depth + 1 >= MOAT_MAX_PATH_DEPTH) {
+                    pk->outcome = PACK_TOO_DEEP;
+                    rc = -1;
+                } else {
+                    rc = pack_dir(pk, fd, at + nl, depth + 1);
+                }
+            }
+            close(fd);
+            pk->path[plen] = '\0';
+            if (rc != 0)
+                return -1;
+        }
+    }
+}
+
+static void pack_box(void)
+{
+    /* content and names up to the caps, with room for every entry's lengths */
+    size_t cap = BOX_PACK_MAX_BYTES + (size_t)BOX_PACK_MAX_FILES * (MOAT_MAX_NAME_LEN + 16) + 16;
+    struct packer pk;
+    uint32_t hdr[4];
+
+    memset(&pk, 0, sizeof(pk));
+    pk.buf = map_or_die(cap);
+    pk.cap = cap;
+    pk.len = sizeof(hdr);
+    int boxfd = open("/box", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (boxfd < 0)
+        pk.outcome = PACK_IO;
+    else if (pack_dir(&pk, boxfd, 0, 0) != 0 && pk.outcome == PACK_OK)
+        pk.outcome = PACK_IO;
+    if (boxfd >= 0)
+        close(boxfd);
+    if (pk.outcome != PACK_OK) {
+        pk.len = sizeof(hdr);
+        pk.count = 0;
+    }
+    hdr[0] = PACK_MAGIC;
+    hdr[1] = (uint32_t)(pk.len - 8);
+    hdr[2] = pk.outcome;
+    hdr[3] = pk.count;
+    memcpy(pk.buf, hdr, sizeof(hdr));
+    if (moat_send_full(FD_CTL, pk.buf, pk.len) != 0)
+        _exit(0); /* the host is gone */
+    munmap(pk.buf, cap);
+}
+
 /* SIGCHLD blocked and read from a signalfd: wait_stage polls it with the
  * control socket.  Made after setup_fds, which closes everything else. */
 static int setup_child_signals(void)
@@ -856,6 +1031,10 @@ int box_init_main(void *arg)
             if (moat_read_full(FD_CTL, &late, 1) != 1)
                 _exit(0);
             continue; /* for a stage that has ended */
+        }
+        if (go == CTL_PACK) {
+            pack_box();
+            continue;
         }
         int stage = go - '0';
         if (stage < 0 || stage >= BOX_NSTAGES || !pp.stages[stage].present) {

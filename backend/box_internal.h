@@ -5,16 +5,23 @@
  * host -> init: one plan, then one "go" byte per stage ('0' compile,
  *               '1' run); while a stage runs, CTL_SIGNAL and one byte, a
  *               signal for the stage program's process group (between
- *               stages init reads and drops it: that stage is over).
+ *               stages init reads and drops it: that stage is over);
+ *               between stages CTL_PACK: init packs /box (below).
  *               The plan is "MOAT", u32 body length, body:
  *   u64 box_bytes, u32 nro, u32 nfiles, u32 stage_mask,
- *   nro x str (runtime path), nfiles x (str name, blob content),
+ *   nro x str (runtime path), nfiles x (str name, u32 exec, blob content),
  *   per present stage: u64 fsize, u64 cpu_ms, u32 nofile, u32 pids,
  *                      u32 argc, u32 envc, argc x str, envc x str
  *   str = u32 length including the NUL, bytes ending in NUL
  *   blob = u32 length, bytes
  *   (integers in host byte order: both ends are this program)
- * init -> host: fixed-size reports (struct box_report).
+ * init -> host: fixed-size reports (struct box_report); after CTL_PACK
+ *               the pack: "PACK", u32 body length, body:
+ *   u32 outcome (enum pack_outcome), u32 count,
+ *   count x (str name, u32 exec (0 or 1), blob content)
+ *   Untrusted: it describes what the box's own programs left in /box.  The
+ *   host checks every length, name and cap again (box_pack) and never
+ *   writes the bytes anywhere but into another box's plan.
  */
 #ifndef MOAT_BOX_INTERNAL_H
 #define MOAT_BOX_INTERNAL_H
@@ -26,6 +33,17 @@
 #define PLAN_MAGIC     0x54414f4dU /* "MOAT" */
 #define CTL_SIGNAL     'S'
 #define PLAN_MAX_BYTES (32u * 1024u * 1024u)
+#define CTL_PACK       'P'
+#define PACK_MAGIC     0x4b434150U /* "PACK" */
+
+enum pack_outcome {
+    PACK_OK = 0,
+    PACK_TOO_MANY = 1,  /* more than BOX_PACK_MAX_FILES regular files */
+    PACK_TOO_LARGE = 2, /* more than BOX_PACK_MAX_BYTES of content and names */
+    PACK_TOO_DEEP = 3,  /* a directory deeper than MOAT_MAX_PATH_DEPTH allows */
+    PACK_BAD_NAME = 4,  /* a path longer than MOAT_MAX_NAME_LEN */
+    PACK_IO = 5,        /* init could not read /box */
+};
 
 enum report_kind {
     REPORT_EXITED = 1,       /* a stage's program ended: wait_status */

@@ -4,6 +4,25 @@
  * only lower the server's, take a slot, run the compile stage if there is one
  * and the run stage unless compiling failed, and fill the typed result.
  *
+ * Test cases (issue 12 item 3): compiled once, each case run fresh.  The
+ * compile stage runs in a box as usual; then, instead of its run stage,
+ * the box's init packs what /box holds (box_pack: regular files and their
+ * exec bits, never following a link, capped; checked again here as
+ * untrusted bytes) and the box is discarded.  Each case then takes a warm
+ * box of its own whose plan has those files and only a run stage, with the
+ * case's stdin, args and limits (which may only lower the request's run
+ * limits), so no case sees another's files or processes: the case's box,
+ * its tmpfs and its pid namespace are gone before the next case starts.
+ * The host still never opens anything inside a box: the files travel as
+ * bytes over init's control socket and into the next box's plan, where
+ * that box's init writes them O_EXCL | O_NOFOLLOW into a fresh tmpfs.
+ * The cases run one after another, within the job's wall budget
+ * (tests_wall_ms, at most DEFAULT_TESTS_WALL_MS): a case gets no more wall
+ * time than the budget has left, and the cases after it has run out are
+ * not run (the result holds fewer).  A language without a compile stage
+ * gives every case the request's files.  Verdicts are the gateway's
+ * (piston_tests.c): the backend returns each case's run stage as is.
+ *
  * The checks and the plan (job_plan_init) are the same for a live session
  * (session.c), which adds its clocks and caps: the language's session
  * limits lowered by the SESSION_OPEN's ceilings, then by run_timeout.
@@ -163,6 +182,7 @@ static int session_limits_for(const struct language *lang, const struct session_
 
 static int fill_stage(struct moat_stage_result *st, struct box_result *br)
 {
+    uint8_t clock = br->status == MOAT_STATUS_TO ? br->clock : 0;
     memset(st, 0, sizeof(*st));
     st->present = 1;
     st->stdout_data = br->out.data;
@@ -180,6 +200,7 @@ static int fill_stage(struct moat_stage_result *st, struct box_result *br)
     st->cpu_ms = br->cpu_ms;
     st->wall_ms = br->wall_ms;
     st->memory_bytes = br->memory_bytes;
+    st->clock = clock;
     if (br->message[0] && (st->message = strdup(br->message)) == NULL)
         return -1;
     return 0;
@@ -257,6 +278,8 @@ int job_plan_init(struct backend *b, const struct moat_exec_request *req, const 
         return job_fail(je, MOAT_ERR_UNKNOWN_LANGUAGE, "%s-%s runtime is unknown", req->language, req->version);
     if (validate_files(req, je) != 0)
         return -1;
+    if (ceilings != NULL && req->ntests > 0)
+        return job_fail(je, MOAT_ERR_BAD_REQUEST, "a session has no test cases");
     if (ceilings != NULL && session_limits_for(lang, ceilings, req->run_timeout_ms, req->run_cpu_ms, &plan->session, je) != 0)
         return -1;
     if (validate_stdin(req, ceilings ? &plan->session : NULL, je) != 0)
@@ -294,6 +317,193 @@ int job_plan_init(struct backend *b, const struct moat_exec_request *req, const 
     return 0;
 }
 
+/* ---- test cases --------------------------------------------------------- */
+
+/* A case's limit (> 0 asked) may lower the request's run limit, never raise it. */
+static int case_limit(int64_t asked, uint64_t *lim, size_t i, const char *field, const char *unit, struct job_error *je)
+{
+    if (asked <= 0)
+        return 0;
+    if ((uint64_t)asked > *lim)
+        return job_fail(je, MOAT_ERR_LIMIT, "tests[%zu].%s cannot exceed the run limit in force of %llu %s", i, field,
+                        (unsigned long long)*lim, unit);
+    *lim = (uint64_t)asked;
+    return 0;
+}
+
+/* Every case's stdin and limits, before any box is taken; lims[i] is case i's run limits. */
+static int plan_tests(const struct moat_exec_request *req, const struct box_limits *run, struct box_limits *lims,
+                      struct job_error *je)
+{
+    size_t total = 0;
+
+    if (req->ntests > MOAT_MAX_TESTS)
+        return job_fail(je, MOAT_ERR_BAD_REQUEST, "tests must hold at most %d cases", MOAT_MAX_TESTS);
+    if (req->tests_wall_ms > DEFAULT_TESTS_WALL_MS)
+        return job_fail(je, MOAT_ERR_LIMIT, "tests_timeout cannot exceed the configured limit of %llu ms",
+                        (unsigned long long)DEFAULT_TESTS_WALL_MS);
+    for (size_t i = 0; i < req->ntests; i++) {
+        const struct moat_test_case *tc = &req->tests[i];
+        if (tc->stdin_len > MAX_STDIN_BYTES)
+            return job_fail(je, MOAT_ERR_LIMIT, "tests[%zu].stdin exceeds the configured limit of %llu bytes", i,
+                            (unsigned long long)MAX_STDIN_BYTES);
+        total += tc->stdin_len;
+        lims[i] = *run;
+        if (case_limit(tc->run_timeout_ms, &lims[i].wall_ms, i, "run_timeout", "ms", je) != 0 ||
+            case_limit(tc->run_cpu_ms, &lims[i].cpu_ms, i, "run_cpu_time", "ms", je) != 0 ||
+            case_limit(tc->run_memory_bytes, &lims[i].memory_bytes, i, "run_memory_limit", "bytes", je) != 0)
+            return -1;
+        if (lims[i].cpu_ms > lims[i].wall_ms) /* the CPU clock never runs longer than the wall clock */
+            lims[i].cpu_ms = lims[i].wall_ms;
+    }
+    if (total > MAX_TESTS_STDIN_BYTES)
+        return job_fail(je, MOAT_ERR_LIMIT, "the test cases' stdin together exceeds the configured limit of %llu bytes",
+                        (unsigned long long)MAX_TESTS_STDIN_BYTES);
+    return 0;
+}
+
+/* Takes a slot, or fails the job saying why. */
+static int take_slot(struct backend *b, struct slot **s, struct job_error *je)
+{
+    struct errbuf e;
+    int got = pool_acquire(&b->pool, s, &e);
+    if (got == POOL_BUSY)
+        return job_fail(je, MOAT_ERR_BUSY, "server busy: every box slot and queue place is taken, try again later");
+    if (got != 0)
+        return job_fail(je, MOAT_ERR_INTERNAL, "no box could be prepared");
+    return 0;
+}
+
+/* The compile stage in a box of its own, then the box's files as a pack
+ * (pack->nfiles 0 and res->compile failed: no case runs). */
+static int compile_once(struct backend *b, struct job_plan *plan, struct moat_exec_result *res, struct box_pack *pack,
+                        struct job_error *je)
+{
+    struct errbuf e;
+    struct slot *s;
+    int rc = -1;
+
+    if (take_slot(b, &s, je) != 0)
+        return -1;
+    if (box_start(s, &plan->job, &e) != 0) {
+        log_warnx("%s: slot %d: %s", __func__, s->index, e.msg);
+        job_fail(je, MOAT_ERR_INTERNAL, "the box could not be prepared");
+        goto out;
+    }
+    if (run_stage(s, BOX_STAGE_COMPILE, &plan->job.stages[BOX_STAGE_COMPILE], &plan->view, &res->compile, je) != 0)
+        goto out;
+    if (res->compile.status != MOAT_STATUS_OK) {
+        rc = 0;
+        goto out;
+    }
+    int got = box_pack(s, pack, &e);
+    if (got == BOX_PACK_REFUSED) {
+        job_fail(je, MOAT_ERR_LIMIT, "%s", e.msg);
+        goto out;
+    }
+    if (got != 0) {
+        log_warnx("%s: slot %d: %s", __func__, s->index, e.msg);
+        job_fail(je, MOAT_ERR_INTERNAL, "the compiled files could not be taken from the box");
+        goto out;
+    }
+    rc = 0;
+out:
+    pool_release(&b->pool, s);
+    return rc;
+}
+
+/* One case: a fresh box with the files (the pack's, or the request's), only the run stage. */
+static int run_case(struct backend *b, const struct job_plan *plan, const struct box_pack *pack, const struct moat_test_case *tc,
+                    const struct box_limits *lim, struct moat_stage_result *out, struct job_error *je)
+{
+    const struct language *lang = plan->lang;
+    struct box_job job = plan->job;
+    struct box_result br;
+    struct errbuf e;
+    struct slot *s;
+    int rc = -1;
+
+    char **argv = language_argv(lang->run_argv, plan->view.files, plan->view.nfiles, tc->args, tc->nargs);
+    if (argv == NULL)
+        return job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
+    job.stages[BOX_STAGE_COMPILE].present = 0;
+    job.stages[BOX_STAGE_RUN] = (struct box_stage){1, argv, lang->env, *lim};
+    if (pack != NULL) {
+        job.files = pack->files;
+        job.nfiles = pack->nfiles;
+        job.file_exec = pack->exec;
+    }
+    if (take_slot(b, &s, je) != 0)
+        goto done;
+    if (box_start(s, &job, &e) != 0) {
+        log_warnx("%s: slot %d: %s", __func__, s->index, e.msg);
+        job_fail(je, MOAT_ERR_INTERNAL, "the box could not be prepared");
+        goto out;
+    }
+    if (box_run_stage(s, BOX_STAGE_RUN, &job.stages[BOX_STAGE_RUN], tc->stdin_data, tc->stdin_len, &br, &e) != 0) {
+        log_warnx("%s: slot %d: %s", __func__, s->index, e.msg);
+        job_fail(je, MOAT_ERR_INTERNAL, "the box could not be run");
+        goto out;
+    }
+    rc = fill_stage(out, &br);
+    box_result_free(&br);
+    if (rc != 0) {
+        job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
+        goto out;
+    }
+    /* stdout and stderr apart are what a case is judged on: the interleaved copy stays here */
+    free(out->output_data);
+    out->output_data = NULL;
+    out->output_len = 0;
+out:
+    pool_release(&b->pool, s);
+done:
+    language_argv_free(argv);
+    return rc;
+}
+
+static int run_tests(struct backend *b, struct job_plan *plan, const struct moat_exec_request *req, struct moat_exec_result *res,
+                     struct job_error *je)
+{
+    struct box_limits lims[MOAT_MAX_TESTS];
+    struct box_pack pack;
+    int rc = -1;
+
+    memset(&pack, 0, sizeof(pack));
+    if (plan_tests(req, &plan->job.stages[BOX_STAGE_RUN].lim, lims, je) != 0)
+        return -1;
+    if (plan->lang->compile_argv != NULL) {
+        if (compile_once(b, plan, res, &pack, je) != 0)
+            goto out;
+        if (res->compile.status != MOAT_STATUS_OK) {
+            rc = 0; /* no case runs: the compile result says why */
+            goto out;
+        }
+    }
+    if ((res->tests = calloc(req->ntests, sizeof(*res->tests))) == NULL) {
+        job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
+        goto out;
+    }
+    uint64_t budget = req->tests_wall_ms > 0 ? (uint64_t)req->tests_wall_ms : DEFAULT_TESTS_WALL_MS;
+    uint64_t deadline = box_now_ms() + budget;
+    for (size_t i = 0; i < req->ntests; i++) {
+        uint64_t now = box_now_ms();
+        if (now >= deadline)
+            break; /* the job's wall budget is spent: the rest are not run */
+        if (lims[i].wall_ms > deadline - now)
+            lims[i].wall_ms = deadline - now;
+        if (lims[i].cpu_ms > lims[i].wall_ms)
+            lims[i].cpu_ms = lims[i].wall_ms;
+        if (run_case(b, plan, plan->lang->compile_argv ? &pack : NULL, &req->tests[i], &lims[i], &res->tests[i], je) != 0)
+            goto out;
+        res->ntests = i + 1;
+    }
+    rc = 0;
+out:
+    box_pack_free(&pack);
+    return rc;
+}
+
 int job_run(struct backend *b, const struct moat_exec_request *req, struct moat_exec_result *res, struct job_error *je)
 {
     struct job_plan plan;
@@ -304,6 +514,15 @@ int job_run(struct backend *b, const struct moat_exec_request *req, struct moat_
     memset(res, 0, sizeof(*res));
     if (job_plan_init(b, req, NULL, &plan, je) != 0)
         return -1;
+    if (req->ntests > 0) {
+        rc = run_tests(b, &plan, req, res, je);
+        if (rc == 0 && ((res->language = strdup(plan.lang->name)) == NULL || (res->version = strdup(plan.lang->version)) == NULL))
+            rc = job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
+        job_plan_free(&plan);
+        if (rc != 0)
+            moat_exec_result_free(res);
+        return rc;
+    }
     const struct language *lang = plan.lang;
     struct box_job *job = &plan.job;
     int got = pool_acquire(&b->pool, &s, &e);

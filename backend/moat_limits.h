@@ -35,6 +35,10 @@
 #define DEFAULT_SESSION_STDIN_BYTES  (1 * MIB)
 #define DEFAULT_SESSION_OUTPUT_BYTES (1 * MIB) /* per stream */
 
+/* a job's test cases (job.c): their wall time together, and their stdin together */
+#define DEFAULT_TESTS_WALL_MS 120000
+#define MAX_TESTS_STDIN_BYTES (8 * MIB)
+
 /* requests and connections */
 #define MAX_STDIN_BYTES      (1 * MIB)
 #define MAX_CODE_BYTES       (4 * MIB)

@@ -29,6 +29,14 @@ enum {
     TAG_REQ_COMPILE_MEMORY = 9,
     TAG_REQ_RUN_CPU = 10,
     TAG_REQ_COMPILE_CPU = 11,
+    TAG_REQ_TEST = 12,       /* EXEC_REQUEST only */
+    TAG_REQ_TESTS_WALL = 13, /* EXEC_REQUEST only */
+    /* test case (nested in TAG_REQ_TEST) */
+    TAG_TC_STDIN = 1,
+    TAG_TC_ARG = 2,
+    TAG_TC_RUN_TIMEOUT = 3,
+    TAG_TC_RUN_MEMORY = 4,
+    TAG_TC_RUN_CPU = 5,
     /* file (nested in TAG_REQ_FILE) */
     TAG_FILE_NAME = 1,
     TAG_FILE_CONTENT = 2,
@@ -37,6 +45,7 @@ enum {
     TAG_RES_VERSION = 2,
     TAG_RES_COMPILE = 16,
     TAG_RES_RUN = 17,
+    TAG_RES_TEST = 18, /* repeated */
     /* stage (nested in TAG_RES_COMPILE / TAG_RES_RUN) */
     TAG_ST_STDOUT = 1,
     TAG_ST_STDERR = 2,
@@ -48,6 +57,7 @@ enum {
     TAG_ST_CPU_MS = 8,
     TAG_ST_WALL_MS = 9,
     TAG_ST_MEMORY = 10,
+    TAG_ST_CLOCK = 11,
     /* error */
     TAG_ERR_CODE = 1,
     TAG_ERR_MESSAGE = 2,
@@ -291,11 +301,39 @@ static void encode_request_fields(struct writer *w, const struct moat_exec_reque
         w_u64(w, TAG_REQ_COMPILE_CPU, (uint64_t)req->compile_cpu_ms);
 }
 
+/* The test cases and their wall budget: EXEC_REQUEST's alone. */
+static void encode_tests(struct writer *w, const struct moat_exec_request *req)
+{
+    if (req->ntests > MOAT_MAX_TESTS)
+        w_fail(w, "too many test cases");
+    for (size_t i = 0; i < req->ntests && !w->failed; i++) {
+        const struct moat_test_case *tc = &req->tests[i];
+        size_t at = w_nest_begin(w, TAG_REQ_TEST);
+        if (tc->nargs > MOAT_MAX_ARGS)
+            w_fail(w, "too many arguments in a test case");
+        if (tc->stdin_len > 0)
+            w_tlv(w, TAG_TC_STDIN, tc->stdin_data, tc->stdin_len);
+        for (size_t j = 0; j < tc->nargs && !w->failed; j++)
+            w_str(w, TAG_TC_ARG, tc->args[j], MOAT_MAX_ARG_LEN);
+        /* a case's limits: > 0 asked, 0 or -1 not (moat_proto.h) */
+        if (tc->run_timeout_ms > 0)
+            w_u64(w, TAG_TC_RUN_TIMEOUT, (uint64_t)tc->run_timeout_ms);
+        if (tc->run_memory_bytes > 0)
+            w_u64(w, TAG_TC_RUN_MEMORY, (uint64_t)tc->run_memory_bytes);
+        if (tc->run_cpu_ms > 0)
+            w_u64(w, TAG_TC_RUN_CPU, (uint64_t)tc->run_cpu_ms);
+        w_nest_end(w, at);
+    }
+    if (req->ntests > 0 && req->tests_wall_ms > 0)
+        w_u64(w, TAG_REQ_TESTS_WALL, (uint64_t)req->tests_wall_ms);
+}
+
 int moat_encode_exec_request(struct moat_buf *out, uint64_t job_id, const struct moat_exec_request *req, const char **why)
 {
     struct writer w = {out, 0, NULL};
     size_t at = frame_begin(&w, MOAT_MSG_EXEC_REQUEST, job_id);
     encode_request_fields(&w, req);
+    encode_tests(&w, req);
     return frame_end(&w, at, why);
 }
 
@@ -316,6 +354,10 @@ static void encode_stage(struct writer *w, uint16_t tag, const struct moat_stage
     w_u64(w, TAG_ST_CPU_MS, st->cpu_ms);
     w_u64(w, TAG_ST_WALL_MS, st->wall_ms);
     w_u64(w, TAG_ST_MEMORY, st->memory_bytes);
+    if (st->clock != 0 && (st->status != MOAT_STATUS_TO || st->clock > MOAT_CLOCK_MAX))
+        w_fail(w, "a stage's clock names the clock of a TO, and only of a TO");
+    if (st->clock != 0)
+        w_u8(w, TAG_ST_CLOCK, st->clock);
     w_nest_end(w, at);
 }
 
@@ -324,14 +366,18 @@ int moat_encode_exec_result(struct moat_buf *out, uint64_t job_id, const struct 
     struct writer w = {out, 0, NULL};
     size_t at = frame_begin(&w, MOAT_MSG_EXEC_RESULT, job_id);
 
-    if (res->language == NULL || res->version == NULL || !(res->run.present || res->compile.present))
+    if (res->language == NULL || res->version == NULL || !(res->run.present || res->compile.present || res->ntests > 0))
         w_fail(&w, "language, version and a stage are required");
+    if (res->ntests > MOAT_MAX_TESTS)
+        w_fail(&w, "too many test case results");
     w_str(&w, TAG_RES_LANGUAGE, res->language, MOAT_MAX_NAME_LEN);
     w_str(&w, TAG_RES_VERSION, res->version, MOAT_MAX_NAME_LEN);
     if (res->compile.present)
         encode_stage(&w, TAG_RES_COMPILE, &res->compile);
     if (res->run.present)
         encode_stage(&w, TAG_RES_RUN, &res->run);
+    for (size_t i = 0; i < res->ntests && !w.failed; i++)
+        encode_stage(&w, TAG_RES_TEST, &res->tests[i]);
     return frame_end(&w, at, why);
 }
 
@@ -492,6 +538,8 @@ int moat_encode_session_open(struct moat_buf *out, uint64_t job_id, const struct
 {
     struct writer w = {out, 0, NULL};
     size_t at = frame_begin(&w, MOAT_MSG_SESSION_OPEN, job_id);
+    if (o->req.ntests > 0)
+        w_fail(&w, "a session has no test cases");
     encode_request_fields(&w, &o->req);
     w_u64(&w, TAG_SO_WALL, o->wall_ms);
     w_u64(&w, TAG_SO_IDLE, o->idle_ms);
@@ -772,6 +820,7 @@ static void request_init(struct moat_exec_request *out)
     out->run_timeout_ms = out->compile_timeout_ms = -1;
     out->run_memory_bytes = out->compile_memory_bytes = -1;
     out->run_cpu_ms = out->compile_cpu_ms = -1;
+    out->tests_wall_ms = -1;
 }
 
 /* Files and args repeat; every other tag of a message appears at most once. */
@@ -848,6 +897,86 @@ static int request_complete(const struct moat_exec_request *out, const char *nee
     return 0;
 }
 
+/* A test case's limit: present means asked, so never 0. */
+static int r_case_limit(const struct field *f, int64_t *v, const char **why)
+{
+    if (r_limit(f, v, why) != 0)
+        return -1;
+    if (*v == 0) {
+        *why = "a test case's limit must be positive";
+        return -1;
+    }
+    return 0;
+}
+
+static int decode_test_case(const struct field *outer, struct moat_test_case *tc, const char **why)
+{
+    struct reader r = {outer->val, outer->len, 0};
+    struct field f;
+    uint32_t seen = 0;
+    int rc;
+
+    tc->run_timeout_ms = tc->run_memory_bytes = tc->run_cpu_ms = -1;
+    while ((rc = r_next(&r, &f, why)) == 1) {
+        if (f.tag != TAG_TC_ARG && once(&seen, f.tag, why) != 0)
+            return -1;
+        switch (f.tag) {
+        case TAG_TC_STDIN:
+            rc = r_bytes(&f, &tc->stdin_data, &tc->stdin_len, why);
+            break;
+        case TAG_TC_ARG:
+            if (tc->nargs >= MOAT_MAX_ARGS) {
+                *why = "too many arguments in a test case";
+                return -1;
+            }
+            if (tc->args == NULL && (tc->args = calloc(MOAT_MAX_ARGS, sizeof(*tc->args))) == NULL) {
+                *why = "out of memory";
+                return -1;
+            }
+            rc = r_str(&f, MOAT_MAX_ARG_LEN, 1, &tc->args[tc->nargs], why);
+            if (rc == 0)
+                tc->nargs++;
+            break;
+        case TAG_TC_RUN_TIMEOUT:
+            rc = r_case_limit(&f, &tc->run_timeout_ms, why);
+            break;
+        case TAG_TC_RUN_MEMORY:
+            rc = r_case_limit(&f, &tc->run_memory_bytes, why);
+            break;
+        case TAG_TC_RUN_CPU:
+            rc = r_case_limit(&f, &tc->run_cpu_ms, why);
+            break;
+        default:
+            *why = "unknown field in test case";
+            return -1;
+        }
+        if (rc != 0)
+            return -1;
+    }
+    return rc < 0 ? -1 : 0;
+}
+
+/* EXEC_REQUEST's own fields (tests): 0 taken, 1 not one of them, -1 refused. */
+static int decode_tests_field(const struct field *f, struct moat_exec_request *out, const char **why)
+{
+    switch (f->tag) {
+    case TAG_REQ_TEST:
+        if (out->ntests >= MOAT_MAX_TESTS) {
+            *why = "too many test cases";
+            return -1;
+        }
+        if (out->tests == NULL && (out->tests = calloc(MOAT_MAX_TESTS, sizeof(*out->tests))) == NULL) {
+            *why = "out of memory";
+            return -1;
+        }
+        return decode_test_case(f, &out->tests[out->ntests++], why);
+    case TAG_REQ_TESTS_WALL:
+        return r_case_limit(f, &out->tests_wall_ms, why);
+    default:
+        return 1;
+    }
+}
+
 int moat_decode_exec_request(const uint8_t *payload, size_t len, struct moat_exec_request *out, const char **why)
 {
     struct reader r = {payload, len, 0};
@@ -857,9 +986,11 @@ int moat_decode_exec_request(const uint8_t *payload, size_t len, struct moat_exe
 
     request_init(out);
     while ((rc = r_next(&r, &f, why)) == 1) {
-        if (request_once(&seen, f.tag, why) != 0)
+        if (f.tag != TAG_REQ_TEST && request_once(&seen, f.tag, why) != 0)
             goto fail;
-        int taken = decode_request_field(&f, out, why);
+        int taken = decode_tests_field(&f, out, why);
+        if (taken == 1)
+            taken = decode_request_field(&f, out, why);
         if (taken == 1)
             *why = "unknown field in exec request";
         if (taken != 0)
@@ -868,6 +999,10 @@ int moat_decode_exec_request(const uint8_t *payload, size_t len, struct moat_exe
     if (rc < 0 ||
         request_complete(out, "exec request needs language and version", "exec request needs at least one file", why) != 0)
         goto fail;
+    if ((seen & (1u << TAG_REQ_TESTS_WALL)) && out->ntests == 0) {
+        *why = "a tests wall limit without test cases";
+        goto fail;
+    }
     return 0;
 fail:
     moat_exec_request_free(out);
@@ -938,6 +1073,14 @@ static int decode_stage(const struct field *outer, struct moat_stage_result *st,
             if (r_u64(&f, &st->memory_bytes, why) != 0)
                 return -1;
             break;
+        case TAG_ST_CLOCK:
+            if (r_u8(&f, &st->clock, why) != 0)
+                return -1;
+            if (st->clock == 0 || st->clock > MOAT_CLOCK_MAX) {
+                *why = "unknown clock";
+                return -1;
+            }
+            break;
         default:
             *why = "unknown field in stage result";
             return -1;
@@ -947,6 +1090,10 @@ static int decode_stage(const struct field *outer, struct moat_stage_result *st,
         return -1;
     if (!(seen & (1u << TAG_ST_STATUS))) {
         *why = "stage result needs a status";
+        return -1;
+    }
+    if (st->clock != 0 && st->status != MOAT_STATUS_TO) {
+        *why = "a stage's clock goes with a TO only";
         return -1;
     }
     return 0;
@@ -961,9 +1108,21 @@ int moat_decode_exec_result(const uint8_t *payload, size_t len, struct moat_exec
 
     memset(out, 0, sizeof(*out));
     while ((rc = r_next(&r, &f, why)) == 1) {
-        if (once(&seen, f.tag, why) != 0)
+        if (f.tag != TAG_RES_TEST && once(&seen, f.tag, why) != 0)
             goto fail;
         switch (f.tag) {
+        case TAG_RES_TEST:
+            if (out->ntests >= MOAT_MAX_TESTS) {
+                *why = "too many test case results";
+                goto fail;
+            }
+            if (out->tests == NULL && (out->tests = calloc(MOAT_MAX_TESTS, sizeof(*out->tests))) == NULL) {
+                *why = "out of memory";
+                goto fail;
+            }
+            if (decode_stage(&f, &out->tests[out->ntests++], why) != 0)
+                goto fail;
+            break;
         case TAG_RES_LANGUAGE:
             if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &out->language, why) != 0)
                 goto fail;
@@ -987,7 +1146,7 @@ int moat_decode_exec_result(const uint8_t *payload, size_t len, struct moat_exec
     }
     if (rc < 0)
         goto fail;
-    if (out->language == NULL || out->version == NULL || !(out->run.present || out->compile.present)) {
+    if (out->language == NULL || out->version == NULL || !(out->run.present || out->compile.present || out->ntests > 0)) {
         *why = "exec result needs language, version and a stage";
         goto fail;
     }
@@ -1497,6 +1656,13 @@ void moat_exec_request_free(struct moat_exec_request *r)
         free(r->args[i]);
     free(r->args);
     free(r->stdin_data);
+    for (size_t i = 0; r->tests && i < r->ntests; i++) {
+        for (size_t j = 0; r->tests[i].args && j < r->tests[i].nargs; j++)
+            free(r->tests[i].args[j]);
+        free(r->tests[i].args);
+        free(r->tests[i].stdin_data);
+    }
+    free(r->tests);
     memset(r, 0, sizeof(*r));
 }
 
@@ -1515,6 +1681,9 @@ void moat_exec_result_free(struct moat_exec_result *r)
     free(r->version);
     stage_free(&r->compile);
     stage_free(&r->run);
+    for (size_t i = 0; r->tests && i < r->ntests; i++)
+        stage_free(&r->tests[i]);
+    free(r->tests);
     memset(r, 0, sizeof(*r));
 }
 

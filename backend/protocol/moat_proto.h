@@ -28,6 +28,7 @@
 #define MOAT_MAX_NAME_LEN    255  /* language, version, file name */
 #define MOAT_MAX_ARG_LEN     4096 /* one argv element */
 #define MOAT_MAX_MESSAGE_LEN 1024 /* human readable message */
+#define MOAT_MAX_TESTS       64   /* test cases of one exec request */
 
 enum moat_msg_type {
     MOAT_MSG_EXEC_REQUEST = 1,   /* gateway -> backend */
@@ -129,6 +130,20 @@ struct moat_file {
     size_t content_len;
 };
 
+/* One test case of an exec request (issue 12 item 3): the run stage once
+ * more, in a box of its own, with the files the compile stage left.  Its
+ * args replace the request's; a limit > 0 lowers the request's run limit
+ * for this case (0 or -1: the request's). */
+struct moat_test_case {
+    uint8_t *stdin_data;
+    size_t stdin_len;
+    char **args;
+    size_t nargs;
+    int64_t run_timeout_ms;
+    int64_t run_memory_bytes;
+    int64_t run_cpu_ms;
+};
+
 /* Limits: -1 means "the server default".  The CPU limits were added later:
  * 0 means the same as -1 for them and neither is sent, so a request built
  * with its other limits set and these left zeroed asks for no CPU limit. */
@@ -147,6 +162,12 @@ struct moat_exec_request {
     int64_t compile_memory_bytes;
     int64_t run_cpu_ms;     /* Piston's run_cpu_time */
     int64_t compile_cpu_ms; /* Piston's compile_cpu_time */
+    /* Test cases (EXEC_REQUEST only, never a session): with any, the run
+     * stage runs once per case instead of once.  tests_wall_ms > 0 bounds
+     * the wall time of all the cases together (0 or -1: the backend's). */
+    struct moat_test_case *tests;
+    size_t ntests;
+    int64_t tests_wall_ms;
 };
 
 struct moat_stage_result {
@@ -166,13 +187,19 @@ struct moat_stage_result {
     uint64_t cpu_ms;
     uint64_t wall_ms;
     uint64_t memory_bytes; /* peak, from the cgroup */
+    uint8_t clock;         /* enum moat_clock when status is TO and the backend says which; else 0 */
 };
 
 struct moat_exec_result {
     char *language;
     char *version;
     struct moat_stage_result compile; /* present only for compiled languages */
-    struct moat_stage_result run;     /* absent only when the compile stage failed */
+    struct moat_stage_result run;     /* absent only when the compile stage failed, or with tests */
+    /* With test cases: one run stage per case, in the request's order; fewer
+     * than asked when the compile failed (none) or the job's wall budget
+     * ran out (the rest were not run). */
+    struct moat_stage_result *tests;
+    size_t ntests;
 };
 
 struct moat_error {

@@ -110,6 +110,17 @@ static void request_equal(const struct moat_exec_request *a, const struct moat_e
     CHECK(a->compile_memory_bytes == b->compile_memory_bytes);
     CHECK(a->run_cpu_ms == b->run_cpu_ms);
     CHECK(a->compile_cpu_ms == b->compile_cpu_ms);
+    CHECK(a->ntests == b->ntests);
+    CHECK(a->tests_wall_ms == b->tests_wall_ms);
+    for (size_t i = 0; i < a->ntests; i++) {
+        const struct moat_test_case *x = &a->tests[i], *y = &b->tests[i];
+        CHECK(bytes_eq(x->stdin_data, x->stdin_len, y->stdin_data, y->stdin_len));
+        CHECK(x->nargs == y->nargs);
+        for (size_t j = 0; j < x->nargs; j++)
+            CHECK(str_eq(x->args[j], y->args[j]));
+        CHECK(x->run_timeout_ms == y->run_timeout_ms && x->run_memory_bytes == y->run_memory_bytes &&
+              x->run_cpu_ms == y->run_cpu_ms);
+    }
 }
 
 static void request_invariants(const struct moat_exec_request *r)
@@ -126,6 +137,18 @@ static void request_invariants(const struct moat_exec_request *r)
     CHECK(r->run_memory_bytes >= -1 && r->compile_memory_bytes >= -1);
     /* a CPU limit is -1 (not asked) or positive: a decoded 0 would be lost on re-encoding */
     CHECK((r->run_cpu_ms == -1 || r->run_cpu_ms > 0) && (r->compile_cpu_ms == -1 || r->compile_cpu_ms > 0));
+    /* test cases: within the cap; every limit -1 (the request's) or positive; a wall budget only with cases */
+    CHECK(r->ntests <= MOAT_MAX_TESTS);
+    CHECK(r->tests_wall_ms == -1 || (r->tests_wall_ms > 0 && r->ntests > 0));
+    for (size_t i = 0; i < r->ntests; i++) {
+        const struct moat_test_case *t = &r->tests[i];
+        CHECK(t->nargs <= MOAT_MAX_ARGS);
+        for (size_t j = 0; j < t->nargs; j++)
+            CHECK(t->args[j] != NULL && strlen(t->args[j]) <= MOAT_MAX_ARG_LEN);
+        CHECK(t->run_timeout_ms == -1 || t->run_timeout_ms > 0);
+        CHECK(t->run_memory_bytes == -1 || t->run_memory_bytes > 0);
+        CHECK(t->run_cpu_ms == -1 || t->run_cpu_ms > 0);
+    }
 }
 
 static void do_request(const uint8_t *p, size_t len, uint64_t job)
@@ -180,6 +203,7 @@ static void stage_equal(const struct moat_stage_result *a, const struct moat_sta
     CHECK(a->cpu_ms == b->cpu_ms);
     CHECK(a->wall_ms == b->wall_ms);
     CHECK(a->memory_bytes == b->memory_bytes);
+    CHECK(a->clock == b->clock);
 }
 
 static void stage_invariants(const struct moat_stage_result *st)
@@ -190,6 +214,7 @@ static void stage_invariants(const struct moat_stage_result *st)
     CHECK(moat_status_name(st->status) != NULL);
     CHECK(!st->has_signal || (st->signal >= 1 && st->signal <= 64));
     CHECK(st->message == NULL || strlen(st->message) <= MOAT_MAX_MESSAGE_LEN);
+    CHECK(st->clock == 0 || (st->status == MOAT_STATUS_TO && st->clock <= MOAT_CLOCK_MAX));
 }
 
 static void do_result(const uint8_t *p, size_t len, uint64_t job)
@@ -205,9 +230,14 @@ static void do_result(const uint8_t *p, size_t len, uint64_t job)
         return;
     }
     CHECK(a.language != NULL && a.version != NULL);
-    CHECK(a.run.present || a.compile.present);
+    CHECK(a.run.present || a.compile.present || a.ntests > 0);
+    CHECK(a.ntests <= MOAT_MAX_TESTS);
     stage_invariants(&a.compile);
     stage_invariants(&a.run);
+    for (size_t i = 0; i < a.ntests; i++) {
+        CHECK(a.tests[i].present);
+        stage_invariants(&a.tests[i]);
+    }
     why = NULL;
     if (moat_encode_exec_result(&e1, job, &a, &why) != 0) {
         encode_failed(&e1, len, why);
@@ -219,6 +249,9 @@ static void do_result(const uint8_t *p, size_t len, uint64_t job)
     CHECK(str_eq(a.version, b.version));
     stage_equal(&a.compile, &b.compile);
     stage_equal(&a.run, &b.run);
+    CHECK(a.ntests == b.ntests);
+    for (size_t i = 0; i < a.ntests; i++)
+        stage_equal(&a.tests[i], &b.tests[i]);
     CHECK(moat_encode_exec_result(&e2, job, &b, &why) == 0);
     reparse(&e2, MOAT_MSG_EXEC_RESULT, job, &len2);
     same_bytes(&e1, &e2);
@@ -669,6 +702,24 @@ static void make_seeds(fuzz_add_seed_fn *add)
     struct moat_exec_result run_only = {
         .language = rl, .version = rv, .run = {.present = 1, .has_code = 1, .code = -1, .status = MOAT_STATUS_RE}};
     rc = moat_encode_exec_result(&b, 4, &run_only, &why);
+    add_frame(add, &b, rc, why);
+
+    /* exec request and result with test cases (a clock on a TO) */
+    char ta0[] = "sum", ta1[] = "";
+    char *targs[] = {ta0, ta1};
+    uint8_t tin[] = "1 2\n";
+    struct moat_test_case cases[] = {{tin, sizeof(tin) - 1, targs, 2, 500, 1 << 26, 200}, {NULL, 0, NULL, 0, -1, -1, -1}};
+    struct moat_exec_request treq = min;
+    treq.tests = cases;
+    treq.ntests = 2;
+    treq.tests_wall_ms = 20000;
+    rc = moat_encode_exec_request(&b, 8, &treq, &why);
+    add_frame(add, &b, rc, why);
+    struct moat_stage_result tres[] = {
+        {.present = 1, .stdout_data = out, .stdout_len = 2, .has_code = 1, .status = MOAT_STATUS_OK},
+        {.present = 1, .has_signal = 1, .signal = 9, .status = MOAT_STATUS_TO, .clock = MOAT_CLOCK_CPU, .message = msg}};
+    struct moat_exec_result tests_only = {.language = rl, .version = rv, .tests = tres, .ntests = 2};
+    rc = moat_encode_exec_result(&b, 9, &tests_only, &why);
     add_frame(add, &b, rc, why);
 
     /* error */

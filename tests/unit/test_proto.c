@@ -34,6 +34,13 @@ enum {
     REQ_COMPILE_MEMORY = 9,
     REQ_RUN_CPU = 10,
     REQ_COMPILE_CPU = 11,
+    REQ_TEST = 12,
+    REQ_TESTS_WALL = 13,
+    TC_STDIN = 1,
+    TC_ARG = 2,
+    TC_RUN_TIMEOUT = 3,
+    RES_TEST = 18,
+    ST_CLOCK = 11,
     FILE_NAME = 1,
     FILE_CONTENT = 2,
     RES_LANGUAGE = 1,
@@ -927,7 +934,7 @@ static void test_unknown_and_duplicate_tags(void **state)
     struct raw r = {0};
 
     raw_min_request(&r);
-    raw_str(&r, 12, "x");
+    raw_str(&r, 14, "x"); /* 12 and 13 are the test cases' */
     reject_request(&r, "unknown field in exec request");
     raw_free(&r);
     raw_min_request(&r);
@@ -1016,7 +1023,7 @@ static void test_unknown_and_duplicate_tags(void **state)
     raw_str(&r, RES_VERSION, "1");
     at = raw_nest_begin(&r, RES_RUN);
     raw_uint(&r, ST_STATUS, 0, 1);
-    raw_uint(&r, 11, 0, 8);
+    raw_uint(&r, 12, 0, 8); /* 11 is the clock */
     raw_nest_end(&r, at);
     reject_result(&r, "unknown field in stage result");
     raw_free(&r);
@@ -2477,9 +2484,225 @@ static void test_status_names(void **state)
     assert_string_equal(moat_status_name(MOAT_STATUS_MAX + 1), "??");
 }
 
+/* ---- test cases (issue 12 item 3) ------------------------------------------ */
+
+static void test_request_tests_roundtrip(void **state)
+{
+    (void)state;
+    char name[] = "main.c", lang[] = "c", ver[] = "*", a0[] = "sum", a1[] = "";
+    uint8_t code[] = "int main(void){}", in0[] = "1 2\n", in1[] = {0x00, 0xff};
+    struct moat_file file = {name, code, sizeof(code) - 1};
+    char *args0[] = {a0, a1};
+    struct moat_test_case cases[3] = {
+        {in0, sizeof(in0) - 1, args0, 2, 500, -1, 0},
+        {in1, sizeof(in1), NULL, 0, -1, 64 << 20, 200},
+        {NULL, 0, NULL, 0, -1, -1, -1},
+    };
+    struct moat_exec_request req = {.language = lang,
+                                    .version = ver,
+                                    .files = &file,
+                                    .nfiles = 1,
+                                    .run_timeout_ms = -1,
+                                    .compile_timeout_ms = -1,
+                                    .run_memory_bytes = -1,
+                                    .compile_memory_bytes = -1,
+                                    .tests = cases,
+                                    .ntests = 3,
+                                    .tests_wall_ms = 9000};
+    struct moat_buf out = {0};
+    struct moat_exec_request d;
+    const char *why = NULL;
+    size_t plen;
+
+    assert_int_equal(moat_encode_exec_request(&out, 7, &req, &why), 0);
+    const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_EXEC_REQUEST, 7, &plen);
+    assert_int_equal(moat_decode_exec_request(p, plen, &d, &why), 0);
+    assert_int_equal(d.ntests, 3);
+    assert_true(d.tests_wall_ms == 9000);
+    assert_int_equal(d.tests[0].stdin_len, 4);
+    assert_memory_equal(d.tests[0].stdin_data, in0, 4);
+    assert_int_equal(d.tests[0].nargs, 2);
+    assert_string_equal(d.tests[0].args[0], "sum");
+    assert_string_equal(d.tests[0].args[1], "");
+    assert_true(d.tests[0].run_timeout_ms == 500);
+    assert_true(d.tests[0].run_memory_bytes == -1);
+    assert_true(d.tests[0].run_cpu_ms == -1); /* 0 is "not asked" */
+    assert_int_equal(d.tests[1].stdin_len, 2);
+    assert_memory_equal(d.tests[1].stdin_data, in1, 2);
+    assert_true(d.tests[1].run_memory_bytes == 64 << 20);
+    assert_true(d.tests[1].run_cpu_ms == 200);
+    assert_int_equal(d.tests[2].nargs, 0);
+    assert_null(d.tests[2].stdin_data);
+    moat_exec_request_free(&d);
+    assert_null(d.tests);
+    moat_buf_free(&out);
+
+    /* a request without cases sends neither tag, whatever tests_wall_ms says */
+    req.ntests = 0;
+    assert_int_equal(moat_encode_exec_request(&out, 7, &req, &why), 0);
+    p = frame_payload(&out, 0, MOAT_MSG_EXEC_REQUEST, 7, &plen);
+    assert_int_equal(moat_decode_exec_request(p, plen, &d, &why), 0);
+    assert_int_equal(d.ntests, 0);
+    assert_true(d.tests_wall_ms == -1);
+    moat_exec_request_free(&d);
+    moat_buf_free(&out);
+
+    /* a session has none */
+    struct moat_session_open o = {.req = req, .wall_ms = 1, .cpu_ms = 1};
+    o.req.ntests = 1;
+    assert_int_equal(moat_encode_session_open(&out, 7, &o, &why), -1);
+    assert_string_equal(why, "a session has no test cases");
+    assert_int_equal(out.len, 0);
+
+    /* more than the cap */
+    struct moat_test_case many[MOAT_MAX_TESTS + 1];
+    memset(many, 0, sizeof(many));
+    req.tests = many;
+    req.ntests = MOAT_MAX_TESTS + 1;
+    assert_int_equal(moat_encode_exec_request(&out, 7, &req, &why), -1);
+    assert_string_equal(why, "too many test cases");
+    req.ntests = MOAT_MAX_TESTS;
+    assert_int_equal(moat_encode_exec_request(&out, 7, &req, &why), 0);
+    moat_buf_free(&out);
+}
+
+static void test_request_tests_refusals(void **state)
+{
+    (void)state;
+    struct raw r = {0};
+    const char *why = NULL;
+    size_t at;
+
+    /* a case's limit of 0 */
+    raw_min_request(&r);
+    at = raw_nest_begin(&r, REQ_TEST);
+    raw_uint(&r, TC_RUN_TIMEOUT, 0, 8);
+    raw_nest_end(&r, at);
+    reject_request(&r, "a test case's limit must be positive");
+    raw_free(&r);
+    /* an unknown field in a case */
+    raw_min_request(&r);
+    at = raw_nest_begin(&r, REQ_TEST);
+    raw_str(&r, 9, "x");
+    raw_nest_end(&r, at);
+    reject_request(&r, "unknown field in test case");
+    raw_free(&r);
+    /* a case's stdin twice */
+    raw_min_request(&r);
+    at = raw_nest_begin(&r, REQ_TEST);
+    raw_str(&r, TC_STDIN, "a");
+    raw_str(&r, TC_STDIN, "b");
+    raw_nest_end(&r, at);
+    reject_request(&r, "duplicate field");
+    raw_free(&r);
+    /* more cases than the cap */
+    raw_min_request(&r);
+    for (int i = 0; i <= MOAT_MAX_TESTS; i++) {
+        at = raw_nest_begin(&r, REQ_TEST);
+        raw_str(&r, TC_ARG, "x");
+        raw_nest_end(&r, at);
+    }
+    reject_request(&r, "too many test cases");
+    raw_free(&r);
+    /* a wall budget without cases, or of 0 */
+    raw_min_request(&r);
+    raw_uint(&r, REQ_TESTS_WALL, 1000, 8);
+    reject_request(&r, "a tests wall limit without test cases");
+    raw_free(&r);
+    raw_min_request(&r);
+    at = raw_nest_begin(&r, REQ_TEST);
+    raw_nest_end(&r, at);
+    raw_uint(&r, REQ_TESTS_WALL, 0, 8);
+    reject_request(&r, "a test case's limit must be positive");
+    raw_free(&r);
+    /* a session open knows nothing of cases */
+    struct moat_session_open o;
+    raw_min_request(&r);
+    at = raw_nest_begin(&r, REQ_TEST);
+    raw_nest_end(&r, at);
+    assert_int_equal(moat_decode_session_open(r.b, r.n, &o, &why), -1);
+    assert_string_equal(why, "unknown field in session open");
+    raw_free(&r);
+}
+
+static void test_result_tests_and_clock(void **state)
+{
+    (void)state;
+    char lang[] = "c", ver[] = "12.2.0", msg[] = "cpu-time limit exceeded";
+    uint8_t out0[] = "3\n";
+    struct moat_stage_result cases[2] = {
+        {.present = 1, .stdout_data = out0, .stdout_len = 2, .has_code = 1, .code = 0, .status = MOAT_STATUS_OK},
+        {.present = 1,
+         .has_signal = 1,
+         .signal = 9,
+         .status = MOAT_STATUS_TO,
+         .message = msg,
+         .clock = MOAT_CLOCK_CPU,
+         .cpu_ms = 201},
+    };
+    struct moat_exec_result res = {.language = lang, .version = ver, .tests = cases, .ntests = 2};
+    struct moat_buf out = {0};
+    struct moat_exec_result d;
+    const char *why = NULL;
+    size_t plen;
+
+    /* cases alone make a result (an interpreted language's) */
+    assert_int_equal(moat_encode_exec_result(&out, 3, &res, &why), 0);
+    const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_EXEC_RESULT, 3, &plen);
+    assert_int_equal(moat_decode_exec_result(p, plen, &d, &why), 0);
+    assert_false(d.run.present);
+    assert_int_equal(d.ntests, 2);
+    assert_int_equal(d.tests[0].stdout_len, 2);
+    assert_int_equal(d.tests[0].clock, 0);
+    assert_int_equal(d.tests[1].status, MOAT_STATUS_TO);
+    assert_int_equal(d.tests[1].clock, MOAT_CLOCK_CPU);
+    assert_string_equal(d.tests[1].message, msg);
+    moat_exec_result_free(&d);
+    assert_null(d.tests);
+    moat_buf_free(&out);
+
+    /* a clock goes with a TO only, on both sides */
+    cases[0].clock = MOAT_CLOCK_WALL;
+    assert_int_equal(moat_encode_exec_result(&out, 3, &res, &why), -1);
+    assert_string_equal(why, "a stage's clock names the clock of a TO, and only of a TO");
+    cases[0].clock = 0;
+
+    struct raw r = {0};
+    size_t at;
+    raw_str(&r, RES_LANGUAGE, "c");
+    raw_str(&r, RES_VERSION, "1");
+    at = raw_nest_begin(&r, RES_TEST);
+    raw_uint(&r, ST_STATUS, MOAT_STATUS_OK, 1);
+    raw_uint(&r, ST_CLOCK, MOAT_CLOCK_WALL, 1);
+    raw_nest_end(&r, at);
+    reject_result(&r, "a stage's clock goes with a TO only");
+    raw_free(&r);
+    raw_str(&r, RES_LANGUAGE, "c");
+    raw_str(&r, RES_VERSION, "1");
+    at = raw_nest_begin(&r, RES_TEST);
+    raw_uint(&r, ST_STATUS, MOAT_STATUS_TO, 1);
+    raw_uint(&r, ST_CLOCK, MOAT_CLOCK_MAX + 1, 1);
+    raw_nest_end(&r, at);
+    reject_result(&r, "unknown clock");
+    raw_free(&r);
+    /* more case results than cases can be */
+    raw_str(&r, RES_LANGUAGE, "c");
+    raw_str(&r, RES_VERSION, "1");
+    for (int i = 0; i <= MOAT_MAX_TESTS; i++) {
+        at = raw_nest_begin(&r, RES_TEST);
+        raw_uint(&r, ST_STATUS, MOAT_STATUS_OK, 1);
+        raw_nest_end(&r, at);
+    }
+    reject_result(&r, "too many test case results");
+    raw_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_request_tests_roundtrip),
+        cmocka_unit_test(test_request_tests_refusals),
+        cmocka_unit_test(test_result_tests_and_clock),
         cmocka_unit_test(test_request_roundtrip_full),
         cmocka_unit_test(test_request_defaults_omitted),
         cmocka_unit_test(test_request_caps_accepted_at_limit),
