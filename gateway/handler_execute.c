@@ -11,12 +11,21 @@
  * exit) go out one JSON object per line as they happen, and the last line
  * is the whole result ({"type":"result", ...the execute body}).  A refusal
  * before the program starts is an ordinary JSON error response.
+ *
+ * Test cases (`tests`, a moat extension): the cases' stdin, args and limits
+ * go to the backend in the EXEC_REQUEST (compiled once, each case in a
+ * fresh box: backend/job.c); their expected outputs stay here, and each
+ * case's verdict is made here from its run stage (piston_tests.c).  A case's
+ * limits may only lower the run limits the tenant's policy put in force.
+ * The decision record names the cases (count, digests of each case's stdin
+ * and expected output), the result record their verdicts.
  */
 #include "pipeline.h"
 #include "log.h"
 #include "http.h"
 #include "judge.h"
 #include "piston_json.h"
+#include "piston_tests.h"
 #include "runtime_table.h"
 #include "session.h"
 
@@ -24,11 +33,15 @@
 #include <string.h>
 #include <strings.h>
 
+#include "apikey.h"
+#include "moat_hex.h"
+
 /* The parsed request, kept for the records and the packet. */
 struct exec_job {
     struct moat_exec_request ereq;
-    int asked_table; /* the runtime table was fetched once for this request */
-    int stream;      /* answer as application/x-ndjson, as it happens */
+    struct piston_tests tests; /* what judges each case (count 0: no cases) */
+    int asked_table;           /* the runtime table was fetched once for this request */
+    int stream;                /* answer as application/x-ndjson, as it happens */
 };
 
 static void job_dispose(void *p)
@@ -36,6 +49,7 @@ static void job_dispose(void *p)
     struct exec_job *job = p;
 
     piston_exec_request_free(&job->ereq);
+    piston_tests_free(&job->tests);
 }
 
 /*
@@ -118,10 +132,48 @@ static enum gw_flow parse(struct gw_request *r)
         return gw_deny(r, 415, GW_REASON_FILTER, "Content-Type must be application/json (charset utf-8)");
     job = h2o_mem_alloc_shared(&req->pool, sizeof(*job), job_dispose);
     memset(job, 0, sizeof(*job));
-    if (piston_parse_exec_request(req->entity.base, req->entity.len, &job->ereq, err, sizeof(err)) != 0)
+    if (piston_parse_exec_request_tests(req->entity.base, req->entity.len, &job->ereq, &job->tests, err, sizeof(err)) != 0)
         return gw_deny_copy(r, 400, GW_REASON_FILTER, err);
     job->stream = accepts_ndjson(req);
+    if (job->stream && job->tests.count > 0)
+        return gw_deny(r, 400, GW_REASON_FILTER, "tests cannot be streamed: ask for application/json");
     r->job = job;
+    return GW_NEXT;
+}
+
+/* A case's limit against the run limit the policy put in force. */
+static int case_over(int64_t asked, int64_t in_force)
+{
+    return asked > 0 && in_force > 0 && asked > in_force;
+}
+
+/* The cases after the policy: each limit may only lower the run limit in
+ * force, each case's stdin is held to the tenant's stdin ceiling. */
+static enum gw_flow judge_tests(struct gw_request *r, const struct moat_exec_request *ereq)
+{
+    const struct policy_limits *c = &r->tenant_cfg->policy.ceilings;
+    char err[GW_ERR_MSG_MAX];
+
+    for (size_t i = 0; i < ereq->ntests; i++) {
+        const struct moat_test_case *tc = &ereq->tests[i];
+        const char *field = NULL;
+        long long in_force = 0;
+        if (case_over(tc->run_timeout_ms, ereq->run_timeout_ms))
+            field = "run_timeout", in_force = ereq->run_timeout_ms;
+        else if (case_over(tc->run_cpu_ms, ereq->run_cpu_ms))
+            field = "run_cpu_time", in_force = ereq->run_cpu_ms;
+        else if (case_over(tc->run_memory_bytes, ereq->run_memory_bytes))
+            field = "run_memory_limit", in_force = ereq->run_memory_bytes;
+        if (field != NULL) {
+            snprintf(err, sizeof(err), "tests[%zu].%s cannot exceed the request's %s in force (%lld)", i, field, field, in_force);
+            return gw_deny_copy(r, 400, GW_REASON_LIMIT, err);
+        }
+        if (c->max_stdin_bytes > 0 && tc->stdin_len > c->max_stdin_bytes) {
+            snprintf(err, sizeof(err), "tests[%zu].stdin is larger than the tenant's limit of %llu bytes", i,
+                     (unsigned long long)c->max_stdin_bytes);
+            return gw_deny_copy(r, 400, GW_REASON_LIMIT, err);
+        }
+    }
     return GW_NEXT;
 }
 
@@ -132,7 +184,7 @@ static enum gw_flow judge(struct gw_request *r, struct moat_exec_request *ereq)
     struct policy_verdict v;
 
     if (gw_judge_exec(r->worker, &r->tenant_cfg->policy, POLICY_EP_EXECUTE, ereq, &v) == 0)
-        return GW_NEXT;
+        return judge_tests(r, ereq);
     r->rule = v.rule;
     r->note = v.rule;
     return gw_deny_copy(r, v.http_status, gw_reason_of_policy(v.reason), v.message);
@@ -166,6 +218,39 @@ static enum gw_flow prepare(struct gw_request *r)
     return GW_NEXT;
 }
 
+static json_t *digest(const void *data, size_t len)
+{
+    uint8_t h[APIKEY_DIGEST_LEN];
+    char hex[APIKEY_DIGEST_HEX + 1];
+
+    if (apikey_digest(data != NULL ? data : "", len, h) != 0)
+        return json_null();
+    moat_hex_encode(h, sizeof(h), hex);
+    return json_string(hex);
+}
+
+/* The cases as the decision record names them: how many, the job's wall
+ * budget, and per case the SHA-256 of its stdin and expected output. */
+static json_t *tests_described(const struct exec_job *job)
+{
+    static const char *const modes[] = {"exact", "trimmed", "tokens", "float"};
+    json_t *o = json_object(), *cases = json_array();
+
+    json_object_set_new(o, "count", json_integer((json_int_t)job->tests.count));
+    json_object_set_new(o, "timeout", json_integer(job->ereq.tests_wall_ms));
+    for (size_t i = 0; i < job->tests.count; i++) {
+        const struct piston_test *t = &job->tests.items[i];
+        const struct moat_test_case *tc = &job->ereq.tests[i];
+        json_t *c = json_object();
+        json_object_set_new(c, "stdin_sha256", digest(tc->stdin_data, tc->stdin_len));
+        json_object_set_new(c, "expected_sha256", t->expected != NULL ? digest(t->expected, t->expected_len) : json_null());
+        json_object_set_new(c, "compare", json_string(modes[t->compare]));
+        json_array_append_new(cases, c);
+    }
+    json_object_set_new(o, "cases", cases);
+    return o;
+}
+
 /* Step 8: what the allowed decision record says of the request. */
 static void describe(struct gw_request *r, json_t *record)
 {
@@ -178,6 +263,8 @@ static void describe(struct gw_request *r, json_t *record)
         return;
     }
     gw_audit_add_request(record, &job->ereq, r->frame.data + MOAT_FRAME_HEADER_SIZE, r->frame.len - MOAT_FRAME_HEADER_SIZE);
+    if (job->tests.count > 0)
+        json_object_set_new(record, "tests", tests_described(job));
 }
 
 /* ------------------------------------------------------ a streamed answer */
@@ -333,15 +420,28 @@ static enum gw_flow answer(struct gw_request *r, const struct backend_reply *rep
         return gw_deny(r, 502, GW_REASON_BACKEND, "bad reply from backend");
     }
     r->cpu_ms = (res->compile.present ? res->compile.cpu_ms : 0) + (res->run.present ? res->run.cpu_ms : 0);
-    if ((r->body = piston_exec_result_json(res)) == NULL)
+    for (size_t i = 0; i < res->ntests; i++)
+        r->cpu_ms += res->tests[i].cpu_ms;
+    json_t *verdicts = NULL;
+    if (job->tests.count > 0)
+        r->body = piston_exec_result_tests_json(res, &job->tests, &verdicts);
+    else
+        r->body = piston_exec_result_json(res);
+    if (r->body == NULL)
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
     if (r->worker->audit.enabled) {
         struct gw_audit_who who = {.request_id = r->request_id, .tenant = r->tenant};
-        if ((r->result_fields = json_object()) == NULL)
+        if ((r->result_fields = json_object()) == NULL) {
+            json_decref(verdicts);
             return gw_deny(r, 500, GW_REASON_AUDIT, "out of memory");
+        }
         gw_audit_add_result(r->result_fields, res);
+        if (verdicts != NULL)
+            json_object_set_new(r->result_fields, "tests", verdicts);
+        verdicts = NULL;
         r->packet = gw_audit_packet(&who, &job->ereq, r->body, &r->packet_len);
     }
+    json_decref(verdicts);
     return GW_NEXT;
 }
 

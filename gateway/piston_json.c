@@ -257,9 +257,180 @@ static int parse_args(json_t *arr, struct moat_exec_request *out, char *err, siz
     return 0;
 }
 
-static int parse_fields(json_t *root, struct moat_exec_request *out, char *err, size_t errlen)
+/* ---------------------------------------------------------------- test cases */
+
+/* A case's limit: -1 (the request's) or positive. */
+static int get_case_limit(json_t *v, size_t i, const char *field, int64_t *dst, char *err, size_t errlen)
 {
-    json_t *language = NULL, *version = NULL, *files = NULL, *v;
+    if (!json_is_integer(v) || (json_integer_value(v) != -1 && json_integer_value(v) < 1))
+        return bad(err, errlen, "tests[%zu].%s must be -1 or a positive integer", i, field);
+    *dst = (int64_t)json_integer_value(v);
+    return 0;
+}
+
+static int parse_compare(json_t *v, size_t i, enum piston_compare *dst, char *err, size_t errlen)
+{
+    static const char *const names[] = {"exact", "trimmed", "tokens", "float"};
+
+    if (json_is_string(v))
+        for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
+            if (strcmp(json_string_value(v), names[k]) == 0 && strlen(names[k]) == json_string_length(v)) {
+                *dst = (enum piston_compare)k;
+                return 0;
+            }
+    return bad(err, errlen, "tests[%zu].compare must be one of exact, trimmed, tokens, float", i);
+}
+
+static int dup_args(char **from, size_t n, char ***to, size_t *nto)
+{
+    if (n == 0)
+        return 0;
+    if ((*to = calloc(n, sizeof(**to))) == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (((*to)[i] = strdup(from[i])) == NULL)
+            return -1;
+        *nto = i + 1;
+    }
+    return 0;
+}
+
+/* One case: its wire part into *tc, what judges it into *t.  The request's
+ * stdin and args are the defaults of a case without its own. */
+static int parse_case(json_t *obj, size_t i, const struct moat_exec_request *req, struct moat_test_case *tc, struct piston_test *t,
+                      char *err, size_t errlen)
+{
+    json_t *v, *args = NULL, *stdin_v = NULL, *tolerance = NULL;
+    const char *key;
+
+    tc->run_timeout_ms = tc->run_memory_bytes = tc->run_cpu_ms = -1;
+    t->compare = PISTON_CMP_TRIMMED;
+    t->tolerance = PISTON_DEFAULT_TOLERANCE;
+    if (!json_is_object(obj))
+        return bad(err, errlen, "tests[%zu] must be an object", i);
+    json_object_foreach(obj, key, v)
+    {
+        int rc = 0;
+        if (strcmp(key, "name") == 0) {
+            if (!json_is_string(v) || json_string_length(v) > PISTON_TEST_NAME_MAX ||
+                !valid_label(json_string_value(v), json_string_length(v)))
+                return bad(err, errlen, "tests[%zu].name must be 1 to %d bytes without control characters", i,
+                           PISTON_TEST_NAME_MAX);
+            if ((t->name = dup_bytes(json_string_value(v), json_string_length(v))) == NULL)
+                return bad(err, errlen, "out of memory");
+        } else if (strcmp(key, "stdin") == 0) {
+            if (!json_is_string(v))
+                return bad(err, errlen, "tests[%zu].stdin must be a string", i);
+            stdin_v = v;
+        } else if (strcmp(key, "args") == 0) {
+            args = v;
+        } else if (strcmp(key, "expected_output") == 0) {
+            if (!json_is_string(v))
+                return bad(err, errlen, "tests[%zu].expected_output must be a string", i);
+            if (json_string_length(v) > PISTON_EXPECTED_MAX)
+                return bad(err, errlen, "tests[%zu].expected_output must be at most %d bytes", i, PISTON_EXPECTED_MAX);
+            t->expected_len = json_string_length(v);
+            if ((t->expected = (uint8_t *)dup_bytes(json_string_value(v), t->expected_len)) == NULL)
+                return bad(err, errlen, "out of memory");
+        } else if (strcmp(key, "compare") == 0) {
+            rc = parse_compare(v, i, &t->compare, err, errlen);
+        } else if (strcmp(key, "tolerance") == 0) {
+            tolerance = v;
+        } else if (strcmp(key, "run_timeout") == 0) {
+            rc = get_case_limit(v, i, "run_timeout", &tc->run_timeout_ms, err, errlen);
+        } else if (strcmp(key, "run_cpu_time") == 0) {
+            rc = get_case_limit(v, i, "run_cpu_time", &tc->run_cpu_ms, err, errlen);
+        } else if (strcmp(key, "run_memory_limit") == 0) {
+            rc = get_case_limit(v, i, "run_memory_limit", &tc->run_memory_bytes, err, errlen);
+        } else {
+            return bad(err, errlen, "tests[%zu]: unknown field '%.64s'", i, key);
+        }
+        if (rc != 0)
+            return -1;
+    }
+    if (tolerance != NULL) {
+        if (t->compare != PISTON_CMP_FLOAT)
+            return bad(err, errlen, "tests[%zu].tolerance goes with compare \"float\" only", i);
+        if (!json_is_number(tolerance) || !(json_number_value(tolerance) >= 0) || json_number_value(tolerance) > 1e300)
+            return bad(err, errlen, "tests[%zu].tolerance must be a non-negative number", i);
+        t->tolerance = json_number_value(tolerance);
+    }
+    if (t->name == NULL) {
+        char def[32];
+        snprintf(def, sizeof(def), "test %zu", i + 1);
+        if ((t->name = strdup(def)) == NULL)
+            return bad(err, errlen, "out of memory");
+    }
+    /* the case's own stdin and args, else the request's */
+    const char *in = stdin_v ? json_string_value(stdin_v) : (const char *)req->stdin_data;
+    tc->stdin_len = stdin_v ? json_string_length(stdin_v) : req->stdin_len;
+    if (tc->stdin_len > 0 && (tc->stdin_data = (uint8_t *)dup_bytes(in, tc->stdin_len)) == NULL)
+        return bad(err, errlen, "out of memory");
+    if (args != NULL) {
+        struct moat_exec_request a;
+        char field[48];
+        memset(&a, 0, sizeof(a));
+        if (parse_args(args, &a, err, errlen) != 0) {
+            /* name the case: "args[0] must ..." becomes "tests[2].args[0] must ..." */
+            snprintf(field, sizeof(field), "tests[%zu].", i);
+            size_t fl = strlen(field), el = strlen(err);
+            if (fl + el < errlen) {
+                memmove(err + fl, err, el + 1);
+                memcpy(err, field, fl);
+            }
+            for (size_t k = 0; k < a.nargs; k++)
+                free(a.args[k]);
+            free(a.args);
+            return -1;
+        }
+        tc->args = a.args;
+        tc->nargs = a.nargs;
+    } else if (dup_args(req->args, req->nargs, &tc->args, &tc->nargs) != 0) {
+        return bad(err, errlen, "out of memory");
+    }
+    return 0;
+}
+
+static int parse_tests(json_t *arr, json_t *timeout, struct moat_exec_request *out, struct piston_tests *tests, char *err,
+                       size_t errlen)
+{
+    size_t n;
+
+    if (!json_is_array(arr))
+        return bad(err, errlen, "tests must be an array");
+    n = json_array_size(arr);
+    if (n < 1 || n > MOAT_MAX_TESTS)
+        return bad(err, errlen, "tests must hold between 1 and %d cases", MOAT_MAX_TESTS);
+    if ((out->tests = calloc(n, sizeof(*out->tests))) == NULL || (tests->items = calloc(n, sizeof(*tests->items))) == NULL)
+        return bad(err, errlen, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        out->ntests = tests->count = i + 1; /* so a partial parse is freed */
+        if (parse_case(json_array_get(arr, i), i, out, &out->tests[i], &tests->items[i], err, errlen) != 0)
+            return -1;
+    }
+    if (timeout != NULL) {
+        if (!json_is_integer(timeout) || (json_integer_value(timeout) != -1 && json_integer_value(timeout) < 1))
+            return bad(err, errlen, "tests_timeout must be -1 or a positive integer");
+        out->tests_wall_ms = (int64_t)json_integer_value(timeout);
+    }
+    return 0;
+}
+
+void piston_tests_free(struct piston_tests *t)
+{
+    for (size_t i = 0; t->items != NULL && i < t->count; i++) {
+        free(t->items[i].name);
+        free(t->items[i].expected);
+    }
+    free(t->items);
+    memset(t, 0, sizeof(*t));
+}
+
+/* ---------------------------------------------------------------- request fields */
+
+static int parse_fields(json_t *root, struct moat_exec_request *out, struct piston_tests *tests, char *err, size_t errlen)
+{
+    json_t *language = NULL, *version = NULL, *files = NULL, *tests_v = NULL, *tests_timeout = NULL, *v;
     const char *key;
 
     json_object_foreach(root, key, v)
@@ -291,6 +462,10 @@ static int parse_fields(json_t *root, struct moat_exec_request *out, char *err, 
             rc = get_cpu_limit(v, "run_cpu_time", &out->run_cpu_ms, err, errlen);
         else if (strcmp(key, "compile_cpu_time") == 0)
             rc = get_cpu_limit(v, "compile_cpu_time", &out->compile_cpu_ms, err, errlen);
+        else if (tests != NULL && strcmp(key, "tests") == 0)
+            tests_v = v;
+        else if (tests != NULL && strcmp(key, "tests_timeout") == 0)
+            tests_timeout = v;
         else
             return bad(err, errlen, "unknown field '%.64s'", key);
         if (rc != 0)
@@ -309,40 +484,65 @@ static int parse_fields(json_t *root, struct moat_exec_request *out, char *err, 
                    out->version);
     if (files == NULL)
         return bad(err, errlen, "files is required");
-    return parse_files(files, out, err, errlen);
+    if (parse_files(files, out, err, errlen) != 0)
+        return -1;
+    if (tests_timeout != NULL && tests_v == NULL)
+        return bad(err, errlen, "tests_timeout goes with tests only");
+    if (tests_v != NULL)
+        return parse_tests(tests_v, tests_timeout, out, tests, err, errlen);
+    return 0;
 }
 
-int piston_parse_exec_object(json_t *root, struct moat_exec_request *out, char *err, size_t errlen)
+static int parse_object(json_t *root, struct moat_exec_request *out, struct piston_tests *tests, char *err, size_t errlen)
 {
     int rc;
 
     memset(out, 0, sizeof(*out));
+    if (tests != NULL)
+        memset(tests, 0, sizeof(*tests));
+    out->tests_wall_ms = -1;
     out->run_timeout_ms = out->compile_timeout_ms = -1;
     out->run_memory_bytes = out->compile_memory_bytes = -1;
     out->run_cpu_ms = out->compile_cpu_ms = -1;
     if (!json_is_object(root))
         return bad(err, errlen, "request body must be a JSON object");
-    rc = parse_fields(root, out, err, errlen);
-    if (rc != 0)
+    rc = parse_fields(root, out, tests, err, errlen);
+    if (rc != 0) {
         piston_exec_request_free(out);
+        if (tests != NULL)
+            piston_tests_free(tests);
+    }
     return rc;
 }
 
-int piston_parse_exec_request(const char *body, size_t len, struct moat_exec_request *out, char *err, size_t errlen)
+int piston_parse_exec_object(json_t *root, struct moat_exec_request *out, char *err, size_t errlen)
+{
+    return parse_object(root, out, NULL, err, errlen);
+}
+
+int piston_parse_exec_request_tests(const char *body, size_t len, struct moat_exec_request *out, struct piston_tests *tests,
+                                    char *err, size_t errlen)
 {
     json_error_t jerr;
     json_t *root;
     int rc;
 
     memset(out, 0, sizeof(*out));
+    if (tests != NULL)
+        memset(tests, 0, sizeof(*tests));
     if (body == NULL || len == 0)
         return bad(err, errlen, "request body must be a JSON object");
     root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (root == NULL)
         return bad(err, errlen, "invalid JSON at line %d column %d: %s", jerr.line, jerr.column, jerr.text);
-    rc = piston_parse_exec_object(root, out, err, errlen);
+    rc = parse_object(root, out, tests, err, errlen);
     json_decref(root);
     return rc;
+}
+
+int piston_parse_exec_request(const char *body, size_t len, struct moat_exec_request *out, char *err, size_t errlen)
+{
+    return piston_parse_exec_request_tests(body, len, out, NULL, err, errlen);
 }
 
 void piston_exec_request_free(struct moat_exec_request *r)
@@ -360,6 +560,13 @@ void piston_exec_request_free(struct moat_exec_request *r)
         free(r->args[i]);
     free(r->args);
     free(r->stdin_data);
+    for (i = 0; r->tests != NULL && i < r->ntests; i++) {
+        for (size_t j = 0; j < r->tests[i].nargs; j++)
+            free(r->tests[i].args[j]);
+        free(r->tests[i].args);
+        free(r->tests[i].stdin_data);
+    }
+    free(r->tests);
     memset(r, 0, sizeof(*r));
 }
 
@@ -478,7 +685,7 @@ static char *dump(json_t *root)
     return s;
 }
 
-char *piston_exec_result_json(const struct moat_exec_result *res)
+json_t *piston_exec_result_object(const struct moat_exec_result *res)
 {
     json_t *o = json_object();
     int failed = 0;
@@ -496,7 +703,14 @@ char *piston_exec_result_json(const struct moat_exec_result *res)
         json_decref(o);
         return NULL;
     }
-    return dump(o);
+    return o;
+}
+
+char *piston_exec_result_json(const struct moat_exec_result *res)
+{
+    json_t *o = piston_exec_result_object(res);
+
+    return o != NULL ? dump(o) : NULL;
 }
 
 char *piston_runtimes_json(const struct moat_runtimes *rt)

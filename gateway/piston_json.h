@@ -21,6 +21,41 @@
  */
 int piston_parse_exec_request(const char *body, size_t len, struct moat_exec_request *out, char *err, size_t errlen);
 
+/*
+ * Test cases (issue 12 item 3), a moat extension of execute: what the
+ * gateway keeps of each case to judge its output (the backend gets the
+ * rest: stdin, args, limits, as out->tests).
+ */
+enum piston_compare {
+    PISTON_CMP_EXACT = 0,   /* byte for byte */
+    PISTON_CMP_TRIMMED = 1, /* per line, CRLF as LF, trailing whitespace and trailing blank lines ignored (the default) */
+    PISTON_CMP_TOKENS = 2,  /* whitespace-separated tokens */
+    PISTON_CMP_FLOAT = 3,   /* tokens; numbers within tolerance (absolute or relative) */
+};
+#define PISTON_TEST_NAME_MAX     128
+#define PISTON_EXPECTED_MAX      (1024 * 1024) /* bytes of one case's expected_output */
+#define PISTON_DEFAULT_TOLERANCE 1e-6
+
+struct piston_test {
+    char *name;
+    uint8_t *expected; /* NULL: no expected_output, only the run is judged */
+    size_t expected_len;
+    enum piston_compare compare;
+    double tolerance;
+};
+
+struct piston_tests {
+    struct piston_test *items;
+    size_t count;
+};
+
+/* As piston_parse_exec_request, and the `tests` extension too (tests may
+ * be NULL: then `tests` is an unknown field).  tests->count is 0 for a
+ * request without cases; free with piston_tests_free. */
+int piston_parse_exec_request_tests(const char *body, size_t len, struct moat_exec_request *out, struct piston_tests *tests,
+                                    char *err, size_t errlen);
+void piston_tests_free(struct piston_tests *t);
+
 /* The same from an object already parsed (a session's `init` message,
  * its "type" member removed). */
 int piston_parse_exec_object(json_t *root, struct moat_exec_request *out, char *err, size_t errlen);
@@ -43,6 +78,8 @@ char *piston_utf8_sanitize(const uint8_t *in, size_t len, size_t *outlen);
 /* A result without a run stage (the compile failed) shows the compile
  * stage's result as `run` as well, as Piston does. */
 char *piston_exec_result_json(const struct moat_exec_result *res);
+/* The same as an object (a new reference), or NULL. */
+json_t *piston_exec_result_object(const struct moat_exec_result *res);
 /* A stage's status members (code, signal, message, status, cpu_time,
  * wall_time, memory) added to o, as in an execute result.  0 or -1. */
 int piston_stage_status_fields(json_t *o, const struct moat_stage_result *st);

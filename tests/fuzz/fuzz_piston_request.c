@@ -30,6 +30,7 @@
 
 #include "moat_proto.h"
 #include "piston_json.h"
+#include "piston_tests.h"
 
 #define CHECK(cond)                                                                                                                \
     do {                                                                                                                           \
@@ -147,6 +148,52 @@ static void request_invariants(const struct moat_exec_request *r)
     CHECK(r->run_timeout_ms >= -1 && r->compile_timeout_ms >= -1);
     CHECK(r->run_memory_bytes >= -1 && r->compile_memory_bytes >= -1);
     CHECK((r->run_cpu_ms == -1 || r->run_cpu_ms > 0) && (r->compile_cpu_ms == -1 || r->compile_cpu_ms > 0));
+    CHECK(r->ntests <= MOAT_MAX_TESTS);
+    CHECK(r->tests_wall_ms == -1 || (r->tests_wall_ms > 0 && r->ntests > 0));
+    for (size_t i = 0; i < r->ntests; i++) {
+        const struct moat_test_case *t = &r->tests[i];
+        CHECK(t->nargs <= MOAT_MAX_ARGS && (t->nargs == 0 || t->args != NULL));
+        for (size_t j = 0; j < t->nargs; j++)
+            CHECK(t->args[j] != NULL && strlen(t->args[j]) <= MOAT_MAX_ARG_LEN);
+        CHECK(t->stdin_data != NULL || t->stdin_len == 0);
+        CHECK(t->run_timeout_ms == -1 || t->run_timeout_ms > 0);
+        CHECK(t->run_memory_bytes == -1 || t->run_memory_bytes > 0);
+        CHECK(t->run_cpu_ms == -1 || t->run_cpu_ms > 0);
+    }
+}
+
+/* What judges each case: one per wire case, a name, a known mode, a tolerance. */
+static void tests_invariants(const struct moat_exec_request *r, const struct piston_tests *t)
+{
+    CHECK(t->count == r->ntests);
+    for (size_t i = 0; i < t->count; i++) {
+        const struct piston_test *x = &t->items[i];
+        CHECK(x->name != NULL && label_ok(x->name) && strlen(x->name) <= PISTON_TEST_NAME_MAX);
+        CHECK(x->compare <= PISTON_CMP_FLOAT);
+        CHECK(x->tolerance >= 0);
+        CHECK(x->expected != NULL || x->expected_len == 0);
+        CHECK(x->expected_len <= PISTON_EXPECTED_MAX);
+    }
+}
+
+/* The comparisons on the input cut in two: each mode is reflexive, and a
+ * difference points into the two outputs. */
+static void check_compare(const uint8_t *data, size_t size)
+{
+    size_t half = size / 2;
+    const uint8_t *a = data, *b = data + half;
+    size_t alen = half, blen = size - half;
+
+    for (int mode = PISTON_CMP_EXACT; mode <= PISTON_CMP_FLOAT; mode++) {
+        struct piston_diff d;
+        double tol = size ? (double)data[0] / 255.0 : 0;
+        CHECK(piston_compare((enum piston_compare)mode, tol, a, alen, a, alen, &d) == 1);
+        if (piston_compare((enum piston_compare)mode, tol, a, alen, b, blen, &d) == 0) {
+            CHECK(d.line >= 1);
+            CHECK(d.exp >= a && d.exp + d.exp_len <= a + alen);
+            CHECK(d.got_len == 0 || (d.got >= b && d.got + d.got_len <= b + blen));
+        }
+    }
 }
 
 static void request_equal(const struct moat_exec_request *a, const struct moat_exec_request *b)
@@ -168,6 +215,17 @@ static void request_equal(const struct moat_exec_request *a, const struct moat_e
     CHECK(a->compile_memory_bytes == b->compile_memory_bytes);
     CHECK(a->run_cpu_ms == b->run_cpu_ms);
     CHECK(a->compile_cpu_ms == b->compile_cpu_ms);
+    CHECK(a->ntests == b->ntests);
+    CHECK(a->ntests == 0 || a->tests_wall_ms == b->tests_wall_ms);
+    for (size_t i = 0; i < a->ntests; i++) {
+        const struct moat_test_case *x = &a->tests[i], *y = &b->tests[i];
+        CHECK(bytes_eq(x->stdin_data, x->stdin_len, y->stdin_data, y->stdin_len));
+        CHECK(x->nargs == y->nargs);
+        for (size_t j = 0; j < x->nargs; j++)
+            CHECK(str_eq(x->args[j], y->args[j]));
+        CHECK(x->run_timeout_ms == y->run_timeout_ms && x->run_memory_bytes == y->run_memory_bytes &&
+              x->run_cpu_ms == y->run_cpu_ms);
+    }
 }
 
 /* The typed message the gateway sends, decoded as the backend does. */
@@ -316,7 +374,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(r.args == NULL && r.nargs == 0 && r.stdin_data == NULL && r.stdin_len == 0);
         error_body(err);
     }
+    /* the same body with the `tests` extension allowed */
+    struct piston_tests t;
+    memset(err, 0, sizeof(err));
+    if (piston_parse_exec_request_tests((const char *)data, size, &r, &t, err, sizeof(err)) == 0) {
+        request_invariants(&r);
+        tests_invariants(&r, &t);
+        codec_round_trip(&r);
+        piston_exec_request_free(&r);
+        piston_tests_free(&t);
+    } else {
+        CHECK(err[0] != '\0' && strlen(err) < sizeof(err));
+        CHECK(r.tests == NULL && r.ntests == 0 && t.items == NULL && t.count == 0);
+        error_body(err);
+    }
     check_sanitize(data, size);
+    check_compare(data, size);
     return 0;
 }
 
@@ -354,6 +427,14 @@ static void make_seeds(fuzz_add_seed_fn *add)
         "{\"language\":\"python\",\"version\":\"*\",\"files\":[],\"run_timeout\":-2}",
         "{\"language\":\"python\",\"version\":\"*\",\"files\":[{\"content\":\"\"}],\"args\":[\"\\u0000\"]}",
         "{\"language\":\"python\",\"version\":\"*\",\"files\":[{\"content\":\"\"}],\"run_memory_limit\":1e3}",
+        /* test cases */
+        "{\"language\":\"c\",\"version\":\"*\",\"files\":[{\"content\":\"x\"}],\"stdin\":\"d\",\"args\":[\"a\"],"
+        "\"tests_timeout\":5000,\"tests\":[{\"name\":\"one\",\"stdin\":\"1 2\",\"args\":[],\"expected_output\":\"3\","
+        "\"compare\":\"float\",\"tolerance\":0.001,\"run_timeout\":100,\"run_cpu_time\":50,\"run_memory_limit\":-1},{},"
+        "{\"compare\":\"tokens\",\"expected_output\":\" 1\\r\\n2 \"}]}",
+        "{\"language\":\"c\",\"version\":\"*\",\"files\":[{\"content\":\"x\"}],\"tests\":[{\"tolerance\":1}]}",
+        "{\"language\":\"c\",\"version\":\"*\",\"files\":[{\"content\":\"x\"}],\"tests_timeout\":1}",
+        "0.5 nan inf 1e300 -0 0x1p3 0.49999 NaN -inf 1e-300 x",
         "[1,2,3]",
         "{\"language\":\"python\",\"version\":\"*\",\"files\":[{\"content\":\"",
         "",

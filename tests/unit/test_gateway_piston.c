@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "piston_json.h"
+#include "piston_tests.h"
 
 static int parse(const char *body, struct moat_exec_request *r, char *err, size_t errlen)
 {
@@ -407,9 +408,260 @@ static void test_runtimes_and_error_json(void **state)
     free(text);
 }
 
+/* ---- test cases: parsing, comparisons, verdicts, result JSON ---------------- */
+
+static int same(enum piston_compare mode, double tol, const char *exp, const char *got, struct piston_diff *d)
+{
+    return piston_compare(mode, tol, (const uint8_t *)exp, strlen(exp), (const uint8_t *)got, strlen(got), d);
+}
+
+static void expect_diff(const struct piston_diff *d, size_t line, const char *exp, const char *got)
+{
+    assert_int_equal(d->line, line);
+    assert_int_equal(d->exp_len, strlen(exp));
+    assert_memory_equal(d->exp, exp, d->exp_len);
+    assert_int_equal(d->got_len, strlen(got));
+    assert_memory_equal(d->got, got, d->got_len);
+}
+
+static void test_compare_exact(void **state)
+{
+    struct piston_diff d;
+    (void)state;
+
+    assert_true(same(PISTON_CMP_EXACT, 0, "a\nb\n", "a\nb\n", &d));
+    assert_true(same(PISTON_CMP_EXACT, 0, "", "", &d));
+    assert_false(same(PISTON_CMP_EXACT, 0, "a\nb\n", "a\nb", &d)); /* a missing newline counts */
+    expect_diff(&d, 2, "b", "b");
+    assert_false(same(PISTON_CMP_EXACT, 0, "a\nb\nc\n", "a\nx\nc\n", &d));
+    expect_diff(&d, 2, "b", "x");
+    assert_false(same(PISTON_CMP_EXACT, 0, "a\r\n", "a\n", &d)); /* CRLF is a difference here */
+    assert_false(same(PISTON_CMP_EXACT, 0, "x", "", &d));        /* empty output */
+    expect_diff(&d, 1, "x", "");
+    /* NUL bytes are bytes */
+    assert_false(piston_compare(PISTON_CMP_EXACT, 0, (const uint8_t *)"a\0b", 3, (const uint8_t *)"a\0c", 3, &d));
+}
+
+static void test_compare_trimmed(void **state)
+{
+    struct piston_diff d;
+    (void)state;
+
+    assert_true(same(PISTON_CMP_TRIMMED, 0, "a\nb\n", "a  \nb\t\n", &d));   /* trailing whitespace */
+    assert_true(same(PISTON_CMP_TRIMMED, 0, "a\nb\n", "a\r\nb\r\n", &d));   /* CRLF */
+    assert_true(same(PISTON_CMP_TRIMMED, 0, "a\nb", "a\nb\n\n\n  \n", &d)); /* trailing blank lines */
+    assert_true(same(PISTON_CMP_TRIMMED, 0, "", "\n\n", &d));               /* empty output */
+    assert_true(same(PISTON_CMP_TRIMMED, 0, "\n", "", &d));
+    assert_false(same(PISTON_CMP_TRIMMED, 0, "a\nb\n", " a\nb\n", &d)); /* leading space counts */
+    expect_diff(&d, 1, "a", " a");
+    assert_false(same(PISTON_CMP_TRIMMED, 0, "a\n\nb\n", "a\nb\n", &d)); /* a blank line inside counts */
+    expect_diff(&d, 2, "", "b");
+    assert_false(same(PISTON_CMP_TRIMMED, 0, "1\n2\n3\n", "1\n2\n", &d)); /* output ended first */
+    expect_diff(&d, 3, "3", "");
+    assert_false(same(PISTON_CMP_TRIMMED, 0, "1\n", "1\n2\n", &d)); /* expected ended first */
+    expect_diff(&d, 2, "", "2");
+    assert_false(same(PISTON_CMP_TRIMMED, 0, "x", "", &d));
+    expect_diff(&d, 1, "x", "");
+}
+
+static void test_compare_tokens(void **state)
+{
+    struct piston_diff d;
+    (void)state;
+
+    assert_true(same(PISTON_CMP_TOKENS, 0, "1 2 3\n", "1\n2\t\t3", &d));
+    assert_true(same(PISTON_CMP_TOKENS, 0, "", " \r\n\t", &d));
+    assert_false(same(PISTON_CMP_TOKENS, 0, "1 2\n3 4\n", "1 2\n3 5\n", &d));
+    expect_diff(&d, 2, "3 4", "3 5");
+    assert_false(same(PISTON_CMP_TOKENS, 0, "1 2\n3\n", "1 2\n", &d));
+    expect_diff(&d, 2, "3", "");
+    assert_false(same(PISTON_CMP_TOKENS, 0, "1.0", "1", &d)); /* tokens are text */
+}
+
+static void test_compare_float(void **state)
+{
+    struct piston_diff d;
+    (void)state;
+
+    assert_true(same(PISTON_CMP_FLOAT, 1e-6, "0.333333", "0.3333333", &d));
+    assert_true(same(PISTON_CMP_FLOAT, 1e-6, "1.0 2", "1 2.0000000001", &d));
+    assert_false(same(PISTON_CMP_FLOAT, 1e-6, "0.5", "0.50001", &d));
+    expect_diff(&d, 1, "0.5", "0.50001");
+    assert_true(same(PISTON_CMP_FLOAT, 1e-3, "1000000", "1000500", &d)); /* relative */
+    assert_false(same(PISTON_CMP_FLOAT, 0, "1", "1.0000001", &d));       /* tolerance 0: equal numbers only */
+    assert_true(same(PISTON_CMP_FLOAT, 0, "1", "1.0", &d));
+    /* NaN equals NaN only; infinities equal themselves */
+    assert_true(same(PISTON_CMP_FLOAT, 1e-6, "nan", "NaN", &d));
+    assert_false(same(PISTON_CMP_FLOAT, 1e9, "nan", "0", &d));
+    assert_false(same(PISTON_CMP_FLOAT, 1e9, "0", "nan", &d));
+    assert_true(same(PISTON_CMP_FLOAT, 1e-6, "inf", "Infinity", &d));
+    assert_false(same(PISTON_CMP_FLOAT, 1e300, "inf", "-inf", &d));
+    assert_false(same(PISTON_CMP_FLOAT, 1e300, "inf", "1e300", &d));
+    /* words are compared as words; an empty output against numbers */
+    assert_true(same(PISTON_CMP_FLOAT, 1e-6, "YES 0.1", "YES 0.1000000001", &d));
+    assert_false(same(PISTON_CMP_FLOAT, 1e-6, "YES", "yes", &d));
+    assert_false(same(PISTON_CMP_FLOAT, 1e-6, "1", "", &d));
+    expect_diff(&d, 1, "1", "");
+    assert_false(same(PISTON_CMP_FLOAT, 1e-6, "1x", "1", &d)); /* not a number as a whole */
+}
+
+static void test_tests_parse(void **state)
+{
+    struct moat_exec_request r;
+    struct piston_tests t;
+    char err[256];
+    const char *body = "{\"language\":\"c\",\"version\":\"*\"," F ",\"stdin\":\"def\",\"args\":[\"x\"],\"tests_timeout\":5000,"
+                       "\"tests\":[{\"name\":\"one\",\"stdin\":\"1\",\"args\":[],\"expected_output\":\"2\",\"compare\":\"float\","
+                       "\"tolerance\":0.5,\"run_timeout\":100,\"run_cpu_time\":50,\"run_memory_limit\":1000000},{}]}";
+    (void)state;
+
+    assert_int_equal(piston_parse_exec_request_tests(body, strlen(body), &r, &t, err, sizeof(err)), 0);
+    assert_int_equal(r.ntests, 2);
+    assert_int_equal(t.count, 2);
+    assert_true(r.tests_wall_ms == 5000);
+    assert_string_equal(t.items[0].name, "one");
+    assert_int_equal(t.items[0].compare, PISTON_CMP_FLOAT);
+    assert_true(t.items[0].tolerance == 0.5);
+    assert_int_equal(t.items[0].expected_len, 1);
+    assert_int_equal(r.tests[0].stdin_len, 1);
+    assert_int_equal(r.tests[0].nargs, 0); /* its own, empty */
+    assert_true(r.tests[0].run_timeout_ms == 100 && r.tests[0].run_cpu_ms == 50 && r.tests[0].run_memory_bytes == 1000000);
+    /* the second takes the request's stdin and args, the defaults */
+    assert_string_equal(t.items[1].name, "test 2");
+    assert_int_equal(t.items[1].compare, PISTON_CMP_TRIMMED);
+    assert_null(t.items[1].expected);
+    assert_int_equal(r.tests[1].stdin_len, 3);
+    assert_memory_equal(r.tests[1].stdin_data, "def", 3);
+    assert_int_equal(r.tests[1].nargs, 1);
+    assert_string_equal(r.tests[1].args[0], "x");
+    assert_true(r.tests[1].run_timeout_ms == -1);
+    piston_exec_request_free(&r);
+    piston_tests_free(&t);
+
+    /* the plain parser knows no tests */
+    assert_int_equal(piston_parse_exec_request(body, strlen(body), &r, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "unknown field 'tests"));
+}
+
+static void expect_bad_tests(const char *body, const char *needle)
+{
+    struct moat_exec_request r;
+    struct piston_tests t;
+    char err[256];
+
+    assert_int_equal(piston_parse_exec_request_tests(body, strlen(body), &r, &t, err, sizeof(err)), -1);
+    if (strstr(err, needle) == NULL)
+        fail_msg("body %s: message \"%s\" does not mention \"%s\"", body, err, needle);
+    assert_null(r.tests);
+    assert_null(t.items);
+}
+
+#define CB "{\"language\":\"c\",\"version\":\"*\"," F ","
+
+static void test_tests_rejections(void **state)
+{
+    (void)state;
+    expect_bad_tests(CB "\"tests\":{}}", "tests must be an array");
+    expect_bad_tests(CB "\"tests\":[]}", "tests must hold between 1 and 64 cases");
+    expect_bad_tests(CB "\"tests\":[1]}", "tests[0] must be an object");
+    expect_bad_tests(CB "\"tests\":[{},{\"x\":1}]}", "tests[1]: unknown field 'x'");
+    expect_bad_tests(CB "\"tests\":[{\"compare\":\"regex\"}]}", "tests[0].compare must be one of exact, trimmed, tokens, float");
+    expect_bad_tests(CB "\"tests\":[{\"tolerance\":1}]}", "tests[0].tolerance goes with compare \"float\" only");
+    expect_bad_tests(CB "\"tests\":[{\"compare\":\"float\",\"tolerance\":\"1\"}]}", "tests[0].tolerance must be a non-negative");
+    expect_bad_tests(CB "\"tests\":[{\"run_cpu_time\":0}]}", "tests[0].run_cpu_time must be -1 or a positive integer");
+    expect_bad_tests(CB "\"tests\":[{\"run_memory_limit\":-2}]}", "tests[0].run_memory_limit must be -1 or a positive");
+    expect_bad_tests(CB "\"tests\":[{\"args\":[\"a\",2]}]}", "tests[0].args[1] must be a string");
+    expect_bad_tests(CB "\"tests\":[{\"stdin\":null}]}", "tests[0].stdin must be a string");
+    expect_bad_tests(CB "\"tests\":[{\"name\":\"a\\nb\"}]}", "tests[0].name must be 1 to 128 bytes");
+    expect_bad_tests(CB "\"tests_timeout\":10}", "tests_timeout goes with tests only");
+    expect_bad_tests(CB "\"tests\":[{}],\"tests_timeout\":\"1\"}", "tests_timeout must be -1 or a positive integer");
+}
+
+static void test_tests_verdicts_and_json(void **state)
+{
+    static char n0[] = "ok", n1[] = "wa", n2[] = "tle", n3[] = "skipped";
+    static uint8_t e0[] = "3", e1[] = "4";
+    struct piston_test items[4] = {
+        {n0, e0, 1, PISTON_CMP_TRIMMED, 0},
+        {n1, e1, 1, PISTON_CMP_TRIMMED, 0},
+        {n2, NULL, 0, PISTON_CMP_TRIMMED, 0},
+        {n3, NULL, 0, PISTON_CMP_TRIMMED, 0},
+    };
+    struct piston_tests tests = {items, 4};
+    static uint8_t out[] = "3\n";
+    struct moat_stage_result st[3] = {
+        {.present = 1, .stdout_data = out, .stdout_len = 2, .has_code = 1, .status = MOAT_STATUS_OK},
+        {.present = 1, .stdout_data = out, .stdout_len = 2, .has_code = 1, .status = MOAT_STATUS_OK},
+        {.present = 1, .status = MOAT_STATUS_TO, .clock = MOAT_CLOCK_CPU, .has_signal = 1, .signal = 9},
+    };
+    static char lang[] = "c", ver[] = "12";
+    struct moat_exec_result res = {.language = lang, .version = ver, .tests = st, .ntests = 3};
+    struct piston_diff d;
+    json_t *audit = NULL;
+    (void)state;
+
+    assert_int_equal(piston_judge_case(&st[0], &items[0], &d), PISTON_ACCEPTED);
+    assert_int_equal(piston_judge_case(&st[1], &items[1], &d), PISTON_WRONG_ANSWER);
+    assert_int_equal(piston_judge_case(&st[2], &items[2], &d), PISTON_TIME_LIMIT);
+    assert_int_equal(piston_judge_case(NULL, &items[3], &d), PISTON_SKIPPED);
+    struct moat_stage_result other = {.present = 1, .status = MOAT_STATUS_ML};
+    assert_int_equal(piston_judge_case(&other, &items[2], &d), PISTON_MEMORY_LIMIT);
+    other.status = MOAT_STATUS_SG;
+    assert_int_equal(piston_judge_case(&other, &items[2], &d), PISTON_RUNTIME_ERROR);
+    other.status = MOAT_STATUS_EL;
+    assert_int_equal(piston_judge_case(&other, &items[2], &d), PISTON_OUTPUT_LIMIT);
+    other.status = MOAT_STATUS_XX;
+    assert_int_equal(piston_judge_case(&other, &items[2], &d), PISTON_INTERNAL_ERROR);
+
+    char *text = piston_exec_result_tests_json(&res, &tests, &audit);
+    assert_non_null(text);
+    json_t *o = json_loads(text, 0, NULL);
+    assert_non_null(o);
+    json_t *t = json_object_get(o, "tests");
+    assert_int_equal(json_array_size(t), 4);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(t, 1), "verdict")), "Wrong Answer");
+    json_t *diff = json_object_get(json_array_get(t, 1), "diff");
+    assert_int_equal(json_integer_value(json_object_get(diff, "line")), 1);
+    assert_string_equal(json_string_value(json_object_get(diff, "expected")), "4");
+    assert_string_equal(json_string_value(json_object_get(diff, "got")), "3");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(t, 2), "clock")), "cpu");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(t, 3), "verdict")), "Skipped");
+    assert_null(json_object_get(json_array_get(t, 3), "stdout"));
+    json_t *sum = json_object_get(o, "summary");
+    assert_int_equal(json_integer_value(json_object_get(sum, "passed")), 1);
+    assert_int_equal(json_integer_value(json_object_get(sum, "total")), 4);
+    assert_string_equal(json_string_value(json_object_get(sum, "verdict")), "Wrong Answer");
+    assert_string_equal(json_string_value(json_object_get(sum, "first_failure")), "wa");
+    /* `run` is the first case's */
+    assert_string_equal(json_string_value(json_object_get(json_object_get(o, "run"), "stdout")), "3\n");
+    assert_non_null(audit);
+    assert_int_equal(json_array_size(json_object_get(audit, "verdicts")), 4);
+    json_decref(audit);
+    json_decref(o);
+    free(text);
+
+    /* a failed compile: every case is a Compilation Error */
+    res.ntests = 0;
+    res.compile = (struct moat_stage_result){.present = 1, .status = MOAT_STATUS_RE, .has_code = 1, .code = 1};
+    text = piston_exec_result_tests_json(&res, &tests, NULL);
+    o = json_loads(text, 0, NULL);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(o, "tests"), 0), "verdict")),
+                        "Compilation Error");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(o, "summary"), "verdict")), "Compilation Error");
+    json_decref(o);
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_compare_exact),
+        cmocka_unit_test(test_compare_trimmed),
+        cmocka_unit_test(test_compare_tokens),
+        cmocka_unit_test(test_compare_float),
+        cmocka_unit_test(test_tests_parse),
+        cmocka_unit_test(test_tests_rejections),
+        cmocka_unit_test(test_tests_verdicts_and_json),
         cmocka_unit_test(test_valid_request),
         cmocka_unit_test(test_minimal_defaults),
         cmocka_unit_test(test_rejections),
