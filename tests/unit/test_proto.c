@@ -2665,6 +2665,7 @@ static void test_result_tests_and_clock(void **state)
     cases[0].clock = MOAT_CLOCK_WALL;
     assert_int_equal(moat_encode_exec_result(&out, 3, &res, &why), -1);
     assert_string_equal(why, "a stage's clock names the clock of a TO, and only of a TO");
+    moat_buf_free(&out); /* rewound, still allocated */
     cases[0].clock = 0;
 
     struct raw r = {0};
