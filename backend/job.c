@@ -319,6 +319,8 @@ int job_plan_init(struct backend *b, const struct moat_exec_request *req, const 
 
 /* ---- test cases --------------------------------------------------------- */
 
+_Static_assert(DEFAULT_TESTS_WALL_MS == MOAT_MAX_TESTS_WALL_MS, "the gateway bounds tests_wall_ms by moat_proto.h's figure");
+
 /* A case's limit (> 0 asked) may lower the request's run limit, never raise it. */
 static int case_limit(int64_t asked, uint64_t *lim, size_t i, const char *field, const char *unit, struct job_error *je)
 {

@@ -147,9 +147,35 @@ static int case_over(int64_t asked, int64_t in_force)
     return asked > 0 && in_force > 0 && asked > in_force;
 }
 
+/* The cases' wall budget must end before the gateway stops waiting for
+ * the backend: its timeout, less the compile stage's and a second for the
+ * rest, and at most the backend's ceiling.  Not asked: that much; asked
+ * above it: refused. */
+static enum gw_flow tests_budget(struct gw_request *r, struct moat_exec_request *ereq)
+{
+    int64_t compile = ereq->compile_timeout_ms > 0 ? ereq->compile_timeout_ms : 0;
+    int64_t budget = (int64_t)r->cfg->backend_timeout_ms - compile - 1000;
+    char err[GW_ERR_MSG_MAX];
+
+    if (budget > MOAT_MAX_TESTS_WALL_MS)
+        budget = MOAT_MAX_TESTS_WALL_MS;
+    if (budget < 1000)
+        budget = 1000;
+    if (ereq->tests_wall_ms > budget) {
+        snprintf(err, sizeof(err),
+                 "tests_timeout cannot exceed %lld ms (the gateway's backend timeout less the compile timeout in force)",
+                 (long long)budget);
+        return gw_deny_copy(r, 400, GW_REASON_LIMIT, err);
+    }
+    if (ereq->tests_wall_ms <= 0)
+        ereq->tests_wall_ms = budget;
+    return GW_NEXT;
+}
+
 /* The cases after the policy: each limit may only lower the run limit in
- * force, each case's stdin is held to the tenant's stdin ceiling. */
-static enum gw_flow judge_tests(struct gw_request *r, const struct moat_exec_request *ereq)
+ * force, each case's stdin is held to the tenant's stdin ceiling, and the
+ * cases' wall budget fits the gateway's backend timeout. */
+static enum gw_flow judge_tests(struct gw_request *r, struct moat_exec_request *ereq)
 {
     const struct policy_limits *c = &r->tenant_cfg->policy.ceilings;
     char err[GW_ERR_MSG_MAX];
@@ -174,7 +200,7 @@ static enum gw_flow judge_tests(struct gw_request *r, const struct moat_exec_req
             return gw_deny_copy(r, 400, GW_REASON_LIMIT, err);
         }
     }
-    return GW_NEXT;
+    return ereq->ntests > 0 ? tests_budget(r, ereq) : GW_NEXT;
 }
 
 /* The tenant's policy (judge.c): language by any name of its runtime,

@@ -23,12 +23,13 @@
 
 /* Structural caps enforced by the codec itself (semantic limits live in the
  * backend's validator and the gateway's policy). */
-#define MOAT_MAX_FILES       32
-#define MOAT_MAX_ARGS        64
-#define MOAT_MAX_NAME_LEN    255  /* language, version, file name */
-#define MOAT_MAX_ARG_LEN     4096 /* one argv element */
-#define MOAT_MAX_MESSAGE_LEN 1024 /* human readable message */
-#define MOAT_MAX_TESTS       64   /* test cases of one exec request */
+#define MOAT_MAX_FILES         32
+#define MOAT_MAX_ARGS          64
+#define MOAT_MAX_NAME_LEN      255    /* language, version, file name */
+#define MOAT_MAX_ARG_LEN       4096   /* one argv element */
+#define MOAT_MAX_MESSAGE_LEN   1024   /* human readable message */
+#define MOAT_MAX_TESTS         64     /* test cases of one exec request */
+#define MOAT_MAX_TESTS_WALL_MS 120000 /* the backend's ceiling (and default) of a request's tests_wall_ms */
 
 enum moat_msg_type {
     MOAT_MSG_EXEC_REQUEST = 1,   /* gateway -> backend */

@@ -244,6 +244,15 @@ class TestCasesTest(unittest.TestCase):
         skipped = [c for c in data["tests"] if c["verdict"] == "Skipped"]
         self.assertNotIn("stdout", skipped[0])
 
+    def test_job_budget_fits_the_gateways_backend_timeout(self):
+        # the harness's backend timeout is 30 s: less the 10 s compile ceiling and a second
+        body = {"language": "c", "version": "*", "files": [{"name": "main.c", "content": C_JUDGE}],
+                "tests_timeout": 100000, "tests": [case("a", ["sum"], stdin="1 1")]}
+        self.refused(body, "tests_timeout cannot exceed 19000 ms")
+        # not asked: that budget, recorded in the decision
+        data = self.judge([case("a", ["sum"], stdin="1 1", expected_output="2")])
+        self.assertEqual(data["summary"]["passed"], 1)
+
     def test_case_limit_cannot_raise_the_request_limit(self):
         body = {"language": "c", "version": "*", "files": [{"name": "main.c", "content": C_JUDGE}], "run_timeout": 1000,
                 "tests": [case("a", ["sum"], run_timeout=2000)]}
