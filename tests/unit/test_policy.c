@@ -647,7 +647,8 @@ static void test_endpoint_names(void **state)
     assert_string_equal(policy_endpoint_name(0), "unknown");
     assert_string_equal(policy_endpoint_name(POLICY_EP_ALL), "unknown");
     assert_string_equal(policy_endpoint_name(1u << 31), "unknown");
-    assert_string_equal(policy_endpoint_list(list, sizeof(list)), "execute, runtimes, connect, watch, submissions, languages, packets, review");
+    assert_string_equal(policy_endpoint_list(list, sizeof(list)),
+                        "execute, runtimes, connect, watch, submissions, languages, packets, review");
     /* distinct bits, in table order */
     assert_int_equal(POLICY_EP_EXECUTE, 1u << 0);
     assert_int_equal(POLICY_EP_RUNTIMES, 1u << 1);
