@@ -76,6 +76,10 @@ static int set_defaults(struct gw_config *cfg)
     cfg->sessions.max_sessions = GW_DEFAULT_MAX_SESSIONS;
     cfg->sessions.watch_token_ttl_s = GW_DEFAULT_WATCH_TOKEN_TTL_S;
     cfg->sessions.max_watchers = GW_DEFAULT_MAX_WATCHERS;
+    cfg->submissions.ttl_s = GW_DEFAULT_JUDGE0_TTL_S;
+    cfg->submissions.max_per_tenant = GW_DEFAULT_JUDGE0_MAX_PER_TENANT;
+    cfg->submissions.max_records = GW_DEFAULT_JUDGE0_MAX_RECORDS;
+    cfg->submissions.max_bytes = GW_DEFAULT_JUDGE0_MAX_BYTES;
     cfg->listen_address = strdup(GW_DEFAULT_ADDRESS);
     cfg->backend_socket = strdup(GW_DEFAULT_BACKEND_SOCKET);
     cfg->user = strdup(GW_DEFAULT_USER);
@@ -125,6 +129,8 @@ static int top_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void
         return cfg_parse_unauthenticated(pc, v);
     if (strcmp(key, "sessions") == 0)
         return cfg_parse_sessions(pc, v);
+    if (strcmp(key, "submissions") == 0)
+        return cfg_parse_submissions(pc, v);
     return cfg_server_field(pc, key, v, arg);
 }
 
@@ -185,6 +191,7 @@ void gw_config_free(struct gw_config *cfg)
     free(cfg->keys);
     cfg_free_issuers(cfg);
     free(cfg->audit.dir);
+    free(cfg->submissions.store_dir);
     free(cfg->audit.user);
     free(cfg->audit.writer);
     memset(cfg, 0, sizeof(*cfg));

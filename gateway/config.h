@@ -38,6 +38,16 @@ struct gw_session_config {
     unsigned max_watchers;      /* watchers per session; 0: watching is off */
 };
 
+/* The top-level submissions section: where Judge0 results are kept
+ * (judge0_store.h; store_dir NULL: in memory, lost on restart). */
+struct gw_submissions_config {
+    char *store_dir;         /* a directory of one file per record, or NULL */
+    uint64_t ttl_s;          /* a record's life */
+    uint64_t max_per_tenant; /* records per tenant */
+    uint64_t max_records;    /* records, all tenants together */
+    uint64_t max_bytes;      /* bytes of records, all tenants together */
+};
+
 struct gw_config {
     char *listen_address;
     uint16_t listen_port;
@@ -77,6 +87,8 @@ struct gw_config {
     uint64_t unauth_summary_ms; /* a summary record of what went past the rate, at most this often */
     /* sessions: the gateway's session capacity, init deadline and watchers */
     struct gw_session_config sessions;
+    /* submissions: where Judge0 results are kept, and for how long */
+    struct gw_submissions_config submissions;
     /* audit: the trail's directory and writer; off when audit_enabled is 0 */
     int audit_enabled;
     struct gw_audit_config audit;

@@ -13,6 +13,7 @@
  *   config_jwt.c      JWT issuers and their key files
  *   config_audit.c    the audit section
  *   config_sessions.c the sessions section, and each tenant's sessions
+ *   config_submissions.c the submissions section (Judge0 results' store)
  *
  * Every function here returns 0, or -1 with pc->err holding "PATH:LINE:
  * reason" (cfg_fail); a field function (cfg_field_fn) returns 1 for a key
@@ -139,6 +140,9 @@ int cfg_parse_audit(struct parse_ctx *pc, yaml_node_t *v);
 
 /* config_sessions.c: the top-level sessions mapping (the gateway's session settings). */
 int cfg_parse_sessions(struct parse_ctx *pc, yaml_node_t *v);
+
+/* config_submissions.c: the top-level submissions mapping (where Judge0 results are kept). */
+int cfg_parse_submissions(struct parse_ctx *pc, yaml_node_t *v);
 
 /* config_sessions.c: a tenant's sessions mapping, narrowing *s (its defaults). */
 int cfg_parse_tenant_sessions(struct parse_ctx *pc, yaml_node_t *v, struct policy_session_limits *s);

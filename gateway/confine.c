@@ -4,8 +4,9 @@
  * After the privilege drop the gateway only serves: h2o event loops on
  * epoll, TLS in memory, connections it accepts on listeners bound before
  * the drop, Unix sockets it connects to the backend, audit writer sockets
- * that arrive by SCM_RIGHTS, and on SIGHUP the configuration, certificate
- * and key files read again.  A
+ * that arrive by SCM_RIGHTS, on SIGHUP the configuration, certificate
+ * and key files read again, and the files of Judge0 results' store
+ * directory (judge0_store.c) when one is configured.  A
  * process that does only that never needs to start a program, trace or
  * read another process, create a process, mount, enter or make namespaces,
  * load modules or BPF, or use keyrings, so an attacker who takes over a
@@ -64,6 +65,18 @@ static const char *const allowed[] = {
     "fallocate",
     "ftruncate",
     "dup",
+    /* judge0_store.c's directory store (submissions.store_dir): a record is
+     * written to a temporary file, fsync'ed, renamed over its token and the
+     * directory fsync'ed (renameat2 where libc or the architecture has no
+     * plain renameat); mkdirat: a tenant's first record makes its
+     * directory; unlinkat: expired or evicted records, temporary files;
+     * getdents64: the sweep and a tenant's count (readdir) */
+    "fsync",
+    "renameat",
+    "renameat2",
+    "mkdirat",
+    "unlinkat",
+    "getdents64",
     /* event loops and the main thread's signal wait; restart_syscall: a poll
      * or sleep resumed after SIGSTOP/SIGCONT */
     "epoll_create",

@@ -76,12 +76,22 @@
 #define GW_DEFAULT_TENANT_ENDPOINTS (POLICY_EP_EXECUTE | POLICY_EP_RUNTIMES)
 
 /* Judge0's API (submissions, languages) is opt-in likewise.  Finished
- * submissions are kept in the gateway's memory (judge0_store.c) for this
- * long, and at most this many (per tenant, overall) and bytes of them. */
-#define GW_JUDGE0_STORE_TTL_MS         (60u * 60u * 1000u)
-#define GW_JUDGE0_STORE_MAX_PER_TENANT 1000
-#define GW_JUDGE0_STORE_MAX_RECORDS    20000
-#define GW_JUDGE0_STORE_MAX_BYTES      (256u * 1024u * 1024u)
+ * submissions are kept (judge0_store.c: in memory, or in the submissions
+ * section's store_dir) for ttl_s, and at most this many (per tenant,
+ * overall) and bytes of them; the submissions section may change each
+ * within its GW_MAX_JUDGE0_* bound. */
+#define GW_DEFAULT_JUDGE0_TTL_S          3600u
+#define GW_DEFAULT_JUDGE0_MAX_PER_TENANT 1000u
+#define GW_DEFAULT_JUDGE0_MAX_RECORDS    20000u
+#define GW_DEFAULT_JUDGE0_MAX_BYTES      (256u * 1024u * 1024u)
+#define GW_MAX_JUDGE0_TTL_S              (30u * 86400u)
+#define GW_MAX_JUDGE0_STORE_RECORDS      10000000u
+#define GW_MAX_JUDGE0_STORE_BYTES        (64ull << 30)
+/* The directory store: a record file is at most this large (the gateway
+ * reads one whole), and each put or get sweeps at most this many entries
+ * for expired records. */
+#define GW_JUDGE0_RECORD_MAX_BYTES (64u * 1024u * 1024u)
+#define GW_JUDGE0_SWEEP_PER_TICK   32
 /* A submission's additional_files (a zip) unpacks to at most this much
  * (the tenant's max_code_bytes then applies to all its files together). */
 #define GW_JUDGE0_ZIP_MAX_BYTES (16u * 1024u * 1024u)

@@ -31,6 +31,7 @@
 #include "judge0_api.h"
 #include "judge0_store.h"
 #include "log.h"
+#include "moat_base64.h"
 #include "routes.h"
 #include "runtime_table.h"
 
@@ -76,11 +77,6 @@ static enum gw_flow query(struct gw_request *r, unsigned allowed, struct judge0_
     if (judge0_parse_query(s, len, allowed, q, err, sizeof(err)) != 0)
         return refuse(r, 400, GW_REASON_FILTER, err, NULL);
     return GW_NEXT;
-}
-
-static uint64_t now_ms(void)
-{
-    return gw_monotonic_ns() / 1000000u;
 }
 
 static int64_t wall_ms(void)
@@ -230,7 +226,7 @@ static enum gw_flow config_info_answer(struct gw_request *r, const struct backen
     const struct tenant_policy *p = &r->tenant_cfg->policy;
 
     (void)reply;
-    return answer_with(r, judge0_config_info_json(p, GW_JUDGE0_STORE_TTL_MS / 1000u, p->max_in_flight));
+    return answer_with(r, judge0_config_info_json(p, (unsigned)r->cfg->submissions.ttl_s, p->max_in_flight));
 }
 
 const struct gw_handler gw_handler_judge0_config_info = {no_query, NULL, config_info_answer};
@@ -403,7 +399,8 @@ static enum gw_flow submit_answer(struct gw_request *r, const struct backend_rep
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
     }
     len = strlen(text);
-    if (judge0_store_default() == NULL || judge0_store_put(judge0_store_default(), r->tenant, s->token, text, len, now_ms()) != 0)
+    if (judge0_store_default() == NULL ||
+        judge0_store_put(judge0_store_default(), r->tenant, s->token, text, len, judge0_store_now_ms()) != 0)
         log_warnx("%s: id=%s: token %s: the result could not be kept", __func__, r->request_id, s->token);
     r->ok_status = 201;
     if (r->worker->audit.enabled) {
@@ -498,7 +495,7 @@ static void async_keep(struct async_run *a, const char *text, size_t len)
 {
     struct judge0_store *st = judge0_store_default();
 
-    if (st == NULL || judge0_store_put(st, a->tenant, a->token, text, len, now_ms()) != 0)
+    if (st == NULL || judge0_store_put(st, a->tenant, a->token, text, len, judge0_store_now_ms()) != 0)
         log_warnx("%s: id=%s: token %s: the result could not be kept", __func__, a->request_id, a->token);
 }
 
@@ -887,6 +884,33 @@ static enum gw_flow batch_submit_answer(struct gw_request *r, const struct backe
 
 const struct gw_handler gw_handler_judge0_batch_submit = {batch_submit_prepare, batch_submit_describe, batch_submit_answer};
 
+/*
+ * A record a gateway that has stopped since kept as pending (In Queue,
+ * Processing): its run died with that gateway, so it becomes an Internal
+ * Error saying so, kept in its place (once; the answer is this one).
+ */
+static void orphan_failed(struct gw_request *r, struct judge0_store *st, const char *token, json_t *record)
+{
+    static const char why[] = "the gateway restarted while this submission was pending: its run was lost";
+    json_t *id = json_object_get(record, "status_id");
+    char finished[JUDGE0_TIME_LEN], b64[MOAT_BASE64_ENCODED_LEN(sizeof(why) - 1) + 1], *text;
+
+    if (!json_is_integer(id) || (json_integer_value(id) != JUDGE0_IN_QUEUE && json_integer_value(id) != JUDGE0_PROCESSING))
+        return;
+    judge0_time_iso(wall_ms(), finished);
+    b64[moat_base64_encode(why, sizeof(why) - 1, b64)] = '\0';
+    json_object_set_new(record, "status_id", json_integer(JUDGE0_INTERNAL_ERROR));
+    json_object_set_new(
+        record, "status",
+        json_pack("{s:i, s:s}", "id", JUDGE0_INTERNAL_ERROR, "description", judge0_status_description(JUDGE0_INTERNAL_ERROR)));
+    json_object_set_new(record, "message", json_string(b64));
+    json_object_set_new(record, "finished_at", json_string(finished));
+    if ((text = json_dumps(record, JSON_COMPACT)) == NULL ||
+        judge0_store_put(st, r->tenant, token, text, strlen(text), judge0_store_now_ms()) != 0)
+        log_warnx("%s: id=%s: token %s: the Internal Error could not be kept", __func__, r->request_id, token);
+    free(text);
+}
+
 /* The tenant's record of token rendered as q asks (new reference), or
  * NULL: not found (*not_utf8 0) or not showable without base64 (1). */
 static json_t *stored(struct gw_request *r, const char *token, const struct judge0_query *q, int *not_utf8)
@@ -894,12 +918,16 @@ static json_t *stored(struct gw_request *r, const char *token, const struct judg
     struct judge0_store *st = judge0_store_default();
     char *text;
     size_t len;
+    int orphaned;
 
     *not_utf8 = 0;
-    if (st == NULL || token[0] == '\0' || (text = judge0_store_get(st, r->tenant, token, now_ms(), &len)) == NULL)
+    if (st == NULL || token[0] == '\0' ||
+        (text = judge0_store_get(st, r->tenant, token, judge0_store_now_ms(), &len, &orphaned)) == NULL)
         return NULL;
     json_t *record = json_loadb(text, len, 0, NULL);
     free(text);
+    if (record != NULL && orphaned)
+        orphan_failed(r, st, token, record);
     json_t *o = record != NULL ? judge0_render_object(record, q, not_utf8) : NULL;
     json_decref(record);
     return o;

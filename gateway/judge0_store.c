@@ -15,13 +15,27 @@
  * "not found", exactly like a token that never existed.  One mutex guards
  * everything; records are small and the work under it is a bucket walk or
  * an unlink, apart from the per-tenant count, a walk of the list, at put.
+ *
+ * The directory store (judge0_store_open_dir) is further down, in its own
+ * section with its own theory of operation; put, get, count and free
+ * dispatch on s->dirfd.
  */
 #include "judge0_store.h"
 #include "gw_limits.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <openssl/sha.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #define NBUCKETS 4096
 
@@ -41,7 +55,16 @@ struct judge0_store {
     struct record *oldest, *newest;
     struct record *buckets[NBUCKETS];
     size_t count, bytes;
+    /* the directory store: dirfd -1 for the memory one */
+    int dirfd;
+    char instance[33]; /* this process's mark in the records it puts */
+    DIR *sweep_top;    /* the sweep's place: in the tenants' directories */
+    DIR *sweep_tenant; /* and in one tenant's */
 };
+
+static int dir_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms);
+static char *dir_get(struct judge0_store *s, const char *tenant, const char *token, uint64_t now_ms, size_t *len, int *orphaned);
+static void dir_close(struct judge0_store *s);
 
 static unsigned bucket_of(const char *token)
 {
@@ -63,6 +86,7 @@ struct judge0_store *judge0_store_new(const struct judge0_store_limits *lim)
         return NULL;
     }
     s->lim = *lim;
+    s->dirfd = -1;
     return s;
 }
 
@@ -91,6 +115,7 @@ void judge0_store_free(struct judge0_store *s)
 {
     if (s == NULL)
         return;
+    dir_close(s);
     while (s->oldest != NULL)
         drop(s, s->oldest);
     pthread_mutex_destroy(&s->lock);
@@ -101,10 +126,25 @@ static struct judge0_store *default_store;
 
 static void make_default(void)
 {
-    const struct judge0_store_limits lim = {GW_JUDGE0_STORE_MAX_RECORDS, GW_JUDGE0_STORE_MAX_PER_TENANT, GW_JUDGE0_STORE_MAX_BYTES,
-                                            GW_JUDGE0_STORE_TTL_MS};
+    const struct judge0_store_limits lim = {GW_DEFAULT_JUDGE0_MAX_RECORDS, GW_DEFAULT_JUDGE0_MAX_PER_TENANT,
+                                            GW_DEFAULT_JUDGE0_MAX_BYTES, GW_DEFAULT_JUDGE0_TTL_S * 1000ull};
 
-    default_store = judge0_store_new(&lim);
+    if (default_store == NULL)
+        default_store = judge0_store_new(&lim);
+}
+
+void judge0_store_set_default(struct judge0_store *s)
+{
+    judge0_store_free(default_store);
+    default_store = s;
+}
+
+uint64_t judge0_store_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 struct judge0_store *judge0_store_default(void)
@@ -149,6 +189,8 @@ int judge0_store_put(struct judge0_store *s, const char *tenant, const char *tok
     struct record *r;
     unsigned b;
 
+    if (s->dirfd >= 0)
+        return dir_put(s, tenant, token, text, len, now_ms);
     if (len > s->lim.max_bytes || strlen(tenant) > GW_MAX_TENANT_NAME || strlen(token) >= sizeof(r->token) ||
         s->lim.max_records == 0 || s->lim.max_records_per_tenant == 0)
         return -1;
@@ -184,10 +226,13 @@ int judge0_store_put(struct judge0_store *s, const char *tenant, const char *tok
     return 0;
 }
 
-char *judge0_store_get(struct judge0_store *s, const char *tenant, const char *token, uint64_t now_ms, size_t *len)
+char *judge0_store_get(struct judge0_store *s, const char *tenant, const char *token, uint64_t now_ms, size_t *len, int *orphaned)
 {
     char *copy = NULL;
 
+    *orphaned = 0;
+    if (s->dirfd >= 0)
+        return dir_get(s, tenant, token, now_ms, len, orphaned);
     pthread_mutex_lock(&s->lock);
     for (struct record *r = s->buckets[bucket_of(token)]; r != NULL; r = r->next_in_bucket) {
         if (strcmp(r->token, token) != 0 || strcmp(r->tenant, tenant) != 0 || r->expires_ms <= now_ms)
@@ -210,4 +255,478 @@ size_t judge0_store_count(struct judge0_store *s)
     n = s->count;
     pthread_mutex_unlock(&s->lock);
     return n;
+}
+
+/* ------------------------------------------------------ the directory store */
+
+/*
+ * Theory of operation
+ * -------------------
+ * store_dir/<hex SHA-256 of the tenant>/<token>: one file per record, in a
+ * directory per tenant, so a tenant's name never becomes a path and
+ * another tenant's token is simply a file that is not there.  A token must
+ * be a UUID's shape before it is used in a path.  A file is
+ *
+ *   "moat-judge0 1 <expires_ms> <instance>\n" and the record's text
+ *
+ * expires_ms by the wall clock (the life survives a restart), instance
+ * the 32 hex digits of the putting process (a record kept as pending by
+ * another process belongs to a gateway that died: judge0_store_get says
+ * so and judge0_handlers.c turns it into an Internal Error).
+ *
+ * A put writes ".tmp-<token>" (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600),
+ * fsyncs it, renames it over "<token>" and fsyncs the directory: a reader
+ * sees the old record or the new one, never half of one, and a crash
+ * leaves at most a temporary file, removed at the next open.  A get opens
+ * with O_NOFOLLOW and reads only a regular file of this user's with one
+ * link: a symlink or hard link planted in the directory is not followed.
+ *
+ * The caps: the counts and bytes of all records are tallied in memory
+ * (counted at open, kept by put and by every removal); the tenant's own
+ * count is a walk of its directory at put (at most its cap of entries),
+ * and past it the tenant's oldest (by mtime) goes.  Past the overall caps
+ * the put is refused: finding everyone's oldest would be a walk of all.
+ * Expired records are removed when read, and by a sweep that each put and
+ * get moves on by GW_JUDGE0_SWEEP_PER_TICK entries, round the directories.
+ *
+ * One mutex guards it all, file I/O included (the fsyncs too): simple,
+ * and puts are one per submission's start and one per its end.  The cost:
+ * a put holds its worker's event loop (and any other worker's put or get)
+ * for two fsyncs, milliseconds on a local disk; a thread of its own for
+ * the writes would lift that, and belongs with the fair queue.  The calls a worker needs for
+ * this are confine.c's rows marked "judge0_store.c".
+ */
+
+#define HEADER_MAGIC "moat-judge0 1 "
+#define HEADER_MAX   80 /* magic, 20 digits, a space, 32 hex digits, a newline */
+#define TENANT_HEX   (2 * SHA256_DIGEST_LENGTH)
+
+/* A token's shape: 8-4-4-4-12 lowercase hex digits (never "." or "/"). */
+static int token_ok(const char *t)
+{
+    size_t i;
+
+    for (i = 0; t[i] != '\0'; i++) {
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (t[i] != '-')
+                return 0;
+        } else if (!((t[i] >= '0' && t[i] <= '9') || (t[i] >= 'a' && t[i] <= 'f'))) {
+            return 0;
+        }
+    }
+    return i == 36;
+}
+
+static int hex_name_ok(const char *n)
+{
+    size_t i;
+
+    for (i = 0; n[i] != '\0'; i++)
+        if (!((n[i] >= '0' && n[i] <= '9') || (n[i] >= 'a' && n[i] <= 'f')))
+            return 0;
+    return i == TENANT_HEX;
+}
+
+static void tenant_dir_name(const char *tenant, char out[TENANT_HEX + 1])
+{
+    unsigned char md[SHA256_DIGEST_LENGTH];
+
+    SHA256((const unsigned char *)tenant, strlen(tenant), md);
+    for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+/* dir itself: a directory of ours that nobody else may write (fd kept in *fdp, or closed). */
+static int check_dir(const char *dir, int *fdp, char *err, size_t errlen)
+{
+    struct stat st;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+    if (fd == -1) {
+        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a directory", dir);
+    } else if (st.st_uid != geteuid()) {
+        snprintf(err, errlen, "%s: owned by uid %u, not by the gateway's user (uid %u)", dir, (unsigned)st.st_uid,
+                 (unsigned)geteuid());
+    } else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+        snprintf(err, errlen, "%s: group or others may write it (mode %04o): make it 0700", dir, (unsigned)(st.st_mode & 07777));
+    } else {
+        if (fdp != NULL)
+            *fdp = fd;
+        else
+            close(fd);
+        return 0;
+    }
+    close(fd);
+    return -1;
+}
+
+int judge0_store_check_dir(const char *dir, char *err, size_t errlen)
+{
+    return check_dir(dir, NULL, err, errlen);
+}
+
+/* The tenant's directory (made when create and missing), or -1. */
+static int open_tenant(struct judge0_store *s, const char *tenant, int create)
+{
+    char name[TENANT_HEX + 1];
+    int fd;
+
+    tenant_dir_name(tenant, name);
+    fd = openat(s->dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd == -1 && errno == ENOENT && create) {
+        if (mkdirat(s->dirfd, name, 0700) != 0 && errno != EEXIST)
+            return -1;
+        fd = openat(s->dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    return fd;
+}
+
+/* name in tdir: a regular file of ours with one link (*st filled), else -1. */
+static int entry_stat(int tdir, const char *name, struct stat *st)
+{
+    if (fstatat(tdir, name, st, AT_SYMLINK_NOFOLLOW) != 0)
+        return -1;
+    return S_ISREG(st->st_mode) && st->st_uid == geteuid() && st->st_nlink == 1 ? 0 : -1;
+}
+
+/* Remove tdir's record name of size bytes, and its tally (lock held). */
+static void remove_record(struct judge0_store *s, int tdir, const char *name, off_t size)
+{
+    if (unlinkat(tdir, name, 0) != 0)
+        return;
+    s->count -= s->count > 0 ? 1 : 0;
+    s->bytes -= s->bytes >= (size_t)size ? (size_t)size : s->bytes;
+}
+
+/* Parse a header at buf[0..n): its expiry, instance and length, or -1. */
+static int parse_header(const char *buf, size_t n, uint64_t *expires, char instance[33], size_t *hlen)
+{
+    const char *nl = memchr(buf, '\n', n < HEADER_MAX ? n : HEADER_MAX), *p;
+    char *end;
+
+    if (nl == NULL || (size_t)(nl - buf) < sizeof(HEADER_MAGIC) - 1 || memcmp(buf, HEADER_MAGIC, sizeof(HEADER_MAGIC) - 1) != 0)
+        return -1;
+    p = buf + sizeof(HEADER_MAGIC) - 1;
+    if (*p < '0' || *p > '9')
+        return -1;
+    errno = 0;
+    *expires = strtoull(p, &end, 10);
+    if (errno != 0 || *end != ' ' || nl - (end + 1) != 32)
+        return -1;
+    for (int i = 0; i < 32; i++) {
+        char c = end[1 + i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return -1;
+        instance[i] = c;
+    }
+    instance[32] = '\0';
+    *hlen = (size_t)(nl - buf) + 1;
+    return 0;
+}
+
+/* The whole of tdir's record name (malloc'ed, NUL added; *n its bytes), or NULL. */
+static char *read_record(int tdir, const char *name, size_t *n)
+{
+    struct stat st;
+    char *buf;
+    size_t got = 0;
+    int fd = openat(tdir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+
+    if (fd == -1)
+        return NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1 ||
+        st.st_size > (off_t)(GW_JUDGE0_RECORD_MAX_BYTES + HEADER_MAX) || (buf = malloc((size_t)st.st_size + 1)) == NULL) {
+        close(fd);
+        return NULL;
+    }
+    while (got < (size_t)st.st_size) {
+        ssize_t k = read(fd, buf + got, (size_t)st.st_size - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    close(fd);
+    if (got != (size_t)st.st_size) {
+        free(buf);
+        return NULL;
+    }
+    buf[got] = '\0';
+    *n = got;
+    return buf;
+}
+
+/* tdir's entry name has expired (or is no record at all): remove it (lock held). */
+static void sweep_entry(struct judge0_store *s, int tdir, const char *name, uint64_t now_ms)
+{
+    struct stat st;
+    char buf[HEADER_MAX], instance[33];
+    uint64_t expires;
+    size_t hlen;
+    ssize_t k;
+    int fd;
+
+    if (!token_ok(name) || entry_stat(tdir, name, &st) != 0)
+        return; /* temporary files are the open's; strangers are left for a human */
+    if ((fd = openat(tdir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY)) == -1)
+        return;
+    k = read(fd, buf, sizeof(buf));
+    close(fd);
+    if (k > 0 && parse_header(buf, (size_t)k, &expires, instance, &hlen) == 0 && expires > now_ms)
+        return;
+    remove_record(s, tdir, name, st.st_size); /* expired, or corrupt: never readable */
+}
+
+/* Move the sweep on by up to GW_JUDGE0_SWEEP_PER_TICK entries (lock held). */
+static void sweep_tick(struct judge0_store *s, uint64_t now_ms)
+{
+    struct dirent *de;
+
+    if (s->sweep_top == NULL) {
+        int fd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd == -1 || (s->sweep_top = fdopendir(fd)) == NULL) {
+            if (fd != -1)
+                close(fd);
+            return;
+        }
+    }
+    for (int n = 0; n < GW_JUDGE0_SWEEP_PER_TICK; n++) {
+        if (s->sweep_tenant == NULL) {
+            int fd;
+            if ((de = readdir(s->sweep_top)) == NULL) {
+                rewinddir(s->sweep_top); /* once round: the next tick starts again */
+                return;
+            }
+            if (!hex_name_ok(de->d_name))
+                continue;
+            fd = openat(s->dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd != -1 && (s->sweep_tenant = fdopendir(fd)) == NULL)
+                close(fd);
+            continue;
+        }
+        if ((de = readdir(s->sweep_tenant)) == NULL) {
+            closedir(s->sweep_tenant);
+            s->sweep_tenant = NULL;
+            continue;
+        }
+        sweep_entry(s, dirfd(s->sweep_tenant), de->d_name, now_ms);
+    }
+}
+
+static void dir_close(struct judge0_store *s)
+{
+    if (s->sweep_tenant != NULL)
+        closedir(s->sweep_tenant);
+    if (s->sweep_top != NULL)
+        closedir(s->sweep_top);
+    if (s->dirfd >= 0)
+        close(s->dirfd);
+    s->sweep_tenant = s->sweep_top = NULL;
+    s->dirfd = -1;
+}
+
+/* At open: tally one tenant directory's records, remove its temporary files. */
+static void count_tenant(struct judge0_store *s, int tdir)
+{
+    DIR *d = fdopendir(tdir);
+    struct dirent *de;
+    struct stat st;
+
+    if (d == NULL) {
+        close(tdir);
+        return;
+    }
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, ".tmp-", 5) == 0 && token_ok(de->d_name + 5))
+            (void)unlinkat(dirfd(d), de->d_name, 0); /* a put that died before its rename */
+        else if (token_ok(de->d_name) && entry_stat(dirfd(d), de->d_name, &st) == 0) {
+            s->count++;
+            s->bytes += (size_t)st.st_size;
+        }
+    }
+    closedir(d);
+}
+
+struct judge0_store *judge0_store_open_dir(const char *dir, const struct judge0_store_limits *lim, char *err, size_t errlen)
+{
+    struct judge0_store *s;
+    unsigned char rnd[16];
+    struct dirent *de;
+    DIR *top;
+    int fd, tfd;
+
+    if (check_dir(dir, &fd, err, errlen) != 0)
+        return NULL;
+    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd) || (s = judge0_store_new(lim)) == NULL) {
+        snprintf(err, errlen, "%s: out of memory or randomness", dir);
+        close(fd);
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        snprintf(s->instance + 2 * i, 3, "%02x", rnd[i]);
+    s->dirfd = fd;
+    if ((tfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1 || (top = fdopendir(tfd)) == NULL) {
+        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+        if (tfd != -1)
+            close(tfd);
+        judge0_store_free(s);
+        return NULL;
+    }
+    while ((de = readdir(top)) != NULL)
+        if (hex_name_ok(de->d_name) && (tfd = openat(fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) != -1)
+            count_tenant(s, tfd);
+    closedir(top);
+    return s;
+}
+
+/* All of buf[0..n) to fd: 0 or -1. */
+static int write_all(int fd, const char *buf, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(fd, buf, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        buf += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/*
+ * Make room for one more of the tenant's records in tdir: past its cap its
+ * oldest (by mtime) goes.  The walk is at most the cap's entries (lock held).
+ */
+static void tenant_room(struct judge0_store *s, int tdir)
+{
+    int fd = openat(tdir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd != -1 ? fdopendir(fd) : NULL;
+    struct dirent *de;
+    struct stat st;
+    char oldest[40] = "";
+    struct timespec when = {0, 0};
+    off_t oldest_size = 0;
+    size_t mine = 0;
+
+    if (d == NULL) {
+        if (fd != -1)
+            close(fd);
+        return;
+    }
+    while ((de = readdir(d)) != NULL) {
+        if (!token_ok(de->d_name) || entry_stat(tdir, de->d_name, &st) != 0)
+            continue;
+        mine++;
+        if (oldest[0] == '\0' || st.st_mtim.tv_sec < when.tv_sec ||
+            (st.st_mtim.tv_sec == when.tv_sec && st.st_mtim.tv_nsec < when.tv_nsec)) {
+            memcpy(oldest, de->d_name, 37); /* a token's 36 bytes and the NUL */
+            when = st.st_mtim;
+            oldest_size = st.st_size;
+        }
+    }
+    closedir(d);
+    if (mine >= s->lim.max_records_per_tenant && oldest[0] != '\0')
+        remove_record(s, tdir, oldest, oldest_size);
+}
+
+/* Write the record as ".tmp-<token>", fsync it, rename it over token, fsync tdir. */
+static int write_record(int tdir, const char *token, const char *header, size_t hlen, const char *text, size_t len)
+{
+    char tmp[48];
+    int fd;
+
+    snprintf(tmp, sizeof(tmp), ".tmp-%s", token);
+    if ((fd = openat(tdir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600)) == -1 && errno == EEXIST &&
+        unlinkat(tdir, tmp, 0) == 0) /* left by a put that died: ours to replace */
+        fd = openat(tdir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
+    if (fd == -1)
+        return -1;
+    if (write_all(fd, header, hlen) != 0 || write_all(fd, text, len) != 0 || fsync(fd) != 0) {
+        close(fd);
+        (void)unlinkat(tdir, tmp, 0);
+        return -1;
+    }
+    close(fd);
+    if (renameat(tdir, tmp, tdir, token) != 0) {
+        (void)unlinkat(tdir, tmp, 0);
+        return -1;
+    }
+    return fsync(tdir); /* the rename itself durable */
+}
+
+static int dir_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms)
+{
+    char header[HEADER_MAX];
+    struct stat st;
+    size_t hlen, size;
+    int tdir, replacing, rc = -1;
+
+    memset(&st, 0, sizeof(st));
+    if (!token_ok(token) || len > GW_JUDGE0_RECORD_MAX_BYTES || s->lim.max_records == 0 || s->lim.max_records_per_tenant == 0)
+        return -1;
+    hlen = (size_t)snprintf(header, sizeof(header), HEADER_MAGIC "%" PRIu64 " %s\n", now_ms + s->lim.ttl_ms, s->instance);
+    size = hlen + len;
+    pthread_mutex_lock(&s->lock);
+    sweep_tick(s, now_ms);
+    if ((tdir = open_tenant(s, tenant, 1)) == -1)
+        goto out;
+    replacing = fstatat(tdir, token, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (replacing && entry_stat(tdir, token, &st) != 0)
+        goto out; /* a link or a stranger where the record should be: not ours to replace */
+    if (!replacing)
+        tenant_room(s, tdir);
+    if (s->count + (replacing ? 0 : 1) > s->lim.max_records ||
+        s->bytes - (replacing ? (size_t)st.st_size : 0) + size > s->lim.max_bytes)
+        goto out;
+    if (write_record(tdir, token, header, hlen, text, len) != 0)
+        goto out;
+    if (replacing)
+        s->bytes -= (size_t)st.st_size;
+    else
+        s->count++;
+    s->bytes += size;
+    rc = 0;
+out:
+    if (tdir != -1)
+        close(tdir);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static char *dir_get(struct judge0_store *s, const char *tenant, const char *token, uint64_t now_ms, size_t *len, int *orphaned)
+{
+    char instance[33], *buf = NULL, *text = NULL;
+    uint64_t expires;
+    size_t n = 0, hlen;
+    int tdir;
+
+    if (!token_ok(token))
+        return NULL;
+    pthread_mutex_lock(&s->lock);
+    sweep_tick(s, now_ms);
+    if ((tdir = open_tenant(s, tenant, 0)) == -1 || (buf = read_record(tdir, token, &n)) == NULL)
+        goto out;
+    if (parse_header(buf, n, &expires, instance, &hlen) != 0)
+        goto out; /* corrupt: not found (the sweep removes it) */
+    if (expires <= now_ms) {
+        remove_record(s, tdir, token, (off_t)n);
+        goto out;
+    }
+    if ((text = malloc(n - hlen + 1)) != NULL) {
+        memcpy(text, buf + hlen, n - hlen + 1);
+        *len = n - hlen;
+        *orphaned = strcmp(instance, s->instance) != 0;
+    }
+out:
+    free(buf);
+    if (tdir != -1)
+        close(tdir);
+    pthread_mutex_unlock(&s->lock);
+    return text;
 }

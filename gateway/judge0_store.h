@@ -5,9 +5,13 @@
  * The interface is a record's text by (tenant, token): put and get, nothing
  * about its shape, so a durable or shared store (issue 12 item 2: restart-
  * safe, several gateways) can replace the in-memory one behind the same
- * calls.  The one here lives in the gateway process: bounded in records per
- * tenant, in records and bytes overall, and each record expires
- * GW_JUDGE0_STORE_TTL_MS (gw_limits.h) after it was put.  Thread-safe (every worker shares it).
+ * calls.  Two live here, both bounded in records per tenant, in records and
+ * bytes overall, each record expiring ttl_ms after it was put (by the wall
+ * clock, judge0_store_now_ms), thread-safe (every worker shares one):
+ *   - in memory (judge0_store_new): lost when the gateway stops;
+ *   - in a directory (judge0_store_open_dir, the submissions section's
+ *     store_dir): one file per record, written atomically, so results
+ *     survive a restart.  Its theory of operation is in judge0_store.c.
  */
 #ifndef GW_JUDGE0_STORE_H
 #define GW_JUDGE0_STORE_H
@@ -28,24 +32,48 @@ struct judge0_store;
 struct judge0_store *judge0_store_new(const struct judge0_store_limits *lim);
 void judge0_store_free(struct judge0_store *s);
 
-/* The gateway's one store (created on first use with gw_limits.h's figures;
- * NULL out of memory). */
+/*
+ * A store of one file per record in dir, which must be a directory (not a
+ * link) owned by this process's effective user that group and others may
+ * not write.  Counts what the directory holds and removes the temporary
+ * files a put that died left.  NULL with err set.
+ */
+struct judge0_store *judge0_store_open_dir(const char *dir, const struct judge0_store_limits *lim, char *err, size_t errlen);
+
+/* Only the checks of judge0_store_open_dir on dir (moat-gateway -n, as the
+ * gateway's user): 0, or -1 with err set. */
+int judge0_store_check_dir(const char *dir, char *err, size_t errlen);
+
+/* The gateway's one store: the one set_default was given at start, else
+ * one in memory with gw_limits.h's figures, made on first use (NULL out of
+ * memory). */
 struct judge0_store *judge0_store_default(void);
 
+/* Make s the gateway's store (start-up, before any worker runs; takes s). */
+void judge0_store_set_default(struct judge0_store *s);
+
+/* The clock put and get take: CLOCK_REALTIME in ms, so that a record's
+ * expiry means the same after a restart. */
+uint64_t judge0_store_now_ms(void);
+
 /*
- * Keep text[0..len) as tenant's record `token` (now_ms: a monotonic clock),
- * replacing the one it had, if any.  Makes room first: expired records, then the tenant's oldest past its cap,
- * then the oldest of anyone past the overall caps.  0, or -1 (too large
- * for the store, or out of memory).
+ * Keep text[0..len) as tenant's record `token` (now_ms: judge0_store_now_ms),
+ * replacing the one it had, if any.  Makes room first: expired records,
+ * then the tenant's oldest past its cap, then (in memory) the oldest of
+ * anyone past the overall caps; a directory store refuses a record past
+ * its overall caps instead.  0, or -1 (too large for the store, a token
+ * that is not a UUID (directory store), an I/O error, or out of memory).
  */
 int judge0_store_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms);
 
 /*
  * A malloc'ed, NUL-terminated copy of tenant's record `token` (*len its
  * bytes), or NULL: no such record, another tenant's (indistinguishable on
- * purpose), expired, or out of memory.
+ * purpose), expired, unreadable (not a regular file of ours, corrupt), or
+ * out of memory.  *orphaned: 1 when another gateway process put it (one
+ * that has stopped since: a run it kept as pending will never finish).
  */
-char *judge0_store_get(struct judge0_store *s, const char *tenant, const char *token, uint64_t now_ms, size_t *len);
+char *judge0_store_get(struct judge0_store *s, const char *tenant, const char *token, uint64_t now_ms, size_t *len, int *orphaned);
 
 /* Records held (tests, /config_info). */
 size_t judge0_store_count(struct judge0_store *s);

@@ -40,6 +40,7 @@
  */
 #include "config.h"
 #include "confine.h"
+#include "judge0_store.h"
 #include "privsep.h"
 #include "log.h"
 #include "privdrop.h"
@@ -126,6 +127,11 @@ static enum reload_check reload_child(const char *path, const char *user, int ch
                err, user);
         return RELOAD_FAILS;
     }
+    if (cfg.submissions.store_dir != NULL && judge0_store_check_dir(cfg.submissions.store_dir, err, sizeof(err)) != 0) {
+        report(check_only, "%s: submissions.store_dir as user %s: %s", path, user, err);
+        gw_config_free(&cfg);
+        return RELOAD_FAILS;
+    }
     if ((ssl_ctx = gw_tls_create(&cfg, err, sizeof(err))) == NULL) {
         report(check_only, "%s: a SIGHUP reload would keep the running certificate and key (as user %s: %s)", path, user, err);
         gw_config_free(&cfg);
@@ -163,6 +169,25 @@ static enum reload_check check_reload(const char *path, const char *user, int ch
         return (enum reload_check)WEXITSTATUS(st);
     report(check_only, "%s: the reload check as user %s ended by signal %d", path, user, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
     return RELOAD_UNTRIED;
+}
+
+/*
+ * Judge0 results' store, opened as the gateway's user (the directory must
+ * be its own): the submissions section's store_dir, else memory.  Read at
+ * start only: a reload keeps the running store.
+ */
+static int start_store(const struct gw_submissions_config *c, char *err, size_t errlen)
+{
+    const struct judge0_store_limits lim = {c->max_records, c->max_per_tenant, c->max_bytes, c->ttl_s * 1000u};
+    struct judge0_store *s = c->store_dir != NULL ? judge0_store_open_dir(c->store_dir, &lim, err, errlen) : judge0_store_new(&lim);
+
+    if (s == NULL) {
+        if (c->store_dir == NULL)
+            snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    judge0_store_set_default(s);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -254,6 +279,8 @@ int main(int argc, char **argv)
     }
     if (gw_drop_privileges(server.user, err, sizeof(err)) != 0)
         fatalx("%s: privilege drop: %s", __func__, err);
+    if (start_store(&server.gen->cfg.submissions, err, sizeof(err)) != 0)
+        fatalx("%s: submissions: %s", __func__, err);
     if (gw_confine(err, sizeof(err)) != 0)
         fatalx("%s: confinement: %s", __func__, err);
     if (geteuid() != 0)

@@ -1,7 +1,8 @@
 /*
  * test_gateway_judge0.c - Judge0 CE's API in moat's terms, through the real
  * judge0_api.c (query, submission, verdicts, records, rendering, the
- * catalogue) and judge0_store.c (bounds, expiry, tenants).
+ * catalogue) and judge0_store.c (bounds, expiry, tenants; the directory
+ * store: files, restarts, corrupt files and planted links).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +21,9 @@
 #include "moat_base64.h"
 
 #include <zlib.h>
+#include <openssl/sha.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------- query */
 
@@ -757,7 +761,8 @@ static void put(struct judge0_store *s, const char *tenant, const char *token, u
 static int has(struct judge0_store *s, const char *tenant, const char *token, uint64_t now)
 {
     size_t len;
-    char *t = judge0_store_get(s, tenant, token, now, &len);
+    int orphaned;
+    char *t = judge0_store_get(s, tenant, token, now, &len, &orphaned);
     int found = t != NULL;
 
     if (found)
@@ -798,7 +803,9 @@ static void test_store(void **state)
     assert_int_equal(judge0_store_put(s, "c", "c1", "new", 3, 2000), 0);
     assert_int_equal(judge0_store_count(s), 5);
     size_t len;
-    char *t = judge0_store_get(s, "c", "c1", 2001, &len);
+    int orphaned;
+    char *t = judge0_store_get(s, "c", "c1", 2001, &len, &orphaned);
+    assert_int_equal(orphaned, 0);
     assert_string_equal(t, "new");
     free(t);
     /* bytes: a record larger than the store is refused; a large one makes room */
@@ -807,13 +814,169 @@ static void test_store(void **state)
     assert_int_equal(judge0_store_put(s, "a", "big", big, sizeof(big), 2000), -1);
     assert_int_equal(judge0_store_put(s, "a", "big", big, 60, 2000), 0);
     assert_int_equal(judge0_store_count(s), 2); /* c1 (put last before it) and it: 63 bytes */
-    t = judge0_store_get(s, "c", "c1", 2001, &len);
+    t = judge0_store_get(s, "c", "c1", 2001, &len, &orphaned);
     assert_string_equal(t, "new");
     free(t);
     /* expiry at the next put */
     put(s, "a", "late", 5000);
     assert_int_equal(judge0_store_count(s), 1);
     judge0_store_free(s);
+}
+
+/* The directory store: tokens are UUIDs; TOK(n) the n-th. */
+#define TOK_FMT "00000000-0000-4000-8000-%012d"
+
+static char *tok(int n)
+{
+    static char buf[8][40];
+    static int next;
+    char *b = buf[next++ % 8];
+
+    snprintf(b, 40, TOK_FMT, n);
+    return b;
+}
+
+/* store_dir/<hex sha256(tenant)>/<name>, as judge0_store.c names it. */
+static void record_path(const char *dir, const char *tenant, const char *name, char *out, size_t outlen)
+{
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    char hex[2 * SHA256_DIGEST_LENGTH + 1];
+
+    SHA256((const unsigned char *)tenant, strlen(tenant), md);
+    for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    snprintf(out, outlen, "%s/%s%s%s", dir, hex, name[0] != '\0' ? "/" : "", name);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+
+    assert_non_null(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+static void test_store_dir(void **state)
+{
+    const struct judge0_store_limits lim = {6, 3, 4096, 1000};
+    char dir[] = "/tmp/test_judge0_store.XXXXXX", path[512], target[512], err[512];
+    struct judge0_store *s, *s2;
+    size_t len;
+    int orphaned;
+    char *t;
+
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    /* the directory: nobody else may write it, and it is no link */
+    assert_int_equal(chmod(dir, 0770), 0);
+    assert_null(judge0_store_open_dir(dir, &lim, err, sizeof(err)));
+    assert_non_null(strstr(err, "group or others may write it"));
+    assert_int_equal(judge0_store_check_dir(dir, err, sizeof(err)), -1);
+    assert_int_equal(chmod(dir, 0700), 0);
+    snprintf(path, sizeof(path), "%s.lnk", dir);
+    assert_int_equal(symlink(dir, path), 0);
+    assert_null(judge0_store_open_dir(path, &lim, err, sizeof(err)));
+    unlink(path);
+    if (geteuid() == 0) { /* another user's directory */
+        assert_int_equal(chown(dir, 65534, 65534), 0);
+        assert_null(judge0_store_open_dir(dir, &lim, err, sizeof(err)));
+        assert_non_null(strstr(err, "not by the gateway's user"));
+        assert_int_equal(chown(dir, 0, 0), 0);
+    }
+    assert_int_equal(judge0_store_check_dir(dir, err, sizeof(err)), 0);
+    assert_non_null(s = judge0_store_open_dir(dir, &lim, err, sizeof(err)));
+
+    /* put and get; another tenant's token is not found */
+    put(s, "a", tok(1), 0);
+    assert_true(has(s, "a", tok(1), 10));
+    assert_false(has(s, "b", tok(1), 10));
+    assert_false(has(s, "a", tok(2), 10));
+    record_path(dir, "a", tok(1), path, sizeof(path));
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0600);
+    /* tokens that are not UUIDs never reach a path */
+    assert_int_equal(judge0_store_put(s, "a", "../../etc/x", "x", 1, 0), -1);
+    assert_int_equal(judge0_store_put(s, "a", "00000000-0000-4000-8000-00000000000A", "x", 1, 0), -1);
+    assert_int_equal(judge0_store_put(s, "a", ".tmp-00000000-0000-4000-8000-000000000001", "x", 1, 0), -1);
+    assert_null(judge0_store_get(s, "a", "..", 10, &len, &orphaned));
+    /* replacing keeps the count */
+    assert_int_equal(judge0_store_put(s, "a", tok(1), "new", 3, 0), 0);
+    assert_int_equal(judge0_store_count(s), 1);
+    t = judge0_store_get(s, "a", tok(1), 10, &len, &orphaned);
+    assert_non_null(t);
+    assert_string_equal(t, "new");
+    assert_int_equal(len, 3);
+    assert_int_equal(orphaned, 0);
+    free(t);
+    /* expired: not found, and the file goes */
+    assert_false(has(s, "a", tok(1), 1000));
+    assert_int_equal(stat(path, &st), -1);
+    assert_int_equal(judge0_store_count(s), 0);
+
+    /* the tenant's cap: its oldest goes */
+    for (int i = 10; i < 14; i++)
+        put(s, "a", tok(i), 2000);
+    assert_false(has(s, "a", tok(10), 2001));
+    assert_true(has(s, "a", tok(11), 2001));
+    assert_true(has(s, "a", tok(13), 2001));
+    assert_int_equal(judge0_store_count(s), 3);
+    /* the overall caps: refused (records, then bytes) */
+    put(s, "b", tok(20), 2000);
+    put(s, "b", tok(21), 2000);
+    put(s, "c", tok(22), 2000);
+    assert_int_equal(judge0_store_put(s, "c", tok(23), "x", 1, 2000), -1);
+    assert_int_equal(judge0_store_count(s), 6);
+    assert_false(has(s, "c", tok(23), 2001));
+
+    /* corrupt files and planted links are not found, and never followed */
+    record_path(dir, "b", tok(20), path, sizeof(path));
+    write_file(path, "moat-judge0 1 99999999 nothex\n{}");
+    assert_false(has(s, "b", tok(20), 2001));
+    write_file(path, "garbage");
+    assert_false(has(s, "b", tok(20), 2001));
+    snprintf(target, sizeof(target), "%s/target", dir);
+    record_path(dir, "b", tok(21), path, sizeof(path));
+    rename(path, target); /* a good record, reachable only through a link */
+    assert_int_equal(symlink(target, path), 0);
+    assert_false(has(s, "b", tok(21), 2001));
+    assert_int_equal(judge0_store_put(s, "b", tok(21), "over", 4, 2000), -1); /* a link is not replaced */
+    assert_int_equal(lstat(path, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    unlink(path);
+    assert_int_equal(link(target, path), 0); /* a hard link: refused too */
+    assert_false(has(s, "b", tok(21), 2001));
+    unlink(path);
+    unlink(target);
+
+    /* another process's records (a restart): found, and marked orphaned */
+    record_path(dir, "c", ".tmp-", path, sizeof(path));
+    strcat(path, tok(22)); /* a temporary file a put left behind */
+    write_file(path, "half");
+    s2 = judge0_store_open_dir(dir, &lim, err, sizeof(err));
+    assert_non_null(s2);
+    assert_int_equal(stat(path, &st), -1); /* removed at open */
+    t = judge0_store_get(s2, "a", tok(13), 2001, &len, &orphaned);
+    assert_non_null(t);
+    assert_int_equal(orphaned, 1);
+    free(t);
+    t = judge0_store_get(s, "a", tok(13), 2001, &len, &orphaned);
+    assert_non_null(t);
+    assert_int_equal(orphaned, 0);
+    free(t);
+    judge0_store_free(s);
+
+    /* the sweep: expired records go without being read */
+    size_t before = judge0_store_count(s2);
+    assert_true(before > 0);
+    for (int i = 0; i < 8; i++)
+        assert_null(judge0_store_get(s2, "z", tok(99), 10000, &len, &orphaned));
+    assert_int_equal(judge0_store_count(s2), 0);
+    judge0_store_free(s2);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 int main(void)
@@ -830,6 +993,7 @@ int main(void)
         cmocka_unit_test(test_catalogue),
         cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_store),
+        cmocka_unit_test(test_store_dir),
         cmocka_unit_test(test_zip),
         cmocka_unit_test(test_submission_additional_files),
     };
