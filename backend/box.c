@@ -966,12 +966,14 @@ static const char *pack_outcome_text(uint32_t outcome)
  * repeat, no name a directory of another, nothing left over.  The names
  * and contents stay in pack->buf.
  */
-static int pack_parse(struct box_pack *pack, size_t len, struct errbuf *e)
+int box_pack_parse(struct box_pack *pack, uint8_t *buf, size_t len, struct errbuf *e)
 {
-    struct pack_cursor c = {pack->buf, len, 0};
+    struct pack_cursor c = {buf, len, 0};
     uint32_t outcome, count;
     const char *text;
 
+    memset(pack, 0, sizeof(*pack));
+    pack->buf = buf;
     if (pack_u32(&c, &outcome) != 0 || pack_u32(&c, &count) != 0)
         return errf(e, "box pack: truncated");
     if (outcome != PACK_OK && (text = pack_outcome_text(outcome)) != NULL) {
@@ -1035,11 +1037,16 @@ int box_pack(struct slot *s, struct box_pack *pack, struct errbuf *e)
         rc = errf(e, "box pack: bad header from slot %d", s->index);
         goto fail;
     }
-    if ((pack->buf = malloc(hdr[1])) == NULL) {
+    uint8_t *buf = malloc(hdr[1]);
+    if (buf == NULL) {
         rc = errf(e, "out of memory");
         goto fail;
     }
-    if ((rc = ctl_read(w->ctl, pack->buf, hdr[1], deadline, e)) != 0 || (rc = pack_parse(pack, hdr[1], e)) != 0)
+    if ((rc = ctl_read(w->ctl, buf, hdr[1], deadline, e)) != 0) {
+        free(buf);
+        goto fail;
+    }
+    if ((rc = box_pack_parse(pack, buf, hdr[1], e)) != 0)
         goto fail;
     return 0;
 fail:

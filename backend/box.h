@@ -193,6 +193,10 @@ struct box_pack {
  * the client (over a cap, a name the rules refuse); -1 if the box failed. */
 #define BOX_PACK_REFUSED (-2)
 int box_pack(struct slot *s, struct box_pack *pack, struct errbuf *e);
+/* The pack's body as init sent it, untrusted (box_internal.h): pack takes
+ * buf (malloc'ed) whatever the outcome, its files point into it.  0,
+ * BOX_PACK_REFUSED or -1 as box_pack; free with box_pack_free either way. */
+int box_pack_parse(struct box_pack *pack, uint8_t *buf, size_t len, struct errbuf *e);
 void box_pack_free(struct box_pack *pack);
 
 /* During a stage: init sends sig (a host signal number) to the stage's
