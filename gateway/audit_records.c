@@ -205,7 +205,6 @@ static json_t *signal_json(int sig)
     snprintf(name, sizeof(name), "SIG%s", abbrev);
     return json_string(name);
 }
-static const char *const tr_clocks[] = {NULL, "wall", "idle", "cpu"};
 
 /* One transcript event as the packet holds it (audit/FORMAT.md). */
 static json_t *transcript_event(const struct gw_tr_event *e)
@@ -229,8 +228,7 @@ static json_t *transcript_event(const struct gw_tr_event *e)
         json_object_set_new(o, "event", json_string("exit"));
         json_object_set_new(o, "stage", json_string(e->stage == MOAT_STAGE_COMPILE ? "compile" : "run"));
         json_object_set_new(o, "status", status != NULL ? json_string(moat_status_name(e->exit.status)) : json_null());
-        json_object_set_new(o, "clock",
-                            e->clock <= MOAT_CLOCK_MAX && tr_clocks[e->clock] ? json_string(tr_clocks[e->clock]) : json_null());
+        json_object_set_new(o, "clock", moat_clock_name(e->clock) != NULL ? json_string(moat_clock_name(e->clock)) : json_null());
         json_object_set_new(o, "code", e->exit.has_code ? json_integer(e->exit.code) : json_null());
         json_object_set_new(o, "signal", e->exit.has_signal ? signal_json(e->exit.signal) : json_null());
         break;

@@ -298,20 +298,6 @@ static void put(json_t *obj, const char *key, json_t *v, int *failed)
         *failed = 1;
 }
 
-static const char *clock_name(uint8_t clock)
-{
-    switch (clock) {
-    case MOAT_CLOCK_WALL:
-        return "wall";
-    case MOAT_CLOCK_IDLE:
-        return "idle";
-    case MOAT_CLOCK_CPU:
-        return "cpu";
-    default:
-        return NULL;
-    }
-}
-
 static json_t *case_json(const struct piston_test *t, const struct moat_stage_result *st, enum piston_verdict v,
                          const struct piston_diff *d)
 {
@@ -332,7 +318,7 @@ static json_t *case_json(const struct piston_test *t, const struct moat_stage_re
         }
     }
     if (v == PISTON_TIME_LIMIT) {
-        const char *c = clock_name(st->clock);
+        const char *c = moat_clock_name(st->clock);
         put(o, "clock", c != NULL ? json_string(c) : json_null(), &failed);
     }
     if (st != NULL && st->present) {

@@ -747,20 +747,6 @@ static void on_output(struct gw_session *s, const uint8_t *payload, size_t len)
     send_credit(s);
 }
 
-static const char *clock_name(uint8_t clock)
-{
-    switch (clock) {
-    case MOAT_CLOCK_WALL:
-        return "wall";
-    case MOAT_CLOCK_IDLE:
-        return "idle";
-    case MOAT_CLOCK_CPU:
-        return "cpu";
-    default:
-        return NULL;
-    }
-}
-
 static void on_exit_frame(struct gw_session *s, const uint8_t *payload, size_t len)
 {
     struct moat_session_exit x;
@@ -783,7 +769,7 @@ static void on_exit_frame(struct gw_session *s, const uint8_t *payload, size_t l
         s->run_exited = 1;
     else if (x.result.status != MOAT_STATUS_OK)
         s->compile_failed = 1;
-    clock = clock_name(x.clock);
+    clock = moat_clock_name(x.clock);
     if ((o = event("exit")) != NULL) {
         json_object_set_new(o, "stage", json_string(stage_name(x.stage)));
         if (piston_stage_status_fields(o, &x.result) != 0) {

@@ -1751,3 +1751,9 @@ const char *moat_status_name(uint8_t status)
     static const char *const names[] = {"OK", "RE", "SG", "TO", "OL", "EL", "XX", "ML"};
     return status <= MOAT_STATUS_MAX ? names[status] : "??";
 }
+
+const char *moat_clock_name(uint8_t clock)
+{
+    static const char *const names[] = {NULL, "wall", "idle", "cpu"};
+    return clock <= MOAT_CLOCK_MAX ? names[clock] : NULL;
+}

@@ -344,5 +344,7 @@ int moat_session_signal_allowed(int32_t signal);
 const char *moat_status_piston(uint8_t status);
 /* Distinct names for logs and backend results: "OK", "RE", ..., "ML". */
 const char *moat_status_name(uint8_t status);
+/* "wall", "idle", "cpu" (enum moat_clock), or NULL for 0 or an unknown clock. */
+const char *moat_clock_name(uint8_t clock);
 
 #endif /* MOAT_PROTO_H */
