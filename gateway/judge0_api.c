@@ -38,6 +38,7 @@
 #include <time.h>
 
 #include "moat_base64.h"
+#include "moat_buf.h"
 #include "moat_path.h"
 #include "moat_utf8.h"
 
@@ -95,17 +96,6 @@ static int b64_decode(const char *in, size_t len, uint8_t **out, size_t *outlen)
     buf[*outlen] = '\0';
     *out = buf;
     return 0;
-}
-
-static uint8_t *dup_bytes(const void *s, size_t len)
-{
-    uint8_t *p = malloc(len + 1);
-
-    if (p == NULL)
-        return NULL;
-    memcpy(p, s, len);
-    p[len] = '\0';
-    return p;
 }
 
 /* ------------------------------------------------------------ catalogue */
@@ -543,7 +533,7 @@ static int split_args(const char *s, char ***out, size_t *nout)
             goto out;
         }
         char **grown = realloc(args, (n + 1) * sizeof(*args));
-        if (grown == NULL || (grown[n] = (char *)dup_bytes(cur, clen)) == NULL) {
+        if (grown == NULL || (grown[n] = (char *)moat_memdup0(cur, clen)) == NULL) {
             if (grown != NULL)
                 args = grown;
             rc = -3;
@@ -589,7 +579,7 @@ static int get_text(json_t *v, int base64, uint8_t **out, size_t *len)
     if (base64)
         return b64_decode(json_string_value(v), json_string_length(v), out, len);
     *len = json_string_length(v);
-    return (*out = dup_bytes(json_string_value(v), *len)) != NULL ? 0 : -2;
+    return (*out = moat_memdup0(json_string_value(v), *len)) != NULL ? 0 : -2;
 }
 
 /* The JSON type check of every member: -1 with err naming it. */
@@ -747,7 +737,7 @@ static int get_arguments(json_t *root, struct judge0_request *j, json_t *errors,
 
     if (v == NULL || json_is_null(v))
         return 0;
-    if ((j->command_line_arguments = (char *)dup_bytes(json_string_value(v), json_string_length(v))) == NULL)
+    if ((j->command_line_arguments = (char *)moat_memdup0(json_string_value(v), json_string_length(v))) == NULL)
         return judge0_errf(err, errlen, "out of memory");
     if (strlen(j->command_line_arguments) != json_string_length(v)) {
         field_error(errors, err, errlen, "command_line_arguments", "must not hold NUL characters");
@@ -901,12 +891,12 @@ int judge0_exec_request(const struct judge0_request *j, struct moat_exec_request
         goto oom;
     out->nfiles = 1 + j->nextra;
     if ((out->files[0].name = strdup(j->lang->source_file)) == NULL ||
-        (out->files[0].content = dup_bytes(j->source, j->source_len)) == NULL)
+        (out->files[0].content = moat_memdup0(j->source, j->source_len)) == NULL)
         goto oom;
     out->files[0].content_len = j->source_len;
     for (size_t i = 0; i < j->nextra; i++) { /* the source first: the language's entry file */
         if ((out->files[1 + i].name = strdup(j->extra[i].name)) == NULL ||
-            (out->files[1 + i].content = dup_bytes(j->extra[i].content, j->extra[i].content_len)) == NULL)
+            (out->files[1 + i].content = moat_memdup0(j->extra[i].content, j->extra[i].content_len)) == NULL)
             goto oom;
         out->files[1 + i].content_len = j->extra[i].content_len;
     }
@@ -916,7 +906,7 @@ int judge0_exec_request(const struct judge0_request *j, struct moat_exec_request
         if ((out->args[i] = strdup(j->args[i])) == NULL)
             goto oom;
     if (j->stdin_data != NULL && j->stdin_len > 0) {
-        if ((out->stdin_data = dup_bytes(j->stdin_data, j->stdin_len)) == NULL)
+        if ((out->stdin_data = moat_memdup0(j->stdin_data, j->stdin_len)) == NULL)
             goto oom;
         out->stdin_len = j->stdin_len;
     }

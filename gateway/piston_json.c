@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "moat_base64.h"
+#include "moat_buf.h"
 #include "moat_hex.h"
 #include "moat_path.h"
 #include "moat_semver.h"
@@ -49,17 +50,6 @@ static int valid_label(const char *s, size_t len)
             return 0;
     }
     return 1;
-}
-
-static char *dup_bytes(const char *s, size_t len)
-{
-    char *p = malloc(len + 1);
-
-    if (p == NULL)
-        return NULL;
-    memcpy(p, s, len);
-    p[len] = '\0';
-    return p;
 }
 
 /* Strict base64 (moat_base64.h) or hex in either case (moat_hex.h) into a
@@ -95,7 +85,7 @@ static int get_label(json_t *v, const char *field, char **dst, char *err, size_t
         return bad(err, errlen, "%s must be a string", field);
     if (!valid_label(json_string_value(v), json_string_length(v)))
         return bad(err, errlen, "%s must be 1 to %d bytes without control characters", field, MOAT_MAX_NAME_LEN);
-    if ((*dst = dup_bytes(json_string_value(v), json_string_length(v))) == NULL)
+    if ((*dst = moat_memdup0(json_string_value(v), json_string_length(v))) == NULL)
         return bad(err, errlen, "out of memory");
     return 0;
 }
@@ -154,7 +144,7 @@ static int parse_file(json_t *obj, size_t idx, struct moat_file *f, char *err, s
             return bad(err, errlen, "files[%zu].name %s", idx, moat_path_problem_text(p));
         if (p != MOAT_PATH_OK)
             return bad(err, errlen, "files[%zu].name %s (\"%.64s\")", idx, moat_path_problem_text(p), json_string_value(name));
-        f->name = dup_bytes(json_string_value(name), json_string_length(name));
+        f->name = moat_memdup0(json_string_value(name), json_string_length(name));
     } else {
         char def[32];
         snprintf(def, sizeof(def), "file%zu.code", idx);
@@ -180,7 +170,7 @@ static int parse_file(json_t *obj, size_t idx, struct moat_file *f, char *err, s
                             &f->content_len);
     else {
         f->content_len = json_string_length(content);
-        f->content = (uint8_t *)dup_bytes(json_string_value(content), f->content_len);
+        f->content = (uint8_t *)moat_memdup0(json_string_value(content), f->content_len);
         rc = f->content == NULL ? -2 : 0;
     }
     if (rc == -2)
@@ -250,7 +240,7 @@ static int parse_args(json_t *arr, struct moat_exec_request *out, char *err, siz
             return bad(err, errlen, "args[%zu] must be a string", i);
         if (json_string_length(v) > MOAT_MAX_ARG_LEN || memchr(json_string_value(v), '\0', json_string_length(v)) != NULL)
             return bad(err, errlen, "args[%zu] must be at most %d bytes without NUL", i, MOAT_MAX_ARG_LEN);
-        if ((out->args[i] = dup_bytes(json_string_value(v), json_string_length(v))) == NULL)
+        if ((out->args[i] = moat_memdup0(json_string_value(v), json_string_length(v))) == NULL)
             return bad(err, errlen, "out of memory");
         out->nargs = i + 1;
     }
@@ -316,7 +306,7 @@ static int parse_case(json_t *obj, size_t i, const struct moat_exec_request *req
                 !valid_label(json_string_value(v), json_string_length(v)))
                 return bad(err, errlen, "tests[%zu].name must be 1 to %d bytes without control characters", i,
                            PISTON_TEST_NAME_MAX);
-            if ((t->name = dup_bytes(json_string_value(v), json_string_length(v))) == NULL)
+            if ((t->name = moat_memdup0(json_string_value(v), json_string_length(v))) == NULL)
                 return bad(err, errlen, "out of memory");
         } else if (strcmp(key, "stdin") == 0) {
             if (!json_is_string(v))
@@ -330,7 +320,7 @@ static int parse_case(json_t *obj, size_t i, const struct moat_exec_request *req
             if (json_string_length(v) > PISTON_EXPECTED_MAX)
                 return bad(err, errlen, "tests[%zu].expected_output must be at most %d bytes", i, PISTON_EXPECTED_MAX);
             t->expected_len = json_string_length(v);
-            if ((t->expected = (uint8_t *)dup_bytes(json_string_value(v), t->expected_len)) == NULL)
+            if ((t->expected = (uint8_t *)moat_memdup0(json_string_value(v), t->expected_len)) == NULL)
                 return bad(err, errlen, "out of memory");
         } else if (strcmp(key, "compare") == 0) {
             rc = parse_compare(v, i, &t->compare, err, errlen);
@@ -364,7 +354,7 @@ static int parse_case(json_t *obj, size_t i, const struct moat_exec_request *req
     /* the case's own stdin and args, else the request's */
     const char *in = stdin_v ? json_string_value(stdin_v) : (const char *)req->stdin_data;
     tc->stdin_len = stdin_v ? json_string_length(stdin_v) : req->stdin_len;
-    if (tc->stdin_len > 0 && (tc->stdin_data = (uint8_t *)dup_bytes(in, tc->stdin_len)) == NULL)
+    if (tc->stdin_len > 0 && (tc->stdin_data = (uint8_t *)moat_memdup0(in, tc->stdin_len)) == NULL)
         return bad(err, errlen, "out of memory");
     if (args != NULL) {
         struct moat_exec_request a;
@@ -446,7 +436,7 @@ static int parse_fields(json_t *root, struct moat_exec_request *out, struct pist
             if (!json_is_string(v))
                 return bad(err, errlen, "stdin must be a string");
             out->stdin_len = json_string_length(v);
-            if ((out->stdin_data = (uint8_t *)dup_bytes(json_string_value(v), out->stdin_len)) == NULL)
+            if ((out->stdin_data = (uint8_t *)moat_memdup0(json_string_value(v), out->stdin_len)) == NULL)
                 return bad(err, errlen, "out of memory");
         } else if (strcmp(key, "args") == 0)
             rc = parse_args(v, out, err, errlen);

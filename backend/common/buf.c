@@ -45,3 +45,15 @@ void moat_buf_free(struct moat_buf *b)
     b->data = NULL;
     b->len = b->cap = 0;
 }
+
+void *moat_memdup0(const void *data, size_t len)
+{
+    uint8_t *p = len < SIZE_MAX ? malloc(len + 1) : NULL;
+
+    if (p == NULL)
+        return NULL;
+    if (len > 0)
+        memcpy(p, data, len);
+    p[len] = '\0';
+    return p;
+}

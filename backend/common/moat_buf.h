@@ -29,4 +29,8 @@ int moat_buf_append(struct moat_buf *b, const void *data, size_t len);
 /* Frees the memory; the buffer is empty ({0}) again. */
 void moat_buf_free(struct moat_buf *b);
 
+/* A malloc'ed copy of data[0..len) with a NUL after it (the bytes may hold
+ * NULs of their own), or NULL when memory ran out. */
+void *moat_memdup0(const void *data, size_t len);
+
 #endif /* MOAT_BUF_H */
