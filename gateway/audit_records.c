@@ -145,8 +145,10 @@ static json_t *b64(const uint8_t *data, size_t len)
     return j ? j : json_null();
 }
 
-/* The packet of an execution, as an object: who, the request, the result. */
-static json_t *packet_object(const struct gw_audit_who *who, const struct moat_exec_request *q, const char *result_json)
+/* The packet of an execution, as an object: who, the request, the
+ * metadata (verbatim), the result. */
+static json_t *packet_object(const struct gw_audit_who *who, const struct moat_exec_request *q, const json_t *metadata,
+                             const char *result_json)
 {
     json_t *p = json_object(), *req = json_object(), *files = json_array(), *args = json_array(), *res = NULL;
     json_error_t jerr;
@@ -171,6 +173,8 @@ static json_t *packet_object(const struct gw_audit_who *who, const struct moat_e
     json_object_set_new(req, "run_memory_bytes", json_integer(q->run_memory_bytes));
     json_object_set_new(req, "compile_memory_bytes", json_integer(q->compile_memory_bytes));
     json_object_set_new(p, "request", req);
+    if (metadata != NULL)
+        json_object_set_new(p, "metadata", json_deep_copy(metadata));
     if (result_json != NULL)
         res = json_loads(result_json, 0, &jerr);
     json_object_set_new(p, "result", res ? res : json_null());
@@ -187,9 +191,10 @@ static char *packet_dump(json_t *p, size_t *len)
     return out;
 }
 
-char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const char *result_json, size_t *len)
+char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const json_t *metadata,
+                      const char *result_json, size_t *len)
 {
-    return packet_dump(packet_object(who, q, result_json), len);
+    return packet_dump(packet_object(who, q, metadata, result_json), len);
 }
 
 static const char *const tr_streams[] = {"stdin", "stdout", "stderr"};
@@ -244,10 +249,10 @@ static json_t *transcript_event(const struct gw_tr_event *e)
     return o;
 }
 
-char *gw_audit_session_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, json_t *limits,
-                              const struct gw_transcript *t, const char *result_json, size_t *len)
+char *gw_audit_session_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const json_t *metadata,
+                              json_t *limits, const struct gw_transcript *t, const char *result_json, size_t *len)
 {
-    json_t *p = packet_object(who, q, result_json), *events = json_array();
+    json_t *p = packet_object(who, q, metadata, result_json), *events = json_array();
 
     if (p == NULL || events == NULL) {
         json_decref(p);

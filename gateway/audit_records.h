@@ -28,12 +28,14 @@ void gw_audit_add_decision(json_t *b, const char *decision, const char *reason, 
 /* canonical: the encoded request frame the backend received */
 void gw_audit_add_request(json_t *b, const struct moat_exec_request *q, const void *canonical, size_t canonical_len);
 void gw_audit_add_result(json_t *b, const struct moat_exec_result *res);
-/* The full request and result (the Piston JSON sent to the client). */
-char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const char *result_json, size_t *len);
+/* The full request, the request's metadata (metadata.c; NULL: none) and
+ * the result (the Piston JSON sent to the client). */
+char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const json_t *metadata,
+                      const char *result_json, size_t *len);
 /* A live session's packet: the request, its limits, every event of its
  * transcript in order, and the result.  Call on the session's thread. */
-char *gw_audit_session_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, json_t *limits,
-                              const struct gw_transcript *t, const char *result_json, size_t *len);
+char *gw_audit_session_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const json_t *metadata,
+                              json_t *limits, const struct gw_transcript *t, const char *result_json, size_t *len);
 char *gw_audit_dump(json_t *body, size_t *len);
 
 /* ---- reading an execution back, and reviews (audit/FORMAT.md "Reviews") ---- */

@@ -96,6 +96,15 @@
  * (the tenant's max_code_bytes then applies to all its files together). */
 #define GW_JUDGE0_ZIP_MAX_BYTES (16u * 1024u * 1024u)
 
+/* A request's metadata (metadata.c): the whole object as compact JSON, a
+ * purpose, a dependency or a label's value, a label's name, and how many
+ * dependencies and labels. */
+#define GW_METADATA_MAX_BYTES        (64 * 1024)
+#define GW_METADATA_SHORT_MAX        1024
+#define GW_METADATA_LABEL_NAME_MAX   64
+#define GW_METADATA_DEPENDENCIES_MAX 256
+#define GW_METADATA_LABELS_MAX       64
+
 /* Sessions (connect): each tenant's ceilings (sessions: in a tenant; bounds
  * POLICY_SESSION_MAX_* in policy.h), and the gateway's own (the top-level
  * sessions: section). */

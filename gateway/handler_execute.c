@@ -40,6 +40,7 @@
 struct exec_job {
     struct moat_exec_request ereq;
     struct piston_tests tests; /* what judges each case (count 0: no cases) */
+    json_t *metadata;          /* the request's metadata (metadata.c), for the packet; NULL: none */
     int asked_table;           /* the runtime table was fetched once for this request */
     int stream;                /* answer as application/x-ndjson, as it happens */
 };
@@ -50,6 +51,7 @@ static void job_dispose(void *p)
 
     piston_exec_request_free(&job->ereq);
     piston_tests_free(&job->tests);
+    json_decref(job->metadata);
 }
 
 /*
@@ -132,7 +134,8 @@ static enum gw_flow parse(struct gw_request *r)
         return gw_deny(r, 415, GW_REASON_FILTER, "Content-Type must be application/json (charset utf-8)");
     job = h2o_mem_alloc_shared(&req->pool, sizeof(*job), job_dispose);
     memset(job, 0, sizeof(*job));
-    if (piston_parse_exec_request_tests(req->entity.base, req->entity.len, &job->ereq, &job->tests, err, sizeof(err)) != 0)
+    if (piston_parse_exec_request_tests(req->entity.base, req->entity.len, &job->ereq, &job->tests, &job->metadata, err,
+                                        sizeof(err)) != 0)
         return gw_deny_copy(r, 400, GW_REASON_FILTER, err);
     job->stream = accepts_ndjson(req);
     if (job->stream && job->tests.count > 0)
@@ -428,7 +431,7 @@ static enum gw_flow stream_answer(struct gw_request *r, struct exec_job *job)
     st->r = r;
     st->session = s;
     gw_session_attach(s, &stream_sink_ops, st);
-    gw_session_start(s, &job->ereq);
+    gw_session_start(s, &job->ereq, job->metadata);
     return GW_TAKEN;
 }
 
@@ -465,7 +468,7 @@ static enum gw_flow answer(struct gw_request *r, const struct backend_reply *rep
         if (verdicts != NULL)
             json_object_set_new(r->result_fields, "tests", verdicts);
         verdicts = NULL;
-        r->packet = gw_audit_packet(&who, &job->ereq, r->body, &r->packet_len);
+        r->packet = gw_audit_packet(&who, &job->ereq, job->metadata, r->body, &r->packet_len);
     }
     json_decref(verdicts);
     return GW_NEXT;

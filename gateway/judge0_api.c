@@ -26,6 +26,7 @@
  *                   asks for.
  */
 #include "judge0_api.h"
+#include "metadata.h"
 #include "gw_limits.h"
 #include "judge0_zip.h"
 
@@ -419,12 +420,13 @@ int judge0_parse_query(const char *q, size_t len, unsigned allowed, struct judge
 
 /* The members of a submission: Judge0's, and what each is in moat. */
 enum member_kind {
-    M_TEXT,    /* a string, base64 when asked; null: none */
-    M_STRING,  /* a string as it is; null: none */
-    M_INT,     /* an integer; null: default */
-    M_SECONDS, /* a number; null: default */
-    M_BOOL,    /* true or false; null: false */
-    M_REFUSED, /* any non-null value is a 422 */
+    M_TEXT,     /* a string, base64 when asked; null: none */
+    M_STRING,   /* a string as it is; null: none */
+    M_INT,      /* an integer; null: default */
+    M_SECONDS,  /* a number; null: default */
+    M_BOOL,     /* true or false; null: false */
+    M_REFUSED,  /* any non-null value is a 422 */
+    M_METADATA, /* moat's extension: an object metadata.c accepts; null: none */
 };
 
 static const struct member {
@@ -451,6 +453,7 @@ static const struct member {
     {"enable_network", M_BOOL},
     {"callback_url", M_REFUSED},
     {"additional_files", M_STRING}, /* base64 of a zip archive */
+    {"metadata", M_METADATA},
 };
 #define NMEMBERS (sizeof(members) / sizeof(members[0]))
 
@@ -570,6 +573,7 @@ void judge0_request_free(struct judge0_request *j)
     for (size_t i = 0; i < j->nargs; i++)
         free(j->args[i]);
     free(j->args);
+    json_decref(j->metadata);
     memset(j, 0, sizeof(*j));
 }
 
@@ -606,6 +610,8 @@ static int check_types(json_t *root, char *err, size_t errlen)
             return judge0_errf(err, errlen, "%s must be a number", key);
         if (m->kind == M_BOOL && !json_is_boolean(v))
             return judge0_errf(err, errlen, "%s must be true or false", key);
+        if (m->kind == M_METADATA && gw_metadata_check(v, err, errlen) != 0)
+            return -1;
     }
     return 0;
 }
@@ -840,7 +846,7 @@ int judge0_parse_batch(const char *body, size_t len, json_t **items, char *err, 
 
 int judge0_parse_submission_object(json_t *root, int base64, struct judge0_request *out, json_t **errors, char *err, size_t errlen)
 {
-    json_t *errs = NULL;
+    json_t *errs = NULL, *v;
     int rc = -1;
 
     memset(out, 0, sizeof(*out));
@@ -862,6 +868,8 @@ int judge0_parse_submission_object(json_t *root, int base64, struct judge0_reque
         rc = -2;
         goto out;
     }
+    v = json_object_get(root, "metadata");
+    out->metadata = v != NULL && !json_is_null(v) ? json_incref(v) : NULL;
     rc = 0;
 out:
     json_decref(errs);

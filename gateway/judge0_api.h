@@ -13,6 +13,8 @@
 
 #include <jansson.h>
 
+#include "moat_errf.h"
+
 #include "moat_proto.h"
 #include "policy.h"
 
@@ -171,6 +173,7 @@ struct judge0_request {
     size_t zip_len;
     struct moat_file *extra; /* additional_files unpacked: files beside the source */
     size_t nextra;
+    json_t *metadata; /* moat's extension (metadata.c), for the packet; NULL: none */
 };
 
 /*
@@ -245,8 +248,8 @@ char *judge0_about_json(void);
 char *judge0_config_info_json(const struct tenant_policy *p, uint64_t ttl_s, uint64_t max_queue);
 
 /* Format a client-facing message into err (errlen bytes); returns -1 (an
- * error as a value, for `return judge0_errf(...)`). */
-__attribute__((format(printf, 3, 4))) int judge0_errf(char *err, size_t errlen, const char *fmt, ...);
+ * error as a value, for `return judge0_errf(...)`): moat_errf. */
+#define judge0_errf moat_errf
 
 /* A random UUID (version 4) from 16 random bytes. */
 void judge0_token(const uint8_t rnd[16], char out[JUDGE0_TOKEN_LEN + 1]);

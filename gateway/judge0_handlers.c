@@ -413,7 +413,7 @@ static enum gw_flow submit_answer(struct gw_request *r, const struct backend_rep
         gw_audit_add_result(r->result_fields, res);
         json_object_set_new(r->result_fields, "judge0",
                             json_pack("{s:s, s:O}", "token", s->token, "status", json_object_get(record, "status")));
-        r->packet = gw_audit_packet(&who, &s->ereq, text, &r->packet_len); /* every field, texts in base64 */
+        r->packet = gw_audit_packet(&who, &s->ereq, s->j.metadata, text, &r->packet_len); /* every field, texts in base64 */
     }
     json_decref(record);
     free(text);
@@ -561,7 +561,7 @@ static void async_record(struct async_run *a, const struct moat_exec_result *res
     } else {
         gw_audit_add_decision(b, "allowed", NULL, NULL, 200, NULL);
         gw_audit_add_result(b, res);
-        packet = gw_audit_packet(&who, &a->ereq, a->record, &plen); /* every field, texts in base64 */
+        packet = gw_audit_packet(&who, &a->ereq, a->j.metadata, a->record, &plen); /* every field, texts in base64 */
     }
     json_object_set_new(b, "judge0", json_pack("{s:s, s:O?}", "token", a->token, "status", json_object_get(rec, "status")));
     text = gw_audit_dump(b, &len);

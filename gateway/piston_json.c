@@ -9,6 +9,7 @@
  */
 #include "piston_json.h"
 #include "gw_limits.h"
+#include "metadata.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -20,22 +21,13 @@
 
 #include "moat_base64.h"
 #include "moat_buf.h"
+#include "moat_errf.h"
 #include "moat_hex.h"
 #include "moat_path.h"
 #include "moat_semver.h"
 #include "moat_utf8.h"
 
 /* ---------------------------------------------------------------- helpers */
-
-__attribute__((format(printf, 3, 4))) static int bad(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* A printable name: no NUL or control characters, 1..MOAT_MAX_NAME_LEN bytes. */
 static int valid_label(const char *s, size_t len)
@@ -82,11 +74,11 @@ static int decode_content(const char *in, size_t len, int base64, uint8_t **out,
 static int get_label(json_t *v, const char *field, char **dst, char *err, size_t errlen)
 {
     if (!json_is_string(v))
-        return bad(err, errlen, "%s must be a string", field);
+        return moat_errf(err, errlen, "%s must be a string", field);
     if (!valid_label(json_string_value(v), json_string_length(v)))
-        return bad(err, errlen, "%s must be 1 to %d bytes without control characters", field, MOAT_MAX_NAME_LEN);
+        return moat_errf(err, errlen, "%s must be 1 to %d bytes without control characters", field, MOAT_MAX_NAME_LEN);
     if ((*dst = moat_memdup0(json_string_value(v), json_string_length(v))) == NULL)
-        return bad(err, errlen, "out of memory");
+        return moat_errf(err, errlen, "out of memory");
     return 0;
 }
 
@@ -96,10 +88,10 @@ static int get_limit(json_t *v, const char *field, int64_t *dst, char *err, size
     json_int_t n;
 
     if (!json_is_integer(v))
-        return bad(err, errlen, "%s must be an integer", field);
+        return moat_errf(err, errlen, "%s must be an integer", field);
     n = json_integer_value(v);
     if (n < -1)
-        return bad(err, errlen, "%s must be -1 or a non-negative integer", field);
+        return moat_errf(err, errlen, "%s must be -1 or a non-negative integer", field);
     *dst = (int64_t)n;
     return 0;
 }
@@ -111,7 +103,7 @@ static int get_cpu_limit(json_t *v, const char *field, int64_t *dst, char *err, 
     if (get_limit(v, field, dst, err, errlen) != 0)
         return -1;
     if (*dst == 0)
-        return bad(err, errlen, "%s must be -1 or a positive integer", field);
+        return moat_errf(err, errlen, "%s must be -1 or a positive integer", field);
     return 0;
 }
 
@@ -122,7 +114,7 @@ static int parse_file(json_t *obj, size_t idx, struct moat_file *f, char *err, s
     int rc;
 
     if (!json_is_object(obj))
-        return bad(err, errlen, "files[%zu] must be an object", idx);
+        return moat_errf(err, errlen, "files[%zu] must be an object", idx);
     json_object_foreach(obj, key, v)
     {
         if (strcmp(key, "name") == 0)
@@ -132,18 +124,19 @@ static int parse_file(json_t *obj, size_t idx, struct moat_file *f, char *err, s
         else if (strcmp(key, "encoding") == 0)
             encoding = v;
         else
-            return bad(err, errlen, "files[%zu]: unknown field '%.64s'", idx, key);
+            return moat_errf(err, errlen, "files[%zu]: unknown field '%.64s'", idx, key);
     }
     if (name != NULL) {
         if (!json_is_string(name))
-            return bad(err, errlen, "files[%zu].name must be a string", idx);
+            return moat_errf(err, errlen, "files[%zu].name must be a string", idx);
         /* a relative path inside /box (moat_path.h); the backend checks again.
          * Option-like names ("-o", "@o" to gcc) are refused too (S26). */
         enum moat_path_problem p = moat_path_check(json_string_value(name), json_string_length(name));
         if (p == MOAT_PATH_CONTROL || p == MOAT_PATH_LENGTH)
-            return bad(err, errlen, "files[%zu].name %s", idx, moat_path_problem_text(p));
+            return moat_errf(err, errlen, "files[%zu].name %s", idx, moat_path_problem_text(p));
         if (p != MOAT_PATH_OK)
-            return bad(err, errlen, "files[%zu].name %s (\"%.64s\")", idx, moat_path_problem_text(p), json_string_value(name));
+            return moat_errf(err, errlen, "files[%zu].name %s (\"%.64s\")", idx, moat_path_problem_text(p),
+                             json_string_value(name));
         f->name = moat_memdup0(json_string_value(name), json_string_length(name));
     } else {
         char def[32];
@@ -151,19 +144,19 @@ static int parse_file(json_t *obj, size_t idx, struct moat_file *f, char *err, s
         f->name = strdup(def);
     }
     if (f->name == NULL)
-        return bad(err, errlen, "out of memory");
+        return moat_errf(err, errlen, "out of memory");
 
     if (encoding != NULL) {
         if (!json_is_string(encoding))
-            return bad(err, errlen, "files[%zu].encoding must be a string", idx);
+            return moat_errf(err, errlen, "files[%zu].encoding must be a string", idx);
         enc = json_string_value(encoding);
         if (strcmp(enc, "utf8") != 0 && strcmp(enc, "base64") != 0 && strcmp(enc, "hex") != 0)
-            return bad(err, errlen, "files[%zu].encoding must be one of utf8, base64, hex", idx);
+            return moat_errf(err, errlen, "files[%zu].encoding must be one of utf8, base64, hex", idx);
     }
     if (content == NULL)
-        return bad(err, errlen, "files[%zu].content is required", idx);
+        return moat_errf(err, errlen, "files[%zu].content is required", idx);
     if (!json_is_string(content))
-        return bad(err, errlen, "files[%zu].content must be a string", idx);
+        return moat_errf(err, errlen, "files[%zu].content must be a string", idx);
 
     if (strcmp(enc, "base64") == 0 || strcmp(enc, "hex") == 0)
         rc = decode_content(json_string_value(content), json_string_length(content), strcmp(enc, "base64") == 0, &f->content,
@@ -174,9 +167,9 @@ static int parse_file(json_t *obj, size_t idx, struct moat_file *f, char *err, s
         rc = f->content == NULL ? -2 : 0;
     }
     if (rc == -2)
-        return bad(err, errlen, "out of memory");
+        return moat_errf(err, errlen, "out of memory");
     if (rc != 0)
-        return bad(err, errlen, "files[%zu].content is not valid %s", idx, enc);
+        return moat_errf(err, errlen, "files[%zu].content is not valid %s", idx, enc);
     return 0;
 }
 
@@ -191,8 +184,8 @@ static int dir_conflict(const struct moat_file *files, size_t i, size_t j, char 
     } else if (!moat_path_is_dir_of(files[j].name, files[i].name)) {
         return 0;
     }
-    return bad(err, errlen, "files[%zu].name \"%.64s\" is a file, and a directory of files[%zu].name \"%.64s\"", file,
-               files[file].name, below, files[below].name);
+    return moat_errf(err, errlen, "files[%zu].name \"%.64s\" is a file, and a directory of files[%zu].name \"%.64s\"", file,
+                     files[file].name, below, files[below].name);
 }
 
 static int parse_files(json_t *arr, struct moat_exec_request *out, char *err, size_t errlen)
@@ -200,12 +193,12 @@ static int parse_files(json_t *arr, struct moat_exec_request *out, char *err, si
     size_t i, j, n;
 
     if (!json_is_array(arr))
-        return bad(err, errlen, "files must be an array");
+        return moat_errf(err, errlen, "files must be an array");
     n = json_array_size(arr);
     if (n < 1 || n > MOAT_MAX_FILES)
-        return bad(err, errlen, "files must hold between 1 and %d files", MOAT_MAX_FILES);
+        return moat_errf(err, errlen, "files must hold between 1 and %d files", MOAT_MAX_FILES);
     if ((out->files = calloc(n, sizeof(*out->files))) == NULL)
-        return bad(err, errlen, "out of memory");
+        return moat_errf(err, errlen, "out of memory");
     for (i = 0; i < n; i++) {
         out->nfiles = i + 1; /* so a partial parse is freed */
         if (parse_file(json_array_get(arr, i), i, &out->files[i], err, errlen) != 0)
@@ -213,7 +206,7 @@ static int parse_files(json_t *arr, struct moat_exec_request *out, char *err, si
         for (j = 0; j < i; j++) {
             const char *a = out->files[j].name, *b = out->files[i].name;
             if (strcmp(a, b) == 0)
-                return bad(err, errlen, "files[%zu].name duplicates files[%zu].name", i, j);
+                return moat_errf(err, errlen, "files[%zu].name duplicates files[%zu].name", i, j);
             if (dir_conflict(out->files, i, j, err, errlen) != 0)
                 return -1;
         }
@@ -226,22 +219,22 @@ static int parse_args(json_t *arr, struct moat_exec_request *out, char *err, siz
     size_t i, n;
 
     if (!json_is_array(arr))
-        return bad(err, errlen, "args must be an array");
+        return moat_errf(err, errlen, "args must be an array");
     n = json_array_size(arr);
     if (n > MOAT_MAX_ARGS)
-        return bad(err, errlen, "args must hold at most %d strings", MOAT_MAX_ARGS);
+        return moat_errf(err, errlen, "args must hold at most %d strings", MOAT_MAX_ARGS);
     if (n == 0)
         return 0;
     if ((out->args = calloc(n, sizeof(*out->args))) == NULL)
-        return bad(err, errlen, "out of memory");
+        return moat_errf(err, errlen, "out of memory");
     for (i = 0; i < n; i++) {
         json_t *v = json_array_get(arr, i);
         if (!json_is_string(v))
-            return bad(err, errlen, "args[%zu] must be a string", i);
+            return moat_errf(err, errlen, "args[%zu] must be a string", i);
         if (json_string_length(v) > MOAT_MAX_ARG_LEN || memchr(json_string_value(v), '\0', json_string_length(v)) != NULL)
-            return bad(err, errlen, "args[%zu] must be at most %d bytes without NUL", i, MOAT_MAX_ARG_LEN);
+            return moat_errf(err, errlen, "args[%zu] must be at most %d bytes without NUL", i, MOAT_MAX_ARG_LEN);
         if ((out->args[i] = moat_memdup0(json_string_value(v), json_string_length(v))) == NULL)
-            return bad(err, errlen, "out of memory");
+            return moat_errf(err, errlen, "out of memory");
         out->nargs = i + 1;
     }
     return 0;
@@ -253,7 +246,7 @@ static int parse_args(json_t *arr, struct moat_exec_request *out, char *err, siz
 static int get_case_limit(json_t *v, size_t i, const char *field, int64_t *dst, char *err, size_t errlen)
 {
     if (!json_is_integer(v) || (json_integer_value(v) != -1 && json_integer_value(v) < 1))
-        return bad(err, errlen, "tests[%zu].%s must be -1 or a positive integer", i, field);
+        return moat_errf(err, errlen, "tests[%zu].%s must be -1 or a positive integer", i, field);
     *dst = (int64_t)json_integer_value(v);
     return 0;
 }
@@ -268,7 +261,7 @@ static int parse_compare(json_t *v, size_t i, enum piston_compare *dst, char *er
                 *dst = (enum piston_compare)k;
                 return 0;
             }
-    return bad(err, errlen, "tests[%zu].compare must be one of exact, trimmed, tokens, float", i);
+    return moat_errf(err, errlen, "tests[%zu].compare must be one of exact, trimmed, tokens, float", i);
 }
 
 static int dup_args(char **from, size_t n, char ***to, size_t *nto)
@@ -297,31 +290,31 @@ static int parse_case(json_t *obj, size_t i, const struct moat_exec_request *req
     t->compare = PISTON_CMP_TRIMMED;
     t->tolerance = PISTON_DEFAULT_TOLERANCE;
     if (!json_is_object(obj))
-        return bad(err, errlen, "tests[%zu] must be an object", i);
+        return moat_errf(err, errlen, "tests[%zu] must be an object", i);
     json_object_foreach(obj, key, v)
     {
         int rc = 0;
         if (strcmp(key, "name") == 0) {
             if (!json_is_string(v) || json_string_length(v) > PISTON_TEST_NAME_MAX ||
                 !valid_label(json_string_value(v), json_string_length(v)))
-                return bad(err, errlen, "tests[%zu].name must be 1 to %d bytes without control characters", i,
-                           PISTON_TEST_NAME_MAX);
+                return moat_errf(err, errlen, "tests[%zu].name must be 1 to %d bytes without control characters", i,
+                                 PISTON_TEST_NAME_MAX);
             if ((t->name = moat_memdup0(json_string_value(v), json_string_length(v))) == NULL)
-                return bad(err, errlen, "out of memory");
+                return moat_errf(err, errlen, "out of memory");
         } else if (strcmp(key, "stdin") == 0) {
             if (!json_is_string(v))
-                return bad(err, errlen, "tests[%zu].stdin must be a string", i);
+                return moat_errf(err, errlen, "tests[%zu].stdin must be a string", i);
             stdin_v = v;
         } else if (strcmp(key, "args") == 0) {
             args = v;
         } else if (strcmp(key, "expected_output") == 0) {
             if (!json_is_string(v))
-                return bad(err, errlen, "tests[%zu].expected_output must be a string", i);
+                return moat_errf(err, errlen, "tests[%zu].expected_output must be a string", i);
             if (json_string_length(v) > PISTON_EXPECTED_MAX)
-                return bad(err, errlen, "tests[%zu].expected_output must be at most %d bytes", i, PISTON_EXPECTED_MAX);
+                return moat_errf(err, errlen, "tests[%zu].expected_output must be at most %d bytes", i, PISTON_EXPECTED_MAX);
             t->expected_len = json_string_length(v);
             if ((t->expected = (uint8_t *)moat_memdup0(json_string_value(v), t->expected_len)) == NULL)
-                return bad(err, errlen, "out of memory");
+                return moat_errf(err, errlen, "out of memory");
         } else if (strcmp(key, "compare") == 0) {
             rc = parse_compare(v, i, &t->compare, err, errlen);
         } else if (strcmp(key, "tolerance") == 0) {
@@ -333,29 +326,29 @@ static int parse_case(json_t *obj, size_t i, const struct moat_exec_request *req
         } else if (strcmp(key, "run_memory_limit") == 0) {
             rc = get_case_limit(v, i, "run_memory_limit", &tc->run_memory_bytes, err, errlen);
         } else {
-            return bad(err, errlen, "tests[%zu]: unknown field '%.64s'", i, key);
+            return moat_errf(err, errlen, "tests[%zu]: unknown field '%.64s'", i, key);
         }
         if (rc != 0)
             return -1;
     }
     if (tolerance != NULL) {
         if (t->compare != PISTON_CMP_FLOAT)
-            return bad(err, errlen, "tests[%zu].tolerance goes with compare \"float\" only", i);
+            return moat_errf(err, errlen, "tests[%zu].tolerance goes with compare \"float\" only", i);
         if (!json_is_number(tolerance) || !(json_number_value(tolerance) >= 0) || json_number_value(tolerance) > 1e300)
-            return bad(err, errlen, "tests[%zu].tolerance must be a non-negative number", i);
+            return moat_errf(err, errlen, "tests[%zu].tolerance must be a non-negative number", i);
         t->tolerance = json_number_value(tolerance);
     }
     if (t->name == NULL) {
         char def[32];
         snprintf(def, sizeof(def), "test %zu", i + 1);
         if ((t->name = strdup(def)) == NULL)
-            return bad(err, errlen, "out of memory");
+            return moat_errf(err, errlen, "out of memory");
     }
     /* the case's own stdin and args, else the request's */
     const char *in = stdin_v ? json_string_value(stdin_v) : (const char *)req->stdin_data;
     tc->stdin_len = stdin_v ? json_string_length(stdin_v) : req->stdin_len;
     if (tc->stdin_len > 0 && (tc->stdin_data = (uint8_t *)moat_memdup0(in, tc->stdin_len)) == NULL)
-        return bad(err, errlen, "out of memory");
+        return moat_errf(err, errlen, "out of memory");
     if (args != NULL) {
         struct moat_exec_request a;
         char field[48];
@@ -376,7 +369,7 @@ static int parse_case(json_t *obj, size_t i, const struct moat_exec_request *req
         tc->args = a.args;
         tc->nargs = a.nargs;
     } else if (dup_args(req->args, req->nargs, &tc->args, &tc->nargs) != 0) {
-        return bad(err, errlen, "out of memory");
+        return moat_errf(err, errlen, "out of memory");
     }
     return 0;
 }
@@ -387,12 +380,12 @@ static int parse_tests(json_t *arr, json_t *timeout, struct moat_exec_request *o
     size_t n;
 
     if (!json_is_array(arr))
-        return bad(err, errlen, "tests must be an array");
+        return moat_errf(err, errlen, "tests must be an array");
     n = json_array_size(arr);
     if (n < 1 || n > MOAT_MAX_TESTS)
-        return bad(err, errlen, "tests must hold between 1 and %d cases", MOAT_MAX_TESTS);
+        return moat_errf(err, errlen, "tests must hold between 1 and %d cases", MOAT_MAX_TESTS);
     if ((out->tests = calloc(n, sizeof(*out->tests))) == NULL || (tests->items = calloc(n, sizeof(*tests->items))) == NULL)
-        return bad(err, errlen, "out of memory");
+        return moat_errf(err, errlen, "out of memory");
     for (size_t i = 0; i < n; i++) {
         out->ntests = tests->count = i + 1; /* so a partial parse is freed */
         if (parse_case(json_array_get(arr, i), i, out, &out->tests[i], &tests->items[i], err, errlen) != 0)
@@ -400,7 +393,7 @@ static int parse_tests(json_t *arr, json_t *timeout, struct moat_exec_request *o
     }
     if (timeout != NULL) {
         if (!json_is_integer(timeout) || (json_integer_value(timeout) != -1 && json_integer_value(timeout) < 1))
-            return bad(err, errlen, "tests_timeout must be -1 or a positive integer");
+            return moat_errf(err, errlen, "tests_timeout must be -1 or a positive integer");
         out->tests_wall_ms = (int64_t)json_integer_value(timeout);
     }
     return 0;
@@ -418,7 +411,8 @@ void piston_tests_free(struct piston_tests *t)
 
 /* ---------------------------------------------------------------- request fields */
 
-static int parse_fields(json_t *root, struct moat_exec_request *out, struct piston_tests *tests, char *err, size_t errlen)
+static int parse_fields(json_t *root, struct moat_exec_request *out, struct piston_tests *tests, json_t **metadata, char *err,
+                        size_t errlen)
 {
     json_t *language = NULL, *version = NULL, *files = NULL, *tests_v = NULL, *tests_timeout = NULL, *v;
     const char *key;
@@ -434,10 +428,10 @@ static int parse_fields(json_t *root, struct moat_exec_request *out, struct pist
             files = v;
         else if (strcmp(key, "stdin") == 0) {
             if (!json_is_string(v))
-                return bad(err, errlen, "stdin must be a string");
+                return moat_errf(err, errlen, "stdin must be a string");
             out->stdin_len = json_string_length(v);
             if ((out->stdin_data = (uint8_t *)moat_memdup0(json_string_value(v), out->stdin_len)) == NULL)
-                return bad(err, errlen, "out of memory");
+                return moat_errf(err, errlen, "out of memory");
         } else if (strcmp(key, "args") == 0)
             rc = parse_args(v, out, err, errlen);
         else if (strcmp(key, "run_timeout") == 0)
@@ -456,62 +450,72 @@ static int parse_fields(json_t *root, struct moat_exec_request *out, struct pist
             tests_v = v;
         else if (tests != NULL && strcmp(key, "tests_timeout") == 0)
             tests_timeout = v;
-        else
-            return bad(err, errlen, "unknown field '%.64s'", key);
+        else if (metadata != NULL && strcmp(key, "metadata") == 0) {
+            if ((rc = gw_metadata_check(v, err, errlen)) == 0)
+                *metadata = json_incref(v);
+        } else
+            return moat_errf(err, errlen, "unknown field '%.64s'", key);
         if (rc != 0)
             return -1;
     }
     if (language == NULL)
-        return bad(err, errlen, "language is required");
+        return moat_errf(err, errlen, "language is required");
     if (get_label(language, "language", &out->language, err, errlen) != 0)
         return -1;
     if (version == NULL)
-        return bad(err, errlen, "version is required");
+        return moat_errf(err, errlen, "version is required");
     if (get_label(version, "version", &out->version, err, errlen) != 0)
         return -1;
     if (!moat_selector_valid(out->version))
-        return bad(err, errlen, "version \"%.64s\" is neither a version nor a semver range (\"3.11\", \"^3.10\", \">=3 <4\")",
-                   out->version);
+        return moat_errf(err, errlen, "version \"%.64s\" is neither a version nor a semver range (\"3.11\", \"^3.10\", \">=3 <4\")",
+                         out->version);
     if (files == NULL)
-        return bad(err, errlen, "files is required");
+        return moat_errf(err, errlen, "files is required");
     if (parse_files(files, out, err, errlen) != 0)
         return -1;
     if (tests_timeout != NULL && tests_v == NULL)
-        return bad(err, errlen, "tests_timeout goes with tests only");
+        return moat_errf(err, errlen, "tests_timeout goes with tests only");
     if (tests_v != NULL)
         return parse_tests(tests_v, tests_timeout, out, tests, err, errlen);
     return 0;
 }
 
-static int parse_object(json_t *root, struct moat_exec_request *out, struct piston_tests *tests, char *err, size_t errlen)
+static int parse_object(json_t *root, struct moat_exec_request *out, struct piston_tests *tests, json_t **metadata, char *err,
+                        size_t errlen)
 {
     int rc;
 
     memset(out, 0, sizeof(*out));
     if (tests != NULL)
         memset(tests, 0, sizeof(*tests));
+    if (metadata != NULL)
+        *metadata = NULL;
     out->tests_wall_ms = -1;
     out->run_timeout_ms = out->compile_timeout_ms = -1;
     out->run_memory_bytes = out->compile_memory_bytes = -1;
     out->run_cpu_ms = out->compile_cpu_ms = -1;
     if (!json_is_object(root))
-        return bad(err, errlen, "request body must be a JSON object");
-    rc = parse_fields(root, out, tests, err, errlen);
+        return moat_errf(err, errlen, "request body must be a JSON object");
+    rc = parse_fields(root, out, tests, metadata, err, errlen);
     if (rc != 0) {
         piston_exec_request_free(out);
         if (tests != NULL)
             piston_tests_free(tests);
+        if (metadata != NULL) {
+            json_decref(*metadata);
+            *metadata = NULL;
+        }
     }
     return rc;
 }
 
-int piston_parse_exec_object(json_t *root, struct moat_exec_request *out, char *err, size_t errlen)
+int piston_parse_exec_object(json_t *root, struct moat_exec_request *out, json_t **metadata, char *err, size_t errlen)
 {
-    return parse_object(root, out, NULL, err, errlen);
+    return parse_object(root, out, NULL, metadata, err, errlen);
 }
 
 int piston_parse_exec_request_tests(const char *body, size_t len, struct moat_exec_request *out, struct piston_tests *tests,
-                                    char *err, size_t errlen)
+                                    json_t **metadata, char *err, size_t errlen)
 {
     json_error_t jerr;
     json_t *root;
@@ -520,19 +524,21 @@ int piston_parse_exec_request_tests(const char *body, size_t len, struct moat_ex
     memset(out, 0, sizeof(*out));
     if (tests != NULL)
         memset(tests, 0, sizeof(*tests));
+    if (metadata != NULL)
+        *metadata = NULL;
     if (body == NULL || len == 0)
-        return bad(err, errlen, "request body must be a JSON object");
+        return moat_errf(err, errlen, "request body must be a JSON object");
     root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (root == NULL)
-        return bad(err, errlen, "invalid JSON at line %d column %d: %s", jerr.line, jerr.column, jerr.text);
-    rc = parse_object(root, out, tests, err, errlen);
+        return moat_errf(err, errlen, "invalid JSON at line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+    rc = parse_object(root, out, tests, metadata, err, errlen);
     json_decref(root);
     return rc;
 }
 
 int piston_parse_exec_request(const char *body, size_t len, struct moat_exec_request *out, char *err, size_t errlen)
 {
-    return piston_parse_exec_request_tests(body, len, out, NULL, err, errlen);
+    return piston_parse_exec_request_tests(body, len, out, NULL, NULL, err, errlen);
 }
 
 void piston_exec_request_free(struct moat_exec_request *r)

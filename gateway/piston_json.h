@@ -49,16 +49,18 @@ struct piston_tests {
     size_t count;
 };
 
-/* As piston_parse_exec_request, and the `tests` extension too (tests may
- * be NULL: then `tests` is an unknown field).  tests->count is 0 for a
- * request without cases; free with piston_tests_free. */
+/* As piston_parse_exec_request, and moat's extensions too: `tests` (tests
+ * may be NULL: then `tests` is an unknown field; tests->count is 0 for a
+ * request without cases; free with piston_tests_free) and `metadata`
+ * (metadata.c; metadata may be NULL: then it is an unknown field; else
+ * *metadata is the object, a new reference, or NULL when absent). */
 int piston_parse_exec_request_tests(const char *body, size_t len, struct moat_exec_request *out, struct piston_tests *tests,
-                                    char *err, size_t errlen);
+                                    json_t **metadata, char *err, size_t errlen);
 void piston_tests_free(struct piston_tests *t);
 
 /* The same from an object already parsed (a session's `init` message,
- * its "type" member removed). */
-int piston_parse_exec_object(json_t *root, struct moat_exec_request *out, char *err, size_t errlen);
+ * its "type" member removed), with metadata but without tests. */
+int piston_parse_exec_object(json_t *root, struct moat_exec_request *out, json_t **metadata, char *err, size_t errlen);
 
 /* Free what piston_parse_exec_request allocated; leaves r zeroed. */
 void piston_exec_request_free(struct moat_exec_request *r);

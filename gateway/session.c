@@ -103,6 +103,7 @@ struct gw_session {
     /* the request, once known */
     int have_request;
     struct moat_exec_request ereq;
+    json_t *metadata; /* the request's metadata (metadata.c), for the packet; NULL: none */
     struct moat_session_open open;
     uint64_t job_id;
     uint64_t t0_ms; /* when the box was asked for (transcript offsets) */
@@ -192,6 +193,7 @@ static void session_free(struct gw_session *s)
     moat_buf_free(&s->stdin_q);
     if (s->have_request)
         piston_exec_request_free(&s->ereq);
+    json_decref(s->metadata);
     free(s->language);
     free(s->version);
     gw_generation_release(s->gen);
@@ -539,7 +541,7 @@ static void record_result(struct gw_session *s)
         st->stdout_len = st->stderr_len = st->output_len = 0;
     }
     result_json = piston_exec_result_json(&res);
-    packet = gw_audit_session_packet(&who, &s->ereq, limits, s->tr, result_json, &plen);
+    packet = gw_audit_session_packet(&who, &s->ereq, s->metadata, limits, s->tr, result_json, &plen);
     if ((b = gw_audit_base(&who, "result")) != NULL) {
         if (s->outcome == OUT_COMPLETED)
             gw_audit_add_decision(b, "allowed", NULL, NULL, 200, NULL);
@@ -1016,7 +1018,7 @@ void gw_session_init(struct gw_session *s, json_t *init)
 
     if (h2o_timeout_is_linked(&s->init_timer))
         h2o_timeout_unlink(&s->init_timer);
-    if (piston_parse_exec_object(init, &s->ereq, err, sizeof(err)) != 0) {
+    if (piston_parse_exec_object(init, &s->ereq, &s->metadata, err, sizeof(err)) != 0) {
         refuse(s, 400, "bad_request", err);
         return;
     }
@@ -1043,9 +1045,10 @@ void gw_session_init(struct gw_session *s, json_t *init)
     begin(s, 1);
 }
 
-void gw_session_start(struct gw_session *s, struct moat_exec_request *ereq)
+void gw_session_start(struct gw_session *s, struct moat_exec_request *ereq, json_t *metadata)
 {
     s->ereq = *ereq;
+    s->metadata = json_incref(metadata);
     memset(ereq, 0, sizeof(*ereq));
     s->have_request = 1;
     s->decision_recorded = audited(s); /* the pipeline's step 8 */

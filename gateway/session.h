@@ -80,8 +80,9 @@ void gw_session_attach(struct gw_session *s, const struct gw_session_sink *sink,
  * init timer stopped.  A refusal is sent as an error event and ends the
  * session. */
 void gw_session_init(struct gw_session *s, json_t *init);
-/* A stream: the request parsed, judged and recorded; ereq is taken. */
-void gw_session_start(struct gw_session *s, struct moat_exec_request *ereq);
+/* A stream: the request parsed, judged and recorded; ereq is taken, and
+ * metadata (NULL: none) is held for the packet. */
+void gw_session_start(struct gw_session *s, struct moat_exec_request *ereq, json_t *metadata);
 /* Has `init` been received? */
 int gw_session_initialised(const struct gw_session *s);
 

@@ -8,7 +8,10 @@ import unittest
 
 from moat_harness import MOAT_AUDIT, Stack
 
-SCOPES = Stack.DEFAULT_TENANT_EXTRA + "endpoints: [execute, runtimes, packets, review]\n"
+SCOPES = Stack.DEFAULT_TENANT_EXTRA + "endpoints: [execute, runtimes, packets, review, submissions]\n"
+
+METADATA = {"prompt": "double the line read \u00e9", "purpose": "ci check", "dependencies": ["python>=3.10"],
+            "labels": {"team": "search", "ticket/id": "A-1"}}
 
 
 class ExecutionsTest(unittest.TestCase):
@@ -39,6 +42,49 @@ class ExecutionsTest(unittest.TestCase):
         self.assertEqual(body["packet"]["result"]["run"]["stdout"], "inin\n")
         self.assertEqual([r["type"] for r in body["records"]], ["request", "result"])
         self.assertEqual(body["reviews"], [])
+
+    def packet(self, rid):
+        st, h, body = self.req("GET", "/api/v2/executions/" + rid)
+        self.assertEqual(st, 200, body)
+        return body["packet"]
+
+    def test_metadata_kept_verbatim_in_the_packet(self):
+        body = {"language": "python", "version": "*", "files": [{"content": "print(1)"}], "metadata": METADATA}
+        st, h, res = self.req("POST", "/api/v2/execute", body=body)
+        self.assertEqual(st, 200, res)
+        self.assertNotIn("metadata", res)  # the answer is Piston's
+        packet = self.packet(h["x-request-id"])
+        self.assertEqual(packet["metadata"], METADATA)
+        self.assertEqual(list(packet["metadata"]), list(METADATA))  # in the order sent
+        # streamed, the packet is a session's, with the same metadata
+        st, h, raw = self.stack.request("POST", "/api/v2/execute", body=body, token=self.stack.tokens["a"],
+                                        headers={"Accept": "application/x-ndjson"})
+        self.assertEqual(st, 200, raw)
+        self.assertEqual(self.packet(h["x-request-id"])["metadata"], METADATA)
+        # a Judge0 submission's packet likewise
+        st, h, res = self.req("POST", "/submissions?wait=true",
+                              body={"source_code": "print(2)", "language_id": 71, "metadata": METADATA})
+        self.assertEqual(st, 201, res)
+        self.assertEqual(res["stdout"], "2\n")
+        self.assertEqual(self.packet(h["x-request-id"])["metadata"], METADATA)
+        # without metadata, the packet has none
+        self.assertNotIn("metadata", self.packet(self.execute()))
+
+    def test_bad_metadata_refused_naming_the_member(self):
+        base = {"language": "python", "version": "*", "files": [{"content": "print(1)"}]}
+        for meta, words in (("a prompt", "metadata must be an object"),
+                            ({"promt": "x"}, "unknown member 'promt'"),
+                            ({"labels": {"team": 1}}, "metadata.labels.team"),
+                            ({"dependencies": "numpy"}, "metadata.dependencies"),
+                            ({"prompt": "x" * (65 * 1024)}, "at most 65536 bytes")):
+            st, h, b = self.req("POST", "/api/v2/execute", body=dict(base, metadata=meta))
+            self.assertEqual(st, 400, meta)
+            self.assertIn(words, b["message"])
+            self.assertEqual(b["request_id"], h["x-request-id"])
+            st, h, b = self.req("POST", "/submissions?wait=true",
+                                body={"source_code": "print(2)", "language_id": 71, "metadata": meta})
+            self.assertEqual(st, 400, meta)
+            self.assertIn(words, b["message"])
 
     def test_not_found_never_forbidden(self):
         rid = self.execute()

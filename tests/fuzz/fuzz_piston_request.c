@@ -28,6 +28,7 @@
 
 #include <jansson.h>
 
+#include "gw_limits.h"
 #include "moat_proto.h"
 #include "piston_json.h"
 #include "piston_tests.h"
@@ -376,16 +377,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* the same body with the `tests` extension allowed */
     struct piston_tests t;
+    json_t *meta;
     memset(err, 0, sizeof(err));
-    if (piston_parse_exec_request_tests((const char *)data, size, &r, &t, err, sizeof(err)) == 0) {
+    if (piston_parse_exec_request_tests((const char *)data, size, &r, &t, &meta, err, sizeof(err)) == 0) {
         request_invariants(&r);
         tests_invariants(&r, &t);
         codec_round_trip(&r);
+        /* metadata as the packet keeps it: an object within its cap */
+        CHECK(meta == NULL || (json_is_object(meta) && json_dumpb(meta, NULL, 0, JSON_COMPACT) <= GW_METADATA_MAX_BYTES));
+        json_decref(meta);
         piston_exec_request_free(&r);
         piston_tests_free(&t);
     } else {
         CHECK(err[0] != '\0' && strlen(err) < sizeof(err));
-        CHECK(r.tests == NULL && r.ntests == 0 && t.items == NULL && t.count == 0);
+        CHECK(r.tests == NULL && r.ntests == 0 && t.items == NULL && t.count == 0 && meta == NULL);
         error_body(err);
     }
     check_sanitize(data, size);

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "gw_limits.h"
 #include "piston_json.h"
 #include "piston_tests.h"
 
@@ -515,7 +516,7 @@ static void test_tests_parse(void **state)
                        "\"tolerance\":0.5,\"run_timeout\":100,\"run_cpu_time\":50,\"run_memory_limit\":1000000},{}]}";
     (void)state;
 
-    assert_int_equal(piston_parse_exec_request_tests(body, strlen(body), &r, &t, err, sizeof(err)), 0);
+    assert_int_equal(piston_parse_exec_request_tests(body, strlen(body), &r, &t, NULL, err, sizeof(err)), 0);
     assert_int_equal(r.ntests, 2);
     assert_int_equal(t.count, 2);
     assert_true(r.tests_wall_ms == 5000);
@@ -543,13 +544,92 @@ static void test_tests_parse(void **state)
     assert_non_null(strstr(err, "unknown field 'tests"));
 }
 
+/* metadata (metadata.c): kept as sent when it is one; refused, naming
+ * the member, when not; an unknown field where the caller takes none. */
+static json_t *parse_meta(const char *meta, char *err, size_t errlen, int *rc)
+{
+    struct moat_exec_request r;
+    struct piston_tests t;
+    json_t *m = (json_t *)1;
+    char body[160 * 1024];
+
+    snprintf(body, sizeof(body), "{\"language\":\"c\",\"version\":\"*\"," F ",\"metadata\":%s}", meta);
+    *rc = piston_parse_exec_request_tests(body, strlen(body), &r, &t, &m, err, errlen);
+    if (*rc == 0) {
+        piston_exec_request_free(&r);
+        piston_tests_free(&t);
+    }
+    return m;
+}
+
+static void expect_bad_metadata(const char *meta, const char *needle)
+{
+    char err[256];
+    int rc;
+    json_t *m = parse_meta(meta, err, sizeof(err), &rc);
+
+    assert_int_equal(rc, -1);
+    assert_null(m);
+    if (strstr(err, needle) == NULL)
+        fail_msg("metadata %s: message \"%s\" does not mention \"%s\"", meta, err, needle);
+}
+
+static void test_metadata(void **state)
+{
+    struct moat_exec_request r;
+    char err[256], *text;
+    int rc;
+    json_t *m;
+    (void)state;
+
+    m = parse_meta("{\"prompt\":\"sum two numbers \\u00e9\",\"purpose\":\"ci\",\"dependencies\":[\"numpy>=1.26\"],"
+                   "\"labels\":{\"team\":\"search\",\"ticket/id\":\"A-1\"}}",
+                   err, sizeof(err), &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(m);
+    text = json_dumps(m, JSON_COMPACT);
+    assert_string_equal(text, "{\"prompt\":\"sum two numbers \u00e9\",\"purpose\":\"ci\",\"dependencies\":[\"numpy>=1.26\"],"
+                              "\"labels\":{\"team\":\"search\",\"ticket/id\":\"A-1\"}}"); /* verbatim, in order */
+    free(text);
+    json_decref(m);
+    m = parse_meta("{}", err, sizeof(err), &rc);
+    assert_int_equal(rc, 0);
+    assert_true(json_is_object(m) && json_object_size(m) == 0);
+    json_decref(m);
+
+    expect_bad_metadata("\"a prompt\"", "metadata must be an object");
+    expect_bad_metadata("{\"promt\":\"x\"}", "unknown member 'promt'");
+    expect_bad_metadata("{\"prompt\":1}", "metadata.prompt must be a string");
+    expect_bad_metadata("{\"prompt\":\"a\\u0000b\"}", "without NUL");
+    expect_bad_metadata("{\"dependencies\":\"numpy\"}", "metadata.dependencies must be an array");
+    expect_bad_metadata("{\"dependencies\":[1]}", "metadata.dependencies[0]");
+    expect_bad_metadata("{\"labels\":[\"x\"]}", "metadata.labels must be an object");
+    expect_bad_metadata("{\"labels\":{\"a b\":\"x\"}}", "a label's name");
+    expect_bad_metadata("{\"labels\":{\"team\":7}}", "metadata.labels.team must be a string");
+
+    /* the cap is the whole object's, as compact JSON */
+    size_t n = GW_METADATA_MAX_BYTES;
+    char *big = malloc(n + 32);
+    assert_non_null(big);
+    memcpy(big, "{\"prompt\":\"", 11);
+    memset(big + 11, 'x', n);
+    memcpy(big + 11 + n, "\"}", 3);
+    expect_bad_metadata(big, "at most");
+    free(big);
+
+    /* the plain parser, and a session's init, know what they take */
+    const char *body = "{\"language\":\"c\",\"version\":\"*\"," F ",\"metadata\":{}}";
+    assert_int_equal(piston_parse_exec_request(body, strlen(body), &r, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "unknown field 'metadata"));
+}
+
 static void expect_bad_tests(const char *body, const char *needle)
 {
     struct moat_exec_request r;
     struct piston_tests t;
     char err[256];
 
-    assert_int_equal(piston_parse_exec_request_tests(body, strlen(body), &r, &t, err, sizeof(err)), -1);
+    assert_int_equal(piston_parse_exec_request_tests(body, strlen(body), &r, &t, NULL, err, sizeof(err)), -1);
     if (strstr(err, needle) == NULL)
         fail_msg("body %s: message \"%s\" does not mention \"%s\"", body, err, needle);
     assert_null(r.tests);
@@ -673,6 +753,7 @@ int main(void)
         cmocka_unit_test(test_utf8_sanitize),
         cmocka_unit_test(test_result_json),
         cmocka_unit_test(test_runtimes_and_error_json),
+        cmocka_unit_test(test_metadata),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
