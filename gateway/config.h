@@ -15,6 +15,7 @@
 #include "jwt_auth.h"
 #include "privsep.h"
 #include "policy.h"
+#include "proxies.h"
 
 struct gw_tenant {
     char *name;
@@ -81,6 +82,10 @@ struct gw_config {
     /* connection limits, counted at accept */
     unsigned max_connections;
     unsigned max_connections_per_address; /* IPv6: per /64 */
+    /* load balancers (proxies.c): peers that may name the client */
+    struct gw_cidr trusted_proxies[GW_MAX_TRUSTED_PROXIES];
+    size_t ntrusted_proxies;
+    int proxy_protocol; /* trusted peers start each connection with a PROXY v2 header */
     /* unauthenticated: refusals before authentication, per client address (IPv6 /64; denials.c) */
     double unauth_per_second;
     uint32_t unauth_burst;

@@ -1,7 +1,7 @@
 /*
  * config_server.c - the configuration's serving sections: listen, tls,
- * backend, timeouts, http2, and the top-level user, workers, request size
- * and connection limits.
+ * backend, timeouts, http2, and the top-level user, workers, request size,
+ * connection limits and load balancers (trusted_proxies, proxy_protocol).
  *
  * cfg_server_field() takes these keys from the top-level mapping (config.c
  * hands it every key that is not a tenant, issuer or audit key); each
@@ -100,6 +100,31 @@ static int backend_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, 
     return 1;
 }
 
+/* trusted_proxies: a sequence of CIDRs ("10.0.0.0/8", "192.0.2.7", "fd00::/8"). */
+static int trusted_proxies(struct parse_ctx *pc, const yaml_node_t *n)
+{
+    yaml_node_item_t *it;
+    struct gw_config *cfg = pc->cfg;
+
+    if (n->type != YAML_SEQUENCE_NODE)
+        return cfg_fail(pc, n, "trusted_proxies must be a sequence of addresses or CIDR ranges");
+    cfg->ntrusted_proxies = 0;
+    for (it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+        yaml_node_t *e = yaml_document_get_node(pc->doc, *it);
+        if (cfg_want_scalar(pc, e, "trusted_proxies") != 0)
+            return -1;
+        if (cfg->ntrusted_proxies == GW_MAX_TRUSTED_PROXIES)
+            return cfg_fail(pc, e, "trusted_proxies: at most %d ranges", GW_MAX_TRUSTED_PROXIES);
+        if (gw_cidr_parse(cfg_scalar(e), &cfg->trusted_proxies[cfg->ntrusted_proxies]) != 0)
+            return cfg_fail(pc, e,
+                            "trusted_proxies: '%s' is not an address or a CIDR range with no bits set past its prefix "
+                            "(10.0.0.0/8, 192.0.2.7, fd00::/8)",
+                            cfg_scalar(e));
+        cfg->ntrusted_proxies++;
+    }
+    return 0;
+}
+
 /* The serving sections, each a mapping with its own field function. */
 static const struct {
     const char *key;
@@ -129,6 +154,10 @@ int cfg_server_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void
         return cfg_unsigned(pc, v, "max_connections", 1, GW_MAX_CONNECTIONS, &pc->cfg->max_connections);
     if (strcmp(key, "max_connections_per_address") == 0)
         return cfg_unsigned(pc, v, "max_connections_per_address", 1, GW_MAX_CONNECTIONS, &pc->cfg->max_connections_per_address);
+    if (strcmp(key, "trusted_proxies") == 0)
+        return trusted_proxies(pc, v);
+    if (strcmp(key, "proxy_protocol") == 0)
+        return cfg_bool(pc, v, "proxy_protocol", &pc->cfg->proxy_protocol);
     return 1;
 }
 
@@ -172,6 +201,8 @@ int cfg_server_finish(struct parse_ctx *pc, const yaml_node_t *root)
         return cfg_fail(pc, root, "tls.certificate and tls.key are required");
     if (cfg->tls_require_client_cert && cfg->tls_client_ca == NULL)
         return cfg_fail(pc, root, "tls.require_client_certificate needs tls.client_ca");
+    if (cfg->proxy_protocol && cfg->ntrusted_proxies == 0)
+        return cfg_fail(pc, root, "proxy_protocol needs trusted_proxies: the peers that send the PROXY header");
     if (apply_env(pc) != 0)
         return -1;
     resolve_workers(pc->cfg);

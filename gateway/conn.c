@@ -12,7 +12,10 @@
  *               total; over max_connections_per_address or max_connections
  *               the socket is closed before the TLS handshake.  The state is
  *               hung on h2o's sock->on_close hook, which h2o calls when it
- *               frees the socket: that uncounts the address.
+ *               frees the socket: that uncounts the address.  A trusted
+ *               proxy's connection (proxy_protocol: true; proxies.c) first
+ *               sends a PROXY v2 header naming the client: the count moves
+ *               from the proxy (uncapped per address) to that client.
  *   requests -> the pipeline (step 1) reports each request's start and end: requests in
  *               flight, requests whose whole response was sent, activity.
  *   watchdog -> every GW_WATCHDOG_MS each worker walks its connections:
@@ -70,6 +73,7 @@
 #include <arpa/inet.h>
 #include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_acked (glibc's lacks it) */
 #include <netinet/in.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -108,8 +112,12 @@ struct gw_conn {
     int fd;
     uint8_t key[16];
     char peer[INET6_ADDRSTRLEN];
-    int condemned;         /* being closed; further requests are refused */
-    uint64_t condemned_ms; /* since; the descriptor is shut if h2o has not closed it in time */
+    struct gw_addr addr;       /* the client (the peer, or who its PROXY header named) */
+    int trusted;               /* addr is a trusted proxy: its X-Forwarded-For counts */
+    int uncounted;             /* refused after its PROXY header: in no count of the table */
+    gw_conn_ready_cb on_ready; /* waiting for a PROXY header, then this */
+    int condemned;             /* being closed; further requests are refused */
+    uint64_t condemned_ms;     /* since; the descriptor is shut if h2o has not closed it in time */
     int shut;
     int is_h2;
     int upgraded;           /* a WebSocket now: no HTTP/1 request clocks, only the send clock */
@@ -148,25 +156,6 @@ struct gw_conn_table *gw_conn_table_new(void)
         return NULL;
     }
     return t;
-}
-
-/* IPv4 as ::ffff:a.b.c.d; IPv6 by its /64 (one subscriber's usual allocation). */
-static void addr_key(const struct sockaddr_storage *ss, socklen_t len, uint8_t key[16], char *text, size_t textlen)
-{
-    memset(key, 0, 16);
-    snprintf(text, textlen, "?");
-    if (ss->ss_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
-        const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
-        key[10] = key[11] = 0xff;
-        memcpy(key + 12, &sin->sin_addr, 4);
-        inet_ntop(AF_INET, &sin->sin_addr, text, textlen);
-    } else if (ss->ss_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
-        const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)ss;
-        memcpy(key, &sin6->sin6_addr, 16);
-        if (!IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr))
-            memset(key + 8, 0, 8);
-        inet_ntop(AF_INET6, &sin6->sin6_addr, text, textlen);
-    }
 }
 
 /* Keyed with a random seed so clients cannot aim at one bucket. */
@@ -264,7 +253,8 @@ static void on_sock_close(void *data)
 {
     struct gw_conn *gc = data;
 
-    table_release(gc->worker->server->conns, gc->key);
+    if (!gc->uncounted)
+        table_release(gc->worker->server->conns, gc->key);
     h2o_linklist_unlink(&gc->link);
     gc->sock = NULL;
     free_if_done(gc);
@@ -275,40 +265,107 @@ static struct gw_conn *conn_of_sock(h2o_socket_t *sock)
     return sock != NULL && sock->on_close.cb == on_sock_close ? sock->on_close.data : NULL;
 }
 
-int gw_conn_accept(struct gw_worker *w, h2o_socket_t *sock)
+/* The connection's client is a: its key, text, and whether it is a trusted proxy. */
+static void set_client(struct gw_conn *gc, const struct gw_config *cfg, const struct gw_addr *a)
+{
+    gc->addr = *a;
+    gw_addr_key(a, gc->key);
+    gw_addr_text(a, gc->peer, sizeof(gc->peer));
+    gc->trusted = gw_cidr_match(cfg->trusted_proxies, cfg->ntrusted_proxies, a);
+}
+
+/*
+ * A trusted peer's PROXY v2 header (proxy_protocol: true), read before the
+ * TLS handshake: the connection becomes the client's it names (counted
+ * against that address's cap: over it, closed), or is closed when the
+ * header is missing or malformed.  Bytes after the header stay in the
+ * socket's input for the handshake (h2o's TLS takes them from there).
+ */
+static void on_proxy_header(h2o_socket_t *sock, const char *err)
+{
+    struct gw_conn *gc = conn_of_sock(sock);
+    const struct gw_config *cfg;
+    struct sockaddr_storage src;
+    socklen_t srclen;
+    struct gw_addr a;
+    const char *why;
+    long n;
+
+    if (gc == NULL || err != NULL) {
+        h2o_socket_close(sock);
+        return;
+    }
+    cfg = gc->worker->cfg;
+    n = gw_proxy_v2_parse((const uint8_t *)sock->input->bytes, sock->input->size, &src, &srclen, &why);
+    if (n == 0)
+        return; /* more to come */
+    if (n < 0) {
+        log_warnx("%s: closing a connection from trusted proxy %s: %s (proxy_protocol is on)", __func__, gc->peer, why);
+        h2o_socket_close(sock);
+        return;
+    }
+    h2o_socket_read_stop(sock);
+    h2o_buffer_consume(&sock->input, (size_t)n);
+    if (srclen != 0 && gw_addr_of_sockaddr((struct sockaddr *)&src, srclen, &a) == 0) {
+        uint8_t old[16];
+        memcpy(old, gc->key, sizeof(old));
+        set_client(gc, cfg, &a);
+        /* the balancer's count becomes the client's */
+        table_release(gc->worker->server->conns, old);
+        if ((why = table_acquire(gc->worker->server->conns, gc->key, cfg->max_connections, cfg->max_connections_per_address)) !=
+            NULL) {
+            log_refusal(gc->worker->server->conns, h2o_now(gc->worker->ctx.loop), gc->peer, why);
+            memset(gc->key, 0, sizeof(gc->key)); /* counted nowhere now: on_sock_close must not release it */
+            gc->uncounted = 1;
+            h2o_socket_close(sock);
+            return;
+        }
+        h2o_socket_setpeername(sock, (struct sockaddr *)&src, srclen);
+    }
+    gc->on_ready(gc->worker, sock);
+}
+
+int gw_conn_accept(struct gw_worker *w, h2o_socket_t *sock, gw_conn_ready_cb on_ready)
 {
     const struct gw_config *cfg = w->cfg;
     uint64_t now = h2o_now(w->ctx.loop);
     struct sockaddr_storage ss;
-    socklen_t len;
+    struct gw_addr a;
     struct gw_conn *gc;
-    uint8_t key[16];
-    char peer[INET6_ADDRSTRLEN];
+    unsigned per_addr = cfg->max_connections_per_address;
     const char *why;
 
     memset(&ss, 0, sizeof(ss));
-    len = h2o_socket_getpeername(sock, (struct sockaddr *)&ss);
-    addr_key(&ss, len, key, peer, sizeof(peer));
-    if ((why = table_acquire(w->server->conns, key, cfg->max_connections, cfg->max_connections_per_address)) != NULL) {
-        log_refusal(w->server->conns, now, peer, why);
+    memset(&a, 0, sizeof(a));
+    (void)gw_addr_of_sockaddr((struct sockaddr *)&ss, h2o_socket_getpeername(sock, (struct sockaddr *)&ss), &a);
+    if ((gc = calloc(1, sizeof(*gc))) == NULL) {
+        log_warnx("%s: out of memory", __func__);
         h2o_socket_close(sock);
         return -1;
     }
-    if ((gc = calloc(1, sizeof(*gc))) == NULL) {
-        table_release(w->server->conns, key);
-        log_warnx("%s: out of memory", __func__);
+    set_client(gc, cfg, &a);
+    /* a balancer's connections count against its address once they name their client */
+    if (gc->trusted && cfg->proxy_protocol)
+        per_addr = UINT_MAX;
+    if ((why = table_acquire(w->server->conns, gc->key, cfg->max_connections, per_addr)) != NULL) {
+        log_refusal(w->server->conns, now, gc->peer, why);
+        free(gc);
         h2o_socket_close(sock);
         return -1;
     }
     gc->worker = w;
     gc->sock = sock;
     gc->fd = h2o_socket_get_fd(sock);
-    memcpy(gc->key, key, sizeof(gc->key));
-    memcpy(gc->peer, peer, sizeof(gc->peer));
     gc->last_activity = gc->boundary_ms = now;
     sock->on_close.cb = on_sock_close;
     sock->on_close.data = gc;
     h2o_linklist_insert(&w->conns, &gc->link);
+    if (gc->trusted && cfg->proxy_protocol) {
+        gc->on_ready = on_ready;
+        h2o_socket_read_start(sock, on_proxy_header); /* the idle clock bounds a header that never comes */
+        return 0;
+    }
+    on_ready(w, sock);
     return 0;
 }
 
@@ -346,14 +403,15 @@ struct gw_conn *gw_conn_of(h2o_req_t *req)
     return conn_of_sock(req->conn->callbacks->get_socket(req->conn));
 }
 
-const uint8_t *gw_conn_addr_key(const struct gw_conn *gc)
-{
-    return gc->key;
-}
-
 const char *gw_conn_peer(const struct gw_conn *gc)
 {
     return gc->peer;
+}
+
+const struct gw_addr *gw_conn_addr(const struct gw_conn *gc, int *trusted)
+{
+    *trusted = gc->trusted;
+    return &gc->addr;
 }
 
 /* ---------------------------------------------------------------- closing */

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "proxies.h"
 #include "server.h"
 
 struct gw_conn;
@@ -19,17 +20,15 @@ struct gw_conn_table *gw_conn_table_new(void);
 /*
  * A socket the worker just accepted: count it against max_connections and
  * max_connections_per_address and attach its state (freed when h2o closes
- * the socket).  Returns 0 to go on with the TLS handshake, or -1 after
- * closing a socket over a limit.
+ * the socket).  Returns 0 and calls on_ready (now, or once a trusted
+ * proxy's PROXY v2 header has named the client: proxies.c) to go on with
+ * the TLS handshake, or -1 after closing a socket over a limit.
  */
-int gw_conn_accept(struct gw_worker *w, h2o_socket_t *sock);
+typedef void (*gw_conn_ready_cb)(struct gw_worker *w, h2o_socket_t *sock);
+int gw_conn_accept(struct gw_worker *w, h2o_socket_t *sock, gw_conn_ready_cb on_ready);
 
 /* The state of req's connection, or NULL (not one of ours). */
 struct gw_conn *gw_conn_of(h2o_req_t *req);
-
-/* The client's address key, taken at accept: 16 bytes, IPv4 as
- * ::ffff:a.b.c.d, IPv6 cut to its /64 (the unit of per-address limits). */
-const uint8_t *gw_conn_addr_key(const struct gw_conn *gc);
 
 /* The connection became a WebSocket (session_ws.c): from now on only the
  * send clock applies to it. */
@@ -37,6 +36,9 @@ void gw_conn_upgraded(struct gw_conn *gc);
 
 /* The client's address as text, taken at accept ("?" if unknown). */
 const char *gw_conn_peer(const struct gw_conn *gc);
+/* The client's address, and whether it is a trusted proxy (whose
+ * X-Forwarded-For names the client of each request). */
+const struct gw_addr *gw_conn_addr(const struct gw_conn *gc, int *trusted);
 
 /* The key entry this connection last authenticated with, if the token and
  * the config generation's serial (the request's own) are the same as then;

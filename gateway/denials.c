@@ -181,7 +181,7 @@ static void on_verdict(void *arg, const struct rl_decision *dec)
 int gw_denials_over(struct gw_request *r, int status)
 {
     const struct gw_config *cfg = r->cfg;
-    const uint8_t *key = r->conn != NULL ? gw_conn_addr_key(r->conn) : NULL;
+    const uint8_t *key = r->has_client ? r->client_key : NULL;
     struct rl_params p = {cfg->unauth_per_second, cfg->unauth_burst, RL_UNLIMITED_IN_FLIGHT, RL_UNLIMITED_CPU_MS};
     struct verdict v = {0, RL_RETRY_NEVER};
     char name[3 + 32 + 1] = "ip:";

@@ -47,6 +47,7 @@ static void on_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t *
     r.message = req->res.reason != NULL ? req->res.reason : "refused by the HTTP library";
     r.note = "refused by the HTTP library (h2o)";
     gw_new_request_id(r.request_id);
+    gw_request_client(&r);
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL,
                           h2o_strdup(&req->pool, r.request_id, SIZE_MAX).base, GW_REQUEST_ID_LEN);
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-store"));

@@ -190,6 +190,8 @@ void gw_log_request(const struct gw_request *r, int status)
     puts_(&l, r->tenant != NULL ? r->tenant : "-");
     puts_(&l, " key=");
     puts_(&l, r->key_id[0] != '\0' ? r->key_id : "-");
+    puts_(&l, " client=");
+    puts_(&l, r->client[0] != '\0' ? r->client : "?");
     if (status >= 400 && gw_reason_name(r->reason) != NULL) {
         puts_(&l, " reason=");
         puts_(&l, gw_reason_name(r->reason));

@@ -115,7 +115,7 @@ void gw_request_who(struct gw_request *r, struct gw_audit_who *who)
     who->request_id = r->request_id;
     who->tenant = r->tenant;
     who->key_id = r->key_id;
-    who->client = r->conn != NULL ? gw_conn_peer(r->conn) : "?"; /* taken once, at accept */
+    who->client = r->client; /* gw_request_client */
     who->method = r->req->method.base;
     who->method_len = r->req->method.len;
     who->path = r->req->path_normalized.base;
@@ -553,6 +553,47 @@ void gw_new_request_id(char out[GW_REQUEST_ID_LEN + 1])
 }
 
 /*
+ * Who the client is: the connection's client (the peer, or who a trusted
+ * proxy's PROXY header named), or, when that is a trusted proxy, the
+ * rightmost untrusted hop of X-Forwarded-For (proxies.c).  The header from
+ * anyone else is ignored, and logged (at most once a second per worker).
+ */
+void gw_request_client(struct gw_request *r)
+{
+    const struct gw_config *cfg = r->cfg;
+    const struct gw_addr *peer;
+    struct gw_addr client;
+    h2o_iovec_t xff = {NULL, 0};
+    ssize_t i = -1;
+    int trusted, rc;
+
+    snprintf(r->client, sizeof(r->client), "?");
+    if (r->conn == NULL)
+        return;
+    r->has_client = 1;
+    peer = gw_conn_addr(r->conn, &trusted);
+    client = *peer;
+    while ((i = h2o_find_header_by_str(&r->req->headers, H2O_STRLIT("x-forwarded-for"), i)) != -1) {
+        h2o_iovec_t v = r->req->headers.entries[i].value;
+        xff = xff.base == NULL ? v : h2o_concat(&r->req->pool, xff, h2o_iovec_init(H2O_STRLIT(",")), v);
+    }
+    if (xff.base != NULL && !trusted) {
+        uint64_t now = h2o_now(r->worker->ctx.loop);
+        if (now >= r->worker->xff_logged_ms + 1000) {
+            r->worker->xff_logged_ms = now;
+            log_warnx("%s: id=%s: X-Forwarded-For from %s ignored: not in trusted_proxies", __func__, r->request_id,
+                      gw_conn_peer(r->conn));
+        }
+    } else if (xff.base != NULL &&
+               (rc = gw_forwarded_client(xff.base, xff.len, cfg->trusted_proxies, cfg->ntrusted_proxies, &client)) < 0) {
+        log_warnx("%s: id=%s: X-Forwarded-For from %s has a hop that is not an address; the client is taken as %s", __func__,
+                  r->request_id, gw_conn_peer(r->conn), "the last trusted hop");
+    }
+    gw_addr_text(&client, r->client, sizeof(r->client));
+    gw_addr_key(&client, r->client_key);
+}
+
+/*
  * The request's state, in req->pool: it lives exactly as long as the
  * request.  It is the pool's first shared allocation, and h2o frees those
  * last-allocated-first, so everything a step allocates later (a backend
@@ -574,10 +615,11 @@ static struct gw_request *request_new(h2o_req_t *req)
     gw_generation_hold(r->gen);
     r->cfg = &r->gen->cfg;
     r->conn = gw_conn_of(req);
+    gw_new_request_id(r->request_id);
+    gw_request_client(r);
     w->inflight++;
     /* room for every header a response of ours carries, in one allocation */
     h2o_vector_reserve(&req->pool, &req->res.headers, 8);
-    gw_new_request_id(r->request_id);
     return r;
 }
 

@@ -50,6 +50,10 @@ struct gw_request {
     struct gw_generation *gen; /* held until the request is freed */
     const struct gw_config *cfg;
     struct gw_conn *conn; /* NULL if not one of ours */
+    /* the client: the connection's, or a trusted proxy's X-Forwarded-For (proxies.c) */
+    char client[INET6_ADDRSTRLEN];
+    uint8_t client_key[16]; /* its per-address key (IPv6: the /64) */
+    int has_client;         /* 0: not a socket we know ("?"; no per-address limits) */
     const struct gw_route *route;
     enum gw_step step;
     char request_id[GW_REQUEST_ID_LEN + 1];
@@ -128,6 +132,10 @@ void gw_step_done(struct gw_request *r, enum gw_flow flow);
  * over, and records the result itself.  Returns whether r held a slot. */
 int gw_take_slot(struct gw_request *r);
 
+/* r->client and r->client_key, from r->conn and, when the connection's
+ * client is a trusted proxy, X-Forwarded-For (after r->request_id is
+ * made: a log line may name it). */
+void gw_request_client(struct gw_request *r);
 /* Who asked, for a record made after r is gone: the fields point into r
  * (copy them). */
 void gw_request_who(struct gw_request *r, struct gw_audit_who *who);

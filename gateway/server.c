@@ -255,6 +255,12 @@ int gw_server_listen(struct gw_server *srv, char *err, size_t errlen)
     return 0;
 }
 
+/* The connection's client is known (a trusted proxy's PROXY header read): TLS. */
+static void on_client_known(struct gw_worker *w, h2o_socket_t *sock)
+{
+    gw_accept(&w->accept_ctx, sock); /* h2o_accept, with the HTTP/2 header block guard */
+}
+
 static void on_accept(h2o_socket_t *listener, const char *err)
 {
     struct gw_worker *w = listener->data;
@@ -265,9 +271,7 @@ static void on_accept(h2o_socket_t *listener, const char *err)
     if ((sock = h2o_evloop_socket_accept(listener)) == NULL)
         return;
     gw_worker_refresh(w); /* the current certificate and limits */
-    if (gw_conn_accept(w, sock) != 0)
-        return;
-    gw_accept(&w->accept_ctx, sock); /* h2o_accept, with the HTTP/2 header block guard */
+    (void)gw_conn_accept(w, sock, on_client_known);
 }
 
 static int stopping(void)

@@ -74,6 +74,7 @@ struct gw_worker {
     uint64_t runtimes_ms;          /* when (loop time); 0: never */
     struct gw_denials denials;     /* summaries of refusals past their address's rate (denials.c) */
     uint64_t ready_ms;             /* the last /readyz that found the backend answering (loop time); 0: never */
+    uint64_t xff_logged_ms;        /* an ignored X-Forwarded-For was last logged (loop time) */
     int audit_pending_fd;          /* a replacement writer socket from the main thread (atomic; -1 none) */
 };
 

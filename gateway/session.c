@@ -1221,7 +1221,7 @@ struct gw_session *gw_session_new(struct gw_request *r, enum gw_session_kind kin
     memcpy(s->request_id, r->request_id, sizeof(s->request_id));
     snprintf(s->tenant, sizeof(s->tenant), "%s", r->tenant);
     snprintf(s->key_id, sizeof(s->key_id), "%s", r->key_id);
-    snprintf(s->client, sizeof(s->client), "%s", r->conn != NULL ? gw_conn_peer(r->conn) : "?");
+    snprintf(s->client, sizeof(s->client), "%s", r->client);
     snprintf(s->method, sizeof(s->method), "%.*s", (int)(req->method.len < 7 ? req->method.len : 7), req->method.base);
     snprintf(s->path, sizeof(s->path), "%.*s", (int)(req->path_normalized.len < 63 ? req->path_normalized.len : 63),
              req->path_normalized.base);
