@@ -345,6 +345,7 @@ int box_start(struct slot *s, const struct box_job *job, struct errbuf *e)
         if (!st->present)
             continue;
         put_u64(&b, st->lim.fsize_bytes);
+        put_u64(&b, st->lim.stack_bytes);
         put_u64(&b, st->lim.cpu_ms);
         put_u32(&b, st->lim.nofile);
         put_u32(&b, st->lim.pids);

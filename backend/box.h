@@ -36,6 +36,7 @@ struct box_limits {
     uint32_t pids;
     size_t output_cap; /* per stream */
     uint64_t fsize_bytes;
+    uint64_t stack_bytes; /* RLIMIT_STACK */
     uint32_t nofile;
 };
 

@@ -72,11 +72,10 @@
 #define BOX_DEV_TMPFS_OPTS  "size=64k,nr_inodes=64,mode=0755"
 #define BOX_MASK_TMPFS_OPTS "size=4k,nr_inodes=2,mode=0555"
 #define BOX_HOSTNAME        "box"
-#define BOX_STACK_LIMIT     (64ull * 1024 * 1024)
 
 struct stage_plan {
     int present;
-    uint64_t fsize, cpu_ms;
+    uint64_t fsize, stack, cpu_ms;
     uint32_t nofile, pids;
     char **argv;
     char **envp;
@@ -455,7 +454,7 @@ static void read_plan(struct parsed_plan *pp)
         if (!(stage_mask & (1u << k)))
             continue;
         st->present = 1;
-        if (take(&c, &st->fsize, 8) || take(&c, &st->cpu_ms, 8) || take(&c, &st->nofile, 4) || take(&c, &st->pids, 4) ||
+        if (take(&c, &st->fsize, 8) || take(&c, &st->stack, 8) || take(&c, &st->cpu_ms, 8) || take(&c, &st->nofile, 4) || take(&c, &st->pids, 4) ||
             take(&c, &argc, 4) || take(&c, &envc, 4) || argc == 0) {
             errno = EINVAL;
             child_die("plan: bad stage");
@@ -641,7 +640,7 @@ static void setup_rlimits(const struct stage_plan *st, int errfd, int stage)
     RLIM(RLIMIT_CORE, 0);
     RLIM(RLIMIT_FSIZE, st->fsize);
     RLIM(RLIMIT_NOFILE, st->nofile);
-    RLIM(RLIMIT_STACK, BOX_STACK_LIMIT);
+    RLIM(RLIMIT_STACK, st->stack);
     RLIM(RLIMIT_MEMLOCK, 0);
     RLIM(RLIMIT_MSGQUEUE, 0);
     RLIM(RLIMIT_CPU, cpu_s);

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "moat_options.h"
 #include "moat_path.h"
 
 /* ---- validation -------------------------------------------------------- */
@@ -129,7 +130,52 @@ static int stage_limits_for(const struct stage_limits *ceil, int64_t timeout_ms,
     lim->pids = ceil->pids;
     lim->output_cap = (size_t)ceil->output_cap;
     lim->fsize_bytes = ceil->fsize_bytes;
+    lim->stack_bytes = ceil->stack_bytes;
     lim->nofile = DEFAULT_NOFILE;
+    return 0;
+}
+
+/* A run-stage rlimit asked in units of `scale` bytes (> 0 asked; 0 or -1
+ * not) may lower the limit in force, never raise it. */
+static int lower_rlimit(int64_t asked, uint64_t scale, uint64_t *lim, const char *field, const char *unit, struct job_error *je)
+{
+    if (asked <= 0)
+        return 0;
+    if ((uint64_t)asked > *lim / scale)
+        return job_fail(je, MOAT_ERR_LIMIT, "%s cannot exceed the configured limit of %llu %s", field,
+                        (unsigned long long)(*lim / scale), unit);
+    *lim = (uint64_t)asked * scale;
+    return 0;
+}
+
+/* The request's stack, processes and file size limits lower the run stage's (and so every test case's). */
+static int run_rlimits_for(const struct moat_exec_request *req, struct box_limits *run, struct job_error *je)
+{
+    uint64_t pids = run->pids;
+
+    if (lower_rlimit(req->run_stack_kib, 1024, &run->stack_bytes, "run_stack_limit", "KiB", je) != 0 ||
+        lower_rlimit(req->run_file_size_kib, 1024, &run->fsize_bytes, "run_file_size_limit", "KiB", je) != 0 ||
+        lower_rlimit(req->run_processes, 1, &pids, "run_processes", "processes and threads", je) != 0)
+        return -1;
+    run->pids = (uint32_t)pids;
+    return 0;
+}
+
+/* Compiler options: only for a language that compiles, each taken by its allow-list (moat_options.h). */
+static int validate_compiler_options(const struct language *lang, const struct moat_exec_request *req, struct job_error *je)
+{
+    size_t bad = 0;
+
+    if (req->ncompiler_options == 0)
+        return 0;
+    if (req->ncompiler_options > MOAT_MAX_COMPILER_OPTIONS)
+        return job_fail(je, MOAT_ERR_BAD_REQUEST, "compiler_options must hold at most %d options", MOAT_MAX_COMPILER_OPTIONS);
+    if (lang->compile_argv == NULL || lang->noption_patterns == 0)
+        return job_fail(je, MOAT_ERR_BAD_REQUEST, "compiler_options are not allowed for %s: it accepts no compiler options",
+                        lang->name);
+    if (moat_options_check(lang->option_patterns, lang->noption_patterns, req->compiler_options, req->ncompiler_options, &bad) != 0)
+        return job_fail(je, MOAT_ERR_BAD_REQUEST, "compiler option \"%.64s\" is not allowed for %s", req->compiler_options[bad],
+                        lang->name);
     return 0;
 }
 
@@ -282,7 +328,7 @@ int job_plan_init(struct backend *b, const struct moat_exec_request *req, const 
         return job_fail(je, MOAT_ERR_BAD_REQUEST, "a session has no test cases");
     if (ceilings != NULL && session_limits_for(lang, ceilings, req->run_timeout_ms, req->run_cpu_ms, &plan->session, je) != 0)
         return -1;
-    if (validate_stdin(req, ceilings ? &plan->session : NULL, je) != 0)
+    if (validate_stdin(req, ceilings ? &plan->session : NULL, je) != 0 || validate_compiler_options(lang, req, je) != 0)
         return -1;
     if (apply_extension(lang, view, plan->renamed, plan->entry, sizeof(plan->entry)) != 0)
         return -1;
@@ -290,7 +336,8 @@ int job_plan_init(struct backend *b, const struct moat_exec_request *req, const 
     if (stage_limits_for(&lang->run_limits, ceilings ? -1 : req->run_timeout_ms, ceilings ? -1 : req->run_cpu_ms,
                          req->run_memory_bytes, "run", &run_lim, je) != 0 ||
         stage_limits_for(&lang->compile_limits, req->compile_timeout_ms, req->compile_cpu_ms, req->compile_memory_bytes, "compile",
-                         &compile_lim, je) != 0)
+                         &compile_lim, je) != 0 ||
+        run_rlimits_for(req, &run_lim, je) != 0)
         return -1;
     if (ceilings != NULL) {
         run_lim.wall_ms = plan->session.wall_ms;
@@ -305,11 +352,13 @@ int job_plan_init(struct backend *b, const struct moat_exec_request *req, const 
     job->nfiles = view->nfiles;
     job->box_bytes = DEFAULT_BOX_BYTES;
     if (lang->compile_argv) {
-        if ((plan->argv_compile = language_argv(lang->compile_argv, view->files, view->nfiles, view->args, view->nargs)) == NULL)
+        struct language_words words = {NULL, 0, req->compiler_options, req->ncompiler_options};
+        if ((plan->argv_compile = language_argv(lang->compile_argv, view->files, view->nfiles, &words)) == NULL)
             return job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
         job->stages[BOX_STAGE_COMPILE] = (struct box_stage){1, plan->argv_compile, lang->env, compile_lim};
     }
-    if ((plan->argv_run = language_argv(lang->run_argv, view->files, view->nfiles, view->args, view->nargs)) == NULL) {
+    struct language_words run_words = {view->args, view->nargs, NULL, 0};
+    if ((plan->argv_run = language_argv(lang->run_argv, view->files, view->nfiles, &run_words)) == NULL) {
         job_plan_free(plan);
         return job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
     }
@@ -425,7 +474,8 @@ static int run_case(struct backend *b, const struct job_plan *plan, const struct
     struct slot *s;
     int rc = -1;
 
-    char **argv = language_argv(lang->run_argv, plan->view.files, plan->view.nfiles, tc->args, tc->nargs);
+    struct language_words words = {tc->args, tc->nargs, NULL, 0};
+    char **argv = language_argv(lang->run_argv, plan->view.files, plan->view.nfiles, &words);
     if (argv == NULL)
         return job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
     job.stages[BOX_STAGE_COMPILE].present = 0;
@@ -576,6 +626,8 @@ int job_runtimes(struct backend *b, struct moat_runtimes *rt)
         rt->items[i].aliases = l->aliases;
         rt->items[i].naliases = l->naliases;
         rt->items[i].compiled = l->compile_argv != NULL;
+        rt->items[i].option_patterns = l->option_patterns;
+        rt->items[i].noption_patterns = l->noption_patterns;
     }
     rt->count = n;
     return 0;

@@ -5,8 +5,10 @@
  * templates of its compile and run stages, the host paths it needs
  * read-only inside the box, its environment, and optional limit overrides.
  * Templates may use "{file}" (the first file's name), "{files}" (every file
- * name, one argv element each) and "{args}" (the request's arguments, one
- * element each).
+ * name, one argv element each), "{args}" (the request's arguments, one
+ * element each) and, in compile only, "{options}" (the request's compiler
+ * options, one element each, each taken by a pattern of the manifest's
+ * "compiler_options" allow-list: moat_options.h; job.c checks them).
  *
  * No user string may be read as an option by a tool (S26).  Three rules
  * hold that for every manifest, not just the shipped ones: job.c refuses
@@ -17,6 +19,9 @@
  * script's) or right after a program the compile stage built in /box, so
  * arguments reach the program and never the interpreter or compiler.
  * Manifests also put "--" before the files where the tool knows it.
+ * Compiler options are words the allow-list names (never a path, an
+ * @-file, a plugin or an output name), placed by the manifest before the
+ * files, one argv element each, never through a shell.
  *
  * language_parse() reads a manifest in named steps (manifest_fields_known,
  * _identity, _extension, _aliases, _stages, _placeholders, _runtime, _env,
@@ -35,6 +40,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "moat_options.h"
 #include "moat_semver.h"
 
 #define DPKG_STATUS "/var/lib/dpkg/status"
@@ -60,6 +66,7 @@ void language_free(struct language *lang)
         free(lang->ro[i].path);
     free(lang->ro);
     free_strv(lang->env);
+    free_strv(lang->option_patterns);
     memset(lang, 0, sizeof(*lang));
 }
 
@@ -132,7 +139,8 @@ int limits_apply(json_t *obj, struct stage_limits *r, struct stage_limits *c, st
     static const char *const known[] = {
         "run_timeout",          "run_cpu_time",      "run_memory",   "run_processes", "compile_timeout",   "compile_cpu_time",
         "compile_memory",       "compile_processes", "output",       "file_size",     "compile_file_size", "run_idle_timeout",
-        "compile_idle_timeout", "session_wall",      "session_idle", "session_cpu",   "session_stdin",     "session_output"};
+        "compile_idle_timeout", "session_wall",      "session_idle", "session_cpu",   "session_stdin",     "session_output",
+        "stack"};
     const char *key;
     json_t *v;
     uint64_t pids;
@@ -162,7 +170,8 @@ int limits_apply(json_t *obj, struct stage_limits *r, struct stage_limits *c, st
     /* output and file_size apply to both stages; compile_file_size after */
     if (limit_override(obj, "output", &r->output_cap, e) || limit_override(obj, "output", &c->output_cap, e) ||
         limit_override(obj, "file_size", &r->fsize_bytes, e) || limit_override(obj, "file_size", &c->fsize_bytes, e) ||
-        limit_override(obj, "compile_file_size", &c->fsize_bytes, e))
+        limit_override(obj, "compile_file_size", &c->fsize_bytes, e) || limit_override(obj, "stack", &r->stack_bytes, e) ||
+        limit_override(obj, "stack", &c->stack_bytes, e))
         return -1;
     pids = r->pids;
     if (limit_override(obj, "run_processes", &pids, e) != 0)
@@ -182,14 +191,16 @@ static struct stage_limits server_run = {.wall_ms = DEFAULT_RUN_WALL_MS,
                                          .memory_bytes = DEFAULT_RUN_MEMORY,
                                          .pids = DEFAULT_RUN_PIDS,
                                          .output_cap = DEFAULT_OUTPUT_CAP,
-                                         .fsize_bytes = DEFAULT_FSIZE};
+                                         .fsize_bytes = DEFAULT_FSIZE,
+                                         .stack_bytes = DEFAULT_STACK};
 static struct stage_limits server_compile = {.wall_ms = DEFAULT_COMPILE_WALL_MS,
                                              .cpu_ms = DEFAULT_COMPILE_CPU_MS,
                                              .idle_ms = 0,
                                              .memory_bytes = DEFAULT_COMPILE_MEMORY,
                                              .pids = DEFAULT_COMPILE_PIDS,
                                              .output_cap = DEFAULT_OUTPUT_CAP,
-                                             .fsize_bytes = DEFAULT_FSIZE};
+                                             .fsize_bytes = DEFAULT_FSIZE,
+                                             .stack_bytes = DEFAULT_STACK};
 
 static struct session_limits server_session = {.wall_ms = DEFAULT_SESSION_WALL_MS,
                                                .idle_ms = DEFAULT_SESSION_IDLE_MS,
@@ -222,7 +233,7 @@ static void default_limits(struct language *lang)
 static int manifest_fields_known(json_t *root, const char *path, struct errbuf *e)
 {
     static const char *const known[] = {"language", "version", "version_package", "aliases",  "compile", "run",
-                                        "runtime",  "env",     "limits",          "extension"};
+                                        "runtime",  "env",     "limits",          "extension", "compiler_options"};
     const char *key;
     json_t *v;
 
@@ -306,15 +317,22 @@ static int manifest_stages(struct language *lang, json_t *root, struct errbuf *e
 }
 
 /* "{args}" in a template: nowhere in compile; in run at most once and last, right after
- * "{file}" or after argv[0] when that is the program the compile stage built in /box. */
+ * "{file}" or after argv[0] when that is the program the compile stage built in /box.
+ * "{options}": in compile only, at most once, never first. */
 static int manifest_placeholders(struct language *lang, const char *path, struct errbuf *e)
 {
     char **run = lang->run_argv;
-    size_t n = 0, at = 0, count = 0;
+    size_t n = 0, at = 0, count = 0, options = 0;
 
-    for (size_t i = 0; lang->compile_argv && lang->compile_argv[i]; i++)
+    for (size_t i = 0; lang->compile_argv && lang->compile_argv[i]; i++) {
         if (strcmp(lang->compile_argv[i], "{args}") == 0)
             return errf(e, "%s: compile must not use {args}: arguments are the program's, not the compiler's", path);
+        if (strcmp(lang->compile_argv[i], "{options}") == 0 && (i == 0 || ++options > 1))
+            return errf(e, "%s: compile may use {options} once, after the compiler", path);
+    }
+    for (size_t i = 0; run[i]; i++)
+        if (strcmp(run[i], "{options}") == 0)
+            return errf(e, "%s: run must not use {options}: compiler options are the compiler's", path);
     for (; run[n]; n++)
         if (strcmp(run[n], "{args}") == 0) {
             at = n;
@@ -357,6 +375,30 @@ static int manifest_runtime(struct language *lang, json_t *root, const char *pat
     return 0;
 }
 
+/* compiler_options (optional): the allow-list, well-formed patterns (moat_options.h), and only
+ * for a compile template that places them ("{options}"). */
+static int manifest_compiler_options(struct language *lang, json_t *root, const char *path, struct errbuf *e)
+{
+    json_t *v = json_object_get(root, "compiler_options");
+    int placed = 0;
+
+    if (v == NULL)
+        return 0;
+    if (strv_from_json(v, "compiler_options", &lang->option_patterns, &lang->noption_patterns, e) != 0)
+        return -1;
+    if (lang->noption_patterns > MOAT_MAX_OPTION_PATTERNS)
+        return errf(e, "%s: compiler_options holds more than %d patterns", path, MOAT_MAX_OPTION_PATTERNS);
+    for (size_t i = 0; i < lang->noption_patterns; i++)
+        if (!moat_option_pattern_valid(lang->option_patterns[i]))
+            return errf(e, "%s: compiler_options[%zu] \"%.64s\" is not an option pattern (moat_options.h)", path, i,
+                        lang->option_patterns[i]);
+    for (size_t i = 0; lang->compile_argv && lang->compile_argv[i]; i++)
+        placed |= strcmp(lang->compile_argv[i], "{options}") == 0;
+    if (lang->noption_patterns > 0 && !placed)
+        return errf(e, "%s: compiler_options needs a compile template with {options}", path);
+    return 0;
+}
+
 /* env (optional): KEY=VALUE strings; an empty list when omitted. */
 static int manifest_env(struct language *lang, json_t *root, const char *path, struct errbuf *e)
 {
@@ -389,6 +431,7 @@ int language_parse(struct language *lang, const char *path, struct errbuf *e)
         manifest_extension(lang, root, path, e) != 0 || manifest_aliases(lang, root, path, e) != 0 ||
         manifest_stages(lang, root, e) != 0 || manifest_placeholders(lang, path, e) != 0 ||
         manifest_runtime(lang, root, path, e) != 0 || manifest_env(lang, root, path, e) != 0 ||
+        manifest_compiler_options(lang, root, path, e) != 0 ||
         limits_apply(json_object_get(root, "limits"), &lang->run_limits, &lang->compile_limits, &lang->session_limits, e) != 0) {
         json_decref(root);
         language_free(lang);
@@ -418,13 +461,25 @@ void language_argv_free(char **argv)
     free_strv(argv);
 }
 
-char **language_argv(char *const *tmpl, const struct moat_file *files, size_t nfiles, char *const *args, size_t nargs)
+/* A list of words (arguments, options) into argv from k on; 0, or -1 out of memory. */
+static int copy_words(char **argv, size_t *k, char *const *words, size_t n)
+{
+    for (size_t j = 0; j < n; j++)
+        if ((argv[(*k)++] = strdup(words[j])) == NULL)
+            return -1;
+    return 0;
+}
+
+char **language_argv(char *const *tmpl, const struct moat_file *files, size_t nfiles, const struct language_words *words)
 {
     size_t n = 0, k = 0;
     char **argv;
 
     for (size_t i = 0; tmpl[i]; i++)
-        n += strcmp(tmpl[i], "{files}") == 0 ? nfiles : strcmp(tmpl[i], "{args}") == 0 ? nargs : 1;
+        n += strcmp(tmpl[i], "{files}") == 0     ? nfiles
+             : strcmp(tmpl[i], "{args}") == 0    ? words->nargs
+             : strcmp(tmpl[i], "{options}") == 0 ? words->noptions
+                                                 : 1;
     if ((argv = calloc(n + 1, sizeof(char *))) == NULL)
         return NULL;
     for (size_t i = 0; tmpl[i]; i++) {
@@ -433,9 +488,11 @@ char **language_argv(char *const *tmpl, const struct moat_file *files, size_t nf
                 if ((argv[k++] = file_arg(files[j].name)) == NULL)
                     goto oom;
         } else if (strcmp(tmpl[i], "{args}") == 0) {
-            for (size_t j = 0; j < nargs; j++)
-                if ((argv[k++] = strdup(args[j])) == NULL)
-                    goto oom;
+            if (copy_words(argv, &k, words->args, words->nargs) != 0)
+                goto oom;
+        } else if (strcmp(tmpl[i], "{options}") == 0) {
+            if (copy_words(argv, &k, words->options, words->noptions) != 0)
+                goto oom;
         } else if (strcmp(tmpl[i], "{file}") == 0) {
             if (nfiles == 0 || (argv[k++] = file_arg(files[0].name)) == NULL)
                 goto oom;

@@ -24,6 +24,10 @@ struct language {
     struct box_mount *ro;
     size_t nro;
     char **env; /* NULL-terminated KEY=VALUE list */
+    /* compiler_options: the allow-list (moat_options.h patterns) of the
+     * options a request may add where the compile template says "{options}" */
+    char **option_patterns;
+    size_t noption_patterns;
     struct stage_limits compile_limits;
     struct stage_limits run_limits;
     struct session_limits session_limits; /* a live session's defaults */
@@ -51,12 +55,20 @@ void languages_free(struct language_set *set);
 /*
  * A stage's argv from its template: "{file}" becomes "./" and the first
  * file's name, "{files}" every file's name so (one element each), "{args}"
- * the arguments as they are (one element each).  The "./" keeps a name from
- * ever reading as an option ("-o", "@file", "inspect" to node) to the tool
- * that gets it.  Every element is the caller's: free with language_argv_free.
- * NULL when out of memory.
+ * the arguments as they are (one element each), "{options}" the compiler
+ * options (one element each; job.c has checked them against the
+ * language's allow-list).  The "./" keeps a name from ever reading as an
+ * option ("-o", "@file", "inspect" to node) to the tool that gets it.
+ * Every element is the caller's: free with language_argv_free.  NULL when
+ * out of memory.
  */
-char **language_argv(char *const *tmpl, const struct moat_file *files, size_t nfiles, char *const *args, size_t nargs);
+struct language_words {
+    char *const *args; /* "{args}" */
+    size_t nargs;
+    char *const *options; /* "{options}" */
+    size_t noptions;
+};
+char **language_argv(char *const *tmpl, const struct moat_file *files, size_t nfiles, const struct language_words *words);
 void language_argv_free(char **argv);
 
 /* Finds a language by name or alias and a version selector ("*", "3",

@@ -22,6 +22,7 @@
 /* both */
 #define DEFAULT_OUTPUT_CAP (64 * 1024)
 #define DEFAULT_FSIZE      (10 * 1000 * 1000)
+#define DEFAULT_STACK      (64 * MIB) /* RLIMIT_STACK */
 #define DEFAULT_TMP_BYTES  (64 * MIB)
 #define DEFAULT_BOX_BYTES  (64 * MIB)
 #define DEFAULT_NOFILE     256
@@ -60,6 +61,7 @@ struct stage_limits {
     uint32_t pids;
     uint64_t output_cap;
     uint64_t fsize_bytes;
+    uint64_t stack_bytes;
 };
 
 /* A session's clocks and caps (idle_ms 0 = off). */

@@ -31,6 +31,10 @@ enum {
     TAG_REQ_COMPILE_CPU = 11,
     TAG_REQ_TEST = 12,       /* EXEC_REQUEST only */
     TAG_REQ_TESTS_WALL = 13, /* EXEC_REQUEST only */
+    TAG_REQ_RUN_STACK = 14,
+    TAG_REQ_RUN_PROCESSES = 15,
+    TAG_REQ_RUN_FILE_SIZE = 16,
+    TAG_REQ_COMPILER_OPTION = 17, /* repeated */
     /* test case (nested in TAG_REQ_TEST) */
     TAG_TC_STDIN = 1,
     TAG_TC_ARG = 2,
@@ -67,6 +71,7 @@ enum {
     TAG_RTE_VERSION = 2,
     TAG_RTE_ALIAS = 3,
     TAG_RTE_COMPILED = 4,
+    TAG_RTE_OPTION_PATTERN = 5, /* repeated */
     /* session stdin */
     TAG_SIN_DATA = 1,
     /* session signal */
@@ -299,6 +304,21 @@ static void encode_request_fields(struct writer *w, const struct moat_exec_reque
         w_u64(w, TAG_REQ_RUN_CPU, (uint64_t)req->run_cpu_ms);
     if (req->compile_cpu_ms > 0)
         w_u64(w, TAG_REQ_COMPILE_CPU, (uint64_t)req->compile_cpu_ms);
+    /* the run stage's stack, processes and file size: likewise */
+    if (req->run_stack_kib > 0)
+        w_u64(w, TAG_REQ_RUN_STACK, (uint64_t)req->run_stack_kib);
+    if (req->run_processes > 0)
+        w_u64(w, TAG_REQ_RUN_PROCESSES, (uint64_t)req->run_processes);
+    if (req->run_file_size_kib > 0)
+        w_u64(w, TAG_REQ_RUN_FILE_SIZE, (uint64_t)req->run_file_size_kib);
+    if (req->ncompiler_options > MOAT_MAX_COMPILER_OPTIONS)
+        w_fail(w, "too many compiler options");
+    for (size_t i = 0; i < req->ncompiler_options && !w->failed; i++) {
+        if (req->compiler_options[i] == NULL || req->compiler_options[i][0] == '\0')
+            w_fail(w, "an empty compiler option");
+        else
+            w_str(w, TAG_REQ_COMPILER_OPTION, req->compiler_options[i], MOAT_MAX_COMPILER_OPTION_LEN);
+    }
 }
 
 /* The test cases and their wall budget: EXEC_REQUEST's alone. */
@@ -419,6 +439,10 @@ int moat_encode_runtimes(struct moat_buf *out, uint64_t job_id, const struct moa
         for (size_t j = 0; j < r->naliases && !w.failed; j++)
             w_str(&w, TAG_RTE_ALIAS, r->aliases[j], MOAT_MAX_NAME_LEN);
         w_u8(&w, TAG_RTE_COMPILED, r->compiled ? 1 : 0);
+        if (r->noption_patterns > MOAT_MAX_OPTION_PATTERNS)
+            w_fail(&w, "too many compiler option patterns");
+        for (size_t j = 0; j < r->noption_patterns && !w.failed; j++)
+            w_str(&w, TAG_RTE_OPTION_PATTERN, r->option_patterns[j], MOAT_MAX_COMPILER_OPTION_LEN);
         w_nest_end(&w, n);
     }
     return frame_end(&w, at, why);
@@ -696,6 +720,36 @@ static int r_cpu_limit(const struct field *f, int64_t *v, const char **why)
     return 0;
 }
 
+/* A run-stage rlimit (stack, processes, file size): present means asked, 1 .. max. */
+static int r_bounded_limit(const struct field *f, uint64_t max, int64_t *v, const char **why)
+{
+    if (r_limit(f, v, why) != 0)
+        return -1;
+    if (*v == 0 || (uint64_t)*v > max) {
+        *why = "a stack, processes or file size limit is out of range";
+        return -1;
+    }
+    return 0;
+}
+
+/* One element of a repeated string field: 1 .. max_len bytes, at most max_count of them. */
+static int r_str_item(const struct field *f, char ***items, size_t *n, size_t max_count, size_t max_len, const char *too_many,
+                      const char **why)
+{
+    if (*n >= max_count) {
+        *why = too_many;
+        return -1;
+    }
+    if (*items == NULL && (*items = calloc(max_count, sizeof(char *))) == NULL) {
+        *why = "out of memory";
+        return -1;
+    }
+    if (r_str(f, max_len, 0, &(*items)[*n], why) != 0)
+        return -1;
+    (*n)++;
+    return 0;
+}
+
 static int r_u32(const struct field *f, uint32_t *v, const char **why)
 {
     if (f->len != 4) {
@@ -820,13 +874,14 @@ static void request_init(struct moat_exec_request *out)
     out->run_timeout_ms = out->compile_timeout_ms = -1;
     out->run_memory_bytes = out->compile_memory_bytes = -1;
     out->run_cpu_ms = out->compile_cpu_ms = -1;
+    out->run_stack_kib = out->run_processes = out->run_file_size_kib = -1;
     out->tests_wall_ms = -1;
 }
 
 /* Files and args repeat; every other tag of a message appears at most once. */
 static int request_once(uint32_t *seen, uint16_t tag, const char **why)
 {
-    return tag == TAG_REQ_FILE || tag == TAG_REQ_ARG ? 0 : once(seen, tag, why);
+    return tag == TAG_REQ_FILE || tag == TAG_REQ_ARG || tag == TAG_REQ_COMPILER_OPTION ? 0 : once(seen, tag, why);
 }
 
 /*
@@ -878,6 +933,15 @@ static int decode_request_field(const struct field *f, struct moat_exec_request 
         return r_cpu_limit(f, &out->run_cpu_ms, why);
     case TAG_REQ_COMPILE_CPU:
         return r_cpu_limit(f, &out->compile_cpu_ms, why);
+    case TAG_REQ_RUN_STACK:
+        return r_bounded_limit(f, MOAT_MAX_STACK_KIB, &out->run_stack_kib, why);
+    case TAG_REQ_RUN_PROCESSES:
+        return r_bounded_limit(f, MOAT_MAX_PROCESSES, &out->run_processes, why);
+    case TAG_REQ_RUN_FILE_SIZE:
+        return r_bounded_limit(f, MOAT_MAX_FILE_SIZE_KIB, &out->run_file_size_kib, why);
+    case TAG_REQ_COMPILER_OPTION:
+        return r_str_item(f, &out->compiler_options, &out->ncompiler_options, MOAT_MAX_COMPILER_OPTIONS,
+                          MOAT_MAX_COMPILER_OPTION_LEN, "too many compiler options", why);
     default:
         return 1;
     }
@@ -1206,7 +1270,7 @@ static int decode_runtime(const struct field *outer, struct moat_runtime *rt, co
     int rc;
 
     while ((rc = r_next(&r, &f, why)) == 1) {
-        if (f.tag != TAG_RTE_ALIAS && once(&seen, f.tag, why) != 0)
+        if (f.tag != TAG_RTE_ALIAS && f.tag != TAG_RTE_OPTION_PATTERN && once(&seen, f.tag, why) != 0)
             return -1;
         switch (f.tag) {
         case TAG_RTE_LANGUAGE:
@@ -1238,6 +1302,11 @@ static int decode_runtime(const struct field *outer, struct moat_runtime *rt, co
                 return -1;
             }
             rt->compiled = compiled;
+            break;
+        case TAG_RTE_OPTION_PATTERN:
+            if (r_str_item(&f, &rt->option_patterns, &rt->noption_patterns, MOAT_MAX_OPTION_PATTERNS, MOAT_MAX_COMPILER_OPTION_LEN,
+                           "too many compiler option patterns", why) != 0)
+                return -1;
             break;
         default:
             *why = "unknown field in runtime";
@@ -1656,6 +1725,9 @@ void moat_exec_request_free(struct moat_exec_request *r)
         free(r->args[i]);
     free(r->args);
     free(r->stdin_data);
+    for (size_t i = 0; r->compiler_options && i < r->ncompiler_options; i++)
+        free(r->compiler_options[i]);
+    free(r->compiler_options);
     for (size_t i = 0; r->tests && i < r->ntests; i++) {
         for (size_t j = 0; r->tests[i].args && j < r->tests[i].nargs; j++)
             free(r->tests[i].args[j]);
@@ -1702,6 +1774,9 @@ void moat_runtimes_free(struct moat_runtimes *rt)
         for (size_t j = 0; r->aliases && j < r->naliases; j++)
             free(r->aliases[j]);
         free(r->aliases);
+        for (size_t j = 0; r->option_patterns && j < r->noption_patterns; j++)
+            free(r->option_patterns[j]);
+        free(r->option_patterns);
     }
     free(rt->items);
     memset(rt, 0, sizeof(*rt));

@@ -30,6 +30,14 @@
 #define MOAT_MAX_MESSAGE_LEN   1024   /* human readable message */
 #define MOAT_MAX_TESTS         64     /* test cases of one exec request */
 #define MOAT_MAX_TESTS_WALL_MS 120000 /* the backend's ceiling (and default) of a request's tests_wall_ms */
+#define MOAT_MAX_COMPILER_OPTIONS    32  /* compiler options of one request (tag 17) */
+#define MOAT_MAX_COMPILER_OPTION_LEN 128 /* bytes of one option, and of one allow-list pattern */
+#define MOAT_MAX_OPTION_PATTERNS     64  /* allow-list patterns of one runtime (RUNTIMES tag 5) */
+/* The largest run_stack_kib, run_file_size_kib (KiB) and run_processes the
+ * wire carries: sanity bounds, far above any backend's own ceilings. */
+#define MOAT_MAX_STACK_KIB     (16u * 1024u * 1024u)
+#define MOAT_MAX_FILE_SIZE_KIB (1024u * 1024u * 1024u)
+#define MOAT_MAX_PROCESSES     65536u
 
 enum moat_msg_type {
     MOAT_MSG_EXEC_REQUEST = 1,   /* gateway -> backend */
@@ -169,6 +177,16 @@ struct moat_exec_request {
     struct moat_test_case *tests;
     size_t ntests;
     int64_t tests_wall_ms;
+    /* The run stage's (and every test case's) stack, processes and threads,
+     * and file size; like the CPU limits, 0 or -1 is "not asked" (the
+     * backend's), and the backend refuses one above its own. */
+    int64_t run_stack_kib;     /* RLIMIT_STACK, KiB (Judge0's stack_limit) */
+    int64_t run_processes;     /* pids.max and RLIMIT_NPROC (max_processes_and_or_threads) */
+    int64_t run_file_size_kib; /* RLIMIT_FSIZE, KiB (max_file_size) */
+    /* Compiler options, one argv element each, checked by the backend
+     * against the language's allow-list (moat_options.h). */
+    char **compiler_options;
+    size_t ncompiler_options;
 };
 
 struct moat_stage_result {
@@ -217,6 +235,10 @@ struct moat_runtime {
     char **aliases;
     size_t naliases;
     int compiled; /* has a compile stage */
+    /* The compiler options the language accepts (its manifest's allow-list,
+     * moat_options.h patterns); none: no option is accepted. */
+    char **option_patterns;
+    size_t noption_patterns;
 };
 
 struct moat_runtimes {

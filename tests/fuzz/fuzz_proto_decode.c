@@ -110,6 +110,11 @@ static void request_equal(const struct moat_exec_request *a, const struct moat_e
     CHECK(a->compile_memory_bytes == b->compile_memory_bytes);
     CHECK(a->run_cpu_ms == b->run_cpu_ms);
     CHECK(a->compile_cpu_ms == b->compile_cpu_ms);
+    CHECK(a->run_stack_kib == b->run_stack_kib && a->run_processes == b->run_processes &&
+          a->run_file_size_kib == b->run_file_size_kib);
+    CHECK(a->ncompiler_options == b->ncompiler_options);
+    for (size_t i = 0; i < a->ncompiler_options; i++)
+        CHECK(str_eq(a->compiler_options[i], b->compiler_options[i]));
     CHECK(a->ntests == b->ntests);
     CHECK(a->tests_wall_ms == b->tests_wall_ms);
     for (size_t i = 0; i < a->ntests; i++) {
@@ -137,6 +142,14 @@ static void request_invariants(const struct moat_exec_request *r)
     CHECK(r->run_memory_bytes >= -1 && r->compile_memory_bytes >= -1);
     /* a CPU limit is -1 (not asked) or positive: a decoded 0 would be lost on re-encoding */
     CHECK((r->run_cpu_ms == -1 || r->run_cpu_ms > 0) && (r->compile_cpu_ms == -1 || r->compile_cpu_ms > 0));
+    /* the run stage's rlimits: -1 or 1 .. the wire's bound; options: non-empty, within the caps */
+    CHECK(r->run_stack_kib == -1 || (r->run_stack_kib > 0 && r->run_stack_kib <= (int64_t)MOAT_MAX_STACK_KIB));
+    CHECK(r->run_processes == -1 || (r->run_processes > 0 && r->run_processes <= (int64_t)MOAT_MAX_PROCESSES));
+    CHECK(r->run_file_size_kib == -1 || (r->run_file_size_kib > 0 && r->run_file_size_kib <= (int64_t)MOAT_MAX_FILE_SIZE_KIB));
+    CHECK(r->ncompiler_options <= MOAT_MAX_COMPILER_OPTIONS);
+    for (size_t i = 0; i < r->ncompiler_options; i++)
+        CHECK(r->compiler_options[i] != NULL && r->compiler_options[i][0] != '\0' &&
+              strlen(r->compiler_options[i]) <= MOAT_MAX_COMPILER_OPTION_LEN);
     /* test cases: within the cap; every limit -1 (the request's) or positive; a wall budget only with cases */
     CHECK(r->ntests <= MOAT_MAX_TESTS);
     CHECK(r->tests_wall_ms == -1 || (r->tests_wall_ms > 0 && r->ntests > 0));
@@ -328,6 +341,9 @@ static void do_runtimes(const uint8_t *p, size_t len, uint64_t job)
         for (size_t j = 0; j < x->naliases; j++)
             CHECK(str_eq(x->aliases[j], y->aliases[j]));
         CHECK(x->compiled == y->compiled);
+        CHECK(x->noption_patterns == y->noption_patterns);
+        for (size_t j = 0; j < x->noption_patterns; j++)
+            CHECK(str_eq(x->option_patterns[j], y->option_patterns[j]));
     }
     CHECK(moat_encode_runtimes(&e2, job, &b, &why) == 0);
     same_bytes(&e1, &e2);
@@ -634,6 +650,8 @@ static void make_seeds(fuzz_add_seed_fn *add)
     struct moat_file files[] = {{n0, c0, sizeof(c0) - 1}, {n1, c1, sizeof(c1)}};
     char a0[] = "x\ny", a1[] = "", a2[] = "\xc3\xa9";
     char *args[] = {a0, a1, a2};
+    char opt0[] = "-O2", opt1[] = "-DX=5";
+    char *opts[] = {opt0, opt1};
     uint8_t in[] = {'4', '2', '\n', 0};
     struct moat_exec_request req = {.language = lang,
                                     .version = ver,
@@ -648,7 +666,12 @@ static void make_seeds(fuzz_add_seed_fn *add)
                                     .run_memory_bytes = 268435456,
                                     .compile_memory_bytes = 0,
                                     .run_cpu_ms = 1500,
-                                    .compile_cpu_ms = 8000};
+                                    .compile_cpu_ms = 8000,
+                                    .run_stack_kib = 8192,
+                                    .run_processes = 16,
+                                    .run_file_size_kib = 1024,
+                                    .compiler_options = opts,
+                                    .ncompiler_options = 2};
     rc = moat_encode_exec_request(&b, 1, &req, &why);
     add_frame(add, &b, rc, why);
 
@@ -729,7 +752,9 @@ static void make_seeds(fuzz_add_seed_fn *add)
     /* runtimes */
     char a_py[] = "py", a_py3[] = "py3", bash[] = "bash", bv[] = "5.2.15", a_sh[] = "sh";
     char *pyal[] = {a_py, a_py3}, *shal[] = {a_sh};
-    struct moat_runtime items[] = {{lang, ver, pyal, 2, 0}, {bash, bv, shal, 1, 1}};
+    char pat0[] = "-O2", pat1[] = "-D{ident}={value}";
+    char *pats[] = {pat0, pat1};
+    struct moat_runtime items[] = {{lang, ver, pyal, 2, 0, NULL, 0}, {bash, bv, shal, 1, 1, pats, 2}};
     struct moat_runtimes rt = {items, 2};
     rc = moat_encode_runtimes(&b, 6, &rt, &why);
     add_frame(add, &b, rc, why);

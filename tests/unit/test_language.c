@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "language.h"
+#include "moat_options.h"
 
 #ifndef MOAT_SOURCE_DIR
 #error "MOAT_SOURCE_DIR must name the source tree"
@@ -272,6 +273,27 @@ static void test_parse_errors(void **state)
          "run's {args} must follow {file} or a program built in /box"},
         {"{\"language\":\"sh\",\"version\":\"1\",\"run\":[\"/box/a.out\",\"-x\",\"{args}\"],\"runtime\":[]}",
          "run's {args} must follow {file} or a program built in /box"},
+        /* compiler options: well-formed patterns, placed by the compile template, never in run */
+        {"{\"language\":\"sh\",\"version\":\"1\",\"compile\":[\"/bin/sh\",\"{options}\",\"{file}\"]," RUN_SH
+         ",\"compiler_options\":[\"O2\"]}",
+         "compiler_options[0] \"O2\" is not an option pattern"},
+        {"{\"language\":\"sh\",\"version\":\"1\",\"compile\":[\"/bin/sh\",\"{options}\",\"{file}\"]," RUN_SH
+         ",\"compiler_options\":[\"-D{name}\"]}",
+         "is not an option pattern"},
+        {"{\"language\":\"sh\",\"version\":\"1\",\"compile\":[\"/bin/sh\",\"{file}\"]," RUN_SH
+         ",\"compiler_options\":[\"-O2\"]}",
+         "compiler_options needs a compile template with {options}"},
+        {"{\"language\":\"sh\",\"version\":\"1\"," RUN_SH ",\"compiler_options\":[\"-O2\"]}",
+         "compiler_options needs a compile template with {options}"},
+        {"{\"language\":\"sh\",\"version\":\"1\",\"compile\":[\"/bin/sh\",\"{options}\",\"{options}\"]," RUN_SH "}",
+         "compile may use {options} once, after the compiler"},
+        {"{\"language\":\"sh\",\"version\":\"1\",\"compile\":[\"{options}\",\"/bin/sh\"]," RUN_SH "}",
+         "compile[0] must be an absolute path"},
+        {"{\"language\":\"sh\",\"version\":\"1\",\"run\":[\"/bin/sh\",\"{options}\",\"{file}\"],\"runtime\":[]}",
+         "run must not use {options}"},
+        {"{\"language\":\"sh\",\"version\":\"1\",\"compile\":[\"/bin/sh\",\"{options}\",\"{file}\"]," RUN_SH
+         ",\"compiler_options\":\"-O2\"}",
+         "compiler_options must be an array of strings"},
         {"{\"language\":\"sh\",\"version\":\"1\",\"aliases\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\","
          "\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]," RUN_SH "}",
          "too many aliases"},
@@ -296,6 +318,7 @@ static void test_parse_errors(void **state)
         assert_null(l.compile_argv);
         assert_null(l.ro);
         assert_null(l.env);
+        assert_null(l.option_patterns);
     }
 }
 
@@ -469,25 +492,34 @@ static void test_argv_expansion(void **state)
     char *run[] = {node, dashes, file, args_ph, NULL};
     char *box_prog[] = {out, args_ph, NULL};
     char *literal[] = {sh, c, inner, NULL};
+    char o2[] = "-O2", dx[] = "-DX=5", opts_ph[] = "{options}";
+    char *options[] = {o2, dx};
+    char *with_options[] = {gcc, opts_ph, o, out, all, NULL};
+    const struct language_words w4 = {args, 4, NULL, 0}, w0 = {args, 0, NULL, 0}, wopt = {NULL, 0, options, 2};
     char **argv;
 
     (void)state;
-    argv = language_argv(compile, files, 3, args, 4);
+    argv = language_argv(compile, files, 3, &w4);
     assert_argv(argv, (const char *const[]){"/usr/bin/gcc", "-o", "/box/a.out", "./-o", "./@o", "./inspect", "-lm", NULL});
     language_argv_free(argv);
 
-    argv = language_argv(run, files, 3, args, 4);
+    argv = language_argv(run, files, 3, &w4);
     assert_argv(argv, (const char *const[]){"/usr/bin/node", "--", "./-o", "-e", "@x", "a b\nc", "--", NULL});
     language_argv_free(argv);
 
     /* no arguments: {args} expands to nothing */
-    argv = language_argv(box_prog, files, 1, args, 0);
+    argv = language_argv(box_prog, files, 1, &w0);
     assert_argv(argv, (const char *const[]){"/box/a.out", NULL});
     language_argv_free(argv);
 
     /* a placeholder inside a longer string is not one */
-    argv = language_argv(literal, files, 3, args, 4);
+    argv = language_argv(literal, files, 3, &w4);
     assert_argv(argv, (const char *const[]){"/bin/sh", "-c", "cc {files}", NULL});
+    language_argv_free(argv);
+
+    /* {options}: each option its own element, where the template puts them */
+    argv = language_argv(with_options, files, 1, &wopt);
+    assert_argv(argv, (const char *const[]){"/usr/bin/gcc", "-O2", "-DX=5", "-o", "/box/a.out", "./-o", NULL});
     language_argv_free(argv);
 
     language_argv_free(NULL);
@@ -570,17 +602,38 @@ static void shipped_argv_keeps_names_files(const struct language *l, const char 
     char n0[] = "--version", n1[] = "@o", a0[] = "-e";
     struct moat_file files[] = {{n0, NULL, 0}, {n1, NULL, 0}};
     char *args[] = {a0};
+    const struct language_words words = {args, 1, NULL, 0};
     char **stages[] = {l->compile_argv, l->run_argv};
 
     for (size_t k = 0; k < 2; k++) {
         if (stages[k] == NULL)
             continue;
-        char **argv = language_argv(stages[k], files, 2, args, 1);
+        char **argv = language_argv(stages[k], files, 2, &words);
         assert_non_null(argv);
         for (size_t i = 1; argv[i]; i++)
             if (strcmp(argv[i], "--version") == 0 || strcmp(argv[i], "@o") == 0)
                 fail_msg("%s: a file name reaches %s bare as argv[%zu]", path, argv[0], i);
         language_argv_free(argv);
+    }
+}
+
+/* No shipped allow-list takes an option that names a file, a program, a plugin or an output. */
+static void shipped_options_refuse_dangerous(const struct language *l, const char *path)
+{
+    static const char *const dangerous[][2] = {
+        {"-o", "/tmp/x"},      {"-B/tmp", NULL},         {"-wrapper", "/bin/sh,-c"}, {"-fplugin=/tmp/p.so", NULL},
+        {"@/etc/passwd", NULL}, {"-specs=/tmp/s", NULL},  {"--sysroot=/", NULL},      {"-Wl,-rpath,/tmp", NULL},
+        {"-I/etc", NULL},      {"-include", "/etc/passwd"}, {"-x", "none"},          {"-C", "linker=/bin/sh"},
+        {"-Clinker=/bin/sh", NULL}, {"--out-dir", "/tmp"}, {"-L/tmp", NULL},         {"-DX=$(id)", NULL},
+        {";", NULL},           {"-O2;rm", NULL},         {"--help", NULL},           {"-E", NULL},
+    };
+    for (size_t i = 0; i < sizeof(dangerous) / sizeof(dangerous[0]); i++) {
+        char a[64], b[64], *opts[2] = {a, b};
+        size_t n = dangerous[i][1] != NULL ? 2 : 1, bad;
+        snprintf(a, sizeof(a), "%s", dangerous[i][0]);
+        snprintf(b, sizeof(b), "%s", dangerous[i][1] != NULL ? dangerous[i][1] : "");
+        if (moat_options_check(l->option_patterns, l->noption_patterns, opts, n, &bad) == 0)
+            fail_msg("%s: the allow-list takes %s %s", path, a, b);
     }
 }
 
@@ -607,6 +660,7 @@ static void test_shipped_manifests(void **state)
         assert_non_null(l.run_argv);
         assert_true(l.nro > 0);
         shipped_argv_keeps_names_files(&l, path);
+        shipped_options_refuse_dangerous(&l, path);
         language_free(&l);
         n++;
     }

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "moat_options.h"
 #include "moat_path.h"
 #include "moat_proto.h"
 #include "moat_semver.h"
@@ -36,6 +37,10 @@ enum {
     REQ_COMPILE_CPU = 11,
     REQ_TEST = 12,
     REQ_TESTS_WALL = 13,
+    REQ_RUN_STACK = 14,
+    REQ_RUN_PROCESSES = 15,
+    REQ_RUN_FILE_SIZE = 16,
+    REQ_COMPILER_OPTION = 17,
     TC_STDIN = 1,
     TC_ARG = 2,
     TC_RUN_TIMEOUT = 3,
@@ -58,6 +63,7 @@ enum {
     RTE_VERSION = 2,
     RTE_ALIAS = 3,
     RTE_COMPILED = 4,
+    RTE_OPTION_PATTERN = 5,
     SIN_DATA = 1,
     SIG_SIGNAL = 1,
     OUT_STREAM = 1,
@@ -344,6 +350,254 @@ static void test_request_roundtrip_full(void **state)
     assert_int_equal(d.nfiles, 0);
     moat_buf_free(&out);
     assert_null(out.data);
+}
+
+/* ==== run-stage rlimits and compiler options (issue 12) ================== */
+
+static void test_request_rlimits_and_options_roundtrip(void **state)
+{
+    char name[] = "main.c", lang[] = "c", ver[] = "*", o0[] = "-O2", o1[] = "-DX=5";
+    uint8_t content[] = "int main(void){return 0;}";
+    struct moat_file f = {name, content, sizeof(content) - 1};
+    char *opts[] = {o0, o1};
+    struct moat_exec_request req = {.language = lang,
+                                    .version = ver,
+                                    .files = &f,
+                                    .nfiles = 1,
+                                    .run_timeout_ms = -1,
+                                    .compile_timeout_ms = -1,
+                                    .run_memory_bytes = -1,
+                                    .compile_memory_bytes = -1,
+                                    .run_stack_kib = 8192,
+                                    .run_processes = 1,
+                                    .run_file_size_kib = MOAT_MAX_FILE_SIZE_KIB,
+                                    .compiler_options = opts,
+                                    .ncompiler_options = 2};
+    struct moat_buf out = {0}, none = {0};
+    struct moat_exec_request d;
+    const char *why = NULL;
+    size_t plen;
+
+    (void)state;
+    assert_int_equal(moat_encode_exec_request(&out, 9, &req, &why), 0);
+    const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_EXEC_REQUEST, 9, &plen);
+    assert_int_equal(moat_decode_exec_request(p, plen, &d, &why), 0);
+    assert_true(d.run_stack_kib == 8192);
+    assert_true(d.run_processes == 1);
+    assert_true(d.run_file_size_kib == MOAT_MAX_FILE_SIZE_KIB);
+    assert_int_equal(d.ncompiler_options, 2);
+    assert_string_equal(d.compiler_options[0], "-O2");
+    assert_string_equal(d.compiler_options[1], "-DX=5");
+    moat_exec_request_free(&d);
+    assert_null(d.compiler_options);
+    moat_buf_free(&out);
+
+    /* not asked (0 or -1): nothing on the wire, -1 decoded */
+    req.run_stack_kib = 0;
+    req.run_processes = -1;
+    req.run_file_size_kib = 0;
+    req.ncompiler_options = 0;
+    assert_int_equal(moat_encode_exec_request(&none, 9, &req, &why), 0);
+    p = frame_payload(&none, 0, MOAT_MSG_EXEC_REQUEST, 9, &plen);
+    assert_false(has_tag(p, plen, REQ_RUN_STACK));
+    assert_false(has_tag(p, plen, REQ_RUN_PROCESSES));
+    assert_false(has_tag(p, plen, REQ_RUN_FILE_SIZE));
+    assert_false(has_tag(p, plen, REQ_COMPILER_OPTION));
+    assert_int_equal(moat_decode_exec_request(p, plen, &d, &why), 0);
+    assert_true(d.run_stack_kib == -1 && d.run_processes == -1 && d.run_file_size_kib == -1);
+    assert_int_equal(d.ncompiler_options, 0);
+    moat_exec_request_free(&d);
+    moat_buf_free(&none);
+
+    /* the encoder refuses what the decoder would */
+    char empty[] = "";
+    char *bad[] = {empty};
+    req.compiler_options = bad;
+    req.ncompiler_options = 1;
+    why = NULL;
+    assert_int_equal(moat_encode_exec_request(&out, 9, &req, &why), -1);
+    assert_string_equal(why, "an empty compiler option");
+    assert_int_equal(out.len, 0);
+    req.ncompiler_options = MOAT_MAX_COMPILER_OPTIONS + 1;
+    req.compiler_options = NULL;
+    assert_int_equal(moat_encode_exec_request(&out, 9, &req, &why), -1);
+    assert_string_equal(why, "too many compiler options");
+    moat_buf_free(&out);
+}
+
+static void test_request_rlimits_and_options_refusals(void **state)
+{
+    struct raw r = {0};
+    const uint16_t tags[] = {REQ_RUN_STACK, REQ_RUN_PROCESSES, REQ_RUN_FILE_SIZE};
+    const uint64_t max[] = {MOAT_MAX_STACK_KIB, MOAT_MAX_PROCESSES, MOAT_MAX_FILE_SIZE_KIB};
+
+    (void)state;
+    for (size_t i = 0; i < 3; i++) {
+        /* present means asked: 0 is refused, as is anything above the wire's bound */
+        raw_min_request(&r);
+        raw_uint(&r, tags[i], 0, 8);
+        reject_request(&r, "a stack, processes or file size limit is out of range");
+        raw_free(&r);
+        raw_min_request(&r);
+        raw_uint(&r, tags[i], max[i] + 1, 8);
+        reject_request(&r, "a stack, processes or file size limit is out of range");
+        raw_free(&r);
+        raw_min_request(&r);
+        raw_uint(&r, tags[i], (uint64_t)INT64_MAX + 1, 8);
+        reject_request(&r, "limit out of range");
+        raw_free(&r);
+        raw_min_request(&r);
+        raw_uint(&r, tags[i], 5, 4);
+        reject_request(&r, "integer field has the wrong width");
+        raw_free(&r);
+        raw_min_request(&r);
+        raw_uint(&r, tags[i], 5, 8);
+        raw_uint(&r, tags[i], 6, 8);
+        reject_request(&r, "duplicate field");
+        raw_free(&r);
+    }
+    /* options: never empty, at most MOAT_MAX_COMPILER_OPTION_LEN bytes, at most MOAT_MAX_COMPILER_OPTIONS */
+    raw_min_request(&r);
+    raw_str(&r, REQ_COMPILER_OPTION, "");
+    reject_request(&r, "empty string field");
+    raw_free(&r);
+    char longopt[MOAT_MAX_COMPILER_OPTION_LEN + 2];
+    memset(longopt, 'x', sizeof(longopt) - 1);
+    longopt[sizeof(longopt) - 1] = '\0';
+    raw_min_request(&r);
+    raw_str(&r, REQ_COMPILER_OPTION, longopt);
+    reject_request(&r, "string field too long");
+    raw_free(&r);
+    raw_min_request(&r);
+    raw_tlv(&r, REQ_COMPILER_OPTION, "-O\0", 3);
+    reject_request(&r, "NUL byte in string field");
+    raw_free(&r);
+    raw_min_request(&r);
+    for (int i = 0; i < MOAT_MAX_COMPILER_OPTIONS + 1; i++)
+        raw_str(&r, REQ_COMPILER_OPTION, "-O2");
+    reject_request(&r, "too many compiler options");
+    raw_free(&r);
+    /* exactly the cap is fine, repeated */
+    raw_min_request(&r);
+    for (int i = 0; i < MOAT_MAX_COMPILER_OPTIONS; i++)
+        raw_str(&r, REQ_COMPILER_OPTION, "-O2");
+    struct moat_exec_request q;
+    const char *why = NULL;
+    assert_int_equal(moat_decode_exec_request(r.b, r.n, &q, &why), 0);
+    assert_int_equal(q.ncompiler_options, MOAT_MAX_COMPILER_OPTIONS);
+    moat_exec_request_free(&q);
+    raw_free(&r);
+}
+
+static void test_runtime_option_patterns_refusals(void **state)
+{
+    struct raw r = {0};
+    struct moat_runtimes d;
+    const char *why = NULL;
+
+    (void)state;
+    size_t at = raw_nest_begin(&r, RT_RUNTIME);
+    raw_str(&r, RTE_LANGUAGE, "c");
+    raw_str(&r, RTE_VERSION, "12");
+    for (int i = 0; i < MOAT_MAX_OPTION_PATTERNS + 1; i++)
+        raw_str(&r, RTE_OPTION_PATTERN, "-O2");
+    raw_nest_end(&r, at);
+    assert_int_equal(moat_decode_runtimes(r.b, r.n, &d, &why), -1);
+    assert_string_equal(why, "too many compiler option patterns");
+    raw_free(&r);
+    at = raw_nest_begin(&r, RT_RUNTIME);
+    raw_str(&r, RTE_LANGUAGE, "c");
+    raw_str(&r, RTE_VERSION, "12");
+    raw_str(&r, RTE_OPTION_PATTERN, "");
+    raw_nest_end(&r, at);
+    assert_int_equal(moat_decode_runtimes(r.b, r.n, &d, &why), -1);
+    assert_string_equal(why, "empty string field");
+    raw_free(&r);
+}
+
+/* The allow-list matcher (moat_options.h): a table of patterns and options. */
+static void test_options_allow_list(void **state)
+{
+    static const char *const pat_text[] = {"-O0",       "-O2", "-g", "-std=c17", "-D{ident}", "-D{ident}={value}",
+                                           "-C opt-level=3", "-lm"};
+    const size_t np = sizeof(pat_text) / sizeof(pat_text[0]);
+    char pat_buf[8][32], *pats[8];
+    for (size_t i = 0; i < np; i++) {
+        snprintf(pat_buf[i], sizeof(pat_buf[i]), "%s", pat_text[i]);
+        pats[i] = pat_buf[i];
+    }
+    static const struct {
+        const char *opts[4];
+        int ok;
+        size_t bad;
+    } rows[] = {
+        {{"-O2"}, 1, 0},
+        {{"-O0", "-g", "-std=c17", "-lm"}, 1, 0},
+        {{"-DX"}, 1, 0},
+        {{"-DX=5"}, 1, 0},
+        {{"-D_my_NAME1=a.b+c-1"}, 1, 0},
+        {{"-C", "opt-level=3"}, 1, 0},
+        {{"-O2", "-C", "opt-level=3", "-g"}, 1, 0},
+        /* refused, and which one */
+        {{"-O2", "-fplugin=/tmp/x.so"}, 0, 1},
+        {{"-wrapper", "/bin/sh"}, 0, 0},
+        {{"@/etc/passwd"}, 0, 0},
+        {{"-o", "/tmp/x"}, 0, 0},
+        {{"-B/tmp"}, 0, 0},
+        {{"-specs=/tmp/s"}, 0, 0},
+        {{";"}, 0, 0},
+        {{"-O2;rm"}, 0, 0},
+        {{"-D1X"}, 0, 0},
+        {{"-DX=/etc/passwd"}, 0, 0},
+        {{"-DX=a b"}, 0, 0},
+        {{"-DX=\"a\""}, 0, 0},
+        {{"-D"}, 0, 0},
+        {{"-DX="}, 0, 0},
+        {{"-C"}, 0, 0},
+        {{"-C", "linker=/tmp/x"}, 0, 0},
+        {{"-O"}, 0, 0},
+        {{"-O2x"}, 0, 0},
+        {{"-g", "-D{ident}"}, 0, 1},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        char opt_buf[4][32], *opts[4];
+        size_t n = 0, bad = 99;
+        for (; n < 4 && rows[i].opts[n] != NULL; n++) {
+            snprintf(opt_buf[n], sizeof(opt_buf[n]), "%s", rows[i].opts[n]);
+            opts[n] = opt_buf[n];
+        }
+        int rc = moat_options_check(pats, np, opts, n, &bad);
+        if (rows[i].ok && rc != 0)
+            fail_msg("row %zu (%s): refused option %zu", i, rows[i].opts[0], bad);
+        if (!rows[i].ok && (rc == 0 || bad != rows[i].bad))
+            fail_msg("row %zu (%s): rc %d, bad %zu (want refused at %zu)", i, rows[i].opts[0], rc, bad, rows[i].bad);
+    }
+    /* a long placeholder value: 64 characters taken, 65 not */
+    char v64[80] = "-DX=", v65[80] = "-DX=";
+    memset(v64 + 4, 'a', 64);
+    memset(v65 + 4, 'a', 65);
+    char *o64[] = {v64}, *o65[] = {v65};
+    size_t bad;
+    assert_int_equal(moat_options_check(pats, np, o64, 1, &bad), 0);
+    assert_int_equal(moat_options_check(pats, np, o65, 1, &bad), -1);
+    /* no patterns: nothing is accepted, no options: nothing to refuse */
+    assert_int_equal(moat_options_check(NULL, 0, o64, 1, &bad), -1);
+    assert_int_equal(moat_options_check(NULL, 0, NULL, 0, &bad), 0);
+
+    /* patterns themselves */
+    assert_true(moat_option_pattern_valid("-O2"));
+    assert_true(moat_option_pattern_valid("-D{ident}={value}"));
+    assert_true(moat_option_pattern_valid("-C opt-level=3"));
+    assert_false(moat_option_pattern_valid(""));
+    assert_false(moat_option_pattern_valid("O2"));
+    assert_false(moat_option_pattern_valid("-C  opt-level=3"));
+    assert_false(moat_option_pattern_valid("-C "));
+    assert_false(moat_option_pattern_valid("-D{name}"));
+    assert_false(moat_option_pattern_valid("-Dx}"));
+    assert_false(moat_option_pattern_valid("-D\"x\""));
+    assert_false(moat_option_pattern_valid("-D\tx"));
 }
 
 static void test_request_defaults_omitted(void **state)
@@ -639,9 +893,11 @@ static void test_runtimes_roundtrip(void **state)
     char l0[] = "python", v0[] = "3.11.2", a0[] = "py", a1[] = "py3", a2[] = "python3";
     char l1[] = "c", v1[] = "10.2.1";
     char *al0[] = {a0, a1, a2};
+    char p0[] = "-O2", p1[] = "-D{ident}={value}";
+    char *pats[] = {p0, p1};
     struct moat_runtime items[] = {
-        {l0, v0, al0, 3, 0},
-        {l1, v1, NULL, 0, 1},
+        {l0, v0, al0, 3, 0, NULL, 0},
+        {l1, v1, NULL, 0, 1, pats, 2},
     };
     struct moat_runtimes rt = {items, 2};
     struct moat_buf out = {0};
@@ -662,6 +918,10 @@ static void test_runtimes_roundtrip(void **state)
     assert_string_equal(d.items[1].language, "c");
     assert_int_equal(d.items[1].naliases, 0);
     assert_int_equal(d.items[1].compiled, 1);
+    assert_int_equal(d.items[0].noption_patterns, 0);
+    assert_int_equal(d.items[1].noption_patterns, 2);
+    assert_string_equal(d.items[1].option_patterns[0], "-O2");
+    assert_string_equal(d.items[1].option_patterns[1], "-D{ident}={value}");
     moat_runtimes_free(&d);
     moat_buf_free(&out);
 
@@ -934,7 +1194,7 @@ static void test_unknown_and_duplicate_tags(void **state)
     struct raw r = {0};
 
     raw_min_request(&r);
-    raw_str(&r, 14, "x"); /* 12 and 13 are the test cases' */
+    raw_str(&r, 18, "x"); /* 12 and 13 are the test cases', 14-17 the run rlimits and options */
     reject_request(&r, "unknown field in exec request");
     raw_free(&r);
     raw_min_request(&r);
@@ -1063,7 +1323,7 @@ static void test_unknown_and_duplicate_tags(void **state)
     at = raw_nest_begin(&r, RT_RUNTIME);
     raw_str(&r, RTE_LANGUAGE, "c");
     raw_str(&r, RTE_VERSION, "1");
-    raw_str(&r, 5, "x");
+    raw_str(&r, 6, "x"); /* 5 is the compiler option patterns */
     raw_nest_end(&r, at);
     reject_runtimes(&r, "unknown field in runtime");
     raw_free(&r);
@@ -1501,7 +1761,7 @@ static void test_encoder_refusals(void **state)
     char *aliases[MOAT_MAX_ALIASES + 1];
     for (int i = 0; i < MOAT_MAX_ALIASES + 1; i++)
         aliases[i] = arg;
-    struct moat_runtime item = {lang, ver, aliases, MOAT_MAX_ALIASES + 1, 0};
+    struct moat_runtime item = {lang, ver, aliases, MOAT_MAX_ALIASES + 1, 0, NULL, 0};
     struct moat_runtimes rt = {&item, 1};
     why = NULL;
     rc = moat_encode_runtimes(&out, 5, &rt, &why);
@@ -2706,6 +2966,10 @@ int main(void)
         cmocka_unit_test(test_result_tests_and_clock),
         cmocka_unit_test(test_request_roundtrip_full),
         cmocka_unit_test(test_request_defaults_omitted),
+        cmocka_unit_test(test_request_rlimits_and_options_roundtrip),
+        cmocka_unit_test(test_request_rlimits_and_options_refusals),
+        cmocka_unit_test(test_runtime_option_patterns_refusals),
+        cmocka_unit_test(test_options_allow_list),
         cmocka_unit_test(test_request_caps_accepted_at_limit),
         cmocka_unit_test(test_result_roundtrip_compile_and_run),
         cmocka_unit_test(test_result_single_stages),
