@@ -80,10 +80,46 @@ void gw_audit_add_decision(json_t *b, const char *decision, const char *reason, 
         json_object_set_new(b, "message", safe_string(message, strlen(message)));
 }
 
+/* A limit as the request holds it; 0 (not asked, for the CPU limits and rlimits) is -1. */
+static json_t *limit_json(int64_t v)
+{
+    return json_integer(v > 0 ? (json_int_t)v : v == 0 ? -1 : (json_int_t)v);
+}
+
+json_t *gw_audit_limits(const struct moat_exec_request *q)
+{
+    json_t *limits = json_object();
+
+    if (limits == NULL)
+        return NULL;
+    json_object_set_new(limits, "run_timeout_ms", json_integer(q->run_timeout_ms));
+    json_object_set_new(limits, "compile_timeout_ms", json_integer(q->compile_timeout_ms));
+    json_object_set_new(limits, "run_memory_bytes", json_integer(q->run_memory_bytes));
+    json_object_set_new(limits, "compile_memory_bytes", json_integer(q->compile_memory_bytes));
+    json_object_set_new(limits, "run_cpu_ms", limit_json(q->run_cpu_ms));
+    json_object_set_new(limits, "compile_cpu_ms", limit_json(q->compile_cpu_ms));
+    json_object_set_new(limits, "run_stack_kib", limit_json(q->run_stack_kib));
+    json_object_set_new(limits, "run_processes", limit_json(q->run_processes));
+    json_object_set_new(limits, "run_file_size_kib", limit_json(q->run_file_size_kib));
+    return limits;
+}
+
+/* The compiler options as sent to the backend (each one argv element), or nothing. */
+static void add_compiler_options(json_t *o, const struct moat_exec_request *q)
+{
+    json_t *a;
+
+    if (q->ncompiler_options == 0 || (a = json_array()) == NULL)
+        return;
+    for (size_t i = 0; i < q->ncompiler_options; i++)
+        json_array_append_new(a, safe_string(q->compiler_options[i], strlen(q->compiler_options[i])));
+    json_object_set_new(o, "compiler_options", a);
+}
+
 void gw_audit_add_request(json_t *b, const struct moat_exec_request *q, const void *canonical, size_t canonical_len)
 {
     char hex[APIKEY_DIGEST_HEX + 1];
-    json_t *files = json_array(), *limits = json_object();
+    json_t *files = json_array();
 
     json_object_set_new(b, "language", safe_string(q->language, strlen(q->language)));
     json_object_set_new(b, "version", safe_string(q->version, strlen(q->version)));
@@ -100,11 +136,8 @@ void gw_audit_add_request(json_t *b, const struct moat_exec_request *q, const vo
     json_object_set_new(b, "files", files);
     json_object_set_new(b, "stdin_bytes", json_integer((json_int_t)q->stdin_len));
     json_object_set_new(b, "args", json_integer((json_int_t)q->nargs));
-    json_object_set_new(limits, "run_timeout_ms", json_integer(q->run_timeout_ms));
-    json_object_set_new(limits, "compile_timeout_ms", json_integer(q->compile_timeout_ms));
-    json_object_set_new(limits, "run_memory_bytes", json_integer(q->run_memory_bytes));
-    json_object_set_new(limits, "compile_memory_bytes", json_integer(q->compile_memory_bytes));
-    json_object_set_new(b, "limits", limits);
+    add_compiler_options(b, q);
+    json_object_set_new(b, "limits", gw_audit_limits(q));
 }
 
 static json_t *stage(const struct moat_stage_result *st)
@@ -126,12 +159,20 @@ static json_t *stage(const struct moat_stage_result *st)
     return s;
 }
 
-void gw_audit_add_result(json_t *b, const struct moat_exec_result *res)
+void gw_audit_add_result(json_t *b, const struct moat_exec_request *q, const struct moat_exec_result *res)
 {
+    if (q != NULL)
+        json_object_set_new(b, "limits", gw_audit_limits(q));
     if (res->compile.present)
         json_object_set_new(b, "compile", stage(&res->compile));
     if (res->run.present)
         json_object_set_new(b, "run", stage(&res->run));
+    if (res->ntests > 0) { /* test cases, or Judge0's number_of_runs: each run stage */
+        json_t *runs = json_array();
+        for (size_t i = 0; runs != NULL && i < res->ntests; i++)
+            json_array_append_new(runs, stage(&res->tests[i]));
+        json_object_set_new(b, "test_runs", runs != NULL ? runs : json_null());
+    }
 }
 
 static json_t *b64(const uint8_t *data, size_t len)
@@ -172,6 +213,8 @@ static json_t *packet_object(const struct gw_audit_who *who, const struct moat_e
     json_object_set_new(req, "compile_timeout_ms", json_integer(q->compile_timeout_ms));
     json_object_set_new(req, "run_memory_bytes", json_integer(q->run_memory_bytes));
     json_object_set_new(req, "compile_memory_bytes", json_integer(q->compile_memory_bytes));
+    add_compiler_options(req, q);
+    json_object_set_new(req, "limits", gw_audit_limits(q)); /* the limits applied, all of them */
     json_object_set_new(p, "request", req);
     if (metadata != NULL)
         json_object_set_new(p, "metadata", json_deep_copy(metadata));

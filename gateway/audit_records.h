@@ -27,7 +27,12 @@ json_t *gw_audit_base(const struct gw_audit_who *who, const char *type);
 void gw_audit_add_decision(json_t *b, const char *decision, const char *reason, const char *rule, int status, const char *message);
 /* canonical: the encoded request frame the backend received */
 void gw_audit_add_request(json_t *b, const struct moat_exec_request *q, const void *canonical, size_t canonical_len);
-void gw_audit_add_result(json_t *b, const struct moat_exec_result *res);
+/* q: the request as sent (its limits applied are recorded too), or NULL. */
+void gw_audit_add_result(json_t *b, const struct moat_exec_request *q, const struct moat_exec_result *res);
+/* The limits applied, after the policy's defaults: {run_timeout_ms, compile_timeout_ms, run_memory_bytes,
+ * compile_memory_bytes, run_cpu_ms, compile_cpu_ms, run_stack_kib, run_processes, run_file_size_kib}, -1
+ * for "the backend's own" (a CPU limit or rlimit the request and the tenant left to the language). */
+json_t *gw_audit_limits(const struct moat_exec_request *q);
 /* The full request, the request's metadata (metadata.c; NULL: none) and
  * the result (the Piston JSON sent to the client). */
 char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const json_t *metadata,

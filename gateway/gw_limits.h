@@ -95,6 +95,9 @@
 /* A submission's additional_files (a zip) unpacks to at most this much
  * (the tenant's max_code_bytes then applies to all its files together). */
 #define GW_JUDGE0_ZIP_MAX_BYTES (16u * 1024u * 1024u)
+/* A submission's number_of_runs: at most this many runs of one compile
+ * (test cases of the exec request, each in a fresh box; at most MOAT_MAX_TESTS). */
+#define GW_JUDGE0_MAX_RUNS 20
 
 /* A request's metadata (metadata.c): the whole object as compact JSON, a
  * purpose, a dependency or a label's value, a label's name, and how many

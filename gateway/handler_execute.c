@@ -150,28 +150,13 @@ static int case_over(int64_t asked, int64_t in_force)
     return asked > 0 && in_force > 0 && asked > in_force;
 }
 
-/* The cases' wall budget must end before the gateway stops waiting for
- * the backend: its timeout, less the compile stage's and a second for the
- * rest, and at most the backend's ceiling.  Not asked: that much; asked
- * above it: refused. */
+/* The cases' wall budget (judge.c): refused when asked above what the gateway waits for. */
 static enum gw_flow tests_budget(struct gw_request *r, struct moat_exec_request *ereq)
 {
-    int64_t compile = ereq->compile_timeout_ms > 0 ? ereq->compile_timeout_ms : 0;
-    int64_t budget = (int64_t)r->cfg->backend_timeout_ms - compile - 1000;
     char err[GW_ERR_MSG_MAX];
 
-    if (budget > MOAT_MAX_TESTS_WALL_MS)
-        budget = MOAT_MAX_TESTS_WALL_MS;
-    if (budget < 1000)
-        budget = 1000;
-    if (ereq->tests_wall_ms > budget) {
-        snprintf(err, sizeof(err),
-                 "tests_timeout cannot exceed %lld ms (the gateway's backend timeout less the compile timeout in force)",
-                 (long long)budget);
+    if (gw_judge_tests_budget(r->cfg->backend_timeout_ms, ereq, err, sizeof(err)) != 0)
         return gw_deny_copy(r, 400, GW_REASON_LIMIT, err);
-    }
-    if (ereq->tests_wall_ms <= 0)
-        ereq->tests_wall_ms = budget;
     return GW_NEXT;
 }
 
@@ -448,9 +433,7 @@ static enum gw_flow answer(struct gw_request *r, const struct backend_reply *rep
         log_warnx("%s: id=%s: unexpected reply type %u", __func__, r->request_id, reply->hdr.type);
         return gw_deny(r, 502, GW_REASON_BACKEND, "bad reply from backend");
     }
-    r->cpu_ms = (res->compile.present ? res->compile.cpu_ms : 0) + (res->run.present ? res->run.cpu_ms : 0);
-    for (size_t i = 0; i < res->ntests; i++)
-        r->cpu_ms += res->tests[i].cpu_ms;
+    r->cpu_ms = moat_exec_result_cpu_ms(res);
     json_t *verdicts = NULL;
     if (job->tests.count > 0)
         r->body = piston_exec_result_tests_json(res, &job->tests, &verdicts);
@@ -464,7 +447,7 @@ static enum gw_flow answer(struct gw_request *r, const struct backend_reply *rep
             json_decref(verdicts);
             return gw_deny(r, 500, GW_REASON_AUDIT, "out of memory");
         }
-        gw_audit_add_result(r->result_fields, res);
+        gw_audit_add_result(r->result_fields, &job->ereq, res);
         if (verdicts != NULL)
             json_object_set_new(r->result_fields, "tests", verdicts);
         verdicts = NULL;

@@ -31,6 +31,25 @@ static int resolve_range(struct moat_exec_request *ereq, const struct policy_run
     return 0;
 }
 
+int gw_judge_tests_budget(uint64_t backend_timeout_ms, struct moat_exec_request *ereq, char *err, size_t errlen)
+{
+    int64_t compile = ereq->compile_timeout_ms > 0 ? ereq->compile_timeout_ms : 0;
+    int64_t budget = (int64_t)backend_timeout_ms - compile - 1000;
+
+    if (budget > MOAT_MAX_TESTS_WALL_MS)
+        budget = MOAT_MAX_TESTS_WALL_MS;
+    if (budget < 1000)
+        budget = 1000;
+    if (ereq->tests_wall_ms > budget) {
+        snprintf(err, errlen, "tests_timeout cannot exceed %lld ms (the gateway's backend timeout less the compile timeout in force)",
+                 (long long)budget);
+        return -1;
+    }
+    if (ereq->tests_wall_ms <= 0)
+        ereq->tests_wall_ms = budget;
+    return 0;
+}
+
 int gw_judge_exec(struct gw_worker *w, const struct tenant_policy *p, unsigned endpoint, struct moat_exec_request *ereq,
                   struct policy_verdict *v)
 {
@@ -69,6 +88,9 @@ int gw_judge_exec(struct gw_worker *w, const struct tenant_policy *p, unsigned e
     /* 0 is "not asked" for the CPU limits (moat_proto.h) */
     pr.run_cpu_ms = ereq->run_cpu_ms > 0 ? ereq->run_cpu_ms : -1;
     pr.compile_cpu_ms = ereq->compile_cpu_ms > 0 ? ereq->compile_cpu_ms : -1;
+    pr.run_stack_kib = ereq->run_stack_kib > 0 ? ereq->run_stack_kib : -1; /* 0 is "not asked" too */
+    pr.run_processes = ereq->run_processes > 0 ? ereq->run_processes : -1;
+    pr.run_file_size_kib = ereq->run_file_size_kib > 0 ? ereq->run_file_size_kib : -1;
     if (policy_evaluate(p, &pr, v) != 0 || !v->allow) {
         if (v->http_status == 0)
             v->http_status = 403;
@@ -82,5 +104,8 @@ int gw_judge_exec(struct gw_worker *w, const struct tenant_policy *p, unsigned e
     ereq->compile_memory_bytes = v->compile_memory_bytes;
     ereq->run_cpu_ms = v->run_cpu_ms;
     ereq->compile_cpu_ms = v->compile_cpu_ms;
+    ereq->run_stack_kib = v->run_stack_kib;
+    ereq->run_processes = v->run_processes;
+    ereq->run_file_size_kib = v->run_file_size_kib;
     return 0;
 }

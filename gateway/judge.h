@@ -21,4 +21,13 @@
 int gw_judge_exec(struct gw_worker *w, const struct tenant_policy *p, unsigned endpoint, struct moat_exec_request *ereq,
                   struct policy_verdict *v);
 
+/*
+ * The wall budget of ereq's test cases (after gw_judge_exec): it must end
+ * before the gateway stops waiting for the backend (backend_timeout_ms,
+ * less the compile timeout in force and a second for the rest), and at most
+ * MOAT_MAX_TESTS_WALL_MS.  Not asked: set to that much, 0; asked above it:
+ * -1 with a message in err.
+ */
+int gw_judge_tests_budget(uint64_t backend_timeout_ms, struct moat_exec_request *ereq, char *err, size_t errlen);
+
 #endif /* GW_JUDGE_H */

@@ -40,6 +40,7 @@
 
 #include "moat_base64.h"
 #include "moat_buf.h"
+#include "moat_options.h"
 #include "moat_path.h"
 #include "moat_utf8.h"
 
@@ -203,27 +204,36 @@ char *judge0_about_json(void)
     return s;
 }
 
-char *judge0_config_info_json(const struct tenant_policy *p, uint64_t ttl_s, uint64_t max_queue)
+/* A run-stage rlimit in force: the box's, lowered by the tenant's ceiling when it has one. */
+static json_int_t rlimit_in_force(uint64_t box, uint64_t tenant)
+{
+    return (json_int_t)(tenant > 0 && tenant < box ? tenant : box);
+}
+
+char *judge0_config_info_json(const struct tenant_policy *p, uint64_t ttl_s, uint64_t max_queue, json_t *compile_langs)
 {
     const struct policy_limits *c = &p->ceilings;
     double t = (double)c->run_timeout_ms / 1000.0;
     json_int_t mem = (json_int_t)(c->run_memory_bytes / 1024);
+    json_int_t stack = rlimit_in_force(JUDGE0_BOX_STACK_KB, c->run_stack_kib);
+    json_int_t procs = rlimit_in_force(JUDGE0_BOX_PROCESSES, c->run_processes);
+    json_int_t fsize = rlimit_in_force(JUDGE0_BOX_FILE_SIZE_KB, c->run_file_size_kib);
     /* a limit's default is the tenant's ceiling (policy: omitted limits get it) */
-    json_t *o = json_pack("{s:b, s:b, s:[], s:b, s:b, s:b, s:i, s:i, s:b, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}",
-                          "enable_wait_result", 1, "enable_compiler_options", 0, "allowed_languages_for_compile_options",
-                          "enable_command_line_arguments", 1, "enable_submission_delete", 0, "enable_callbacks", 0,
+    json_t *o = json_pack("{s:b, s:b, s:O, s:b, s:b, s:b, s:i, s:i, s:b, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}",
+                          "enable_wait_result", 1, "enable_compiler_options", json_array_size(compile_langs) > 0,
+                          "allowed_languages_for_compile_options", compile_langs, "enable_command_line_arguments", 1, "enable_submission_delete", 0, "enable_callbacks", 0,
                           "callbacks_max_tries", 0, "callbacks_timeout", 0, "enable_additional_files", 1, "max_queue_size",
                           (json_int_t)max_queue, "cpu_time_limit", t, "max_cpu_time_limit", t, "cpu_extra_time", 0.0,
                           "max_cpu_extra_time", JUDGE0_MAX_CPU_EXTRA_TIME, "wall_time_limit", t, "max_wall_time_limit", t,
                           "memory_limit", mem, "max_memory_limit", mem);
     json_t *more = json_pack(
-        "{s:i, s:i, s:i, s:i, s:b, s:b, s:b, s:b, s:i, s:i, s:i, s:i, s:b, s:i, s:b, s:i, s:I, s:b, "
+        "{s:I, s:I, s:I, s:I, s:b, s:b, s:b, s:b, s:I, s:I, s:i, s:i, s:b, s:i, s:b, s:i, s:I, s:b, "
         "s:b, s:b}",
-        "stack_limit", JUDGE0_BOX_STACK_KB, "max_stack_limit", JUDGE0_MAX_STACK_KB, "max_processes_and_or_threads",
-        JUDGE0_BOX_PROCESSES, "max_max_processes_and_or_threads", JUDGE0_MAX_PROCESSES, "enable_per_process_and_thread_time_limit",
-        0, "allow_enable_per_process_and_thread_time_limit", 0, "enable_per_process_and_thread_memory_limit", 0,
-        "allow_enable_per_process_and_thread_memory_limit", 0, "max_file_size", JUDGE0_BOX_FILE_SIZE_KB, "max_max_file_size",
-        JUDGE0_MAX_FILE_SIZE_KB, "number_of_runs", 1, "max_number_of_runs", 1, "redirect_stderr_to_stdout", 0, "max_extract_size",
+        "stack_limit", stack, "max_stack_limit", stack, "max_processes_and_or_threads", procs, "max_max_processes_and_or_threads",
+        procs, "enable_per_process_and_thread_time_limit", 0, "allow_enable_per_process_and_thread_time_limit", 0,
+        "enable_per_process_and_thread_memory_limit", 0, "allow_enable_per_process_and_thread_memory_limit", 0, "max_file_size",
+        fsize, "max_max_file_size", fsize, "number_of_runs", 1, "max_number_of_runs", GW_JUDGE0_MAX_RUNS,
+        "redirect_stderr_to_stdout", 0, "max_extract_size",
         (int)(GW_JUDGE0_ZIP_MAX_BYTES / 1024), "enable_batched_submissions", 0, "max_submission_batch_size", 0,
         "submission_cache_duration", (json_int_t)ttl_s, "use_docs_as_homepage", 0, "allow_enable_network", 0, "enable_network", 0);
     char *s = NULL;
@@ -564,6 +574,10 @@ void judge0_request_free(struct judge0_request *j)
     free(j->stdin_data);
     free(j->expected);
     free(j->command_line_arguments);
+    free(j->compiler_options_text);
+    for (size_t i = 0; i < j->ncompiler_options; i++)
+        free(j->compiler_options[i]);
+    free(j->compiler_options);
     free(j->zip);
     for (size_t i = 0; i < j->nextra; i++) {
         free(j->extra[i].name);
@@ -639,10 +653,10 @@ static void check_limits(json_t *root, struct judge0_request *j, json_t *errors,
     } secs[] = {{"cpu_time_limit", 0}, {"cpu_extra_time", JUDGE0_MAX_CPU_EXTRA_TIME}, {"wall_time_limit", 0}};
     static const struct {
         const char *name;
-        int64_t box, max;
-    } box[] = {{"stack_limit", JUDGE0_BOX_STACK_KB, JUDGE0_MAX_STACK_KB},
-               {"max_processes_and_or_threads", JUDGE0_BOX_PROCESSES, JUDGE0_MAX_PROCESSES},
-               {"max_file_size", JUDGE0_BOX_FILE_SIZE_KB, JUDGE0_MAX_FILE_SIZE_KB}};
+        int64_t max;
+    } box[] = {{"stack_limit", JUDGE0_BOX_STACK_KB},
+               {"max_processes_and_or_threads", JUDGE0_BOX_PROCESSES},
+               {"max_file_size", JUDGE0_BOX_FILE_SIZE_KB}};
 
     for (size_t i = 0; i < sizeof(secs) / sizeof(secs[0]); i++) {
         double v = seconds_of(root, secs[i].name);
@@ -672,22 +686,21 @@ static void check_limits(json_t *root, struct judge0_request *j, json_t *errors,
         int64_t n = (int64_t)json_integer_value(v);
         if (n <= 0)
             field_error(errors, err, errlen, box[i].name, "must be greater than 0");
-        else if (n > box[i].max)
+        else if (n > box[i].max) /* the box's own limit: a request may lower it, never raise it */
             field_error(errors, err, errlen, box[i].name, "must be less than or equal to %lld", (long long)box[i].max);
-        else if (n < box[i].box)
-            field_error(errors, err, errlen, box[i].name,
-                        "must be at least %lld: moat's box enforces that limit itself and cannot apply a lower one",
-                        (long long)box[i].box);
     }
     j->number_of_runs = int_of(root, "number_of_runs");
     if (json_object_get(root, "number_of_runs") != NULL && !json_is_null(json_object_get(root, "number_of_runs")) &&
-        j->number_of_runs != 1)
-        field_error(errors, err, errlen, "number_of_runs", "must be 1: repeated runs are not supported yet");
+        (j->number_of_runs < 1 || j->number_of_runs > GW_JUDGE0_MAX_RUNS))
+        field_error(errors, err, errlen, "number_of_runs", "must be between 1 and %d", GW_JUDGE0_MAX_RUNS);
     if (json_is_true(json_object_get(root, "enable_per_process_and_thread_time_limit")))
         field_error(errors, err, errlen, "enable_per_process_and_thread_time_limit", "is not supported: the limits are per box");
     if (json_is_true(json_object_get(root, "enable_per_process_and_thread_memory_limit")))
         field_error(errors, err, errlen, "enable_per_process_and_thread_memory_limit", "is not supported: the limits are per box");
     j->redirect_stderr = json_is_true(json_object_get(root, "redirect_stderr_to_stdout"));
+    /* the runs' stages keep stdout and stderr apart (backend/job.c), not interleaved */
+    if (j->redirect_stderr && j->number_of_runs > 1)
+        field_error(errors, err, errlen, "number_of_runs", "must be 1 with redirect_stderr_to_stdout");
 }
 
 /* The features moat refuses, each with its reason. */
@@ -697,10 +710,6 @@ static void check_refused(json_t *root, json_t *errors, char *err, size_t errlen
 
     if (json_is_true(json_object_get(root, "enable_network")))
         field_error(errors, err, errlen, "enable_network", "is not allowed: boxes have no network");
-    v = json_object_get(root, "compiler_options");
-    if (v != NULL && json_is_string(v) && json_string_length(v) > 0)
-        field_error(errors, err, errlen, "compiler_options",
-                    "are not allowed for this language (no compiler options are allow-listed)");
     v = json_object_get(root, "callback_url");
     if (v != NULL && !json_is_null(v))
         field_error(errors, err, errlen, "callback_url", "is not supported yet");
@@ -763,6 +772,60 @@ static int get_arguments(json_t *root, struct judge0_request *j, json_t *errors,
     default:
         return judge0_errf(err, errlen, "out of memory");
     }
+}
+
+/*
+ * compiler_options: words separated by white space, nothing else (no
+ * quotes, no escapes: they are never given to a shell, and no allow-listed
+ * option needs one); each word one argv element.  Which words a language
+ * takes is its allow-list's (judge0_check_options, and the backend).
+ */
+static int get_compiler_options(json_t *root, struct judge0_request *j, json_t *errors, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(root, "compiler_options");
+    const char *s;
+
+    if (v == NULL || json_is_null(v) || json_string_length(v) == 0)
+        return 0;
+    if ((j->compiler_options_text = (char *)moat_memdup0(json_string_value(v), json_string_length(v))) == NULL ||
+        (j->compiler_options = calloc(MOAT_MAX_COMPILER_OPTIONS, sizeof(char *))) == NULL)
+        return judge0_errf(err, errlen, "out of memory");
+    s = j->compiler_options_text;
+    if (strlen(s) != json_string_length(v) || strpbrk(s, "'\"`\\\n\r") != NULL) {
+        field_error(errors, err, errlen, "compiler_options",
+                    "may only be options separated by spaces, without quotes: they are never given to a shell");
+        return 0;
+    }
+    while (*(s += strspn(s, " \t")) != '\0') {
+        size_t len = strcspn(s, " \t");
+        if (j->ncompiler_options == MOAT_MAX_COMPILER_OPTIONS || len > MOAT_MAX_COMPILER_OPTION_LEN) {
+            field_error(errors, err, errlen, "compiler_options", "are at most %d options of at most %d bytes",
+                        MOAT_MAX_COMPILER_OPTIONS, MOAT_MAX_COMPILER_OPTION_LEN);
+            return 0;
+        }
+        if ((j->compiler_options[j->ncompiler_options] = (char *)moat_memdup0(s, len)) == NULL)
+            return judge0_errf(err, errlen, "out of memory");
+        j->ncompiler_options++;
+        s += len;
+    }
+    return 0;
+}
+
+int judge0_check_options(const struct judge0_request *j, char *const *patterns, size_t npatterns, json_t **errors, char *err,
+                         size_t errlen)
+{
+    size_t bad = 0;
+
+    *errors = NULL;
+    if (j->ncompiler_options == 0 ||
+        moat_options_check(patterns, npatterns, j->compiler_options, j->ncompiler_options, &bad) == 0)
+        return 0;
+    if (npatterns == 0)
+        snprintf(err, errlen, "compiler_options are not allowed for language %s: it accepts no compiler options", j->lang->moat);
+    else
+        snprintf(err, errlen, "compiler option \"%.64s\" is not allowed for language %s", j->compiler_options[bad], j->lang->moat);
+    *errors = json_pack("{s:[s]}", "compiler_options", err);
+    return -2;
 }
 
 /*
@@ -858,7 +921,7 @@ int judge0_parse_submission_object(json_t *root, int base64, struct judge0_reque
     if (check_types(root, err, errlen) != 0 || (errs = json_object()) == NULL)
         goto out;
     if (get_texts(root, base64, out, errs, err, errlen) != 0 || get_arguments(root, out, errs, err, errlen) != 0 ||
-        get_additional_files(root, out, err, errlen) != 0)
+        get_compiler_options(root, out, errs, err, errlen) != 0 || get_additional_files(root, out, err, errlen) != 0)
         goto out;
     check_limits(root, out, errs, err, errlen);
     check_refused(root, errs, err, errlen);
@@ -878,22 +941,74 @@ out:
     return rc;
 }
 
+/* Seconds as whole milliseconds, rounded up; -1 for none asked. */
+static int64_t ms_of(double s)
+{
+    int64_t ms = (int64_t)(s * 1000.0);
+
+    if (s <= 0)
+        return -1;
+    return (double)ms < s * 1000.0 ? ms + 1 : ms;
+}
+
+/* A list of strings copied into *dst (n of them); 0 or -1 out of memory. */
+static int strv_dup(char *const *src, size_t n, char ***dst, size_t *ndst)
+{
+    if (n == 0)
+        return 0;
+    if ((*dst = calloc(n, sizeof(char *))) == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++, (*ndst)++)
+        if (((*dst)[i] = strdup(src[i])) == NULL)
+            return -1;
+    return 0;
+}
+
+/* number_of_runs > 1: that many test cases, each the submission's stdin and arguments. */
+static int runs_as_tests(const struct judge0_request *j, struct moat_exec_request *out)
+{
+    size_t n = (size_t)j->number_of_runs;
+
+    if (j->number_of_runs <= 1)
+        return 0;
+    if ((out->tests = calloc(n, sizeof(*out->tests))) == NULL)
+        return -1;
+    for (; out->ntests < n; out->ntests++) {
+        struct moat_test_case *tc = &out->tests[out->ntests];
+        tc->run_timeout_ms = tc->run_memory_bytes = tc->run_cpu_ms = -1; /* the request's */
+        if (strv_dup(j->args, j->nargs, &tc->args, &tc->nargs) != 0) {
+            out->ntests++;
+            return -1;
+        }
+        if (j->stdin_len > 0) {
+            if ((tc->stdin_data = moat_memdup0(j->stdin_data, j->stdin_len)) == NULL) {
+                out->ntests++;
+                return -1;
+            }
+            tc->stdin_len = j->stdin_len;
+        }
+    }
+    return 0;
+}
+
 int judge0_exec_request(const struct judge0_request *j, struct moat_exec_request *out)
 {
-    double t = j->cpu_time_limit;
-
     memset(out, 0, sizeof(*out));
-    if (j->wall_time_limit > 0 && (t <= 0 || j->wall_time_limit < t))
-        t = j->wall_time_limit;
-    out->run_timeout_ms = -1;
-    if (t > 0) { /* whole milliseconds, rounded up */
-        out->run_timeout_ms = (int64_t)(t * 1000.0);
-        if ((double)out->run_timeout_ms < t * 1000.0)
-            out->run_timeout_ms++;
-    }
+    /* the CPU clock is cpu_time_limit (and its extra time); the wall clock
+     * wall_time_limit, or the CPU time when only that is asked */
+    out->run_cpu_ms = j->cpu_time_limit > 0 ? ms_of(j->cpu_time_limit + (j->cpu_extra_time > 0 ? j->cpu_extra_time : 0)) : -1;
+    out->run_timeout_ms = j->wall_time_limit > 0 ? ms_of(j->wall_time_limit) : out->run_cpu_ms;
     out->compile_timeout_ms = -1;
+    out->compile_cpu_ms = -1;
     out->run_memory_bytes = j->memory_limit > 0 ? j->memory_limit * 1024 : -1;
     out->compile_memory_bytes = -1;
+    out->run_stack_kib = j->stack_limit > 0 ? j->stack_limit : -1;
+    out->run_processes = j->max_processes > 0 ? j->max_processes : -1;
+    out->run_file_size_kib = j->max_file_size > 0 ? j->max_file_size : -1;
+    out->tests_wall_ms = -1;
+    if (strv_dup(j->compiler_options, j->ncompiler_options, &out->compiler_options, &out->ncompiler_options) != 0 ||
+        runs_as_tests(j, out) != 0)
+        goto oom;
     if ((out->language = strdup(j->lang->moat)) == NULL || (out->version = strdup("*")) == NULL ||
         (out->files = calloc(1 + j->nextra, sizeof(*out->files))) == NULL)
         goto oom;
@@ -984,12 +1099,30 @@ static int signal_status(int sig)
     }
 }
 
+/* The run that stands for the submission: the run stage, or with
+ * number_of_runs > 1 (the result's test stages) the first run that is not
+ * Accepted, else the last one; NULL when there is none. */
+static const struct moat_stage_result *deciding_run(const struct judge0_request *j, const struct moat_exec_result *res)
+{
+    struct judge0_verdict v;
+
+    if (res->ntests == 0)
+        return res->run.present ? &res->run : NULL;
+    for (size_t i = 0; i < res->ntests; i++) {
+        judge0_run_verdict(j, &res->tests[i], &v);
+        if (v.status != JUDGE0_ACCEPTED || i + 1 == res->ntests)
+            return &res->tests[i];
+    }
+    return NULL;
+}
+
 void judge0_verdict_of(const struct judge0_request *j, const struct moat_exec_result *res, struct judge0_verdict *v)
 {
-    const struct moat_stage_result *c = &res->compile, *r = &res->run;
+    const struct moat_stage_result *c = &res->compile, *r = deciding_run(j, res);
 
     v->message = NULL;
-    if (c->present && (!r->present || c->status != MOAT_STATUS_OK || (c->has_code && c->code != 0))) {
+    if (c->present && ((r == NULL && res->ntests == 0 && j->number_of_runs <= 1) || c->status != MOAT_STATUS_OK ||
+                       (c->has_code && c->code != 0))) {
         v->status = c->status == MOAT_STATUS_XX ? JUDGE0_INTERNAL_ERROR : JUDGE0_COMPILATION_ERROR;
         /* the compiler's words are compile_output; Judge0 adds no message */
         v->message = c->status == MOAT_STATUS_TO   ? "Compilation time limit exceeded"
@@ -997,11 +1130,26 @@ void judge0_verdict_of(const struct judge0_request *j, const struct moat_exec_re
                                                    : NULL;
         return;
     }
-    if (!r->present) {
+    if (r == NULL && j->number_of_runs > 1) {
+        v->status = JUDGE0_TIME_LIMIT;
+        v->message = "Time limit exceeded: the runs together outlasted the job's wall budget";
+        return;
+    }
+    if (r == NULL) {
         v->status = JUDGE0_INTERNAL_ERROR;
         v->message = "no run stage";
         return;
     }
+    judge0_run_verdict(j, r, v);
+    /* every run that ran was Accepted, but not every run ran: the job's wall budget ran out */
+    if (v->status == JUDGE0_ACCEPTED && res->ntests > 0 && (int64_t)res->ntests < j->number_of_runs) {
+        v->status = JUDGE0_TIME_LIMIT;
+        v->message = "Time limit exceeded: the runs together outlasted the job's wall budget";
+    }
+}
+
+void judge0_run_verdict(const struct judge0_request *j, const struct moat_stage_result *r, struct judge0_verdict *v)
+{
     v->message = r->message;
     switch (r->status) {
     case MOAT_STATUS_TO:
@@ -1086,12 +1234,36 @@ static json_t *text_or_null(const void *data, size_t len)
     return len > 0 ? b64_json(data, len) : json_null();
 }
 
+/* What time, wall_time and memory report: the run's, or with several runs
+ * their averages (Judge0's), over the runs that ran. */
+struct run_usage {
+    uint64_t cpu_ms, wall_ms, memory_bytes;
+};
+
+static void usage_of(const struct moat_exec_result *res, const struct moat_stage_result *r, struct run_usage *u)
+{
+    *u = (struct run_usage){r->cpu_ms, r->wall_ms, r->memory_bytes};
+    if (res->ntests == 0)
+        return;
+    *u = (struct run_usage){0, 0, 0};
+    for (size_t i = 0; i < res->ntests; i++) {
+        u->cpu_ms += res->tests[i].cpu_ms;
+        u->wall_ms += res->tests[i].wall_ms;
+        u->memory_bytes += res->tests[i].memory_bytes;
+    }
+    u->cpu_ms /= res->ntests;
+    u->wall_ms /= res->ntests;
+    u->memory_bytes /= res->ntests;
+}
+
 json_t *judge0_submission_record(const char *token, int64_t created_ms, int64_t finished_ms, const struct judge0_request *j,
                                  const struct moat_exec_request *eff, const struct moat_exec_result *res, const char *lang_name)
 {
     static const struct moat_exec_result none; /* still running: no stage */
+    static const struct moat_stage_result no_run;
     struct judge0_verdict v = {JUDGE0_PROCESSING, NULL};
     const struct moat_stage_result *c, *r;
+    struct run_usage use;
     char created[JUDGE0_TIME_LEN], finished[JUDGE0_TIME_LEN];
     json_t *o = json_object(), *st;
     int ok = o != NULL;
@@ -1101,7 +1273,10 @@ json_t *judge0_submission_record(const char *token, int64_t created_ms, int64_t 
     else
         res = &none;
     c = &res->compile;
-    r = &res->run;
+    r = deciding_run(j, res);
+    if (r == NULL)
+        r = &no_run;
+    usage_of(res, r, &use);
     judge0_time_iso(created_ms, created);
     judge0_time_iso(finished_ms, finished);
     st = json_pack("{s:i, s:s}", "id", v.status, "description", status_names[v.status]);
@@ -1120,25 +1295,25 @@ json_t *judge0_submission_record(const char *token, int64_t created_ms, int64_t 
     SET("status_id", json_integer(v.status));
     SET("created_at", json_string(created));
     SET("finished_at", v.status != JUDGE0_PROCESSING ? json_string(finished) : json_null());
-    SET("time", r->present ? seconds_json(r->cpu_ms) : json_null());
-    SET("wall_time", r->present ? seconds_json(r->wall_ms) : json_null());
-    SET("memory", r->present ? json_integer((json_int_t)(r->memory_bytes / 1024)) : json_null());
+    SET("time", r->present ? seconds_json(use.cpu_ms) : json_null());
+    SET("wall_time", r->present ? seconds_json(use.wall_ms) : json_null());
+    SET("memory", r->present ? json_integer((json_int_t)(use.memory_bytes / 1024)) : json_null());
     SET("token", json_string(token));
-    SET("number_of_runs", json_integer(1));
-    SET("cpu_time_limit", limit_seconds(j->cpu_time_limit, eff->run_timeout_ms));
+    SET("number_of_runs", json_integer(j->number_of_runs > 0 ? j->number_of_runs : 1));
+    SET("cpu_time_limit", limit_seconds(j->cpu_time_limit, eff->run_cpu_ms > 0 ? eff->run_cpu_ms : eff->run_timeout_ms));
     SET("cpu_extra_time", json_real(j->cpu_extra_time > 0 ? j->cpu_extra_time : 0.0));
     SET("wall_time_limit", limit_seconds(j->wall_time_limit, eff->run_timeout_ms));
     SET("memory_limit", int_or_null(eff->run_memory_bytes > 0 ? eff->run_memory_bytes / 1024 : -1));
-    SET("stack_limit", json_integer(j->stack_limit > 0 ? j->stack_limit : JUDGE0_BOX_STACK_KB));
-    SET("max_processes_and_or_threads", json_integer(j->max_processes > 0 ? j->max_processes : JUDGE0_BOX_PROCESSES));
+    SET("stack_limit", json_integer(eff->run_stack_kib > 0 ? eff->run_stack_kib : JUDGE0_BOX_STACK_KB));
+    SET("max_processes_and_or_threads", json_integer(eff->run_processes > 0 ? eff->run_processes : JUDGE0_BOX_PROCESSES));
     SET("enable_per_process_and_thread_time_limit", json_false());
     SET("enable_per_process_and_thread_memory_limit", json_false());
-    SET("max_file_size", json_integer(j->max_file_size > 0 ? j->max_file_size : JUDGE0_BOX_FILE_SIZE_KB));
+    SET("max_file_size", json_integer(eff->run_file_size_kib > 0 ? eff->run_file_size_kib : JUDGE0_BOX_FILE_SIZE_KB));
     SET("compile_output", c->present && c->output_len > 0 ? b64_json(c->output_data, c->output_len) : json_null());
     SET("exit_code", r->present && r->has_code ? json_integer(r->code) : json_null());
     SET("exit_signal", r->present && r->has_signal ? json_integer(r->signal) : json_null());
     SET("message", v.message != NULL && v.message[0] != '\0' ? b64_json(v.message, strlen(v.message)) : json_null());
-    SET("compiler_options", json_null());
+    SET("compiler_options", j->compiler_options_text != NULL ? json_string(j->compiler_options_text) : json_null());
     SET("command_line_arguments", j->command_line_arguments != NULL ? json_string(j->command_line_arguments) : json_null());
     SET("redirect_stderr_to_stdout", json_boolean(j->redirect_stderr));
     SET("callback_url", json_null());

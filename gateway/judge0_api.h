@@ -20,17 +20,17 @@
 
 #define JUDGE0_TOKEN_LEN 36 /* a random (version 4) UUID, 8-4-4-4-12 hex digits */
 
-/* What the box enforces whatever a submission asks (backend/moat_limits.h,
- * box_init.c): a submission may ask for these or more, never less (moat
- * cannot apply a lower one, and does not pretend to). */
-#define JUDGE0_BOX_STACK_KB     65536 /* RLIMIT_STACK, 64 MiB */
-#define JUDGE0_BOX_PROCESSES    256   /* pids.max: 64 for a run, 256 for a compile */
-#define JUDGE0_BOX_FILE_SIZE_KB 9765  /* RLIMIT_FSIZE, 10 MB */
+/* The backend's run-stage limits (backend/moat_limits.h: DEFAULT_STACK,
+ * DEFAULT_RUN_PIDS, DEFAULT_FSIZE, unless a manifest or the backend's
+ * --limit lowers them): a submission's stack_limit,
+ * max_processes_and_or_threads and max_file_size may lower them (the box
+ * applies what is asked: RLIMIT_STACK, pids.max and RLIMIT_NPROC,
+ * RLIMIT_FSIZE), never raise them; they are config_info's max_* values
+ * and the defaults, lowered by the tenant's ceilings where it has them. */
+#define JUDGE0_BOX_STACK_KB     65536 /* 64 MiB */
+#define JUDGE0_BOX_PROCESSES    64
+#define JUDGE0_BOX_FILE_SIZE_KB 9765 /* 10 MB */
 
-/* Judge0's own bounds of the fields moat only checks. */
-#define JUDGE0_MAX_STACK_KB       (1024 * 1024)
-#define JUDGE0_MAX_PROCESSES      4096
-#define JUDGE0_MAX_FILE_SIZE_KB   (1024 * 1024)
 #define JUDGE0_MAX_CPU_EXTRA_TIME 5.0
 
 /* Judge0's statuses (GET /statuses), ids 1..14. */
@@ -169,6 +169,9 @@ struct judge0_request {
     int64_t max_processes;                                  /* -1 */
     int redirect_stderr;                                    /* redirect_stderr_to_stdout */
     int64_t number_of_runs;                                 /* -1 */
+    char *compiler_options_text;                            /* compiler_options as sent, NULL: none */
+    char **compiler_options;                                /* split on white space: ncompiler_options words */
+    size_t ncompiler_options;
     uint8_t *zip;                                           /* additional_files as sent (decoded); NULL: none */
     size_t zip_len;
     struct moat_file *extra; /* additional_files unpacked: files beside the source */
@@ -197,10 +200,23 @@ int judge0_parse_batch(const char *body, size_t len, json_t **items, char *err, 
 void judge0_request_free(struct judge0_request *j);
 
 /*
+ * The compiler options against the language's allow-list (the backend's
+ * manifest patterns, from its runtime table; moat_options.h), before the
+ * backend checks them again: 0, or -2 with *errors Judge0's 422 naming the
+ * first option refused (new reference) and err its message.
+ */
+int judge0_check_options(const struct judge0_request *j, char *const *patterns, size_t npatterns, json_t **errors, char *err,
+                         size_t errlen);
+
+/*
  * The execution request for the backend: the source as the language's
- * file, arguments, stdin, and the limits asked for (run timeout: the
- * smaller of cpu_time_limit and wall_time_limit; memory: memory_limit) or
- * -1 for the tenant's defaults.  0, or -1 out of memory (out left empty;
+ * file, arguments, stdin, compiler options, and the limits asked for (run
+ * CPU time: cpu_time_limit plus cpu_extra_time; run timeout:
+ * wall_time_limit, else cpu_time_limit; memory: memory_limit; stack,
+ * processes and file size as they are) or -1 for the tenant's defaults.
+ * number_of_runs > 1 becomes as many test cases, each the same stdin and
+ * arguments (compiled once, each run in a fresh box); tests_wall_ms is
+ * left for gw_judge_tests_budget.  0, or -1 out of memory (out left empty;
  * release with moat_exec_request_free).
  */
 int judge0_exec_request(const struct judge0_request *j, struct moat_exec_request *out);
@@ -214,8 +230,11 @@ struct judge0_verdict {
 /* Judge0's status for the backend's result (compile failure, timeout,
  * signal, exit code, expected output compared as Judge0 does: each line's
  * trailing white space and the whole text's surrounding white space
- * ignored). */
+ * ignored).  With number_of_runs > 1 (the result's test stages): the first
+ * run whose status is not Accepted decides, else the last run. */
 void judge0_verdict_of(const struct judge0_request *j, const struct moat_exec_result *res, struct judge0_verdict *v);
+/* The verdict of one run stage alone (what judge0_verdict_of gives once the compile stage passed). */
+void judge0_run_verdict(const struct judge0_request *j, const struct moat_stage_result *r, struct judge0_verdict *v);
 
 /*
  * The stored form of a finished submission: every field of fields=*, the
@@ -245,7 +264,9 @@ char *judge0_statuses_json(void);
 char *judge0_about_json(void);
 /* GET /config_info: the tenant's effective limits in Judge0's fields
  * (ttl_s: how long results are kept). */
-char *judge0_config_info_json(const struct tenant_policy *p, uint64_t ttl_s, uint64_t max_queue);
+/* compile_langs: Judge0's names of the languages whose compiler options
+ * are allow-listed (borrowed array). */
+char *judge0_config_info_json(const struct tenant_policy *p, uint64_t ttl_s, uint64_t max_queue, json_t *compile_langs);
 
 /* Format a client-facing message into err (errlen bytes); returns -1 (an
  * error as a value, for `return judge0_errf(...)`): moat_errf. */

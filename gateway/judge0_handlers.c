@@ -220,16 +220,32 @@ static enum gw_flow about_answer(struct gw_request *r, const struct backend_repl
 
 const struct gw_handler gw_handler_judge0_about = {no_query, NULL, about_answer};
 
-/* GET /config_info: this tenant's effective limits. */
+/* GET /config_info: this tenant's effective limits, and the languages it
+ * may use whose compiler options are allow-listed (the backend's table). */
 static enum gw_flow config_info_answer(struct gw_request *r, const struct backend_reply *reply)
 {
     const struct tenant_policy *p = &r->tenant_cfg->policy;
+    const struct judge0_lang *l;
+    const struct moat_runtime *rt;
+    char name[128];
+    json_t *langs;
 
-    (void)reply;
-    return answer_with(r, judge0_config_info_json(p, (unsigned)r->cfg->submissions.ttl_s, p->max_in_flight));
+    if (runtimes_reply(r, reply) != 0)
+        return gw_deny(r, 502, GW_REASON_BACKEND, "bad reply from backend");
+    if ((langs = json_array()) == NULL)
+        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    for (size_t i = 0; (l = judge0_lang_at(i)) != NULL; i++) {
+        if ((rt = usable(r, &reply->u.runtimes, l)) == NULL || rt->noption_patterns == 0)
+            continue;
+        judge0_language_name(l, rt->version, name, sizeof(name));
+        json_array_append_new(langs, json_string(name));
+    }
+    char *s = judge0_config_info_json(p, (unsigned)r->cfg->submissions.ttl_s, p->max_in_flight, langs);
+    json_decref(langs);
+    return answer_with(r, s);
 }
 
-const struct gw_handler gw_handler_judge0_config_info = {no_query, NULL, config_info_answer};
+const struct gw_handler gw_handler_judge0_config_info = {languages_prepare, NULL, config_info_answer};
 
 /* --------------------------------------------------------- submissions */
 
@@ -281,26 +297,68 @@ static enum gw_flow submission_parse(struct gw_request *r)
     return GW_NEXT;
 }
 
+/* Why a submission was refused before it ran (judge_submission). */
+struct refusal {
+    int status;
+    enum gw_reason reason;
+    const char *rule;     /* a content rule's name, or NULL */
+    json_t *fields;       /* Judge0's 422 field errors (taken by the caller), or NULL */
+    char message[GW_ERR_MSG_MAX];
+};
+
+static int refused(struct refusal *no, int status, enum gw_reason reason, json_t *fields, const char *message)
+{
+    no->status = status;
+    no->reason = reason;
+    no->fields = fields;
+    snprintf(no->message, sizeof(no->message), "%s", message);
+    return -1;
+}
+
+/*
+ * A parsed submission (a POST's, a batch entry's) made an execution
+ * request: its language installed, its compiler options on the language's
+ * allow-list (the backend checks them again), judged by the tenant's
+ * policy, its runs' wall budget within what the gateway waits for.  0, or
+ * -1 with *no saying why.
+ */
+static int judge_submission(struct gw_request *r, const struct judge0_request *j, struct moat_exec_request *ereq, char *lang_name,
+                            size_t lang_name_len, struct refusal *no)
+{
+    const struct moat_runtime *rt = gw_runtime_table_pick(r->worker, j->lang->moat, "*");
+    struct policy_verdict v;
+    char msg[GW_ERR_MSG_MAX];
+    json_t *fields;
+
+    no->rule = NULL;
+    if (rt == NULL) {
+        snprintf(msg, sizeof(msg), "language with id %lld doesn't exist", (long long)j->language_id);
+        return refused(no, 422, GW_REASON_LANGUAGE, json_pack("{s:[s]}", "language_id", msg), msg);
+    }
+    judge0_language_name(j->lang, rt->version, lang_name, lang_name_len);
+    if (judge0_check_options(j, rt->option_patterns, rt->noption_patterns, &fields, msg, sizeof(msg)) != 0)
+        return refused(no, 422, GW_REASON_FILTER, fields, msg);
+    if (judge0_exec_request(j, ereq) != 0)
+        return refused(no, 500, GW_REASON_FILTER, NULL, "out of memory");
+    if (gw_judge_exec(r->worker, &r->tenant_cfg->policy, POLICY_EP_EXECUTE, ereq, &v) != 0) {
+        no->rule = v.rule;
+        return refused(no, v.http_status, gw_reason_of_policy(v.reason), NULL, v.message);
+    }
+    if (ereq->ntests > 0 && gw_judge_tests_budget(r->cfg->backend_timeout_ms, ereq, msg, sizeof(msg)) != 0)
+        return refused(no, 422, GW_REASON_LIMIT, json_pack("{s:[s]}", "number_of_runs", msg), msg);
+    return 0;
+}
+
 /* The submission as an execution request, judged by the tenant's policy. */
 static enum gw_flow submission_judge(struct gw_request *r, struct submission *s)
 {
-    struct policy_runtime rt;
-    struct policy_verdict v;
+    struct refusal no;
 
-    if (gw_runtime_table_find(r->worker, s->j.lang->moat, &rt) == NULL) {
-        char msg[96];
-        snprintf(msg, sizeof(msg), "language with id %lld doesn't exist", (long long)s->j.language_id);
-        return refuse(r, 422, GW_REASON_LANGUAGE, msg, json_pack("{s:[s]}", "language_id", msg));
-    }
-    judge0_language_name(s->j.lang, rt.version, s->lang_name, sizeof(s->lang_name));
-    if (judge0_exec_request(&s->j, &s->ereq) != 0)
-        return gw_deny(r, 500, GW_REASON_FILTER, "out of memory");
-    if (gw_judge_exec(r->worker, &r->tenant_cfg->policy, POLICY_EP_EXECUTE, &s->ereq, &v) != 0) {
-        r->rule = v.rule;
-        r->note = v.rule;
-        return refuse(r, v.http_status, gw_reason_of_policy(v.reason), v.message, NULL);
-    }
-    return GW_NEXT;
+    if (judge_submission(r, &s->j, &s->ereq, s->lang_name, sizeof(s->lang_name), &no) == 0)
+        return GW_NEXT;
+    r->rule = no.rule;
+    r->note = no.rule;
+    return refuse(r, no.status, no.reason, no.message, no.fields);
 }
 
 /* Step 7: parse, the runtime table, judge, token, encode. */
@@ -388,7 +446,7 @@ static enum gw_flow submit_answer(struct gw_request *r, const struct backend_rep
         log_warnx("%s: id=%s: unexpected reply type %u", __func__, r->request_id, reply->hdr.type);
         return gw_deny(r, 502, GW_REASON_BACKEND, "bad reply from backend");
     }
-    r->cpu_ms = (res->compile.present ? res->compile.cpu_ms : 0) + (res->run.present ? res->run.cpu_ms : 0);
+    r->cpu_ms = moat_exec_result_cpu_ms(res);
     if ((record = judge0_submission_record(s->token, s->created_ms, wall_ms(), &s->j, &s->ereq, res, s->lang_name)) == NULL)
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
     text = json_dumps(record, JSON_COMPACT);
@@ -410,7 +468,7 @@ static enum gw_flow submit_answer(struct gw_request *r, const struct backend_rep
             free(text);
             return gw_deny(r, 500, GW_REASON_AUDIT, "out of memory");
         }
-        gw_audit_add_result(r->result_fields, res);
+        gw_audit_add_result(r->result_fields, &s->ereq, res);
         json_object_set_new(r->result_fields, "judge0",
                             json_pack("{s:s, s:O}", "token", s->token, "status", json_object_get(record, "status")));
         r->packet = gw_audit_packet(&who, &s->ereq, s->j.metadata, text, &r->packet_len); /* every field, texts in base64 */
@@ -560,7 +618,7 @@ static void async_record(struct async_run *a, const struct moat_exec_result *res
         gw_audit_add_decision(b, "failed", gw_reason_name(GW_REASON_BACKEND), NULL, 502, failure != NULL ? failure : "no result");
     } else {
         gw_audit_add_decision(b, "allowed", NULL, NULL, 200, NULL);
-        gw_audit_add_result(b, res);
+        gw_audit_add_result(b, &a->ereq, res);
         packet = gw_audit_packet(&who, &a->ereq, a->j.metadata, a->record, &plen); /* every field, texts in base64 */
     }
     json_object_set_new(b, "judge0", json_pack("{s:s, s:O?}", "token", a->token, "status", json_object_get(rec, "status")));
@@ -585,7 +643,7 @@ static void on_async_result(void *data, enum backend_status status, const struct
 
     if (status == BACKEND_OK && reply->hdr.type == MOAT_MSG_EXEC_RESULT) {
         const struct moat_exec_result *res = &reply->u.result;
-        a->cpu_ms = (res->compile.present ? res->compile.cpu_ms : 0) + (res->run.present ? res->run.cpu_ms : 0);
+        a->cpu_ms = moat_exec_result_cpu_ms(res);
         rec = judge0_submission_record(a->token, a->created_ms, wall_ms(), &a->j, &a->ereq, res, a->lang_name);
         if (rec != NULL) {
             async_record(a, res, rec, NULL);
@@ -764,8 +822,7 @@ static void batch_dispose(void *p)
 static json_t *batch_entry(struct gw_request *r, struct batch *b, json_t *item, struct batch_entry *e)
 {
     json_t *errors = NULL;
-    struct policy_runtime rt;
-    struct policy_verdict v;
+    struct refusal no;
     const char *why = NULL;
     char err[GW_ERR_MSG_MAX];
     uint8_t rnd[16];
@@ -775,15 +832,8 @@ static json_t *batch_entry(struct gw_request *r, struct batch *b, json_t *item, 
         return errors;
     if (rc != 0)
         return json_pack("{s:s}", "error", err);
-    if (gw_runtime_table_find(r->worker, e->j.lang->moat, &rt) == NULL) {
-        snprintf(err, sizeof(err), "language with id %lld doesn't exist", (long long)e->j.language_id);
-        return json_pack("{s:[s]}", "language_id", err);
-    }
-    judge0_language_name(e->j.lang, rt.version, e->lang_name, sizeof(e->lang_name));
-    if (judge0_exec_request(&e->j, &e->ereq) != 0)
-        return json_pack("{s:s}", "error", "out of memory");
-    if (gw_judge_exec(r->worker, &r->tenant_cfg->policy, POLICY_EP_EXECUTE, &e->ereq, &v) != 0)
-        return json_pack("{s:s}", "error", v.message);
+    if (judge_submission(r, &e->j, &e->ereq, e->lang_name, sizeof(e->lang_name), &no) != 0)
+        return no.fields != NULL ? no.fields : json_pack("{s:s}", "error", no.message);
     e->job_id = backend_next_job_id();
     if (moat_encode_exec_request(&e->frame, e->job_id, &e->ereq, &why) != 0 || RAND_bytes(rnd, sizeof(rnd)) != 1)
         return json_pack("{s:s}", "error", why != NULL ? why : "no random bytes for a token");

@@ -18,18 +18,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void table_free(struct moat_runtimes *t)
+/* A deep copy of a list of strings into *dst (*n of them copied); 0 or -1 out of memory. */
+static int strv_copy(char ***dst, size_t *n, char *const *src, size_t count)
 {
-    for (size_t i = 0; t->items != NULL && i < t->count; i++) {
-        free(t->items[i].language);
-        free(t->items[i].version);
-        for (size_t j = 0; j < t->items[i].naliases; j++)
-            free(t->items[i].aliases[j]);
-        free(t->items[i].aliases);
-    }
-    free(t->items);
-    t->items = NULL;
-    t->count = 0;
+    if (count > 0 && (*dst = calloc(count, sizeof(char *))) == NULL)
+        return -1;
+    for (size_t j = 0; j < count; j++, (*n)++)
+        if (((*dst)[j] = strdup(src[j])) == NULL)
+            return -1;
+    return 0;
 }
 
 /* A deep copy of one runtime; 0 or -1 (out of memory, dst partly filled). */
@@ -38,11 +35,9 @@ static int runtime_copy(struct moat_runtime *dst, const struct moat_runtime *src
     memset(dst, 0, sizeof(*dst));
     if ((dst->language = strdup(src->language)) == NULL || (dst->version = strdup(src->version)) == NULL)
         return -1;
-    if (src->naliases > 0 && (dst->aliases = calloc(src->naliases, sizeof(char *))) == NULL)
+    if (strv_copy(&dst->aliases, &dst->naliases, src->aliases, src->naliases) != 0 ||
+        strv_copy(&dst->option_patterns, &dst->noption_patterns, src->option_patterns, src->noption_patterns) != 0)
         return -1;
-    for (size_t j = 0; j < src->naliases; j++, dst->naliases++)
-        if ((dst->aliases[j] = strdup(src->aliases[j])) == NULL)
-            return -1;
     dst->compiled = src->compiled;
     return 0;
 }
@@ -61,12 +56,12 @@ void gw_runtime_table_store(struct gw_worker *w, const struct moat_runtimes *rt)
     for (size_t i = 0; i < rt->count; i++, t.count++) {
         if (runtime_copy(&t.items[i], &rt->items[i]) != 0) {
             t.count++;
-            table_free(&t);
+            moat_runtimes_free(&t);
             log_warnx("%s: out of memory: the runtime table stays as it was", __func__);
             return;
         }
     }
-    table_free(&w->runtimes);
+    moat_runtimes_free(&w->runtimes);
     w->runtimes = t;
     w->runtimes_ms = h2o_now(w->ctx.loop);
 }
@@ -92,8 +87,7 @@ const struct policy_runtime *gw_runtime_table_find(struct gw_worker *w, const ch
     return NULL;
 }
 
-const struct policy_runtime *gw_runtime_table_select(struct gw_worker *w, const char *language, const char *selector,
-                                                     struct policy_runtime *out)
+const struct moat_runtime *gw_runtime_table_pick(struct gw_worker *w, const char *language, const char *selector)
 {
     const struct moat_runtime *best = NULL;
 
@@ -104,6 +98,14 @@ const struct policy_runtime *gw_runtime_table_select(struct gw_worker *w, const 
             (best == NULL || moat_version_cmp(rt->version, best->version) > 0))
             best = rt;
     }
+    return best;
+}
+
+const struct policy_runtime *gw_runtime_table_select(struct gw_worker *w, const char *language, const char *selector,
+                                                     struct policy_runtime *out)
+{
+    const struct moat_runtime *best = gw_runtime_table_pick(w, language, selector);
+
     if (best == NULL)
         return NULL;
     *out = (struct policy_runtime){best->language, (const char *const *)best->aliases, best->naliases, best->version};

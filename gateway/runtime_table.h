@@ -24,6 +24,9 @@ const struct policy_runtime *gw_runtime_table_find(struct gw_worker *w, const ch
  * when none does. */
 const struct policy_runtime *gw_runtime_table_select(struct gw_worker *w, const char *language, const char *selector,
                                                      struct policy_runtime *out);
+/* The same runtime as the table holds it (its compiler option allow-list
+ * too), valid until the worker's table is next replaced; NULL when none. */
+const struct moat_runtime *gw_runtime_table_pick(struct gw_worker *w, const char *language, const char *selector);
 
 /* A runtimes query for r's backend call into frame (*job its id): GW_NEXT,
  * or a refusal when it cannot be encoded. */

@@ -552,7 +552,7 @@ static void record_result(struct gw_session *s)
                                                                 : "backend",
                                   NULL, s->error_status ? s->error_status : 499,
                                   s->error_message[0] ? s->error_message : "the client closed the session");
-        gw_audit_add_result(b, &res);
+        gw_audit_add_result(b, &s->ereq, &res);
         if ((extra = json_object()) != NULL) {
             json_object_set_new(extra, "transcript_events", json_integer((json_int_t)s->tr->n));
             json_object_set_new(extra, "stdin_bytes", json_integer((json_int_t)s->out_total[GW_TR_STDIN]));

@@ -144,6 +144,7 @@ static int deny(struct policy_verdict *v, enum policy_reason reason, const char 
     v->run_timeout_ms = v->compile_timeout_ms = 0;
     v->run_memory_bytes = v->compile_memory_bytes = 0;
     v->run_cpu_ms = v->compile_cpu_ms = 0;
+    v->run_stack_kib = v->run_processes = v->run_file_size_kib = 0;
     va_start(ap, fmt);
     (void)vsnprintf(v->message, sizeof(v->message), fmt, ap); /* a cut message is still a message */
     va_end(ap);
@@ -411,6 +412,24 @@ static int check_limit(const char *field, const char *unit, int64_t want, int64_
     return 0;
 }
 
+/* A run-stage rlimit: against the tenant's ceiling when it has one (-1 takes
+ * it), else against the protocol's bound (-1 stays -1: the backend's). */
+static int check_rlimit(const char *field, const char *unit, int64_t want, uint64_t tenant, uint64_t bound, int64_t *out,
+                        struct policy_verdict *v)
+{
+    if (tenant > 0)
+        return check_limit(field, unit, want, (int64_t)(tenant < bound ? tenant : bound), out, v);
+    if (want == -1) {
+        *out = -1;
+        return 0;
+    }
+    if (want <= 0 || (uint64_t)want > bound)
+        return deny(v, POLICY_DENY_LIMIT, "%s must be between 1 and %" PRIu64 " %s, or -1 for the backend's limit", field, bound,
+                    unit);
+    *out = want;
+    return 0;
+}
+
 /*
  * Step 5.  run_ceiling is the run_timeout ceiling of the request's endpoint;
  * with keep_default a run_timeout of -1 stays -1 (connect: the backend
@@ -419,7 +438,7 @@ static int check_limit(const char *field, const char *unit, int64_t want, int64_
 static int check_limits(const struct policy_limits *c, int64_t run_ceiling, int64_t run_cpu_ceiling, int keep_default,
                         const struct policy_request *r, struct policy_verdict *v)
 {
-    int64_t run_t, comp_t, run_m, comp_m, run_c, comp_c;
+    int64_t run_t, comp_t, run_m, comp_m, run_c, comp_c, stack, procs, fsize;
 
     /* Field names are the client's (Piston's) names for these limits. */
     if (check_limit("run_timeout", "ms", r->run_timeout_ms, run_ceiling, &run_t, v) != 0 ||
@@ -427,7 +446,11 @@ static int check_limits(const struct policy_limits *c, int64_t run_ceiling, int6
         check_limit("run_memory_limit", "bytes", r->run_memory_bytes, c->run_memory_bytes, &run_m, v) != 0 ||
         check_limit("compile_memory_limit", "bytes", r->compile_memory_bytes, c->compile_memory_bytes, &comp_m, v) != 0 ||
         check_limit("run_cpu_time", "ms", r->run_cpu_ms, run_cpu_ceiling, &run_c, v) != 0 ||
-        check_limit("compile_cpu_time", "ms", r->compile_cpu_ms, c->compile_timeout_ms, &comp_c, v) != 0)
+        check_limit("compile_cpu_time", "ms", r->compile_cpu_ms, c->compile_timeout_ms, &comp_c, v) != 0 ||
+        check_rlimit("run_stack_limit", "KiB", r->run_stack_kib, c->run_stack_kib, POLICY_MAX_STACK_KIB, &stack, v) != 0 ||
+        check_rlimit("run_processes", "processes", r->run_processes, c->run_processes, POLICY_MAX_PROCESSES, &procs, v) != 0 ||
+        check_rlimit("run_file_size_limit", "KiB", r->run_file_size_kib, c->run_file_size_kib, POLICY_MAX_FILE_SIZE_KIB, &fsize,
+                     v) != 0)
         return -1;
     v->run_timeout_ms = keep_default && r->run_timeout_ms == -1 ? -1 : run_t;
     v->compile_timeout_ms = comp_t;
@@ -436,6 +459,9 @@ static int check_limits(const struct policy_limits *c, int64_t run_ceiling, int6
     /* no CPU ceilings of their own: not asked stays not asked (the backend's) */
     v->run_cpu_ms = r->run_cpu_ms == -1 ? -1 : run_c;
     v->compile_cpu_ms = r->compile_cpu_ms == -1 ? -1 : comp_c;
+    v->run_stack_kib = stack;
+    v->run_processes = procs;
+    v->run_file_size_kib = fsize;
     return 0;
 }
 
@@ -492,6 +518,7 @@ int policy_evaluate(const struct tenant_policy *p, const struct policy_request *
         v->run_timeout_ms = v->compile_timeout_ms = 0;
         v->run_memory_bytes = v->compile_memory_bytes = 0;
         v->run_cpu_ms = v->compile_cpu_ms = 0;
+    v->run_stack_kib = v->run_processes = v->run_file_size_kib = 0;
     }
     v->allow = 1;
     v->reason = POLICY_OK;
@@ -511,6 +538,7 @@ int policy_authorize(const struct tenant_policy *p, unsigned endpoint, unsigned 
     v->run_timeout_ms = v->compile_timeout_ms = 0;
     v->run_memory_bytes = v->compile_memory_bytes = 0;
     v->run_cpu_ms = v->compile_cpu_ms = 0;
+    v->run_stack_kib = v->run_processes = v->run_file_size_kib = 0;
     if (p == NULL || policy_problem(p, &what, &at) != NULL)
         return deny(v, POLICY_DENY_NO_POLICY, "no policy for this tenant");
     if (endpoint == 0 || (endpoint & (endpoint - 1)) != 0 || (endpoint & ~(unsigned)POLICY_EP_ALL) != 0)

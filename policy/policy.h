@@ -48,6 +48,12 @@
  *                 p->sessions.cpu_ms), 1 .. ceiling, and -1 stays -1 in the
  *                 verdict: the backend applies the language's CPU limit,
  *                 which the request may only lower.
+ *                 run_stack_kib, run_processes and run_file_size_kib (the
+ *                 run stage's rlimits) are judged against the tenant's
+ *                 optional ceilings of the same names: with one, -1 takes
+ *                 it and 1 .. ceiling is kept; without one (0), -1 stays
+ *                 -1 (the backend's own limit) and 1 .. POLICY_MAX_* is
+ *                 kept.  The backend refuses one above its own limit.
  *   6. content    every rule's regex against every file's content (the whole
  *                 length, NUL bytes included, via REG_STARTEND); the first
  *                 match: POLICY_DENY_CONTENT, 422, with v->rule set.
@@ -178,7 +184,18 @@ struct policy_limits {
     uint32_t max_arg_len;         /* bytes in one argument */
     uint64_t max_code_bytes;      /* bytes of all file contents together */
     uint64_t max_stdin_bytes;     /* bytes of stdin */
+    /* Optional (0: none of the tenant's own; the backend's limits apply):
+     * the run stage's stack, processes and threads, and file size. */
+    uint64_t run_stack_kib;
+    uint64_t run_processes;
+    uint64_t run_file_size_kib;
 };
+
+/* What a run-stage rlimit may be at most, with or without a tenant ceiling
+ * (the protocol's bounds, moat_proto.h: a request is never sent above them). */
+#define POLICY_MAX_STACK_KIB     (16ull * 1024 * 1024)
+#define POLICY_MAX_PROCESSES     65536ull
+#define POLICY_MAX_FILE_SIZE_KIB (1024ull * 1024 * 1024)
 
 /*
  * The tenant's session ceilings (connect): any one of the three clocks ends
@@ -253,6 +270,9 @@ struct policy_request {
     int64_t compile_memory_bytes;         /* requested limit, or -1 for the tenant's ceiling */
     int64_t run_cpu_ms;                   /* requested CPU limit, or -1 for the backend's (step 5) */
     int64_t compile_cpu_ms;               /* requested CPU limit, or -1 for the backend's (step 5) */
+    int64_t run_stack_kib;                /* requested, or -1 (step 5) */
+    int64_t run_processes;                /* requested, or -1 (step 5) */
+    int64_t run_file_size_kib;            /* requested, or -1 (step 5) */
 };
 
 /* The decision.  policy_evaluate() sets every field, allowed or not. */
@@ -268,6 +288,9 @@ struct policy_verdict {
     int64_t compile_memory_bytes;     /* allowed execute or connect: effective limit, else 0 */
     int64_t run_cpu_ms;               /* allowed execute or connect: as asked (-1 kept: the backend's), else 0 */
     int64_t compile_cpu_ms;           /* allowed execute or connect: as asked (-1 kept: the backend's), else 0 */
+    int64_t run_stack_kib;            /* allowed execute or connect: effective (-1: the backend's), else 0 */
+    int64_t run_processes;            /* allowed execute or connect: effective (-1: the backend's), else 0 */
+    int64_t run_file_size_kib;        /* allowed execute or connect: effective (-1: the backend's), else 0 */
 };
 
 /*

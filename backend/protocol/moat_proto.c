@@ -1712,6 +1712,15 @@ fail:
 
 /* ---- release ---------------------------------------------------------- */
 
+uint64_t moat_exec_result_cpu_ms(const struct moat_exec_result *res)
+{
+    uint64_t ms = (res->compile.present ? res->compile.cpu_ms : 0) + (res->run.present ? res->run.cpu_ms : 0);
+
+    for (size_t i = 0; i < res->ntests; i++)
+        ms += res->tests[i].cpu_ms;
+    return ms;
+}
+
 void moat_exec_request_free(struct moat_exec_request *r)
 {
     free(r->language);

@@ -362,6 +362,9 @@ void moat_session_ready_free(struct moat_session_ready *r);
 /* 1 if signal is on SESSION_SIGNAL's allow-list (enum moat_signal). */
 int moat_session_signal_allowed(int32_t signal);
 
+/* The CPU time a result's stages used together (compile, run, every test case), ms. */
+uint64_t moat_exec_result_cpu_ms(const struct moat_exec_result *res);
+
 /* "RE", "SG", ... or NULL for MOAT_STATUS_OK; ML maps to "SG" (Piston shape). */
 const char *moat_status_piston(uint8_t status);
 /* Distinct names for logs and backend results: "OK", "RE", ..., "ML". */

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "judge0_api.h"
+#include "gw_limits.h"
 #include "judge0_store.h"
 #include "judge0_zip.h"
 #include "moat_base64.h"
@@ -104,7 +105,7 @@ static void test_submission_valid(void **state)
     const char *body =
         "{\"source_code\":\"print(input())\",\"language_id\":71,\"stdin\":\"world\",\"expected_output\":\"hello, world\","
         "\"cpu_time_limit\":2,\"wall_time_limit\":1.5,\"memory_limit\":128000,\"stack_limit\":65536,"
-        "\"max_processes_and_or_threads\":null,\"max_file_size\":10000,\"redirect_stderr_to_stdout\":true,"
+        "\"max_processes_and_or_threads\":null,\"max_file_size\":9000,\"redirect_stderr_to_stdout\":true,"
         "\"number_of_runs\":1,\"command_line_arguments\":\"a 'b c' \\\"d\\\"\",\"compiler_options\":\"\","
         "\"enable_network\":false,\"cpu_extra_time\":0.5,\"callback_url\":null,\"additional_files\":null}";
     struct judge0_request j;
@@ -128,8 +129,14 @@ static void test_submission_valid(void **state)
     assert_string_equal(e.version, "*");
     assert_int_equal(e.nfiles, 1);
     assert_string_equal(e.files[0].name, "script.py");
-    assert_int_equal(e.run_timeout_ms, 1500); /* the smaller of cpu and wall */
+    assert_int_equal(e.run_timeout_ms, 1500); /* the wall clock: wall_time_limit */
+    assert_int_equal(e.run_cpu_ms, 2500);     /* the CPU clock: cpu_time_limit and cpu_extra_time */
     assert_int_equal(e.run_memory_bytes, 128000LL * 1024);
+    assert_int_equal(e.run_stack_kib, 65536);
+    assert_int_equal(e.run_processes, -1);
+    assert_int_equal(e.run_file_size_kib, 9000);
+    assert_int_equal(e.ncompiler_options, 0);
+    assert_int_equal(e.ntests, 0);
     assert_int_equal(e.compile_timeout_ms, -1);
     assert_int_equal(e.stdin_len, 5);
     assert_int_equal(e.nargs, 3);
@@ -150,6 +157,81 @@ static void test_submission_valid(void **state)
     assert_int_equal(parse("{\"source_code\":\"x\",\"language_id\":50,\"cpu_time_limit\":0.0005}", 0, &j, &errors, err), 0);
     assert_int_equal(judge0_exec_request(&j, &e), 0);
     assert_int_equal(e.run_timeout_ms, 1);
+    assert_int_equal(e.run_cpu_ms, 1);
+    moat_exec_request_free(&e);
+    judge0_request_free(&j);
+}
+
+/* compiler_options: split on white space, each its own word; the allow-list decides (the backend again) */
+static void test_submission_compiler_options(void **state)
+{
+    char p0[] = "-O2", p1[] = "-D{ident}={value}";
+    char *pats[] = {p0, p1};
+    struct judge0_request j;
+    struct moat_exec_request e;
+    json_t *errors = NULL;
+    char err[256];
+
+    (void)state;
+    assert_int_equal(parse("{\"source_code\":\"x\",\"language_id\":50,\"compiler_options\":\"  -O2\\t -DX=5 \"}", 0, &j, &errors, err), 0);
+    assert_int_equal(j.ncompiler_options, 2);
+    assert_string_equal(j.compiler_options[0], "-O2");
+    assert_string_equal(j.compiler_options[1], "-DX=5");
+    assert_int_equal(judge0_check_options(&j, pats, 2, &errors, err, sizeof(err)), 0);
+    assert_null(errors);
+    assert_int_equal(judge0_exec_request(&j, &e), 0);
+    assert_int_equal(e.ncompiler_options, 2);
+    assert_string_equal(e.compiler_options[1], "-DX=5");
+    moat_exec_request_free(&e);
+    /* the second pattern alone: -O2 refused, named */
+    assert_int_equal(judge0_check_options(&j, pats + 1, 1, &errors, err, sizeof(err)), -2);
+    assert_string_equal(err, "compiler option \"-O2\" is not allowed for language c");
+    assert_string_equal(json_string_value(json_array_get(json_object_get(errors, "compiler_options"), 0)), err);
+    json_decref(errors);
+    /* no allow-list at all */
+    assert_int_equal(judge0_check_options(&j, NULL, 0, &errors, err, sizeof(err)), -2);
+    assert_string_equal(err, "compiler_options are not allowed for language c: it accepts no compiler options");
+    json_decref(errors);
+    judge0_request_free(&j);
+    /* dangerous words, one at a time */
+    static const char *const bad[] = {"-fplugin=/tmp/x.so", "-wrapper /bin/sh", "@/etc/passwd", "-o /tmp/x", "; rm -rf /"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char body[256];
+        snprintf(body, sizeof(body), "{\"source_code\":\"x\",\"language_id\":50,\"compiler_options\":\"%s\"}", bad[i]);
+        assert_int_equal(parse(body, 0, &j, &errors, err), 0);
+        assert_int_equal(judge0_check_options(&j, pats, 2, &errors, err, sizeof(err)), -2);
+        json_decref(errors);
+        judge0_request_free(&j);
+    }
+    /* empty: none */
+    assert_int_equal(parse("{\"source_code\":\"x\",\"language_id\":50,\"compiler_options\":\"   \"}", 0, &j, &errors, err), 0);
+    assert_int_equal(j.ncompiler_options, 0);
+    judge0_request_free(&j);
+}
+
+/* number_of_runs > 1: as many test cases, each the submission's stdin and arguments */
+static void test_submission_runs(void **state)
+{
+    struct judge0_request j;
+    struct moat_exec_request e;
+    json_t *errors = NULL;
+    char err[256];
+
+    (void)state;
+    assert_int_equal(parse("{\"source_code\":\"x\",\"language_id\":71,\"number_of_runs\":3,\"stdin\":\"in\","
+                           "\"command_line_arguments\":\"a b\"}",
+                           0, &j, &errors, err),
+                     0);
+    assert_int_equal(judge0_exec_request(&j, &e), 0);
+    assert_int_equal(e.ntests, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(e.tests[i].stdin_len, 2);
+        assert_memory_equal(e.tests[i].stdin_data, "in", 2);
+        assert_int_equal(e.tests[i].nargs, 2);
+        assert_string_equal(e.tests[i].args[1], "b");
+        assert_int_equal(e.tests[i].run_timeout_ms, -1);
+    }
+    assert_int_equal(e.tests_wall_ms, -1);
     moat_exec_request_free(&e);
     judge0_request_free(&j);
 }
@@ -259,16 +341,20 @@ static void test_submission_refused(void **state)
     expect_422("{\"source_code\":\"x\",\"language_id\":999}", "language_id", "language with id 999 doesn't exist");
     expect_422("{\"source_code\":\"x\",\"language_id\":71,\"enable_network\":true}", "enable_network",
                "is not allowed: boxes have no network");
-    expect_422("{\"source_code\":\"x\",\"language_id\":50,\"compiler_options\":\"-O3\"}", "compiler_options",
-               "are not allowed for this language (no compiler options are allow-listed)");
-    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"number_of_runs\":3}", "number_of_runs",
-               "must be 1: repeated runs are not supported yet");
-    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"stack_limit\":1000}", "stack_limit",
-               "must be at least 65536: moat's box enforces that limit itself and cannot apply a lower one");
-    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"max_processes_and_or_threads\":1}", "max_processes_and_or_threads",
-               "must be at least 256: moat's box enforces that limit itself and cannot apply a lower one");
+    expect_422("{\"source_code\":\"x\",\"language_id\":50,\"compiler_options\":\"-DX='a b'\"}", "compiler_options",
+               "may only be options separated by spaces, without quotes: they are never given to a shell");
+    expect_422("{\"source_code\":\"x\",\"language_id\":50,\"compiler_options\":\"-O2 \\\"-DX\\\"\"}", "compiler_options",
+               "may only be options separated by spaces, without quotes: they are never given to a shell");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"number_of_runs\":21}", "number_of_runs", "must be between 1 and 20");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"number_of_runs\":0}", "number_of_runs", "must be between 1 and 20");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"number_of_runs\":2,\"redirect_stderr_to_stdout\":true}",
+               "number_of_runs", "must be 1 with redirect_stderr_to_stdout");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"stack_limit\":65537}", "stack_limit",
+               "must be less than or equal to 65536");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"max_processes_and_or_threads\":65}", "max_processes_and_or_threads",
+               "must be less than or equal to 64");
     expect_422("{\"source_code\":\"x\",\"language_id\":71,\"max_file_size\":99999999}", "max_file_size",
-               "must be less than or equal to 1048576");
+               "must be less than or equal to 9765");
     expect_422("{\"source_code\":\"x\",\"language_id\":71,\"cpu_time_limit\":0}", "cpu_time_limit", "must be greater than 0");
     expect_422("{\"source_code\":\"x\",\"language_id\":71,\"wall_time_limit\":-1}", "wall_time_limit", "must be greater than 0");
     expect_422("{\"source_code\":\"x\",\"language_id\":71,\"cpu_extra_time\":6}", "cpu_extra_time",
@@ -379,6 +465,59 @@ static void test_verdicts(void **state)
     assert_int_equal(verdict(&plain, &res), JUDGE0_COMPILATION_ERROR);
     judge0_request_free(&plain);
     judge0_request_free(&expect);
+}
+
+/* number_of_runs: the first run that is not Accepted decides, else the last; time and memory are averages */
+static void test_verdict_of_runs(void **state)
+{
+    struct judge0_request j = request_of("{\"source_code\":\"x\",\"language_id\":71,\"number_of_runs\":3}");
+    struct moat_exec_request e;
+    struct moat_stage_result runs[3];
+    struct moat_exec_result res;
+    static uint8_t a[] = "first", b[] = "second", c[] = "third";
+    uint8_t *texts[] = {a, b, c};
+
+    (void)state;
+    memset(&res, 0, sizeof(res));
+    memset(runs, 0, sizeof(runs));
+    for (size_t i = 0; i < 3; i++) {
+        runs[i].present = 1;
+        runs[i].has_code = 1;
+        runs[i].stdout_data = texts[i];
+        runs[i].stdout_len = strlen((char *)texts[i]);
+        runs[i].cpu_ms = 10 * (i + 1);
+        runs[i].wall_ms = 100 * (i + 1);
+        runs[i].memory_bytes = 1024 * 1024 * (i + 1);
+    }
+    res.tests = runs;
+    res.ntests = 3;
+    assert_int_equal(judge0_exec_request(&j, &e), 0);
+    json_t *rec = judge0_submission_record("0b3c1f3e-1a2b-4c3d-8e4f-001122334455", 0, 0, &j, &e, &res, "Python (3.11.2)");
+    assert_int_equal(json_integer_value(json_object_get(rec, "status_id")), JUDGE0_ACCEPTED);
+    assert_string_equal(json_string_value(json_object_get(rec, "stdout")), "dGhpcmQ="); /* the last run's: "third" */
+    assert_string_equal(json_string_value(json_object_get(rec, "time")), "0.020");
+    assert_string_equal(json_string_value(json_object_get(rec, "wall_time")), "0.200");
+    assert_int_equal(json_integer_value(json_object_get(rec, "memory")), 2048);
+    assert_int_equal(json_integer_value(json_object_get(rec, "number_of_runs")), 3);
+    json_decref(rec);
+    /* the second run fails: it decides */
+    runs[1].status = MOAT_STATUS_RE;
+    runs[1].code = 2;
+    rec = judge0_submission_record("0b3c1f3e-1a2b-4c3d-8e4f-001122334455", 0, 0, &j, &e, &res, "Python (3.11.2)");
+    assert_int_equal(json_integer_value(json_object_get(rec, "status_id")), JUDGE0_RE_NZEC);
+    assert_int_equal(json_integer_value(json_object_get(rec, "exit_code")), 2);
+    assert_string_equal(json_string_value(json_object_get(rec, "stdout")), "c2Vjb25k"); /* "second" */
+    json_decref(rec);
+    /* fewer runs than asked, all Accepted: the wall budget ran out */
+    runs[1].status = MOAT_STATUS_OK;
+    runs[1].code = 0;
+    res.ntests = 2;
+    assert_int_equal(verdict(&j, &res), JUDGE0_TIME_LIMIT);
+    res.ntests = 0;
+    res.compile.present = 1; /* compiled, then no run at all */
+    assert_int_equal(verdict(&j, &res), JUDGE0_TIME_LIMIT);
+    moat_exec_request_free(&e);
+    judge0_request_free(&j);
 }
 
 /* ------------------------------------------------------ records, render */
@@ -495,7 +634,10 @@ static void test_catalogue(void **state)
     memset(&p, 0, sizeof(p));
     p.ceilings.run_timeout_ms = 2500;
     p.ceilings.run_memory_bytes = 64LL * 1024 * 1024;
-    s = judge0_config_info_json(&p, 3600, 4);
+    json_t *langs = json_pack("[s]", "C (GCC 12.2.0)");
+    p.ceilings.run_processes = 8; /* a tenant ceiling below the box's */
+    s = judge0_config_info_json(&p, 3600, 4, langs);
+    json_decref(langs);
     json_t *o = json_loads(s, 0, NULL);
     free(s);
     assert_true(json_real_value(json_object_get(o, "cpu_time_limit")) == 2.5);
@@ -504,7 +646,22 @@ static void test_catalogue(void **state)
     assert_int_equal(json_integer_value(json_object_get(o, "submission_cache_duration")), 3600);
     assert_int_equal(json_integer_value(json_object_get(o, "max_queue_size")), 4);
     assert_true(json_is_false(json_object_get(o, "allow_enable_network")));
+    assert_true(json_is_true(json_object_get(o, "enable_compiler_options")));
+    assert_string_equal(json_string_value(json_array_get(json_object_get(o, "allowed_languages_for_compile_options"), 0)),
+                        "C (GCC 12.2.0)");
+    assert_int_equal(json_integer_value(json_object_get(o, "max_stack_limit")), JUDGE0_BOX_STACK_KB);
+    assert_int_equal(json_integer_value(json_object_get(o, "max_max_processes_and_or_threads")), 8);
+    assert_int_equal(json_integer_value(json_object_get(o, "max_max_file_size")), JUDGE0_BOX_FILE_SIZE_KB);
+    assert_int_equal(json_integer_value(json_object_get(o, "max_number_of_runs")), GW_JUDGE0_MAX_RUNS);
+    json_decref(o);
+    /* no language with an allow-list: compiler options off */
+    langs = json_array();
+    s = judge0_config_info_json(&p, 3600, 4, langs);
+    json_decref(langs);
+    o = json_loads(s, 0, NULL);
+    free(s);
     assert_true(json_is_false(json_object_get(o, "enable_compiler_options")));
+    assert_int_equal(json_array_size(json_object_get(o, "allowed_languages_for_compile_options")), 0);
     json_decref(o);
 }
 
@@ -989,6 +1146,9 @@ int main(void)
         cmocka_unit_test(test_submission_refused),
         cmocka_unit_test(test_batch_body),
         cmocka_unit_test(test_verdicts),
+        cmocka_unit_test(test_verdict_of_runs),
+        cmocka_unit_test(test_submission_compiler_options),
+        cmocka_unit_test(test_submission_runs),
         cmocka_unit_test(test_record_and_render),
         cmocka_unit_test(test_catalogue),
         cmocka_unit_test(test_tokens),

@@ -57,6 +57,7 @@ enum fixture {
     P_NOCEIL,   /* a zero ceiling: incomplete */
     P_NOCOMP,   /* a rule that never compiled */
     P_NOSESS,   /* a session ceiling of zero: incomplete */
+    P_RLIM,     /* as P_ANY, with ceilings for the run stage's stack, processes and file size */
     P_COUNT
 };
 
@@ -145,6 +146,10 @@ static int setup(void **state)
     regfree(&policies[P_NOCOMP].rules[1].re);
     make_policy(&policies[P_NOSESS], "nosess", POLICY_EP_ALL, any_langs, 1, NULL, 0);
     policies[P_NOSESS].sessions.idle_ms = 0; /* "no idle clock" is not a setting */
+    make_policy(&policies[P_RLIM], "rlim", POLICY_EP_ALL, any_langs, 1, NULL, 0);
+    policies[P_RLIM].ceilings.run_stack_kib = 8192;
+    policies[P_RLIM].ceilings.run_processes = 16;
+    policies[P_RLIM].ceilings.run_file_size_kib = 1024;
     return 0;
 }
 
@@ -206,7 +211,7 @@ static const struct policy_runtime rt_cobol = {"cobol", NULL, 0, "3.1.2"};
     {                                                                                                                              \
         .endpoint = POLICY_EP_EXECUTE, .language = "python", .version = "3.11", .files = f_one, .nfiles = 1, .run_timeout_ms = -1, \
         .compile_timeout_ms = -1, .run_memory_bytes = -1, .compile_memory_bytes = -1, .run_cpu_ms = -1, .compile_cpu_ms = -1,      \
-        __VA_ARGS__                                                                                                                \
+        .run_stack_kib = -1, .run_processes = -1, .run_file_size_kib = -1, __VA_ARGS__                                                                                                                \
     }
 #define FILES_OF(a) .files = (a), .nfiles = sizeof(a) / sizeof((a)[0])
 
@@ -355,6 +360,23 @@ static const struct row rows[] = {
     {"connect run_cpu_time over session cpu", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .run_cpu_ms = 2001), POLICY_DENY_LIMIT,
      400, "run_cpu_time cannot exceed the tenant's limit of 2000 ms", NULL},
     {"connect run_cpu_time at session cpu", P_BASE, REQ(.endpoint = POLICY_EP_CONNECT, .run_cpu_ms = 2000), POLICY_OK, 200, ALLOW},
+    /* the run stage's rlimits: without tenant ceilings 1 .. the protocol's bound, -1 kept */
+    {"run_stack_limit asked", P_BASE, REQ(.run_stack_kib = 8192), POLICY_OK, 200, ALLOW},
+    {"run_stack_limit 0", P_BASE, REQ(.run_stack_kib = 0), POLICY_DENY_LIMIT, 400,
+     "run_stack_limit must be between 1 and 16777216 KiB, or -1 for the backend's limit", NULL},
+    {"run_stack_limit over the bound", P_BASE, REQ(.run_stack_kib = POLICY_MAX_STACK_KIB + 1), POLICY_DENY_LIMIT, 400,
+     "run_stack_limit must be between", NULL},
+    {"run_processes -2", P_BASE, REQ(.run_processes = -2), POLICY_DENY_LIMIT, 400, "run_processes must be between", NULL},
+    {"run_file_size_limit at the bound", P_BASE, REQ(.run_file_size_kib = POLICY_MAX_FILE_SIZE_KIB), POLICY_OK, 200, ALLOW},
+    /* with tenant ceilings: 1 .. ceiling */
+    {"run_stack_limit at the tenant's", P_RLIM, REQ(.run_stack_kib = 8192), POLICY_OK, 200, ALLOW},
+    {"run_stack_limit over the tenant's", P_RLIM, REQ(.run_stack_kib = 8193), POLICY_DENY_LIMIT, 400,
+     "run_stack_limit cannot exceed the tenant's limit of 8192 KiB", NULL},
+    {"run_processes over the tenant's", P_RLIM, REQ(.run_processes = 17), POLICY_DENY_LIMIT, 400,
+     "run_processes cannot exceed the tenant's limit of 16 processes", NULL},
+    {"run_file_size_limit over the tenant's", P_RLIM, REQ(.run_file_size_kib = 1025), POLICY_DENY_LIMIT, 400,
+     "run_file_size_limit cannot exceed the tenant's limit of 1024 KiB", NULL},
+    {"run_processes under the tenant's", P_RLIM, REQ(.run_processes = 1), POLICY_OK, 200, ALLOW},
     {"limits beat content", P_BASE, REQ(FILES_OF(f_bomb2), .run_timeout_ms = RUN_T + 1), POLICY_DENY_LIMIT, 400, "run_timeout",
      NULL},
 
@@ -447,12 +469,22 @@ static void check_invariants(const struct policy_request *r, const struct policy
         /* CPU clocks as asked, -1 kept (the backend's) */
         assert_int_equal(v->run_cpu_ms, r->endpoint & (POLICY_EP_EXECUTE | POLICY_EP_CONNECT) ? r->run_cpu_ms : 0);
         assert_int_equal(v->compile_cpu_ms, r->endpoint & (POLICY_EP_EXECUTE | POLICY_EP_CONNECT) ? r->compile_cpu_ms : 0);
+        /* the run stage's rlimits: as asked, or (not asked) the tenant's ceiling or -1 */
+        if (r->endpoint & (POLICY_EP_EXECUTE | POLICY_EP_CONNECT)) {
+            assert_true(r->run_stack_kib == -1 ? v->run_stack_kib == -1 || v->run_stack_kib > 0 : v->run_stack_kib == r->run_stack_kib);
+            assert_true(r->run_processes == -1 ? v->run_processes == -1 || v->run_processes > 0 : v->run_processes == r->run_processes);
+            assert_true(r->run_file_size_kib == -1 ? v->run_file_size_kib == -1 || v->run_file_size_kib > 0
+                                                   : v->run_file_size_kib == r->run_file_size_kib);
+        } else {
+            assert_true(v->run_stack_kib == 0 && v->run_processes == 0 && v->run_file_size_kib == 0);
+        }
     } else {
         assert_int_not_equal(v->reason, POLICY_OK);
         assert_true(n > 0);
         assert_int_equal(v->run_timeout_ms, 0);
         assert_int_equal(v->run_memory_bytes, 0);
         assert_int_equal(v->run_cpu_ms, 0);
+        assert_int_equal(v->run_stack_kib, 0);
         if (v->reason != POLICY_DENY_CONTENT)
             assert_null(v->rule);
     }
@@ -482,6 +514,23 @@ static void test_table(void **state)
 }
 
 /* Step 5: the tenant's endpoints, then the credential's scopes. */
+/* Not asked: the tenant's rlimit ceilings are what the verdict applies; without them -1 (the backend's). */
+static void test_rlimit_defaults(void **state)
+{
+    struct policy_request r = REQ(.run_processes = 4);
+    struct policy_verdict v;
+
+    (void)state;
+    assert_int_equal(policy_evaluate(&policies[P_RLIM], &r, &v), 0);
+    assert_int_equal(v.run_stack_kib, 8192);
+    assert_int_equal(v.run_processes, 4);
+    assert_int_equal(v.run_file_size_kib, 1024);
+    assert_int_equal(policy_evaluate(&policies[P_ANY], &r, &v), 0);
+    assert_int_equal(v.run_stack_kib, -1);
+    assert_int_equal(v.run_processes, 4);
+    assert_int_equal(v.run_file_size_kib, -1);
+}
+
 static void test_authorize(void **state)
 {
     static const struct {
@@ -899,6 +948,7 @@ int main(void)
     /* clang-format off */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
+        cmocka_unit_test(test_rlimit_defaults),
         cmocka_unit_test(test_authorize),
         cmocka_unit_test(test_runtime_allowed),
         cmocka_unit_test(test_version_matches),
