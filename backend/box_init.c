@@ -454,8 +454,8 @@ static void read_plan(struct parsed_plan *pp)
         if (!(stage_mask & (1u << k)))
             continue;
         st->present = 1;
-        if (take(&c, &st->fsize, 8) || take(&c, &st->stack, 8) || take(&c, &st->cpu_ms, 8) || take(&c, &st->nofile, 4) || take(&c, &st->pids, 4) ||
-            take(&c, &argc, 4) || take(&c, &envc, 4) || argc == 0) {
+        if (take(&c, &st->fsize, 8) || take(&c, &st->stack, 8) || take(&c, &st->cpu_ms, 8) || take(&c, &st->nofile, 4) ||
+            take(&c, &st->pids, 4) || take(&c, &argc, 4) || take(&c, &envc, 4) || argc == 0) {
             errno = EINVAL;
             child_die("plan: bad stage");
         }

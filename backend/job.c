@@ -23,6 +23,14 @@
  * gives every case the request's files.  Verdicts are the gateway's
  * (piston_tests.c): the backend returns each case's run stage as is.
  *
+ * A request may also lower the run stage's stack, processes and file size
+ * (run_rlimits_for: RLIMIT_STACK, pids.max with RLIMIT_NPROC, RLIMIT_FSIZE;
+ * every test case inherits them), never raise them, and may add compiler
+ * options, each of which the language's allow-list must take
+ * (validate_compiler_options, moat_options.h): this is the check that
+ * counts, whatever the gateway checked.  They reach the compiler as argv
+ * elements where the manifest says "{options}".
+ *
  * The checks and the plan (job_plan_init) are the same for a live session
  * (session.c), which adds its clocks and caps: the language's session
  * limits lowered by the SESSION_OPEN's ceilings, then by run_timeout.

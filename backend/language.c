@@ -137,10 +137,10 @@ static int limit_override(json_t *obj, const char *key, uint64_t *value, struct 
 int limits_apply(json_t *obj, struct stage_limits *r, struct stage_limits *c, struct session_limits *ss, struct errbuf *e)
 {
     static const char *const known[] = {
-        "run_timeout",          "run_cpu_time",      "run_memory",   "run_processes", "compile_timeout",   "compile_cpu_time",
-        "compile_memory",       "compile_processes", "output",       "file_size",     "compile_file_size", "run_idle_timeout",
-        "compile_idle_timeout", "session_wall",      "session_idle", "session_cpu",   "session_stdin",     "session_output",
-        "stack"};
+        "run_timeout",       "run_cpu_time",     "run_memory",           "run_processes", "compile_timeout",
+        "compile_cpu_time",  "compile_memory",   "compile_processes",    "output",        "file_size",
+        "compile_file_size", "run_idle_timeout", "compile_idle_timeout", "session_wall",  "session_idle",
+        "session_cpu",       "session_stdin",    "session_output",       "stack"};
     const char *key;
     json_t *v;
     uint64_t pids;
@@ -232,7 +232,7 @@ static void default_limits(struct language *lang)
 /* Every top-level field must be one this code reads: a typo is an error, not a default. */
 static int manifest_fields_known(json_t *root, const char *path, struct errbuf *e)
 {
-    static const char *const known[] = {"language", "version", "version_package", "aliases",  "compile", "run",
+    static const char *const known[] = {"language", "version", "version_package", "aliases",   "compile",         "run",
                                         "runtime",  "env",     "limits",          "extension", "compiler_options"};
     const char *key;
     json_t *v;

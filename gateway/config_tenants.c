@@ -25,13 +25,19 @@ static int limits_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, v
 {
 #define LIMIT(field, max) CFG_UINT_SPEC(struct policy_limits, field, 1, (max))
     static const struct cfg_uint_spec fields[] = {
-        LIMIT(run_timeout_ms, INT64_MAX),   LIMIT(compile_timeout_ms, INT64_MAX),
-        LIMIT(run_memory_bytes, INT64_MAX), LIMIT(compile_memory_bytes, INT64_MAX),
-        LIMIT(max_files, UINT32_MAX),       LIMIT(max_file_name_len, UINT32_MAX),
-        LIMIT(max_args, UINT32_MAX),        LIMIT(max_arg_len, UINT32_MAX),
-        LIMIT(max_code_bytes, INT64_MAX),   LIMIT(max_stdin_bytes, INT64_MAX),
+        LIMIT(run_timeout_ms, INT64_MAX),
+        LIMIT(compile_timeout_ms, INT64_MAX),
+        LIMIT(run_memory_bytes, INT64_MAX),
+        LIMIT(compile_memory_bytes, INT64_MAX),
+        LIMIT(max_files, UINT32_MAX),
+        LIMIT(max_file_name_len, UINT32_MAX),
+        LIMIT(max_args, UINT32_MAX),
+        LIMIT(max_arg_len, UINT32_MAX),
+        LIMIT(max_code_bytes, INT64_MAX),
+        LIMIT(max_stdin_bytes, INT64_MAX),
         /* optional (unset: the backend's own limits): the run stage's rlimits */
-        LIMIT(run_stack_kib, POLICY_MAX_STACK_KIB), LIMIT(run_processes, POLICY_MAX_PROCESSES),
+        LIMIT(run_stack_kib, POLICY_MAX_STACK_KIB),
+        LIMIT(run_processes, POLICY_MAX_PROCESSES),
         LIMIT(run_file_size_kib, POLICY_MAX_FILE_SIZE_KIB),
     };
 #undef LIMIT

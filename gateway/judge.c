@@ -41,7 +41,8 @@ int gw_judge_tests_budget(uint64_t backend_timeout_ms, struct moat_exec_request 
     if (budget < 1000)
         budget = 1000;
     if (ereq->tests_wall_ms > budget) {
-        snprintf(err, errlen, "tests_timeout cannot exceed %lld ms (the gateway's backend timeout less the compile timeout in force)",
+        snprintf(err, errlen,
+                 "tests_timeout cannot exceed %lld ms (the gateway's backend timeout less the compile timeout in force)",
                  (long long)budget);
         return -1;
     }

@@ -221,21 +221,21 @@ char *judge0_config_info_json(const struct tenant_policy *p, uint64_t ttl_s, uin
     /* a limit's default is the tenant's ceiling (policy: omitted limits get it) */
     json_t *o = json_pack("{s:b, s:b, s:O, s:b, s:b, s:b, s:i, s:i, s:b, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}",
                           "enable_wait_result", 1, "enable_compiler_options", json_array_size(compile_langs) > 0,
-                          "allowed_languages_for_compile_options", compile_langs, "enable_command_line_arguments", 1, "enable_submission_delete", 0, "enable_callbacks", 0,
-                          "callbacks_max_tries", 0, "callbacks_timeout", 0, "enable_additional_files", 1, "max_queue_size",
-                          (json_int_t)max_queue, "cpu_time_limit", t, "max_cpu_time_limit", t, "cpu_extra_time", 0.0,
-                          "max_cpu_extra_time", JUDGE0_MAX_CPU_EXTRA_TIME, "wall_time_limit", t, "max_wall_time_limit", t,
-                          "memory_limit", mem, "max_memory_limit", mem);
-    json_t *more = json_pack(
-        "{s:I, s:I, s:I, s:I, s:b, s:b, s:b, s:b, s:I, s:I, s:i, s:i, s:b, s:i, s:b, s:i, s:I, s:b, "
-        "s:b, s:b}",
-        "stack_limit", stack, "max_stack_limit", stack, "max_processes_and_or_threads", procs, "max_max_processes_and_or_threads",
-        procs, "enable_per_process_and_thread_time_limit", 0, "allow_enable_per_process_and_thread_time_limit", 0,
-        "enable_per_process_and_thread_memory_limit", 0, "allow_enable_per_process_and_thread_memory_limit", 0, "max_file_size",
-        fsize, "max_max_file_size", fsize, "number_of_runs", 1, "max_number_of_runs", GW_JUDGE0_MAX_RUNS,
-        "redirect_stderr_to_stdout", 0, "max_extract_size",
-        (int)(GW_JUDGE0_ZIP_MAX_BYTES / 1024), "enable_batched_submissions", 0, "max_submission_batch_size", 0,
-        "submission_cache_duration", (json_int_t)ttl_s, "use_docs_as_homepage", 0, "allow_enable_network", 0, "enable_network", 0);
+                          "allowed_languages_for_compile_options", compile_langs, "enable_command_line_arguments", 1,
+                          "enable_submission_delete", 0, "enable_callbacks", 0, "callbacks_max_tries", 0, "callbacks_timeout", 0,
+                          "enable_additional_files", 1, "max_queue_size", (json_int_t)max_queue, "cpu_time_limit", t,
+                          "max_cpu_time_limit", t, "cpu_extra_time", 0.0, "max_cpu_extra_time", JUDGE0_MAX_CPU_EXTRA_TIME,
+                          "wall_time_limit", t, "max_wall_time_limit", t, "memory_limit", mem, "max_memory_limit", mem);
+    json_t *more = json_pack("{s:I, s:I, s:I, s:I, s:b, s:b, s:b, s:b, s:I, s:I, s:i, s:i, s:b, s:i, s:b, s:i, s:I, s:b, "
+                             "s:b, s:b}",
+                             "stack_limit", stack, "max_stack_limit", stack, "max_processes_and_or_threads", procs,
+                             "max_max_processes_and_or_threads", procs, "enable_per_process_and_thread_time_limit", 0,
+                             "allow_enable_per_process_and_thread_time_limit", 0, "enable_per_process_and_thread_memory_limit", 0,
+                             "allow_enable_per_process_and_thread_memory_limit", 0, "max_file_size", fsize, "max_max_file_size",
+                             fsize, "number_of_runs", 1, "max_number_of_runs", GW_JUDGE0_MAX_RUNS, "redirect_stderr_to_stdout", 0,
+                             "max_extract_size", (int)(GW_JUDGE0_ZIP_MAX_BYTES / 1024), "enable_batched_submissions", 0,
+                             "max_submission_batch_size", 0, "submission_cache_duration", (json_int_t)ttl_s, "use_docs_as_homepage",
+                             0, "allow_enable_network", 0, "enable_network", 0);
     char *s = NULL;
 
     if (o != NULL && more != NULL && json_object_update(o, more) == 0)
@@ -817,8 +817,7 @@ int judge0_check_options(const struct judge0_request *j, char *const *patterns, 
     size_t bad = 0;
 
     *errors = NULL;
-    if (j->ncompiler_options == 0 ||
-        moat_options_check(patterns, npatterns, j->compiler_options, j->ncompiler_options, &bad) == 0)
+    if (j->ncompiler_options == 0 || moat_options_check(patterns, npatterns, j->compiler_options, j->ncompiler_options, &bad) == 0)
         return 0;
     if (npatterns == 0)
         snprintf(err, errlen, "compiler_options are not allowed for language %s: it accepts no compiler options", j->lang->moat);

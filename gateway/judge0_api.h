@@ -172,7 +172,7 @@ struct judge0_request {
     char *compiler_options_text;                            /* compiler_options as sent, NULL: none */
     char **compiler_options;                                /* split on white space: ncompiler_options words */
     size_t ncompiler_options;
-    uint8_t *zip;                                           /* additional_files as sent (decoded); NULL: none */
+    uint8_t *zip; /* additional_files as sent (decoded); NULL: none */
     size_t zip_len;
     struct moat_file *extra; /* additional_files unpacked: files beside the source */
     size_t nextra;

@@ -301,8 +301,8 @@ static enum gw_flow submission_parse(struct gw_request *r)
 struct refusal {
     int status;
     enum gw_reason reason;
-    const char *rule;     /* a content rule's name, or NULL */
-    json_t *fields;       /* Judge0's 422 field errors (taken by the caller), or NULL */
+    const char *rule; /* a content rule's name, or NULL */
+    json_t *fields;   /* Judge0's 422 field errors (taken by the caller), or NULL */
     char message[GW_ERR_MSG_MAX];
 };
 

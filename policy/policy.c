@@ -518,7 +518,7 @@ int policy_evaluate(const struct tenant_policy *p, const struct policy_request *
         v->run_timeout_ms = v->compile_timeout_ms = 0;
         v->run_memory_bytes = v->compile_memory_bytes = 0;
         v->run_cpu_ms = v->compile_cpu_ms = 0;
-    v->run_stack_kib = v->run_processes = v->run_file_size_kib = 0;
+        v->run_stack_kib = v->run_processes = v->run_file_size_kib = 0;
     }
     v->allow = 1;
     v->reason = POLICY_OK;

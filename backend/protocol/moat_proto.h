@@ -23,16 +23,16 @@
 
 /* Structural caps enforced by the codec itself (semantic limits live in the
  * backend's validator and the gateway's policy). */
-#define MOAT_MAX_FILES         32
-#define MOAT_MAX_ARGS          64
-#define MOAT_MAX_NAME_LEN      255    /* language, version, file name */
-#define MOAT_MAX_ARG_LEN       4096   /* one argv element */
-#define MOAT_MAX_MESSAGE_LEN   1024   /* human readable message */
-#define MOAT_MAX_TESTS         64     /* test cases of one exec request */
-#define MOAT_MAX_TESTS_WALL_MS 120000 /* the backend's ceiling (and default) of a request's tests_wall_ms */
-#define MOAT_MAX_COMPILER_OPTIONS    32  /* compiler options of one request (tag 17) */
-#define MOAT_MAX_COMPILER_OPTION_LEN 128 /* bytes of one option, and of one allow-list pattern */
-#define MOAT_MAX_OPTION_PATTERNS     64  /* allow-list patterns of one runtime (RUNTIMES tag 5) */
+#define MOAT_MAX_FILES               32
+#define MOAT_MAX_ARGS                64
+#define MOAT_MAX_NAME_LEN            255    /* language, version, file name */
+#define MOAT_MAX_ARG_LEN             4096   /* one argv element */
+#define MOAT_MAX_MESSAGE_LEN         1024   /* human readable message */
+#define MOAT_MAX_TESTS               64     /* test cases of one exec request */
+#define MOAT_MAX_TESTS_WALL_MS       120000 /* the backend's ceiling (and default) of a request's tests_wall_ms */
+#define MOAT_MAX_COMPILER_OPTIONS    32     /* compiler options of one request (tag 17) */
+#define MOAT_MAX_COMPILER_OPTION_LEN 128    /* bytes of one option, and of one allow-list pattern */
+#define MOAT_MAX_OPTION_PATTERNS     64     /* allow-list patterns of one runtime (RUNTIMES tag 5) */
 /* The largest run_stack_kib, run_file_size_kib (KiB) and run_processes the
  * wire carries: sanity bounds, far above any backend's own ceilings. */
 #define MOAT_MAX_STACK_KIB     (16u * 1024u * 1024u)

@@ -137,11 +137,13 @@ class Judge0Test(unittest.TestCase):
         self.assertEqual(ci["max_queue_size"], 64)
         self.assertIs(ci["enable_additional_files"], True)
         self.assertEqual(ci["max_extract_size"], 16 * 1024)
-        for off in ("enable_compiler_options", "enable_callbacks", "allow_enable_network",
+        for off in ("enable_callbacks", "allow_enable_network",
                     "enable_network", "enable_batched_submissions", "enable_submission_delete"):
             self.assertIs(ci[off], False, off)
         self.assertIs(ci["enable_wait_result"], True)
-        self.assertEqual(ci["allowed_languages_for_compile_options"], [])
+        # compiler options: the languages whose manifests allow-list some (test_judge0_limits)
+        self.assertIs(ci["enable_compiler_options"], True)
+        self.assertTrue(any(n.startswith("C (GCC ") for n in ci["allowed_languages_for_compile_options"]), ci)
         st, _, ci = self.call("GET", "/config_info", tenant="beta")
         self.assertEqual(ci["cpu_time_limit"], 3.0)  # the gateway's default
 
@@ -526,13 +528,12 @@ class Judge0Test(unittest.TestCase):
         refused = [
             ({"enable_network": True}, "enable_network", "is not allowed: boxes have no network"),
             ({"compiler_options": "-O3 -fplugin=evil.so"}, "compiler_options",
-             "are not allowed for this language (no compiler options are allow-listed)"),
+             "compiler_options are not allowed for language python: it accepts no compiler options"),
             ({"callback_url": "https://example.com/cb"}, "callback_url", "is not supported yet"),
-            ({"number_of_runs": 3}, "number_of_runs", "must be 1: repeated runs are not supported yet"),
+            ({"number_of_runs": 21}, "number_of_runs", "must be between 1 and 20"),
             ({"command_line_arguments": "x; cat /etc/passwd"}, "command_line_arguments",
              "may only be words separated by spaces, optionally quoted: they are never given to a shell"),
-            ({"stack_limit": 1}, "stack_limit",
-             "must be at least 65536: moat's box enforces that limit itself and cannot apply a lower one"),
+            ({"stack_limit": 65537}, "stack_limit", "must be less than or equal to 65536"),
             ({"cpu_time_limit": -1}, "cpu_time_limit", "must be greater than 0"),
         ]
         for extra, field, msg in refused:

@@ -173,7 +173,8 @@ static void test_submission_compiler_options(void **state)
     char err[256];
 
     (void)state;
-    assert_int_equal(parse("{\"source_code\":\"x\",\"language_id\":50,\"compiler_options\":\"  -O2\\t -DX=5 \"}", 0, &j, &errors, err), 0);
+    assert_int_equal(
+        parse("{\"source_code\":\"x\",\"language_id\":50,\"compiler_options\":\"  -O2\\t -DX=5 \"}", 0, &j, &errors, err), 0);
     assert_int_equal(j.ncompiler_options, 2);
     assert_string_equal(j.compiler_options[0], "-O2");
     assert_string_equal(j.compiler_options[1], "-DX=5");

@@ -280,8 +280,7 @@ static void test_parse_errors(void **state)
         {"{\"language\":\"sh\",\"version\":\"1\",\"compile\":[\"/bin/sh\",\"{options}\",\"{file}\"]," RUN_SH
          ",\"compiler_options\":[\"-D{name}\"]}",
          "is not an option pattern"},
-        {"{\"language\":\"sh\",\"version\":\"1\",\"compile\":[\"/bin/sh\",\"{file}\"]," RUN_SH
-         ",\"compiler_options\":[\"-O2\"]}",
+        {"{\"language\":\"sh\",\"version\":\"1\",\"compile\":[\"/bin/sh\",\"{file}\"]," RUN_SH ",\"compiler_options\":[\"-O2\"]}",
          "compiler_options needs a compile template with {options}"},
         {"{\"language\":\"sh\",\"version\":\"1\"," RUN_SH ",\"compiler_options\":[\"-O2\"]}",
          "compiler_options needs a compile template with {options}"},
@@ -621,11 +620,26 @@ static void shipped_argv_keeps_names_files(const struct language *l, const char 
 static void shipped_options_refuse_dangerous(const struct language *l, const char *path)
 {
     static const char *const dangerous[][2] = {
-        {"-o", "/tmp/x"},      {"-B/tmp", NULL},         {"-wrapper", "/bin/sh,-c"}, {"-fplugin=/tmp/p.so", NULL},
-        {"@/etc/passwd", NULL}, {"-specs=/tmp/s", NULL},  {"--sysroot=/", NULL},      {"-Wl,-rpath,/tmp", NULL},
-        {"-I/etc", NULL},      {"-include", "/etc/passwd"}, {"-x", "none"},          {"-C", "linker=/bin/sh"},
-        {"-Clinker=/bin/sh", NULL}, {"--out-dir", "/tmp"}, {"-L/tmp", NULL},         {"-DX=$(id)", NULL},
-        {";", NULL},           {"-O2;rm", NULL},         {"--help", NULL},           {"-E", NULL},
+        {"-o", "/tmp/x"},
+        {"-B/tmp", NULL},
+        {"-wrapper", "/bin/sh,-c"},
+        {"-fplugin=/tmp/p.so", NULL},
+        {"@/etc/passwd", NULL},
+        {"-specs=/tmp/s", NULL},
+        {"--sysroot=/", NULL},
+        {"-Wl,-rpath,/tmp", NULL},
+        {"-I/etc", NULL},
+        {"-include", "/etc/passwd"},
+        {"-x", "none"},
+        {"-C", "linker=/bin/sh"},
+        {"-Clinker=/bin/sh", NULL},
+        {"--out-dir", "/tmp"},
+        {"-L/tmp", NULL},
+        {"-DX=$(id)", NULL},
+        {";", NULL},
+        {"-O2;rm", NULL},
+        {"--help", NULL},
+        {"-E", NULL},
     };
     for (size_t i = 0; i < sizeof(dangerous) / sizeof(dangerous[0]); i++) {
         char a[64], b[64], *opts[2] = {a, b};

@@ -211,7 +211,7 @@ static const struct policy_runtime rt_cobol = {"cobol", NULL, 0, "3.1.2"};
     {                                                                                                                              \
         .endpoint = POLICY_EP_EXECUTE, .language = "python", .version = "3.11", .files = f_one, .nfiles = 1, .run_timeout_ms = -1, \
         .compile_timeout_ms = -1, .run_memory_bytes = -1, .compile_memory_bytes = -1, .run_cpu_ms = -1, .compile_cpu_ms = -1,      \
-        .run_stack_kib = -1, .run_processes = -1, .run_file_size_kib = -1, __VA_ARGS__                                                                                                                \
+        .run_stack_kib = -1, .run_processes = -1, .run_file_size_kib = -1, __VA_ARGS__                                             \
     }
 #define FILES_OF(a) .files = (a), .nfiles = sizeof(a) / sizeof((a)[0])
 
@@ -471,8 +471,10 @@ static void check_invariants(const struct policy_request *r, const struct policy
         assert_int_equal(v->compile_cpu_ms, r->endpoint & (POLICY_EP_EXECUTE | POLICY_EP_CONNECT) ? r->compile_cpu_ms : 0);
         /* the run stage's rlimits: as asked, or (not asked) the tenant's ceiling or -1 */
         if (r->endpoint & (POLICY_EP_EXECUTE | POLICY_EP_CONNECT)) {
-            assert_true(r->run_stack_kib == -1 ? v->run_stack_kib == -1 || v->run_stack_kib > 0 : v->run_stack_kib == r->run_stack_kib);
-            assert_true(r->run_processes == -1 ? v->run_processes == -1 || v->run_processes > 0 : v->run_processes == r->run_processes);
+            assert_true(r->run_stack_kib == -1 ? v->run_stack_kib == -1 || v->run_stack_kib > 0
+                                               : v->run_stack_kib == r->run_stack_kib);
+            assert_true(r->run_processes == -1 ? v->run_processes == -1 || v->run_processes > 0
+                                               : v->run_processes == r->run_processes);
             assert_true(r->run_file_size_kib == -1 ? v->run_file_size_kib == -1 || v->run_file_size_kib > 0
                                                    : v->run_file_size_kib == r->run_file_size_kib);
         } else {

@@ -518,8 +518,8 @@ static void test_runtime_option_patterns_refusals(void **state)
 /* The allow-list matcher (moat_options.h): a table of patterns and options. */
 static void test_options_allow_list(void **state)
 {
-    static const char *const pat_text[] = {"-O0",       "-O2", "-g", "-std=c17", "-D{ident}", "-D{ident}={value}",
-                                           "-C opt-level=3", "-lm"};
+    static const char *const pat_text[] = {"-O0", "-O2", "-g", "-std=c17", "-D{ident}", "-D{ident}={value}", "-C opt-level=3",
+                                           "-lm"};
     const size_t np = sizeof(pat_text) / sizeof(pat_text[0]);
     char pat_buf[8][32], *pats[8];
     for (size_t i = 0; i < np; i++) {
