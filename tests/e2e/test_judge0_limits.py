@@ -9,6 +9,8 @@ in fresh boxes, and the audit trail records every limit applied."""
 
 import base64
 import json
+import socket
+import struct
 import subprocess
 import unittest
 
@@ -175,24 +177,32 @@ class Judge0LimitsTest(unittest.TestCase):
         self.assertEqual(data["compiler_options"],
                          ["compiler_options are not allowed for language python: it accepts no compiler options"])
 
-    def test_backend_refuses_options_itself(self):
-        """A gateway that skipped its check: the backend is the authority."""
-        def request(*options):
+    def test_backend_is_the_authority(self):
+        """A gateway that skipped its checks: the backend refuses options off the allow-list, and limits
+        above its own, by itself."""
+        def request(options=(), limits=()):
             p = tlv(1, b"c") + tlv(2, b"*") + tlv(3, tlv(1, b"main.c") + tlv(2, DEFINE.encode()))
             for o in options:
                 p += tlv(17, o.encode())
+            for tag, value in limits:
+                p += tlv(tag, struct.pack(">Q", value))
             return frame(MSG_EXEC_REQUEST, 5, p)
-        import socket
-        for options, text in ((("-fplugin=/tmp/x.so",), 'compiler option "-fplugin=/tmp/x.so" is not allowed for c'),
-                              (("-O2", "-wrapper", "/bin/sh"), 'compiler option "-wrapper" is not allowed for c')):
-            with self.subTest(options[-1]):
+        cases = [
+            (request(options=("-fplugin=/tmp/x.so",)), 1, 'compiler option "-fplugin=/tmp/x.so" is not allowed for c'),
+            (request(options=("-O2", "-wrapper", "/bin/sh")), 1, 'compiler option "-wrapper" is not allowed for c'),
+            (request(limits=((14, 65537),)), 3, "run_stack_limit cannot exceed the configured limit of 65536 KiB"),
+            (request(limits=((15, 65),)), 3, "run_processes cannot exceed the configured limit of 64 processes and threads"),
+            (request(limits=((16, 9766),)), 3, "run_file_size_limit cannot exceed the configured limit of 9765 KiB"),
+        ]
+        for msg, code, text in cases:
+            with self.subTest(text):
                 with socket.socket(socket.AF_UNIX) as s:
                     s.settimeout(30)
                     s.connect(self.stack.socket)
-                    s.sendall(request(*options))
+                    s.sendall(msg)
                     t, _, payload = read_frame(s)
                     self.assertEqual(t, MSG_ERROR)
-                    self.assertEqual(error_of(payload), (1, text))
+                    self.assertEqual(error_of(payload), (code, text))
 
     # ---- number_of_runs ------------------------------------------------------------------------
 
