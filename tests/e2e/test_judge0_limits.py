@@ -153,6 +153,19 @@ class Judge0LimitsTest(unittest.TestCase):
         opt, _ = self.run_ok({"source_code": DEFINE, "language_id": C, "compiler_options": "-O2"})
         self.assertEqual(self.status(opt), (3, "Accepted"), opt)
 
+    def test_rust_options_of_two_words(self):
+        src = "fn main() { println!(\"{}\", if cfg!(debug_assertions) { \"debug\" } else { \"release\" }); }"
+        # the manifest compiles with -O; opt-level 0 turns debug assertions on: the two words reached rustc
+        base, _ = self.run_ok({"source_code": src, "language_id": 73})
+        ok, _ = self.run_ok({"source_code": src, "language_id": 73, "compiler_options": "-C opt-level=0 -g"})
+        self.assertEqual((base["stdout"], self.status(ok), ok["stdout"]), ("release\n", (3, "Accepted"), "debug\n"), ok)
+        # a word that takes an argument only with the argument the allow-list names
+        for options, named in (("-C linker=/bin/sh", "-C"), ("-C", "-C"), ("-O -C opt-level=3 --out-dir /tmp", "--out-dir")):
+            with self.subTest(options):
+                st, _, data = self.call({"source_code": src, "language_id": 73, "compiler_options": options})
+                self.assertEqual(st, 422, data)
+                self.assertEqual(data["compiler_options"], ['compiler option "%s" is not allowed for language rust' % named])
+
     def test_dangerous_compiler_options_are_refused(self):
         refused = {
             "-fplugin=/tmp/evil.so": "-fplugin=/tmp/evil.so",
