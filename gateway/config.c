@@ -131,6 +131,8 @@ static int top_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void
         return cfg_parse_sessions(pc, v);
     if (strcmp(key, "submissions") == 0)
         return cfg_parse_submissions(pc, v);
+    if (strcmp(key, "callbacks") == 0)
+        return cfg_parse_callbacks(pc, v);
     return cfg_server_field(pc, key, v, arg);
 }
 
@@ -154,7 +156,8 @@ static int parse_document(struct parse_ctx *pc)
 
     if (root == NULL)
         return cfg_fail(pc, NULL, "empty configuration");
-    if (cfg_walk_mapping(pc, root, "configuration", top_field, NULL) != 0 || issuer_tenants_known(pc) != 0)
+    if (cfg_walk_mapping(pc, root, "configuration", top_field, NULL) != 0 || issuer_tenants_known(pc) != 0 ||
+        cfg_callbacks_finish(pc) != 0)
         return -1;
     return cfg_server_finish(pc, root);
 }
@@ -194,6 +197,7 @@ void gw_config_free(struct gw_config *cfg)
     free(cfg->submissions.store_dir);
     free(cfg->audit.user);
     free(cfg->audit.writer);
+    cfg_free_callbacks(cfg);
     memset(cfg, 0, sizeof(*cfg));
 }
 

@@ -12,14 +12,43 @@
 #include <time.h>
 
 #include "apikey.h"
+#include "callback_policy.h"
 #include "jwt_auth.h"
 #include "privsep.h"
 #include "policy.h"
 #include "proxies.h"
 
+/* A tenant's Judge0 callbacks (config_callbacks.c): off when nallow is 0. */
+struct gw_tenant_callbacks {
+    struct cb_url *allow; /* the allowed URL prefixes, parsed */
+    size_t nallow;
+    int allow_private; /* loopback, private, link-local, CGNAT addresses allowed */
+    uint8_t *secret;   /* the signing secret (secret_file's bytes, a final newline dropped) */
+    size_t secret_len;
+};
+
 struct gw_tenant {
     char *name;
     struct tenant_policy policy; /* policy.tenant points at name */
+    struct gw_tenant_callbacks callbacks;
+};
+
+/* The tenant's callback rules for cb_check_url(). */
+static inline struct cb_tenant_rules gw_tenant_callback_rules(const struct gw_tenant *t)
+{
+    struct cb_tenant_rules r = {t->callbacks.allow, t->callbacks.nallow, t->callbacks.allow_private};
+    return r;
+}
+
+/* The top-level callbacks section: the callback sender's settings
+ * (callback_sender.c); enabled when the section is present. */
+struct gw_callback_config {
+    int enabled;
+    char *sender;  /* path of moat-callback-sender */
+    char *user;    /* the sender's user; NULL: the gateway's */
+    char *ca_file; /* CAs that receivers' certificates must chain to; NULL: the system's */
+    uint64_t connect_timeout_ms, timeout_ms, retry_ms;
+    uint64_t max_tries, max_queue, max_in_flight;
 };
 
 struct gw_key {
@@ -94,6 +123,8 @@ struct gw_config {
     struct gw_session_config sessions;
     /* submissions: where Judge0 results are kept, and for how long */
     struct gw_submissions_config submissions;
+    /* callbacks: the callback sender (Judge0 callback_url); off unless the section is present */
+    struct gw_callback_config callbacks;
     /* audit: the trail's directory and writer; off when audit_enabled is 0 */
     int audit_enabled;
     struct gw_audit_config audit;

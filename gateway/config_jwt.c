@@ -27,41 +27,6 @@
 
 #include "moat_io.h"
 
-/* Reads a key file (PEM public key or HS256 secret) that others cannot write.
- * One allocation of JWT_MAX_KEY_LEN + 1 bytes: a longer file is refused
- * here, and no copy of the material is left behind by a realloc. */
-static int read_key_file(struct parse_ctx *pc, const yaml_node_t *n, const char *path, unsigned char **out, size_t *len)
-{
-    char err[512];
-    unsigned char *buf;
-    ssize_t got;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-
-    if (fd == -1)
-        return cfg_fail(pc, n, "key file %s: %s", path, strerror(errno));
-    if (gw_check_file_secrecy(fd, path, err, sizeof(err)) != 0) {
-        close(fd);
-        return cfg_fail(pc, n, "%s", err);
-    }
-    if ((buf = malloc(JWT_MAX_KEY_LEN + 1)) == NULL) {
-        close(fd);
-        return cfg_fail(pc, n, "key file %s: out of memory", path);
-    }
-    got = moat_read_full(fd, buf, JWT_MAX_KEY_LEN + 1);
-    int saved = errno;
-    close(fd);
-    if (got < 0 || got > JWT_MAX_KEY_LEN) {
-        OPENSSL_cleanse(buf, JWT_MAX_KEY_LEN + 1);
-        free(buf);
-        if (got < 0)
-            return cfg_fail(pc, n, "key file %s: %s", path, strerror(saved));
-        return cfg_fail(pc, n, "key file %s is too large", path);
-    }
-    *out = buf;
-    *len = (size_t)got;
-    return 0;
-}
-
 struct jwt_key_seen {
     yaml_node_t *kid, *file;
 };
@@ -202,7 +167,7 @@ static int add_issuer_key(struct parse_ctx *pc, struct jwt_issuer *ji, yaml_node
     ji->nkeys++;
     if (cfg_string(pc, ks.file, "key file", GW_MAX_PATH_LEN, &path) != 0)
         return -1;
-    rc = read_key_file(pc, ks.file, path, &k->material, &k->len);
+    rc = cfg_read_key_file(pc, ks.file, path, JWT_MAX_KEY_LEN, &k->material, &k->len);
     free(path);
     return rc;
 }

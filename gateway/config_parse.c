@@ -11,11 +11,16 @@
 #include "gw_limits.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include <openssl/crypto.h>
+
+#include "moat_io.h"
 #include "policy.h"
 
 int cfg_fail(struct parse_ctx *pc, const yaml_node_t *node, const char *fmt, ...)
@@ -210,5 +215,38 @@ int cfg_rate(struct parse_ctx *pc, const yaml_node_t *n, const char *name, doubl
     if (errno != 0 || *end != '\0' || end == cfg_scalar(n) || !(v >= 0.0) || v > GW_MAX_RATE_PER_SECOND)
         return cfg_fail(pc, n, "%s must be a number between 0 and %.0f", name, GW_MAX_RATE_PER_SECOND);
     *out = v;
+    return 0;
+}
+
+/* One copy for every key file: JWT keys (config_jwt.c), callback secrets (config_callbacks.c). */
+int cfg_read_key_file(struct parse_ctx *pc, const yaml_node_t *n, const char *path, size_t max, unsigned char **out, size_t *len)
+{
+    char err[512];
+    unsigned char *buf;
+    ssize_t got;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+
+    if (fd == -1)
+        return cfg_fail(pc, n, "key file %s: %s", path, strerror(errno));
+    if (gw_check_file_secrecy(fd, path, err, sizeof(err)) != 0) {
+        close(fd);
+        return cfg_fail(pc, n, "%s", err);
+    }
+    if ((buf = malloc(max + 1)) == NULL) {
+        close(fd);
+        return cfg_fail(pc, n, "key file %s: out of memory", path);
+    }
+    got = moat_read_full(fd, buf, max + 1);
+    int saved = errno;
+    close(fd);
+    if (got < 0 || (size_t)got > max) {
+        OPENSSL_cleanse(buf, max + 1);
+        free(buf);
+        if (got < 0)
+            return cfg_fail(pc, n, "key file %s: %s", path, strerror(saved));
+        return cfg_fail(pc, n, "key file %s is too large", path);
+    }
+    *out = buf;
+    *len = (size_t)got;
     return 0;
 }

@@ -112,6 +112,14 @@ struct cfg_slot {
 /* Store v in the slot of seen named key: 0, or 1 when no slot is (an unknown key). */
 int cfg_note(const struct cfg_slot *slots, size_t nslots, void *seen, const char *key, yaml_node_t *v);
 
+/*
+ * Read a secret or key file that group and others cannot write
+ * (gw_check_file_secrecy) into one allocation of max + 1 bytes (a longer
+ * file is refused, and no realloc leaves a copy of the material behind).
+ * n is the node the message points at.
+ */
+int cfg_read_key_file(struct parse_ctx *pc, const yaml_node_t *n, const char *path, size_t max, unsigned char **out, size_t *len);
+
 /* ---- the sections, each in its own file ---------------------------------- */
 
 /* config_server.c: a top-level key about serving (listen, tls, ...); 1 if it is not one. */
@@ -143,6 +151,19 @@ int cfg_parse_sessions(struct parse_ctx *pc, yaml_node_t *v);
 
 /* config_submissions.c: the top-level submissions mapping (where Judge0 results are kept). */
 int cfg_parse_submissions(struct parse_ctx *pc, yaml_node_t *v);
+
+/* config_callbacks.c: the top-level callbacks mapping (the callback sender). */
+int cfg_parse_callbacks(struct parse_ctx *pc, yaml_node_t *v);
+
+/* config_callbacks.c: a tenant's callbacks mapping. */
+int cfg_parse_tenant_callbacks(struct parse_ctx *pc, yaml_node_t *v, struct gw_tenant_callbacks *out);
+
+/* config_callbacks.c: after the walk: tenants' callbacks need the section, the section needs the audit trail. */
+int cfg_callbacks_finish(struct parse_ctx *pc);
+
+/* config_callbacks.c: release the section and a tenant's callbacks (the secret wiped). */
+void cfg_free_callbacks(struct gw_config *cfg);
+void cfg_free_tenant_callbacks(struct gw_tenant_callbacks *c);
 
 /* config_sessions.c: a tenant's sessions mapping, narrowing *s (its defaults). */
 int cfg_parse_tenant_sessions(struct parse_ctx *pc, yaml_node_t *v, struct policy_session_limits *s);

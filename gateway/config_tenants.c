@@ -199,6 +199,7 @@ static int valid_tenant_name(const char *s)
 
 struct tenant_seen {
     yaml_node_t *name, *keys, *endpoints, *languages, *limits, *rate, *max_in_flight, *cpu, *rules, *sessions;
+    yaml_node_t *callbacks; /* config_callbacks.c */
 };
 
 static int tenant_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
@@ -214,6 +215,7 @@ static int tenant_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, v
         {"cpu_seconds_per_minute", offsetof(struct tenant_seen, cpu)},
         {"content_rules", offsetof(struct tenant_seen, rules)},
         {"sessions", offsetof(struct tenant_seen, sessions)},
+        {"callbacks", offsetof(struct tenant_seen, callbacks)},
     };
     return cfg_note(slots, sizeof(slots) / sizeof(slots[0]), arg, key, v);
 }
@@ -322,6 +324,8 @@ static int add_tenant(struct parse_ctx *pc, yaml_node_t *node)
     cfg->tenants[idx].name = name;
     if (parse_policy(pc, &ts, &cfg->tenants[idx], node) != 0)
         return -1;
+    if (ts.callbacks != NULL && cfg_parse_tenant_callbacks(pc, ts.callbacks, &cfg->tenants[idx].callbacks) != 0)
+        return -1;
     return ts.keys != NULL ? add_tenant_keys(pc, ts.keys, idx) : 0;
 }
 
@@ -342,6 +346,7 @@ void cfg_free_tenants(struct gw_config *cfg)
     for (size_t i = 0; i < cfg->ntenants; i++) {
         cfg->tenants[i].policy.tenant = NULL; /* borrowed from name */
         tenant_policy_free(&cfg->tenants[i].policy);
+        cfg_free_tenant_callbacks(&cfg->tenants[i].callbacks);
         free(cfg->tenants[i].name);
     }
     free(cfg->tenants);

@@ -26,6 +26,13 @@
  *     the call to add.
  * clone3 answers ENOSYS: its flags are in memory where the filter cannot
  * look, and glibc then falls back to clone, whose flags it can.
+ *
+ * The callback sender (callback_sender_main.c) is the one process with
+ * outbound network: the gateway's filter plus what libcurl, GnuTLS and
+ * glibc's resolver need to reach a receiver (sender_extra below: IPv4 and
+ * IPv6 sockets, a netlink socket for getaddrinfo's address configuration,
+ * datagrams to the name servers).  It still may not start programs or
+ * processes, nor anything else on the killed list.
  */
 #include "confine.h"
 
@@ -198,7 +205,36 @@ static const struct seccomp_spec gateway_spec = {
     .nrules = sizeof(rules) / sizeof(rules[0]),
 };
 
-int gw_confine(char *err, size_t errlen)
+/* What the callback sender adds to the gateway's calls, each seen by
+ * strace -f over the callback tests (libcurl's threaded resolver, GnuTLS,
+ * glibc's stub resolver and getaddrinfo's netlink query). */
+static const char *const sender_extra[] = {
+    "sendto", "recvfrom", "sendmsg", "sendmmsg", "bind", "getsockname", "ioctl", "uname", "socketpair",
+};
+static const int sender_families[] = {AF_INET, AF_INET6, AF_NETLINK};
+
+/* Allow extra calls, and sockets of the families given, on top of ctx. */
+static int add_extra(scmp_filter_ctx ctx, const char *const *extra, size_t n, const int *families, size_t nf, char *err,
+                     size_t errlen)
+{
+    for (size_t i = 0; i < n; i++) {
+        int nr = seccomp_syscall_resolve_name(extra[i]);
+        if (nr != __NR_SCMP_ERROR && seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0) != 0) {
+            snprintf(err, errlen, "seccomp: cannot allow %s", extra[i]);
+            return -1;
+        }
+    }
+    for (size_t i = 0; i < nf; i++) {
+        if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i])) != 0) {
+            snprintf(err, errlen, "seccomp: cannot allow sockets of family %d", families[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Build the gateway's filter (plus extra), and load it on every thread. */
+static int confine(const char *const *extra, size_t n, const int *families, size_t nf, char *err, size_t errlen)
 {
     scmp_filter_ctx ctx;
     int rc;
@@ -211,6 +247,10 @@ int gw_confine(char *err, size_t errlen)
     }
     if ((ctx = seccomp_build(&gateway_spec, err, errlen)) == NULL)
         return -1;
+    if (add_extra(ctx, extra, n, families, nf, err, errlen) != 0) {
+        seccomp_release(ctx);
+        return -1;
+    }
     /* every thread, not only this one; no_new_privs is already set */
     if (seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1) != 0 || seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0) != 0) {
         snprintf(err, errlen, "seccomp: cannot set the thread-sync attribute");
@@ -226,4 +266,15 @@ int gw_confine(char *err, size_t errlen)
         return -1;
     }
     return 0;
+}
+
+int gw_confine(char *err, size_t errlen)
+{
+    return confine(NULL, 0, NULL, 0, err, errlen);
+}
+
+int gw_confine_callback_sender(char *err, size_t errlen)
+{
+    return confine(sender_extra, sizeof(sender_extra) / sizeof(sender_extra[0]), sender_families,
+                   sizeof(sender_families) / sizeof(sender_families[0]), err, errlen);
 }

@@ -14,4 +14,8 @@
  */
 int gw_confine(char *err, size_t errlen);
 
+/* The same for the callback sender: the gateway's calls plus outbound
+ * IPv4/IPv6 sockets and what its resolver and TLS need (confine.c). */
+int gw_confine_callback_sender(char *err, size_t errlen);
+
 #endif /* GW_CONFINE_H */

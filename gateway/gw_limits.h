@@ -108,6 +108,39 @@
 #define GW_METADATA_DEPENDENCIES_MAX 256
 #define GW_METADATA_LABELS_MAX       64
 
+/* ---- Judge0 callbacks (callback_url; callback_policy.c, callback_sender.c)
+ * A callback URL is at most GW_CALLBACK_URL_MAX bytes; a tenant lists at
+ * most GW_MAX_CALLBACK_PREFIXES allowed prefixes; its signing secret is
+ * GW_CALLBACK_SECRET_MIN..MAX bytes.  One message from a worker to the
+ * sender (tenant, token, url, body) is at most GW_CALLBACK_MESSAGE_MAX
+ * bytes (a larger result is not called back: logged and counted), and the
+ * socket between them holds GW_CALLBACK_SOCKET_BYTES of messages before a
+ * worker's send fails (dropped, never waited for).  The sender's own
+ * defaults and bounds follow (the callbacks section may change them). */
+#define GW_CALLBACK_URL_MAX                    2048
+#define GW_MAX_CALLBACK_PREFIXES               32
+#define GW_CALLBACK_SECRET_MIN                 16
+#define GW_CALLBACK_SECRET_MAX                 1024
+#define GW_CALLBACK_MESSAGE_MAX                (4u * 1024u * 1024u)
+#define GW_CALLBACK_SOCKET_BYTES               (16 * 1024 * 1024)
+#define GW_CALLBACK_RESPONSE_MAX               65536 /* bytes of a receiver's answer read, the rest refused */
+#define GW_DEFAULT_CALLBACK_CONNECT_TIMEOUT_MS 5000u
+#define GW_DEFAULT_CALLBACK_TIMEOUT_MS         10000u
+#define GW_MAX_CALLBACK_TIMEOUT_MS             300000u
+#define GW_DEFAULT_CALLBACK_MAX_TRIES          3u /* Judge0's callbacks_max_tries */
+#define GW_MAX_CALLBACK_TRIES                  10u
+#define GW_DEFAULT_CALLBACK_RETRY_MS           1000u /* first retry; each next one waits twice as long */
+#define GW_MAX_CALLBACK_RETRY_MS               600000u
+#define GW_DEFAULT_CALLBACK_MAX_QUEUE          1000u
+#define GW_MAX_CALLBACK_QUEUE                  100000u
+#define GW_DEFAULT_CALLBACK_MAX_IN_FLIGHT      16u
+#define GW_MAX_CALLBACK_IN_FLIGHT              1024u
+#define GW_CALLBACK_DRAIN_MS                   5000 /* at the gateway's exit, callbacks in flight get this long */
+#define GW_CALLBACK_RESTART_BACKOFF_MS         500
+#ifndef GW_DEFAULT_CALLBACK_SENDER
+#define GW_DEFAULT_CALLBACK_SENDER "/usr/local/libexec/moat/moat-callback-sender"
+#endif
+
 /* Sessions (connect): each tenant's ceilings (sessions: in a tenant; bounds
  * POLICY_SESSION_MAX_* in policy.h), and the gateway's own (the top-level
  * sessions: section). */

@@ -461,7 +461,7 @@ static const struct member {
     {"redirect_stderr_to_stdout", M_BOOL},
     {"number_of_runs", M_INT},
     {"enable_network", M_BOOL},
-    {"callback_url", M_REFUSED},
+    {"callback_url", M_STRING},     /* checked against the tenant's rules: judge0_check_callback */
     {"additional_files", M_STRING}, /* base64 of a zip archive */
     {"metadata", M_METADATA},
 };
@@ -578,6 +578,7 @@ void judge0_request_free(struct judge0_request *j)
     for (size_t i = 0; i < j->ncompiler_options; i++)
         free(j->compiler_options[i]);
     free(j->compiler_options);
+    free(j->callback_url);
     free(j->zip);
     for (size_t i = 0; i < j->nextra; i++) {
         free(j->extra[i].name);
@@ -706,13 +707,8 @@ static void check_limits(json_t *root, struct judge0_request *j, json_t *errors,
 /* The features moat refuses, each with its reason. */
 static void check_refused(json_t *root, json_t *errors, char *err, size_t errlen)
 {
-    json_t *v;
-
     if (json_is_true(json_object_get(root, "enable_network")))
         field_error(errors, err, errlen, "enable_network", "is not allowed: boxes have no network");
-    v = json_object_get(root, "callback_url");
-    if (v != NULL && !json_is_null(v))
-        field_error(errors, err, errlen, "callback_url", "is not supported yet");
 }
 
 /* The texts and the language. */
@@ -772,6 +768,37 @@ static int get_arguments(json_t *root, struct judge0_request *j, json_t *errors,
     default:
         return judge0_errf(err, errlen, "out of memory");
     }
+}
+
+/* callback_url: kept as sent (a string without NUL); judge0_check_callback
+ * judges it against the tenant's rules. */
+static int get_callback_url(json_t *root, struct judge0_request *j, json_t *errors, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(root, "callback_url");
+
+    if (v == NULL || json_is_null(v))
+        return 0;
+    if (json_string_length(v) == 0 || json_string_length(v) > GW_CALLBACK_URL_MAX ||
+        strlen(json_string_value(v)) != json_string_length(v)) {
+        field_error(errors, err, errlen, "callback_url", "must be a URL of 1 to %d bytes", GW_CALLBACK_URL_MAX);
+        return 0;
+    }
+    if ((j->callback_url = strdup(json_string_value(v))) == NULL)
+        return judge0_errf(err, errlen, "out of memory");
+    return 0;
+}
+
+int judge0_check_callback(const struct judge0_request *j, const struct cb_tenant_rules *rules, json_t **errors, char *err,
+                          size_t errlen)
+{
+    char why[256];
+
+    *errors = NULL;
+    if (j->callback_url == NULL || cb_check_url(rules, j->callback_url, strlen(j->callback_url), NULL, why, sizeof(why)) == 0)
+        return 0;
+    judge0_errf(err, errlen, "callback_url %s", why);
+    *errors = json_pack("{s:[s]}", "callback_url", why);
+    return -2;
 }
 
 /*
@@ -920,7 +947,8 @@ int judge0_parse_submission_object(json_t *root, int base64, struct judge0_reque
     if (check_types(root, err, errlen) != 0 || (errs = json_object()) == NULL)
         goto out;
     if (get_texts(root, base64, out, errs, err, errlen) != 0 || get_arguments(root, out, errs, err, errlen) != 0 ||
-        get_compiler_options(root, out, errs, err, errlen) != 0 || get_additional_files(root, out, err, errlen) != 0)
+        get_compiler_options(root, out, errs, err, errlen) != 0 || get_callback_url(root, out, errs, err, errlen) != 0 ||
+        get_additional_files(root, out, err, errlen) != 0)
         goto out;
     check_limits(root, out, errs, err, errlen);
     check_refused(root, errs, err, errlen);
@@ -1315,7 +1343,7 @@ json_t *judge0_submission_record(const char *token, int64_t created_ms, int64_t 
     SET("compiler_options", j->compiler_options_text != NULL ? json_string(j->compiler_options_text) : json_null());
     SET("command_line_arguments", j->command_line_arguments != NULL ? json_string(j->command_line_arguments) : json_null());
     SET("redirect_stderr_to_stdout", json_boolean(j->redirect_stderr));
-    SET("callback_url", json_null());
+    SET("callback_url", j->callback_url != NULL ? json_string(j->callback_url) : json_null());
     SET("additional_files", j->zip != NULL ? b64_json(j->zip, j->zip_len) : json_null());
     SET("enable_network", json_false());
     SET("status", st);

@@ -13,8 +13,8 @@
 
 #include <jansson.h>
 
+#include "callback_policy.h"
 #include "moat_errf.h"
-
 #include "moat_proto.h"
 #include "policy.h"
 
@@ -172,7 +172,8 @@ struct judge0_request {
     char *compiler_options_text;                            /* compiler_options as sent, NULL: none */
     char **compiler_options;                                /* split on white space: ncompiler_options words */
     size_t ncompiler_options;
-    uint8_t *zip; /* additional_files as sent (decoded); NULL: none */
+    char *callback_url; /* as sent; NULL: none */
+    uint8_t *zip;       /* additional_files as sent (decoded); NULL: none */
     size_t zip_len;
     struct moat_file *extra; /* additional_files unpacked: files beside the source */
     size_t nextra;
@@ -185,8 +186,7 @@ struct judge0_request {
  * judge0_request_free); -1: malformed (not JSON, duplicate or unknown
  * field, a member of the wrong JSON type, additional_files that are not a
  * safe zip archive): err names it, for a 400; -2: a field Judge0 would
- * refuse, or one moat refuses (compiler_options, enable_network,
- * callback_url...): *errors is Judge0's 422 body
+ * refuse, or one moat refuses (compiler_options, enable_network...): *errors is Judge0's 422 body
  * ({"field": ["message"]}, new reference) and err its first message.
  */
 int judge0_parse_submission(const char *body, size_t len, int base64, struct judge0_request *out, json_t **errors, char *err,
@@ -198,6 +198,12 @@ int judge0_parse_submission_object(json_t *root, int base64, struct judge0_reque
  * entry for judge0_parse_submission_object), or -1 with err for a 400. */
 int judge0_parse_batch(const char *body, size_t len, json_t **items, char *err, size_t errlen);
 void judge0_request_free(struct judge0_request *j);
+
+/* The submission's callback_url (if any) against the tenant's callback
+ * rules (cb_check_url): 0, or -2 with Judge0's 422 body in *errors (new
+ * reference) and the message in err. */
+int judge0_check_callback(const struct judge0_request *j, const struct cb_tenant_rules *rules, json_t **errors, char *err,
+                          size_t errlen);
 
 /*
  * The compiler options against the language's allow-list (the backend's

@@ -29,6 +29,7 @@
 #include "http.h"
 #include "judge.h"
 #include "judge0_api.h"
+#include "judge0_callback.h"
 #include "judge0_store.h"
 #include "log.h"
 #include "moat_base64.h"
@@ -290,6 +291,10 @@ static enum gw_flow submission_parse(struct gw_request *r)
     if (!gw_is_json_content_type(req))
         return refuse(r, 415, GW_REASON_FILTER, "Content-Type must be application/json (charset utf-8)", NULL);
     rc = judge0_parse_submission(req->entity.base, req->entity.len, s->q.base64, &s->j, &errors, err, sizeof(err));
+    if (rc == 0) {
+        struct cb_tenant_rules cbr = gw_tenant_callback_rules(r->tenant_cfg);
+        rc = judge0_check_callback(&s->j, &cbr, &errors, err, sizeof(err));
+    }
     if (rc == -2)
         return refuse(r, 422, GW_REASON_FILTER, err, errors);
     if (rc != 0)
@@ -403,8 +408,8 @@ static void submit_describe(struct gw_request *r, json_t *record)
 
     gw_audit_add_request(record, &s->ereq, f->data + MOAT_FRAME_HEADER_SIZE, f->len - MOAT_FRAME_HEADER_SIZE);
     json_object_set_new(record, "judge0",
-                        json_pack("{s:s, s:I, s:b, s:b}", "token", s->token, "language_id", (json_int_t)s->j.language_id, "wait",
-                                  s->q.wait, "base64_encoded", s->q.base64));
+                        json_pack("{s:s, s:I, s:b, s:b, s:s*}", "token", s->token, "language_id", (json_int_t)s->j.language_id,
+                                  "wait", s->q.wait, "base64_encoded", s->q.base64, "callback_url", s->j.callback_url));
 }
 
 /* The body of a POST: the result (wait=true), or the token. */
@@ -460,6 +465,7 @@ static enum gw_flow submit_answer(struct gw_request *r, const struct backend_rep
     if (judge0_store_default() == NULL ||
         judge0_store_put(judge0_store_default(), r->tenant, s->token, text, len, judge0_store_now_ms()) != 0)
         log_warnx("%s: id=%s: token %s: the result could not be kept", __func__, r->request_id, s->token);
+    judge0_callback_kept(r->cfg, r->tenant, s->token, text, len);
     r->ok_status = 201;
     if (r->worker->audit.enabled) {
         struct gw_audit_who who = {.request_id = r->request_id, .tenant = r->tenant};
@@ -555,6 +561,7 @@ static void async_keep(struct async_run *a, const char *text, size_t len)
 
     if (st == NULL || judge0_store_put(st, a->tenant, a->token, text, len, judge0_store_now_ms()) != 0)
         log_warnx("%s: id=%s: token %s: the result could not be kept", __func__, a->request_id, a->token);
+    judge0_callback_kept(a->worker->cfg, a->tenant, a->token, text, len);
 }
 
 /* A run that could not finish: an Internal Error record saying why. */
@@ -705,9 +712,9 @@ static void async_begin(struct async_run *a)
     }
     gw_audit_add_decision(b, "allowed", NULL, NULL, 200, NULL);
     gw_audit_add_request(b, &a->ereq, a->frame.data + MOAT_FRAME_HEADER_SIZE, a->frame.len - MOAT_FRAME_HEADER_SIZE);
-    json_object_set_new(
-        b, "judge0",
-        json_pack("{s:s, s:I, s:s}", "token", a->token, "language_id", (json_int_t)a->j.language_id, "batch", a->parent_id));
+    json_object_set_new(b, "judge0",
+                        json_pack("{s:s, s:I, s:s, s:s*}", "token", a->token, "language_id", (json_int_t)a->j.language_id, "batch",
+                                  a->parent_id, "callback_url", a->j.callback_url));
     text = gw_audit_dump(b, &len);
     json_decref(b);
     if (text == NULL) {
@@ -828,6 +835,10 @@ static json_t *batch_entry(struct gw_request *r, struct batch *b, json_t *item, 
     uint8_t rnd[16];
     int rc = judge0_parse_submission_object(item, b->q.base64, &e->j, &errors, err, sizeof(err));
 
+    if (rc == 0) {
+        struct cb_tenant_rules cbr = gw_tenant_callback_rules(r->tenant_cfg);
+        rc = judge0_check_callback(&e->j, &cbr, &errors, err, sizeof(err));
+    }
     if (rc == -2)
         return errors;
     if (rc != 0)
@@ -958,6 +969,8 @@ static void orphan_failed(struct gw_request *r, struct judge0_store *st, const c
     if ((text = json_dumps(record, JSON_COMPACT)) == NULL ||
         judge0_store_put(st, r->tenant, token, text, strlen(text), judge0_store_now_ms()) != 0)
         log_warnx("%s: id=%s: token %s: the Internal Error could not be kept", __func__, r->request_id, token);
+    else
+        judge0_callback_kept(r->cfg, r->tenant, token, text, strlen(text));
     free(text);
 }
 

@@ -40,6 +40,7 @@
  */
 #include "config.h"
 #include "confine.h"
+#include "judge0_callback.h"
 #include "judge0_store.h"
 #include "privsep.h"
 #include "log.h"
@@ -269,11 +270,18 @@ int main(int argc, char **argv)
          * process continues below (privsep.c) */
         static int audit_fds[GW_PRIVSEP_MAX_FDS];
         const struct gw_config *cfg = &server.gen->cfg;
+        /* the callback sender reads the same file; a reload of the
+         * section's settings reaches it, its program and user need a restart */
+        const struct gw_sender_spec sender = {cfg->callbacks.sender, path,
+                                              cfg->callbacks.user != NULL ? cfg->callbacks.user : cfg->user};
+        int callback_fd = -1;
         if (geteuid() != 0)
             fatalx("%s: the audit trail needs moat-gateway to start as root", __func__);
-        if (gw_privsep_start(&cfg->audit, (int)server.nworkers, audit_fds, &server.audit_ctl, err, sizeof(err)) != 0)
+        if (gw_privsep_start(&cfg->audit, cfg->callbacks.enabled ? &sender : NULL, (int)server.nworkers, audit_fds,
+                             &server.audit_ctl, &callback_fd, err, sizeof(err)) != 0)
             fatalx("%s: audit: %s", __func__, err);
         server.audit_fds = audit_fds;
+        judge0_callback_init(callback_fd);
     } else {
         log_warnx("%s: no audit section in %s: requests are not audited", __func__, path);
     }

@@ -7,6 +7,9 @@
  *                              signals; exits with the gateway
  *   gateway       moat         TLS, HTTP, policy, backend calls (workers)
  *   audit writer  moat-audit   owns the log (audit/writer_main.c, exec'd)
+ *   callback      moat, or     sends Judge0 callbacks (callback_sender_main.c,
+ *   sender        callbacks.   exec'd; only with a callbacks section): the
+ *                 user         one process with outbound network
  *
  * Only the supervisor keeps root, and it does nothing but the above: it
  * reads no network input.  Each gateway worker has its own socketpair to
@@ -14,6 +17,15 @@
  * new socketpairs and sends the gateway's ends over the control socket
  * (SCM_RIGHTS); until then records fail and the gateway refuses requests
  * (fail closed), and afterwards it recovers by itself.
+ *
+ * The callback sender reads one SOCK_SEQPACKET socket whose other end all
+ * the gateway's workers share (judge0_callback.c).  The supervisor keeps
+ * the sender's end: when the sender dies it starts a new one on the same
+ * end, so the gateway never needs a new socket and what the workers wrote
+ * meanwhile waits in it.  The gateway's end gets a large send buffer
+ * (SO_SNDBUFFORCE, only root may) so that bursts queue instead of being
+ * dropped.  SIGHUP goes to the sender as well (it reloads the
+ * configuration); it stops by itself when the gateway's end closes.
  */
 #include "privsep.h"
 
@@ -32,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gw_limits.h"
 #include "log.h"
 #include "moat_io.h"
 
@@ -116,6 +129,33 @@ static pid_t spawn_writer(const struct gw_audit_config *ac, int nfds, int *gatew
     return pid;
 }
 
+/* The callback sender on its socket end (which stays ours): descriptor 3 in the new program. */
+static pid_t spawn_sender(const struct gw_sender_spec *cs, int end)
+{
+    pid_t pid = fork();
+
+    if (pid < 0) {
+        log_warn("%s: fork", __func__);
+        return -1;
+    }
+    if (pid == 0) {
+        int high = fcntl(end, F_DUPFD, 16);
+        if (high < 0 || dup2(high, 3) != 3)
+            _exit(126);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        char *argv[] = {(char *)(uintptr_t)cs->program, (char *)(uintptr_t) "--config",
+                        (char *)(uintptr_t)cs->config,  (char *)(uintptr_t) "--user",
+                        (char *)(uintptr_t)cs->user,    (char *)(uintptr_t) "--fd",
+                        (char *)(uintptr_t) "3",        NULL};
+        execv(cs->program, argv);
+        _exit(127);
+    }
+    return pid;
+}
+
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -123,8 +163,62 @@ static void sleep_ms(long ms)
         ;
 }
 
+/* What the supervisor watches. */
+struct supervised {
+    const struct gw_audit_config *ac;
+    const struct gw_sender_spec *cs; /* NULL: no sender */
+    int nfds;
+    pid_t gateway, writer, sender;
+    int ctl;        /* the control socket to the gateway */
+    int sender_end; /* the sender's end of its socket; -1 without one */
+};
+
+/* The writer exited: a new one, and its sockets to the gateway. */
+static void restart_writer(struct supervised *sv, int st)
+{
+    int ends[GW_PRIVSEP_MAX_FDS];
+
+    log_warnx("supervisor: audit writer exited (%s %d): restarting it", WIFEXITED(st) ? "status" : "signal",
+              WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    sv->writer = -1;
+    while (sv->writer < 0) {
+        sleep_ms(RESTART_BACKOFF_MS);
+        sv->writer = spawn_writer(sv->ac, sv->nfds, ends);
+    }
+    if (moat_send_fds(sv->ctl, ends, (size_t)sv->nfds) != 0)
+        log_warn("supervisor: cannot hand the new audit sockets to the gateway");
+    for (int i = 0; i < sv->nfds; i++)
+        close(ends[i]);
+}
+
+/* The sender exited: a new one on the same socket end. */
+static void restart_sender(struct supervised *sv, int st)
+{
+    log_warnx("supervisor: callback sender exited (%s %d): restarting it", WIFEXITED(st) ? "status" : "signal",
+              WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    sv->sender = -1;
+    while (sv->sender < 0) {
+        sleep_ms(GW_CALLBACK_RESTART_BACKOFF_MS);
+        sv->sender = spawn_sender(sv->cs, sv->sender_end);
+    }
+}
+
+/* The gateway is gone: the writer and the sender see their sockets close,
+ * finish and exit; so does the supervisor, with the gateway's status. */
+static __attribute__((noreturn)) void gateway_exited(struct supervised *sv, int st)
+{
+    close(sv->ctl);
+    if (sv->sender_end >= 0)
+        close(sv->sender_end);
+    if (sv->writer > 0)
+        waitpid(sv->writer, NULL, 0);
+    if (sv->sender > 0)
+        waitpid(sv->sender, NULL, 0);
+    exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+}
+
 /* The supervisor's loop: never returns. */
-static __attribute__((noreturn)) void supervise(const struct gw_audit_config *ac, int nfds, pid_t gateway, pid_t writer, int ctl)
+static __attribute__((noreturn)) void supervise(struct supervised *sv)
 {
     sigset_t set;
     sigemptyset(&set);
@@ -144,41 +238,48 @@ static __attribute__((noreturn)) void supervise(const struct gw_audit_config *ac
         if (read(sfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
             continue;
         if (si.ssi_signo != SIGCHLD) {
-            /* signals for the gateway (stop, reload) go to it */
-            kill(gateway, (int)si.ssi_signo);
+            /* signals for the gateway (stop, reload) go to it; a reload to the sender too */
+            kill(sv->gateway, (int)si.ssi_signo);
+            if (si.ssi_signo == SIGHUP && sv->sender > 0)
+                kill(sv->sender, SIGHUP);
             continue;
         }
         int st;
         pid_t p;
         while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
-            if (p == gateway) {
-                /* the writer sees its sockets close, checkpoints and exits */
-                close(ctl);
-                if (writer > 0)
-                    waitpid(writer, NULL, 0);
-                exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
-            }
-            if (p == writer) {
-                log_warnx("supervisor: audit writer exited (%s %d): restarting it", WIFEXITED(st) ? "status" : "signal",
-                          WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-                writer = -1;
-                int ends[GW_PRIVSEP_MAX_FDS];
-                while (writer < 0) {
-                    sleep_ms(RESTART_BACKOFF_MS);
-                    writer = spawn_writer(ac, nfds, ends);
-                }
-                if (moat_send_fds(ctl, ends, (size_t)nfds) != 0)
-                    log_warn("supervisor: cannot hand the new audit sockets to the gateway");
-                for (int i = 0; i < nfds; i++)
-                    close(ends[i]);
-            }
+            if (p == sv->gateway)
+                gateway_exited(sv, st);
+            if (p == sv->writer)
+                restart_writer(sv, st);
+            else if (p == sv->sender)
+                restart_sender(sv, st);
         }
     }
 }
 
-int gw_privsep_start(const struct gw_audit_config *ac, int nfds, int *audit_fds, int *ctl_fd, char *err, size_t errlen)
+/* The sender's socket: [0] the gateway's end (a large send buffer), [1] the sender's. */
+static int sender_socket(const struct gw_sender_spec *cs, int sv[2], char *err, size_t errlen)
 {
-    int ctl[2];
+    int bytes = GW_CALLBACK_SOCKET_BYTES;
+
+    if (access(cs->program, X_OK) != 0) {
+        snprintf(err, errlen, "callbacks.sender %s: %s", cs->program, strerror(errno));
+        return -1;
+    }
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+        snprintf(err, errlen, "socketpair: %s", strerror(errno));
+        return -1;
+    }
+    if (setsockopt(sv[0], SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof(bytes)) != 0)
+        log_warn("%s: SO_SNDBUFFORCE: callbacks queue in the default socket buffer", __func__);
+    return 0;
+}
+
+int gw_privsep_start(const struct gw_audit_config *ac, const struct gw_sender_spec *cs, int nfds, int *audit_fds, int *ctl_fd,
+                     int *callback_fd, char *err, size_t errlen)
+{
+    int ctl[2], cb[2] = {-1, -1};
+    struct supervised sv = {ac, cs, nfds, -1, -1, -1, -1, -1};
     if (nfds < 1 || nfds > GW_PRIVSEP_MAX_FDS) {
         snprintf(err, errlen, "audit: %d workers is more than %d", nfds, GW_PRIVSEP_MAX_FDS);
         return -1;
@@ -191,30 +292,46 @@ int gw_privsep_start(const struct gw_audit_config *ac, int nfds, int *audit_fds,
         snprintf(err, errlen, "socketpair: %s", strerror(errno));
         return -1;
     }
-    pid_t writer = spawn_writer(ac, nfds, audit_fds);
-    if (writer < 0) {
+    if (cs != NULL && sender_socket(cs, cb, err, errlen) != 0)
+        return -1;
+    if ((sv.writer = spawn_writer(ac, nfds, audit_fds)) < 0) {
         snprintf(err, errlen, "cannot start the audit writer");
         return -1;
     }
-    pid_t gateway = fork();
-    if (gateway < 0) {
+    if (cs != NULL && (sv.sender = spawn_sender(cs, cb[1])) < 0) {
+        snprintf(err, errlen, "cannot start the callback sender");
+        return -1;
+    }
+    if ((sv.gateway = fork()) < 0) {
         snprintf(err, errlen, "fork: %s", strerror(errno));
         return -1;
     }
-    if (gateway == 0) {
+    if (sv.gateway == 0) {
         close(ctl[0]);
+        if (cb[1] >= 0)
+            close(cb[1]);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         *ctl_fd = ctl[1];
+        *callback_fd = cb[0];
         return 0; /* the gateway continues: drop privileges, run workers */
     }
     /* the supervisor keeps its control socket and nothing else: above all
      * not the listening sockets, or connections would queue on them after
      * the gateway stopped accepting */
-    int keep = ctl[0] == 3 ? 3 : dup2(ctl[0], 3);
-    if (keep != 3)
+    if (cb[0] >= 0)
+        close(cb[0]);
+    /* descriptor 3: the control socket; 4: the sender's end, kept for its restarts */
+    int high_ctl = fcntl(ctl[0], F_DUPFD_CLOEXEC, 16), high_cb = cb[1] >= 0 ? fcntl(cb[1], F_DUPFD_CLOEXEC, 16) : -1;
+    if (high_ctl < 0 || dup2(high_ctl, 3) != 3 || (cb[1] >= 0 && (high_cb < 0 || dup2(high_cb, 4) != 4)))
         fatal("%s: dup2", __func__);
-    if (syscall(SYS_close_range, 4, ~0U, 0) != 0)
-        for (int fd = 4; fd < 65536; fd++)
+    sv.ctl = 3;
+    sv.sender_end = cb[1] >= 0 ? 4 : -1;
+    /* neither goes to a restarted writer or sender by accident */
+    fcntl(3, F_SETFD, FD_CLOEXEC);
+    if (sv.sender_end >= 0)
+        fcntl(4, F_SETFD, FD_CLOEXEC);
+    if (syscall(SYS_close_range, sv.sender_end >= 0 ? 5 : 4, ~0U, 0) != 0)
+        for (int fd = sv.sender_end >= 0 ? 5 : 4; fd < 65536; fd++)
             close(fd);
-    supervise(ac, nfds, gateway, writer, 3);
+    supervise(&sv);
 }

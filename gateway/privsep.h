@@ -1,6 +1,6 @@
 /*
- * privsep.h - supervisor (root), gateway (moat) and audit writer
- * (moat-audit) processes; see privsep.c.
+ * privsep.h - supervisor (root), gateway (moat), audit writer
+ * (moat-audit) and callback sender processes; see privsep.c.
  */
 #ifndef GW_PRIVSEP_H
 #define GW_PRIVSEP_H
@@ -41,14 +41,25 @@ struct gw_audit_config {
     unsigned tuning_set; /* bit i: tuning[i] was given */
 };
 
+/* The callback sender (callback_sender_main.c), when the configuration has
+ * a callbacks section: the program, the configuration it reads (absolute)
+ * and the user it runs as. */
+struct gw_sender_spec {
+    const char *program;
+    const char *config;
+    const char *user;
+};
+
 /*
  * Called as root after binding, before the privilege drop.  Starts the
- * writer, forks; returns 0 in the gateway process with one writer socket
- * per worker in audit_fds and the supervisor's control socket in *ctl_fd.
- * The supervisor never returns from here.  -1 with err set if nothing was
- * started.
+ * writer (and the callback sender when cs is not NULL), forks; returns 0
+ * in the gateway process with one writer socket per worker in audit_fds,
+ * the supervisor's control socket in *ctl_fd and the gateway's end of the
+ * sender's socket in *callback_fd (-1 without a sender).  The supervisor
+ * never returns from here.  -1 with err set if nothing was started.
  */
-int gw_privsep_start(const struct gw_audit_config *ac, int nfds, int *audit_fds, int *ctl_fd, char *err, size_t errlen);
+int gw_privsep_start(const struct gw_audit_config *ac, const struct gw_sender_spec *cs, int nfds, int *audit_fds, int *ctl_fd,
+                     int *callback_fd, char *err, size_t errlen);
 
 /* In the gateway, a new set of writer sockets sent by the supervisor after
  * it restarted the writer arrives with moat_recv_fds() (moat_io.h). */

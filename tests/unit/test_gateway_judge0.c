@@ -361,8 +361,28 @@ static void test_submission_refused(void **state)
     expect_422("{\"source_code\":\"x\",\"language_id\":71,\"cpu_extra_time\":6}", "cpu_extra_time",
                "must be less than or equal to 5");
     expect_422("{\"source_code\":\"x\",\"language_id\":71,\"memory_limit\":0}", "memory_limit", "must be greater than 0");
-    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"callback_url\":\"https://example.com/\"}", "callback_url",
-               "is not supported yet");
+    expect_422("{\"source_code\":\"x\",\"language_id\":71,\"callback_url\":\"\"}", "callback_url",
+               "must be a URL of 1 to 2048 bytes");
+    /* a callback_url is parsed, then judged against the tenant's rules (callback_policy.c) */
+    {
+        struct judge0_request j;
+        struct cb_url allow;
+        struct cb_tenant_rules none = {NULL, 0, 0}, rules = {&allow, 1, 0};
+        json_t *errors = NULL;
+        char err[256];
+        assert_int_equal(
+            parse("{\"source_code\":\"x\",\"language_id\":71,\"callback_url\":\"https://example.com/cb/1\"}", 0, &j, &errors, err),
+            0);
+        assert_string_equal(j.callback_url, "https://example.com/cb/1");
+        assert_int_equal(judge0_check_callback(&j, &none, &errors, err, sizeof(err)), -2);
+        assert_string_equal(json_string_value(json_array_get(json_object_get(errors, "callback_url"), 0)),
+                            "callbacks are not enabled for this tenant (its configuration lists no allowed URL prefixes)");
+        json_decref(errors);
+        assert_int_equal(cb_url_parse("https://example.com/cb", 22, &allow, err, sizeof(err)), 0);
+        assert_int_equal(judge0_check_callback(&j, &rules, &errors, err, sizeof(err)), 0);
+        assert_null(errors);
+        judge0_request_free(&j);
+    }
     expect_422("{\"source_code\":\"x\",\"language_id\":71,\"enable_per_process_and_thread_time_limit\":true}",
                "enable_per_process_and_thread_time_limit", "is not supported: the limits are per box");
     /* never a shell: its syntax is refused, not interpreted */
