@@ -285,7 +285,9 @@ static int set_request(struct cb_sender *s, struct job *j)
         curl_easy_setopt(e, CURLOPT_NOPROXY, "*") == CURLE_OK && curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L) == CURLE_OK &&
         curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L) == CURLE_OK && curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L) == CURLE_OK &&
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L) == CURLE_OK &&
-        (c->ca_file == NULL || curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file) == CURLE_OK) &&
+        /* ca_file: those CAs only, not the system's directory as well */
+        (c->ca_file == NULL ||
+         (curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file) == CURLE_OK && curl_easy_setopt(e, CURLOPT_CAPATH, NULL) == CURLE_OK)) &&
         curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)c->connect_timeout_ms) == CURLE_OK &&
         curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms) == CURLE_OK &&
         curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&

@@ -205,9 +205,13 @@ static const struct seccomp_spec gateway_spec = {
     .nrules = sizeof(rules) / sizeof(rules[0]),
 };
 
-/* What the callback sender adds to the gateway's calls, each seen by
- * strace -f over the callback tests (libcurl's threaded resolver, GnuTLS,
- * glibc's stub resolver and getaddrinfo's netlink query). */
+/* What the callback sender adds to the gateway's calls.  Seen by strace -f
+ * over e2e_judge0_callback: socketpair (libcurl's threaded resolver wakes
+ * its caller through one), uname (glibc's getaddrinfo), sendto/recvfrom
+ * and getsockname (the connections), an AF_INET6 datagram socket
+ * (libcurl's IPv6 probe).  Not reached there, since /etc/hosts answered:
+ * glibc's stub resolver's queries to a name server (bind, sendmmsg,
+ * sendmsg, ioctl FIONREAD) and getaddrinfo's netlink socket. */
 static const char *const sender_extra[] = {
     "sendto", "recvfrom", "sendmsg", "sendmmsg", "bind", "getsockname", "ioctl", "uname", "socketpair",
 };

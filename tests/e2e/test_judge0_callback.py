@@ -15,6 +15,7 @@ import http.server
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -77,6 +78,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def loopback_host_name():
+    """This host's name if it is a plain DNS name that resolves to loopback addresses only, else None."""
+    name = socket.gethostname().lower()
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*", name) or name.isdigit():
+        return None
+    try:
+        addrs = {ai[4][0] for ai in socket.getaddrinfo(name, 443, proto=socket.IPPROTO_TCP)}
+    except OSError:
+        return None
+    return name if addrs and all(a.startswith("127.") or a == "::1" for a in addrs) else None
+
+
 def verify(secret, header, body, tolerance=300):
     """What the README tells a receiver to do with X-Moat-Signature."""
     parts = dict(p.split("=", 1) for p in header.split(","))
@@ -114,8 +127,12 @@ class CallbackTest(unittest.TestCase):
         p, h = cls.port, cls.hole_port
         hooks = ('callbacks: {allow: ["https://127.0.0.1:%d/hooks/", "https://localhost:%d/local", "https://127.0.0.1:%d/"], '
                  'allow_private: true, secret_file: %s}\n' % (p, p, h, secrets["hooks"]))
-        strict = ('callbacks: {allow: ["https://127.0.0.1:%d/", "https://localhost:%d/", "https://[::1]:%d/"], '
-                  'secret_file: %s}\n' % (p, p, p, secrets["strict"]))
+        # this host's name, when the system's resolver (not libcurl's own
+        # shortcut for "localhost") answers a loopback address for it
+        cls.loopback_name = loopback_host_name()
+        named = ', "https://%s:%d/"' % (cls.loopback_name, p) if cls.loopback_name else ""
+        strict = ('callbacks: {allow: ["https://127.0.0.1:%d/", "https://localhost:%d/", "https://[::1]:%d/"%s], '
+                  'secret_file: %s}\n' % (p, p, p, named, secrets["strict"]))
         tenants = [("hooks", BIG + JUDGE0 + hooks, ""), ("strict", BIG + JUDGE0 + strict, ""), ("nocb", BIG + JUDGE0, "")]
         # an attempt to the hole lasts timeout_ms: long enough that a
         # submission that waited for it would show
@@ -242,6 +259,15 @@ class CallbackTest(unittest.TestCase):
                    "the sender's refusal", detail=lambda: self.stack.log("gateway"))
         self.assertEqual(self.receiver.puts(data["token"]), [])
         self.assertEqual([p for p in self.receiver.puts() if p["path"] == "/never"], [])
+
+    def test_sender_refuses_resolved_name(self):
+        """The same through the system's resolver (libcurl answers "localhost" itself)."""
+        if not self.loopback_name:
+            self.skipTest("this host's name does not resolve to loopback only")
+        data = self.submit(self.url("/never-named", host=self.loopback_name), tenant="strict")
+        wait_until(lambda: self.log_has("token=%s" % data["token"], "given up: refused", "loopback address"),
+                   "the sender's refusal", detail=lambda: self.stack.log("gateway"))
+        self.assertEqual(self.receiver.puts(data["token"]), [])
 
     # ---- never waited for -------------------------------------------------
 
