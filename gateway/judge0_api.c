@@ -210,7 +210,8 @@ static json_int_t rlimit_in_force(uint64_t box, uint64_t tenant)
     return (json_int_t)(tenant > 0 && tenant < box ? tenant : box);
 }
 
-char *judge0_config_info_json(const struct tenant_policy *p, uint64_t ttl_s, uint64_t max_queue, json_t *compile_langs)
+char *judge0_config_info_json(const struct tenant_policy *p, uint64_t ttl_s, uint64_t max_queue, json_t *compile_langs,
+                              const struct judge0_callbacks_info *cb)
 {
     const struct policy_limits *c = &p->ceilings;
     double t = (double)c->run_timeout_ms / 1000.0;
@@ -219,10 +220,11 @@ char *judge0_config_info_json(const struct tenant_policy *p, uint64_t ttl_s, uin
     json_int_t procs = rlimit_in_force(JUDGE0_BOX_PROCESSES, c->run_processes);
     json_int_t fsize = rlimit_in_force(JUDGE0_BOX_FILE_SIZE_KB, c->run_file_size_kib);
     /* a limit's default is the tenant's ceiling (policy: omitted limits get it) */
-    json_t *o = json_pack("{s:b, s:b, s:O, s:b, s:b, s:b, s:i, s:i, s:b, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}",
+    json_t *o = json_pack("{s:b, s:b, s:O, s:b, s:b, s:b, s:I, s:f, s:b, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}",
                           "enable_wait_result", 1, "enable_compiler_options", json_array_size(compile_langs) > 0,
                           "allowed_languages_for_compile_options", compile_langs, "enable_command_line_arguments", 1,
-                          "enable_submission_delete", 0, "enable_callbacks", 0, "callbacks_max_tries", 0, "callbacks_timeout", 0,
+                          "enable_submission_delete", 0, "enable_callbacks", cb->enabled, "callbacks_max_tries",
+                          (json_int_t)(cb->enabled ? cb->max_tries : 0), "callbacks_timeout", cb->enabled ? cb->timeout_s : 0.0,
                           "enable_additional_files", 1, "max_queue_size", (json_int_t)max_queue, "cpu_time_limit", t,
                           "max_cpu_time_limit", t, "cpu_extra_time", 0.0, "max_cpu_extra_time", JUDGE0_MAX_CPU_EXTRA_TIME,
                           "wall_time_limit", t, "max_wall_time_limit", t, "memory_limit", mem, "max_memory_limit", mem);

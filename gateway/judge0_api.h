@@ -272,7 +272,15 @@ char *judge0_about_json(void);
  * (ttl_s: how long results are kept). */
 /* compile_langs: Judge0's names of the languages whose compiler options
  * are allow-listed (borrowed array). */
-char *judge0_config_info_json(const struct tenant_policy *p, uint64_t ttl_s, uint64_t max_queue, json_t *compile_langs);
+/* callbacks: the tenant's callback_url settings (enable_callbacks,
+ * callbacks_max_tries, callbacks_timeout in seconds, a whole attempt). */
+struct judge0_callbacks_info {
+    int enabled;
+    uint64_t max_tries;
+    double timeout_s;
+};
+char *judge0_config_info_json(const struct tenant_policy *p, uint64_t ttl_s, uint64_t max_queue, json_t *compile_langs,
+                              const struct judge0_callbacks_info *callbacks);
 
 /* Format a client-facing message into err (errlen bytes); returns -1 (an
  * error as a value, for `return judge0_errf(...)`): moat_errf. */

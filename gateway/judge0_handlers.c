@@ -241,7 +241,9 @@ static enum gw_flow config_info_answer(struct gw_request *r, const struct backen
         judge0_language_name(l, rt->version, name, sizeof(name));
         json_array_append_new(langs, json_string(name));
     }
-    char *s = judge0_config_info_json(p, (unsigned)r->cfg->submissions.ttl_s, p->max_in_flight, langs);
+    const struct judge0_callbacks_info cb = {r->tenant_cfg->callbacks.nallow > 0, r->cfg->callbacks.max_tries,
+                                             (double)r->cfg->callbacks.timeout_ms / 1000.0};
+    char *s = judge0_config_info_json(p, (unsigned)r->cfg->submissions.ttl_s, p->max_in_flight, langs, &cb);
     json_decref(langs);
     return answer_with(r, s);
 }

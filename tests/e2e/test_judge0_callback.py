@@ -212,6 +212,14 @@ class CallbackTest(unittest.TestCase):
         wait_until(lambda: self.log_has("token=%s" % data["token"], "attempt 2: delivered"), "the delivery's log line",
                    detail=lambda: self.stack.log("gateway"))
 
+    def test_config_info_says_so(self):
+        for tenant, on in (("hooks", True), ("nocb", False)):
+            st, _, ci = self.stack.request("GET", "/config_info", token=self.stack.tokens[tenant])
+            self.assertEqual(st, 200, ci)
+            self.assertIs(ci["enable_callbacks"], on, tenant)
+            self.assertEqual(ci["callbacks_max_tries"], 3 if on else 0)
+            self.assertEqual(ci["callbacks_timeout"], 60.0 if on else 0)
+
     # ---- refused at submit time -----------------------------------------
 
     def refused(self, callback_url, tenant, words):

@@ -657,7 +657,8 @@ static void test_catalogue(void **state)
     p.ceilings.run_memory_bytes = 64LL * 1024 * 1024;
     json_t *langs = json_pack("[s]", "C (GCC 12.2.0)");
     p.ceilings.run_processes = 8; /* a tenant ceiling below the box's */
-    s = judge0_config_info_json(&p, 3600, 4, langs);
+    const struct judge0_callbacks_info off = {0, 3, 10.0}, on = {1, 3, 2.5};
+    s = judge0_config_info_json(&p, 3600, 4, langs, &on);
     json_decref(langs);
     json_t *o = json_loads(s, 0, NULL);
     free(s);
@@ -667,6 +668,9 @@ static void test_catalogue(void **state)
     assert_int_equal(json_integer_value(json_object_get(o, "submission_cache_duration")), 3600);
     assert_int_equal(json_integer_value(json_object_get(o, "max_queue_size")), 4);
     assert_true(json_is_false(json_object_get(o, "allow_enable_network")));
+    assert_true(json_is_true(json_object_get(o, "enable_callbacks")));
+    assert_int_equal(json_integer_value(json_object_get(o, "callbacks_max_tries")), 3);
+    assert_true(json_real_value(json_object_get(o, "callbacks_timeout")) == 2.5);
     assert_true(json_is_true(json_object_get(o, "enable_compiler_options")));
     assert_string_equal(json_string_value(json_array_get(json_object_get(o, "allowed_languages_for_compile_options"), 0)),
                         "C (GCC 12.2.0)");
@@ -677,11 +681,13 @@ static void test_catalogue(void **state)
     json_decref(o);
     /* no language with an allow-list: compiler options off */
     langs = json_array();
-    s = judge0_config_info_json(&p, 3600, 4, langs);
+    s = judge0_config_info_json(&p, 3600, 4, langs, &off);
     json_decref(langs);
     o = json_loads(s, 0, NULL);
     free(s);
     assert_true(json_is_false(json_object_get(o, "enable_compiler_options")));
+    assert_true(json_is_false(json_object_get(o, "enable_callbacks")));
+    assert_int_equal(json_integer_value(json_object_get(o, "callbacks_max_tries")), 0);
     assert_int_equal(json_array_size(json_object_get(o, "allowed_languages_for_compile_options")), 0);
     json_decref(o);
 }
