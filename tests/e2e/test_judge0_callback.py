@@ -321,5 +321,49 @@ class CallbackTest(unittest.TestCase):
         self.delivered(data["token"])
 
 
+class QueueFullTest(unittest.TestCase):
+    """callbacks.max_queue: past it the sender drops a callback and says so;
+    the submission is answered all the same."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="moat-cb-test-")
+        os.chmod(cls.tmp, 0o755)
+        secret = os.path.join(cls.tmp, "q.secret")
+        with open(secret, "wb") as f:
+            f.write(SECRET_HOOKS)
+        os.chmod(secret, 0o600)
+        moat = pwd.getpwnam("moat")
+        os.chown(secret, moat.pw_uid, moat.pw_gid)
+        cls.hole = socket.socket()
+        cls.hole.bind(("127.0.0.1", 0))
+        cls.hole.listen(64)
+        cb = 'callbacks: {allow: ["https://127.0.0.1:%d/"], allow_private: true, secret_file: %s}\n' % (
+            cls.hole.getsockname()[1], secret)
+        extra = "callbacks:\n  max_queue: 1\n  max_in_flight: 1\n  timeout_ms: 60000\n  connect_timeout_ms: 60000\n"
+        cls.stack = Stack(tenants=[("q", BIG + JUDGE0 + cb, "")], extra_config=extra).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+        cls.hole.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_dropped_past_max_queue(self):
+        url = "https://127.0.0.1:%d/x" % self.hole.getsockname()[1]
+        tokens = []
+        for _ in range(2):
+            st, _, data = self.stack.request("POST", "/submissions?wait=true",
+                                             {"source_code": "print(1)", "language_id": PY, "callback_url": url},
+                                             token=self.stack.tokens["q"])
+            self.assertEqual(st, 201, data)
+            tokens.append(data["token"])
+
+        def dropped():
+            with open(os.path.join(self.stack.tmp, "gateway.log"), errors="replace") as f:
+                return any("token=%s" % tokens[1] in l and "queue is full" in l for l in f)
+        wait_until(dropped, "the second callback dropped", detail=lambda: self.stack.log("gateway"))
+
+
 if __name__ == "__main__":
     unittest.main()
