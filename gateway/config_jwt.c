@@ -16,16 +16,11 @@
 #include "config_parse.h"
 #include "gw_limits.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <openssl/crypto.h>
-
-#include "moat_io.h"
 
 struct jwt_key_seen {
     yaml_node_t *kid, *file;
