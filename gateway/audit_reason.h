@@ -26,6 +26,7 @@
     X(QUOTA, "quota", "the CPU budget is used up")                                                                                 \
     X(LIMITER, "limiter", "the limiter could not decide (fail closed)")                                                            \
     X(BACKEND, "backend", "the backend refused or failed")                                                                         \
+    X(QUEUE, "queue", "the submissions queue is full (all tenants: 503, the tenant's share: 429)")                                 \
     X(AUDIT, "audit", "the audit trail could not record the request (fail closed)")
 
 enum gw_reason {

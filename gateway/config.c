@@ -80,6 +80,9 @@ static int set_defaults(struct gw_config *cfg)
     cfg->submissions.max_per_tenant = GW_DEFAULT_JUDGE0_MAX_PER_TENANT;
     cfg->submissions.max_records = GW_DEFAULT_JUDGE0_MAX_RECORDS;
     cfg->submissions.max_bytes = GW_DEFAULT_JUDGE0_MAX_BYTES;
+    cfg->submissions.max_running = GW_DEFAULT_JUDGE0_MAX_RUNNING;
+    cfg->submissions.queue_max = GW_DEFAULT_JUDGE0_QUEUE_MAX;
+    cfg->submissions.queue_max_per_tenant = GW_DEFAULT_JUDGE0_QUEUE_PER_TENANT;
     cfg->listen_address = strdup(GW_DEFAULT_ADDRESS);
     cfg->backend_socket = strdup(GW_DEFAULT_BACKEND_SOCKET);
     cfg->user = strdup(GW_DEFAULT_USER);

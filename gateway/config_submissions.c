@@ -1,6 +1,7 @@
 /*
  * config_submissions.c - where Judge0 submissions' results are kept
- * (judge0_store.c): the top-level submissions section.
+ * (judge0_store.c) and how many wait and run (judge0_queue.c): the
+ * top-level submissions section.
  *
  * Optional and strict like every section (unknown keys, values out of
  * range: PATH:LINE):
@@ -11,9 +12,12 @@
  *     max_per_tenant: 1000      # records one tenant may hold
  *     max_records: 20000        # records of all tenants together
  *     max_bytes: 268435456      # bytes of records, all tenants together
+ *     max_running: 4            # queued submissions' runs at once, all tenants
+ *     queue_max: 2000           # submissions waiting, all tenants (503 past it)
+ *     queue_max_per_tenant: 500 # submissions waiting, one tenant (429 past it)
  *
  * Defaults and bounds come from gw_limits.h (GW_DEFAULT_JUDGE0_*,
- * GW_MAX_JUDGE0_*).  store_dir must be absolute; that the directory is the
+ * GW_MAX_JUDGE0_*); queue_max_per_tenant may not exceed queue_max.  store_dir must be absolute; that the directory is the
  * gateway user's own and nobody else may write it is checked as that user
  * when the store opens (judge0_store_open_dir), at start and by -n.
  */
@@ -31,6 +35,9 @@ static int submissions_field(struct parse_ctx *pc, const char *key, yaml_node_t 
         FIELD(max_per_tenant, 1, GW_MAX_JUDGE0_STORE_RECORDS),
         FIELD(max_records, 1, GW_MAX_JUDGE0_STORE_RECORDS),
         FIELD(max_bytes, 4096, GW_MAX_JUDGE0_STORE_BYTES),
+        FIELD(max_running, 1, GW_MAX_JUDGE0_MAX_RUNNING),
+        FIELD(queue_max, 1, GW_MAX_JUDGE0_QUEUE),
+        FIELD(queue_max_per_tenant, 1, GW_MAX_JUDGE0_QUEUE),
     };
 #undef FIELD
     struct gw_submissions_config *s = &pc->cfg->submissions;
@@ -46,5 +53,12 @@ static int submissions_field(struct parse_ctx *pc, const char *key, yaml_node_t 
 
 int cfg_parse_submissions(struct parse_ctx *pc, yaml_node_t *v)
 {
-    return cfg_walk_mapping(pc, v, "submissions", submissions_field, NULL);
+    const struct gw_submissions_config *s = &pc->cfg->submissions;
+
+    if (cfg_walk_mapping(pc, v, "submissions", submissions_field, NULL) != 0)
+        return -1;
+    if (s->queue_max_per_tenant > s->queue_max)
+        return cfg_fail(pc, v, "submissions.queue_max_per_tenant (%llu) exceeds submissions.queue_max (%llu)",
+                        (unsigned long long)s->queue_max_per_tenant, (unsigned long long)s->queue_max);
+    return 0;
 }

@@ -92,6 +92,20 @@
  * for expired records. */
 #define GW_JUDGE0_RECORD_MAX_BYTES (64u * 1024u * 1024u)
 #define GW_JUDGE0_SWEEP_PER_TICK   32
+/* The queue of submissions waiting for a run (wait=false and batches;
+ * judge0_queue.c).  max_running: runs at once against the backend, all
+ * tenants; the gateway cannot know the backend's slot count (its -j), so
+ * the default is the backend's default of 4 and a deployment with more
+ * slots raises both.  queue_max / queue_max_per_tenant: submissions
+ * waiting, all tenants / one tenant (each holds its request in memory:
+ * at most max_request_entity_size, usually far less).  Past a cap the
+ * POST is refused with this Retry-After. */
+#define GW_DEFAULT_JUDGE0_MAX_RUNNING      4u
+#define GW_MAX_JUDGE0_MAX_RUNNING          1024u
+#define GW_DEFAULT_JUDGE0_QUEUE_MAX        2000u
+#define GW_DEFAULT_JUDGE0_QUEUE_PER_TENANT 500u
+#define GW_MAX_JUDGE0_QUEUE                1000000u
+#define GW_JUDGE0_QUEUE_RETRY_AFTER_MS     2000u
 /* A submission's additional_files (a zip) unpacks to at most this much
  * (the tenant's max_code_bytes then applies to all its files together). */
 #define GW_JUDGE0_ZIP_MAX_BYTES (16u * 1024u * 1024u)

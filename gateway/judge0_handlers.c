@@ -15,11 +15,16 @@
  * request and packet, and its result judged in Judge0's terms, kept in the
  * store (judge0_store.c) under a random token bound to the tenant, and
  * answered.  wait=false answers {"token"} as soon as the decision record
- * is durable: the store shows "Processing", the run goes on as a detached
- * backend call holding the tenant's in-flight slot (so max_in_flight
- * bounds a tenant's pending runs: past it, 429), and its end is recorded
- * and kept like a synchronous result (async_run below).  The fair queue
- * across tenants and a store that survives restarts are issue 12 item 2.
+ * is durable; the submission then waits its turn in the gateway's queue
+ * (judge0_queue.c: fair across tenants, bounded per tenant and overall,
+ * max_running runs at once), showing "In Queue", then "Processing" while
+ * its detached backend call runs, and its end is recorded and kept like a
+ * synchronous result (async_run below).  A batch's entries are queued the
+ * same way, each on its own.  Room in the queue is reserved in step 7,
+ * before the decision record (a batch fits whole or is refused whole), and
+ * a queued submission holds no in-flight slot: the slot admission took
+ * goes back in step 7, and its run's CPU time is charged to the tenant's
+ * budget when it ends (rl_charge).
  *
  * Errors carry moat's {message, code, request_id} and, where Judge0
  * clients read them, Judge0's own members: "error" (400, 404) and the
@@ -30,6 +35,7 @@
 #include "judge.h"
 #include "judge0_api.h"
 #include "judge0_callback.h"
+#include "judge0_queue.h"
 #include "judge0_store.h"
 #include "log.h"
 #include "moat_base64.h"
@@ -243,7 +249,7 @@ static enum gw_flow config_info_answer(struct gw_request *r, const struct backen
     }
     const struct judge0_callbacks_info cb = {r->tenant_cfg->callbacks.nallow > 0, r->cfg->callbacks.max_tries,
                                              (double)r->cfg->callbacks.timeout_ms / 1000.0};
-    char *s = judge0_config_info_json(p, (unsigned)r->cfg->submissions.ttl_s, p->max_in_flight, langs, &cb);
+    char *s = judge0_config_info_json(p, (unsigned)r->cfg->submissions.ttl_s, r->cfg->submissions.queue_max_per_tenant, langs, &cb);
     json_decref(langs);
     return answer_with(r, s);
 }
@@ -262,12 +268,16 @@ struct submission {
     int64_t created_ms;
     int asked_table;
     struct moat_buf frame; /* wait=false: the backend message, sent after the answer */
+    size_t reserved;       /* wait=false: room in the queue, until the run is queued */
+    char tenant[GW_MAX_TENANT_NAME + 1];
 };
 
 static void submission_dispose(void *p)
 {
     struct submission *s = p;
 
+    if (s->reserved > 0) /* refused or gone before its run was queued */
+        judge0_queue_unreserve(judge0_queue_default(), s->tenant, s->reserved);
     judge0_request_free(&s->j);
     moat_exec_request_free(&s->ereq);
     moat_buf_free(&s->frame);
@@ -368,6 +378,37 @@ static enum gw_flow submission_judge(struct gw_request *r, struct submission *s)
     return refuse(r, no.status, no.reason, no.message, no.fields);
 }
 
+/* Room in the queue for n of the tenant's submissions (*reserved = n), or
+ * the refusal: 503 when the queue is full, 429 when the tenant's share is. */
+static enum gw_flow queue_room(struct gw_request *r, size_t n, size_t *reserved, char tenant[GW_MAX_TENANT_NAME + 1])
+{
+    const struct gw_submissions_config *c = &r->cfg->submissions;
+    const struct jq_caps caps = {(unsigned)c->max_running, c->queue_max, c->queue_max_per_tenant};
+
+    snprintf(tenant, GW_MAX_TENANT_NAME + 1, "%s", r->tenant);
+    switch (judge0_queue_reserve(judge0_queue_default(), tenant, n, &caps)) {
+    case JQ_OK:
+        *reserved = n;
+        return GW_NEXT;
+    case JQ_FULL:
+        gw_add_retry_after(r, GW_JUDGE0_QUEUE_RETRY_AFTER_MS);
+        return refuse(r, 503, GW_REASON_QUEUE,
+                      n > 1 ? "the submissions queue is full: the batch is refused whole, none of it was queued"
+                            : "the submissions queue is full",
+                      NULL);
+    case JQ_TENANT_FULL:
+        gw_add_retry_after(r, GW_JUDGE0_QUEUE_RETRY_AFTER_MS);
+        return refuse(r, 429, GW_REASON_QUEUE,
+                      n > 1 ? "this tenant's share of the submissions queue is full: the batch is refused whole, none of it was "
+                              "queued"
+                            : "this tenant's share of the submissions queue is full",
+                      NULL);
+    case JQ_NO_MEMORY:
+        break;
+    }
+    return gw_deny(r, 500, GW_REASON_FILTER, "out of memory");
+}
+
 /* Step 7: parse, the runtime table, judge, token, encode. */
 static enum gw_flow submit_prepare(struct gw_request *r)
 {
@@ -383,7 +424,11 @@ static enum gw_flow submit_prepare(struct gw_request *r)
         s->asked_table = 1;
         return gw_runtime_table_fetch(r); /* then this step again */
     }
+    if (!s->q.wait)
+        gw_slot_back(r); /* it waits in the queue, not in an in-flight slot */
     if ((f = submission_judge(r, s)) != GW_NEXT)
+        return f;
+    if (!s->q.wait && (f = queue_room(r, 1, &s->reserved, s->tenant)) != GW_NEXT)
         return f;
     if (RAND_bytes(rnd, sizeof(rnd)) != 1)
         return gw_deny(r, 500, GW_REASON_FILTER, "no random bytes for a token");
@@ -492,19 +537,22 @@ const struct gw_handler gw_handler_judge0_submit = {submit_prepare, submit_descr
 
 /*
  * An asynchronous run outlives its request: it holds copies of what the
- * result record needs, the parsed submission, the tenant's in-flight slot
- * (given back when the run is over) and a detached backend call on the
- * worker's loop.  Its end: the result judged and recorded (durable before
- * the store shows it: fail closed, like a synchronous answer), kept in the
- * store in place of the "Processing" record, the slot given back.
+ * result record needs and the parsed submission, and is an item of the
+ * submissions queue (judge0_queue.c) until its turn.  Then (on_dispatch, on
+ * the thread of the worker that made room) it shows "Processing" and makes
+ * a detached backend call on that worker's loop; its end: the result judged
+ * and recorded (durable before the store shows it: fail closed, like a
+ * synchronous answer), kept in the store in place of the "Processing"
+ * record, its CPU time charged to the tenant's budget, and its place among
+ * the queue's running runs given to the next item.
  *
- * The entries of a batch are runs chained on the batch's one slot: each
- * has a request id of its own and makes its own decision record (durable
- * before its run starts), and when it ends it hands the slot to the next.
+ * A batch entry has a request id of its own and makes its own decision
+ * record (durable before its run starts) when its turn comes.
  */
 struct async_run {
-    struct gw_worker *worker;
-    struct async_run *next;                /* a batch's next entry, run after this one */
+    struct jq_item item;                   /* first: the queue's item is the run */
+    struct gw_worker *worker;              /* the request's, then the one that started the run */
+    int started;                           /* counts against max_running until freed */
     int own_decision;                      /* a batch entry: records its decision before it runs */
     const char *path;                      /* the route, for the records (a literal) */
     char parent_id[GW_REQUEST_ID_LEN + 1]; /* a batch entry: the batch's request id */
@@ -518,7 +566,6 @@ struct async_run {
     char token[JUDGE0_TOKEN_LEN + 1];
     char lang_name[128];
     int64_t created_ms;
-    int holds_slot;
     uint64_t cpu_ms;
     struct judge0_request j;
     struct moat_exec_request ereq;
@@ -528,24 +575,38 @@ struct async_run {
 
 static void async_begin(struct async_run *a);
 
-/* The run is over: the slot goes to the batch's next entry, or back. */
-static void async_free(struct async_run *a)
+static unsigned max_running(const struct gw_worker *w)
 {
-    struct async_run *next = a->next;
+    return (unsigned)w->cfg->submissions.max_running;
+}
 
-    if (next != NULL) {
-        next->holds_slot = a->holds_slot;
-        next->cpu_ms += a->cpu_ms; /* charged when the chain gives the slot back */
-    } else if (a->holds_slot) {
-        rl_release(a->worker->server->limiter, a->tenant, a->cpu_ms, rl_monotonic_ms());
-    }
+static void async_destroy(struct async_run *a)
+{
     judge0_request_free(&a->j);
     moat_exec_request_free(&a->ereq);
     moat_buf_free(&a->frame);
     free(a->record);
     free(a);
-    if (next != NULL)
-        async_begin(next);
+}
+
+/* The queue stopped (shutdown) before a's turn: the store keeps showing it
+ * "In Queue", which a restart turns into an Internal Error. */
+static void async_discard(struct jq_item *it)
+{
+    async_destroy((struct async_run *)it);
+}
+
+/* The run is over: its CPU time charged, its place to the next item. */
+static void async_free(struct async_run *a)
+{
+    struct gw_worker *w = a->worker;
+    int started = a->started;
+
+    if (a->cpu_ms > 0)
+        rl_charge(w->server->limiter, a->tenant, a->cpu_ms, rl_monotonic_ms());
+    async_destroy(a);
+    if (started)
+        judge0_queue_done(judge0_queue_default(), w, max_running(w));
 }
 
 static void async_who(const struct async_run *a, struct gw_audit_who *who)
@@ -564,6 +625,28 @@ static void async_keep(struct async_run *a, const char *text, size_t len)
     if (st == NULL || judge0_store_put(st, a->tenant, a->token, text, len, judge0_store_now_ms()) != 0)
         log_warnx("%s: id=%s: token %s: the result could not be kept", __func__, a->request_id, a->token);
     judge0_callback_kept(a->worker->cfg, a->tenant, a->token, text, len);
+}
+
+/* A record's status (and status_id) becomes id. */
+static void set_status(json_t *record, enum judge0_status id)
+{
+    json_object_set_new(record, "status_id", json_integer(id));
+    json_object_set_new(record, "status", json_pack("{s:i, s:s}", "id", id, "description", judge0_status_description(id)));
+}
+
+/* The store shows a pending: JUDGE0_IN_QUEUE or JUDGE0_PROCESSING. */
+static void async_show(struct async_run *a, enum judge0_status pending)
+{
+    json_t *rec = judge0_submission_record(a->token, a->created_ms, 0, &a->j, &a->ereq, NULL, a->lang_name);
+    char *text;
+
+    if (rec != NULL)
+        set_status(rec, pending);
+    if (rec != NULL && (text = json_dumps(rec, JSON_COMPACT)) != NULL) {
+        async_keep(a, text, strlen(text));
+        free(text);
+    }
+    json_decref(rec);
 }
 
 /* A run that could not finish: an Internal Error record saying why. */
@@ -603,7 +686,10 @@ static void on_async_durable(void *arg, int ok, uint64_t seq)
 }
 
 /* The result record: allowed with the run and the packet, or failed with
- * why; the store shows rec once it is durable.  Takes a. */
+ * why; the store shows rec once it is durable.  Its judge0 member also
+ * says where the run was in the queue: seq, the number of its start in
+ * this gateway process, and ahead, the starts before it was queued (so
+ * seq - ahead - 1 runs of any tenant started while it waited).  Takes a. */
 static void async_record(struct async_run *a, const struct moat_exec_result *res, const json_t *rec, const char *failure)
 {
     struct gw_audit_who who;
@@ -630,7 +716,9 @@ static void async_record(struct async_run *a, const struct moat_exec_result *res
         gw_audit_add_result(b, &a->ereq, res);
         packet = gw_audit_packet(&who, &a->ereq, a->j.metadata, a->record, &plen); /* every field, texts in base64 */
     }
-    json_object_set_new(b, "judge0", json_pack("{s:s, s:O?}", "token", a->token, "status", json_object_get(rec, "status")));
+    json_object_set_new(b, "judge0",
+                        json_pack("{s:s, s:O?, s:{s:I, s:I}}", "token", a->token, "status", json_object_get(rec, "status"), "queue",
+                                  "seq", (json_int_t)a->item.seq, "ahead", (json_int_t)a->item.ahead));
     text = gw_audit_dump(b, &len);
     json_decref(b);
     if (text == NULL) {
@@ -728,20 +816,23 @@ static void async_begin(struct async_run *a)
     free(text);
 }
 
-/* A run for r's tenant of an accepted submission (its parts moved in), its
- * "Processing" record kept; NULL out of memory (nothing moved). */
+static void on_dispatch(struct jq_item *it, void *ctx);
+
+/* A run for r's tenant of an accepted submission (its parts moved in), not
+ * yet queued; NULL out of memory (nothing moved). */
 static struct async_run *async_new(struct gw_request *r, const char *path, const char *request_id, const char *token,
                                    const char *lang_name, int64_t created_ms, struct judge0_request *j,
                                    struct moat_exec_request *ereq, struct moat_buf *frame, uint64_t job_id)
 {
     struct async_run *a = calloc(1, sizeof(*a));
     struct gw_audit_who who;
-    json_t *rec;
-    char *text;
 
     if (a == NULL)
         return NULL;
     gw_request_who(r, &who);
+    a->item.start = on_dispatch;
+    a->item.discard = async_discard;
+    snprintf(a->item.tenant, sizeof(a->item.tenant), "%s", r->tenant);
     a->worker = r->worker;
     a->path = path;
     snprintf(a->parent_id, sizeof(a->parent_id), "%s", r->request_id);
@@ -760,17 +851,38 @@ static struct async_run *async_new(struct gw_request *r, const char *path, const
     memset(j, 0, sizeof(*j));
     memset(ereq, 0, sizeof(*ereq));
     memset(frame, 0, sizeof(*frame));
-    if ((rec = judge0_submission_record(a->token, a->created_ms, 0, &a->j, &a->ereq, NULL, a->lang_name)) != NULL &&
-        (text = json_dumps(rec, JSON_COMPACT)) != NULL) {
-        async_keep(a, text, strlen(text));
-        free(text);
-    }
-    json_decref(rec);
     return a;
 }
 
-/* Step 9 of wait=false: the "Processing" record, the detached run, and the
- * answer {"token"} at once. */
+/* Its turn (the queue's start, on ctx's thread): "Processing", then the run
+ * on that worker's loop. */
+static void on_dispatch(struct jq_item *it, void *ctx)
+{
+    struct async_run *a = (struct async_run *)it;
+
+    a->worker = ctx;
+    a->started = 1;
+    async_show(a, JUDGE0_PROCESSING);
+    async_begin(a);
+}
+
+/* One of the request's reservations becomes a: it runs at once if nobody
+ * waits and a run is free, else it shows "In Queue" (before another thread
+ * can start it) and waits its turn. */
+static void async_enqueue(struct async_run *a)
+{
+    struct judge0_queue *q = judge0_queue_default();
+    unsigned max = max_running(a->worker);
+
+    if (judge0_queue_try_run(q, &a->item, max)) {
+        on_dispatch(&a->item, a->worker);
+        return;
+    }
+    async_show(a, JUDGE0_IN_QUEUE);
+    judge0_queue_push(q, &a->item, a->worker, max);
+}
+
+/* Step 9 of wait=false: the answer {"token"} at once, the run queued. */
 static enum gw_flow start_async(struct gw_request *r, struct submission *s)
 {
     json_t *answer = json_pack("{s:s}", "token", s->token);
@@ -782,16 +894,17 @@ static enum gw_flow start_async(struct gw_request *r, struct submission *s)
                                           &s->frame, r->job_id)) == NULL)
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
     r->ok_status = 201;
-    a->holds_slot = gw_take_slot(r); /* given back when the run is over */
-    async_begin(a);
+    (void)gw_take_slot(r); /* none held (step 7 gave it back); the run records its own result */
+    s->reserved = 0;       /* the reservation becomes the run */
+    async_enqueue(a);
     return GW_NEXT;
 }
 
 /* ---------------------------------------------------------------- batches */
 
 /* POST /submissions/batch: each entry parsed and judged on its own; the
- * accepted ones run one after another on the request's one in-flight slot
- * (a chain of async_runs), each with its own request id and records. */
+ * accepted ones are queued like wait=false submissions, each with its own
+ * request id and records, once the queue has room for all of them. */
 struct batch_entry {
     int accepted;
     struct judge0_request j;
@@ -810,12 +923,17 @@ struct batch {
     json_t *answers; /* Judge0's answer: {"token"} or the entry's errors, in order */
     size_t n, naccepted;
     int asked_table;
+    size_t reserved; /* room in the queue, until each entry is queued */
+    char tenant[GW_MAX_TENANT_NAME + 1];
     struct batch_entry e[JUDGE0_BATCH_MAX];
 };
 
 static void batch_dispose(void *p)
 {
     struct batch *b = p;
+
+    if (b->reserved > 0)
+        judge0_queue_unreserve(judge0_queue_default(), b->tenant, b->reserved);
 
     for (size_t i = 0; i < b->n; i++) {
         judge0_request_free(&b->e[i].j);
@@ -869,6 +987,7 @@ static enum gw_flow batch_submit_prepare(struct gw_request *r)
         b = h2o_mem_alloc_shared(&req->pool, sizeof(*b), batch_dispose);
         memset(b, 0, sizeof(*b));
         r->job = b;
+        gw_slot_back(r); /* its entries wait in the queue, not in an in-flight slot */
         if ((f = query(r, JUDGE0_Q_BASE64 | JUDGE0_Q_FIELDS, &b->q)) != GW_NEXT) /* fields: ignored, as Judge0 does */
             return f;
         if (req->entity.len > r->cfg->max_request_entity_size)
@@ -896,7 +1015,7 @@ static enum gw_flow batch_submit_prepare(struct gw_request *r)
     if (b->naccepted == 0)
         return refuse(r, 422, GW_REASON_FILTER, "no submission of the batch was accepted",
                       json_pack("{s:O}", "submissions", b->answers));
-    return GW_NEXT;
+    return queue_room(r, b->naccepted, &b->reserved, b->tenant); /* all or none */
 }
 
 /* Step 8: the batch's decision names its entries (each records its own). */
@@ -911,15 +1030,16 @@ static void batch_submit_describe(struct gw_request *r, json_t *record)
     json_object_set_new(record, "judge0", json_pack("{s:o*}", "batch", a));
 }
 
-/* Step 9: the chain of runs, and the answer at once. */
+/* Step 9: every accepted entry queued, and the answer at once. */
 static enum gw_flow batch_submit_answer(struct gw_request *r, const struct backend_reply *reply)
 {
     struct batch *b = r->job;
-    struct async_run *first = NULL, **link = &first;
 
     (void)reply;
     if ((r->body = json_dumps(b->answers, JSON_COMPACT)) == NULL)
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    r->ok_status = 201;
+    (void)gw_take_slot(r); /* none held (step 7 gave it back); each entry records its own result */
     for (size_t i = 0; i < b->n; i++) {
         struct batch_entry *e = &b->e[i];
         struct async_run *a;
@@ -927,21 +1047,14 @@ static enum gw_flow batch_submit_answer(struct gw_request *r, const struct backe
             continue;
         a = async_new(r, "/submissions/batch", e->request_id, e->token, e->lang_name, e->created_ms, &e->j, &e->ereq, &e->frame,
                       e->job_id);
-        if (a == NULL)
-            break; /* out of memory: this entry and the rest stay "Processing" until they expire */
+        if (a == NULL) { /* out of memory: this entry and the rest are never kept (their GET is a 404) */
+            log_warnx("%s: id=%s: out of memory: entries from %zu on not queued", __func__, r->request_id, i);
+            break;
+        }
         a->own_decision = 1;
-        *link = a;
-        link = &a->next;
+        b->reserved--; /* the reservation becomes the run; the rest go back at dispose */
+        async_enqueue(a);
     }
-    r->ok_status = 201;
-    int held = gw_take_slot(r); /* the chain gives it back after its last run */
-    if (first == NULL) {
-        if (held)
-            rl_release(r->worker->server->limiter, r->tenant, 0, rl_monotonic_ms());
-        return GW_NEXT;
-    }
-    first->holds_slot = held;
-    async_begin(first);
     return GW_NEXT;
 }
 
@@ -962,10 +1075,7 @@ static void orphan_failed(struct gw_request *r, struct judge0_store *st, const c
         return;
     judge0_time_iso(wall_ms(), finished);
     b64[moat_base64_encode(why, sizeof(why) - 1, b64)] = '\0';
-    json_object_set_new(record, "status_id", json_integer(JUDGE0_INTERNAL_ERROR));
-    json_object_set_new(
-        record, "status",
-        json_pack("{s:i, s:s}", "id", JUDGE0_INTERNAL_ERROR, "description", judge0_status_description(JUDGE0_INTERNAL_ERROR)));
+    set_status(record, JUDGE0_INTERNAL_ERROR);
     json_object_set_new(record, "message", json_string(b64));
     json_object_set_new(record, "finished_at", json_string(finished));
     if ((text = json_dumps(record, JSON_COMPACT)) == NULL ||

@@ -98,6 +98,11 @@ static void release_slot(struct gw_request *r)
     rl_release(r->worker->server->limiter, r->tenant, r->cpu_ms, rl_monotonic_ms());
 }
 
+void gw_slot_back(struct gw_request *r)
+{
+    release_slot(r);
+}
+
 /* ---------------------------------------------------------- audit records */
 
 int gw_take_slot(struct gw_request *r)

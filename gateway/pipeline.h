@@ -136,6 +136,12 @@ int gw_take_slot(struct gw_request *r);
  * client is a trusted proxy, X-Forwarded-For (after r->request_id is
  * made: a log line may name it). */
 void gw_request_client(struct gw_request *r);
+
+/* An execution whose run will not hold the tenant's in-flight slot (a
+ * Judge0 submission that waits in the submissions queue, judge0_queue.c):
+ * the slot admission took goes back now, nothing charged.  Idempotent. */
+void gw_slot_back(struct gw_request *r);
+
 /* Who asked, for a record made after r is gone: the fields point into r
  * (copy them). */
 void gw_request_who(struct gw_request *r, struct gw_audit_who *who);

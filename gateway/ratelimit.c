@@ -56,7 +56,8 @@ struct rl_limiter *rl_new(const struct rl_ops *ops, void *impl)
 {
     struct rl_limiter *l;
 
-    if (ops == NULL || ops->admit == NULL || ops->admit_rate == NULL || ops->release == NULL || ops->destroy == NULL)
+    if (ops == NULL || ops->admit == NULL || ops->admit_rate == NULL || ops->release == NULL || ops->charge == NULL ||
+        ops->destroy == NULL)
         return NULL;
     if ((l = calloc(1, sizeof(*l))) == NULL)
         return NULL;
@@ -155,6 +156,11 @@ void rl_admit_rate_only(struct rl_limiter *l, const char *tenant, const struct r
 void rl_release(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms)
 {
     l->ops->release(l, tenant, cpu_ms, now_ms);
+}
+
+void rl_charge(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms)
+{
+    l->ops->charge(l, tenant, cpu_ms, now_ms);
 }
 
 void rl_destroy(struct rl_limiter *l)
@@ -517,7 +523,9 @@ static void mem_admit_rate(struct rl_limiter *l, struct st_h2o_evloop_t *loop, c
     mem_decide(l, tenant, p, now_ms, cb, arg, 0);
 }
 
-static void mem_release(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms)
+/* A run is over: its slot (slot: 1) goes back and its cpu_ms is charged;
+ * a queued submission's run (slot: 0) held none and is only charged. */
+static void mem_end(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms, int slot)
 {
     struct mem *m = rl_impl(l);
     struct tenant *t;
@@ -528,12 +536,23 @@ static void mem_release(struct rl_limiter *l, const char *tenant, uint64_t cpu_m
     if (name_len(tenant, &len) != 0)
         return;
     t = lookup(m, tenant, len, 0, &mu, &err);
-    /* Unknown tenant, or nothing in flight: a stray release is ignored whole. */
-    if (t != NULL && t->in_flight > 0) {
-        t->in_flight--;
+    /* Unknown tenant, or (slot) nothing in flight: a stray release is ignored whole. */
+    if (t != NULL && (!slot || t->in_flight > 0)) {
+        if (slot)
+            t->in_flight--;
         quota_charge(t, cpu_ms, now_ms);
     }
     pthread_mutex_unlock(mu);
+}
+
+static void mem_release(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms)
+{
+    mem_end(l, tenant, cpu_ms, now_ms, 1);
+}
+
+static void mem_charge(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms)
+{
+    mem_end(l, tenant, cpu_ms, now_ms, 0);
 }
 
 static void mem_free(struct mem *m, size_t nstripes)
@@ -564,6 +583,7 @@ static const struct rl_ops mem_ops = {
     .admit = mem_admit,
     .admit_rate = mem_admit_rate,
     .release = mem_release,
+    .charge = mem_charge,
     .destroy = mem_destroy,
 };
 

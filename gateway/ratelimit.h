@@ -97,6 +97,8 @@ struct rl_ops {
                        uint64_t now_ms, rl_cb cb, void *arg);
     /* ends an execution: frees the in-flight slot and charges cpu_ms */
     void (*release)(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms);
+    /* charges cpu_ms of a run that held no slot (a queued submission's) */
+    void (*charge)(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms);
     /* frees the backend's state (not the rl_limiter itself) */
     void (*destroy)(struct rl_limiter *l);
     /* 1: may answer after admit returns (a shared store); the front then keeps a
@@ -124,6 +126,10 @@ struct rl_limiter *rl_memory_new_capped(size_t max_tenants);
 void rl_admit(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg);
 void rl_admit_rate_only(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg);
 void rl_release(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms);
+/* Charge cpu_ms to the tenant's CPU budget without touching its in-flight
+ * count: the end of a run that waited in the submissions queue instead of
+ * holding a slot (judge0_queue.c).  An unknown tenant is ignored. */
+void rl_charge(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms);
 /*
  * The gateway's form: execution (1: rl_admit, 0: rl_admit_rate_only) on
  * the worker's loop.  Returns NULL when cb has already been called, else a

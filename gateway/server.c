@@ -19,7 +19,8 @@
  * established keep their TLS session (an SSL holds its own reference on its
  * SSL_CTX); new handshakes use the new certificate.
  *
- * On shutdown the workers stop accepting, ask h2o to wind down (GOAWAY on
+ * On shutdown the workers stop the Judge0 submissions queue (nothing
+ * waiting starts any more), stop accepting, ask h2o to wind down (GOAWAY on
  * HTTP/2, no more keep-alive on HTTP/1), drain, meet the main thread at a
  * barrier and park; the main thread returns from main() and exit() ends
  * them.
@@ -28,6 +29,7 @@
 #include "conn.h"
 #include "gw_limits.h"
 #include "h2o_compat.h"
+#include "judge0_queue.h"
 #include "log.h"
 #include "moat_io.h"
 #include "pipeline.h"
@@ -309,6 +311,9 @@ static void *worker_main(void *arg)
     log_buffer_thread();
     while (!stopping()) {
         h2o_evloop_run(loop, GW_LOOP_WAKE_MS);
+        /* queued submissions start where a run ends or one is queued; this
+         * catches a reload that raised max_running while all is quiet */
+        judge0_queue_pump(judge0_queue_default(), w, (unsigned)w->cfg->submissions.max_running);
         gw_audit_flush(&w->audit);
         log_flush();
         int fd = __atomic_exchange_n(&w->audit_pending_fd, -1, __ATOMIC_ACQ_REL);
@@ -321,6 +326,10 @@ static void *worker_main(void *arg)
         }
     }
 
+    /* No queued submission starts any more: those waiting stay "In Queue"
+     * in the store (a restart shows them as lost); runs going on finish
+     * if they can within the drain. */
+    judge0_queue_stop(judge0_queue_default());
     /* Stop accepting; ask h2o to wind down; give requests in flight a bounded time to finish. */
     h2o_socket_read_stop(w->listener);
     h2o_socket_close(w->listener);

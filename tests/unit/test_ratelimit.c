@@ -601,12 +601,37 @@ static void test_time_backwards(void **state)
     rl_destroy(l);
 }
 
+/* rl_charge: a queued submission's run held no slot; its CPU still counts,
+ * and the slots of the runs that hold one are untouched. */
+static void test_charge_without_slot(void **state)
+{
+    struct rl_limiter *l = rl_memory_new();
+    struct rl_params p = {100.0, 100, 1, 1000};
+    struct rl_decision d;
+
+    assert_non_null(l);
+    rl_charge(l, "never-seen", 5000, 0); /* ignored */
+    d = admit(l, "c", &p, 0);
+    assert_allowed(&d); /* the one slot, held */
+    rl_charge(l, "c", 1200, 0);
+    d = admit(l, "c", &p, 100);
+    assert_refused(&d, RL_QUOTA); /* over budget, and the slot still held */
+    rl_release(l, "c", 0, 200);
+    d = admit(l, "c", &p, 300);
+    assert_refused(&d, RL_QUOTA); /* the slot is back; the charge stays */
+    assert_int_equal(d.retry_after_ms, 60000 - 300);
+    d = admit(l, "c", &p, 60000);
+    assert_allowed(&d);
+    rl_destroy(l);
+}
+
 /* ------------------------------------------- a deferred backend (Redis shape) */
 
 struct deferred {
     rl_cb cb;
     void *arg;
     int pending, released, destroyed;
+    uint64_t charged;
 };
 
 static void def_admit(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
@@ -633,7 +658,14 @@ static void def_destroy(struct rl_limiter *l)
     d->destroyed = 1;
 }
 
-static const struct rl_ops def_ops = {def_admit, def_admit, def_release, def_destroy, 1};
+static void def_charge(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms)
+{
+    struct deferred *d = rl_impl(l);
+
+    d->charged += cpu_ms;
+}
+
+static const struct rl_ops def_ops = {def_admit, def_admit, def_release, def_charge, def_destroy, 1};
 
 static void test_deferred_backend(void **state)
 {
@@ -642,7 +674,7 @@ static void test_deferred_backend(void **state)
     struct rl_params p = rate_params(1.0, 1);
     struct rl_decision err = {0, RL_BACKEND_ERROR, 0, 1, 0, 0};
     struct capture c = {0};
-    static const struct rl_ops incomplete = {def_admit, NULL, def_release, def_destroy, 1};
+    static const struct rl_ops incomplete = {def_admit, NULL, def_release, def_charge, def_destroy, 1};
 
     assert_non_null(l);
     assert_null(rl_new(&incomplete, &impl));
@@ -654,6 +686,9 @@ static void test_deferred_backend(void **state)
     assert_int_equal(c.calls, 1);
     assert_refused(&c.d, RL_BACKEND_ERROR);
     rl_release(l, "t", 5, 0);
+    assert_int_equal(impl.released, 1);
+    rl_charge(l, "t", 7, 0);
+    assert_int_equal(impl.charged, 7);
     assert_int_equal(impl.released, 1);
     rl_destroy(l);
     assert_int_equal(impl.destroyed, 1);
@@ -728,6 +763,7 @@ int main(void)
         cmocka_unit_test(test_concurrency_cap),
         cmocka_unit_test(test_reason_priority),
         cmocka_unit_test(test_cpu_quota),
+        cmocka_unit_test(test_charge_without_slot),
         cmocka_unit_test(test_threads_exact_burst),
         cmocka_unit_test(test_threads_concurrency),
         cmocka_unit_test(test_threads_tenant_cap),
