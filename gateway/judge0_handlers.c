@@ -540,11 +540,12 @@ const struct gw_handler gw_handler_judge0_submit = {submit_prepare, submit_descr
  * result record needs and the parsed submission, and is an item of the
  * submissions queue (judge0_queue.c) until its turn.  Then (on_dispatch, on
  * the thread of the worker that made room) it shows "Processing" and makes
- * a detached backend call on that worker's loop; its end: the result judged
- * and recorded (durable before the store shows it: fail closed, like a
- * synchronous answer), kept in the store in place of the "Processing"
- * record, its CPU time charged to the tenant's budget, and its place among
- * the queue's running runs given to the next item.
+ * a detached backend call on that worker's loop.  When the backend answers,
+ * its place among the queue's running runs goes to the next item at once
+ * (async_ran); then the result is judged and recorded (durable before the
+ * store shows it: fail closed, like a synchronous answer), kept in the
+ * store in place of the "Processing" record, and its CPU time charged to
+ * the tenant's budget.
  *
  * A batch entry has a request id of its own and makes its own decision
  * record (durable before its run starts) when its turn comes.
@@ -552,7 +553,7 @@ const struct gw_handler gw_handler_judge0_submit = {submit_prepare, submit_descr
 struct async_run {
     struct jq_item item;                   /* first: the queue's item is the run */
     struct gw_worker *worker;              /* the request's, then the one that started the run */
-    int started;                           /* counts against max_running until freed */
+    int started;                           /* counts against max_running until the backend answers */
     int own_decision;                      /* a batch entry: records its decision before it runs */
     const char *path;                      /* the route, for the records (a literal) */
     char parent_id[GW_REQUEST_ID_LEN + 1]; /* a batch entry: the batch's request id */
@@ -596,17 +597,24 @@ static void async_discard(struct jq_item *it)
     async_destroy((struct async_run *)it);
 }
 
+/* The backend is done with a's run (or never got it): its place among the
+ * running goes to the next item at once, without waiting for the result's
+ * audit record, so the backend's slots do not idle meanwhile.  Idempotent. */
+static void async_ran(struct async_run *a)
+{
+    if (!a->started)
+        return;
+    a->started = 0;
+    judge0_queue_done(judge0_queue_default(), a->worker, max_running(a->worker));
+}
+
 /* The run is over: its CPU time charged, its place to the next item. */
 static void async_free(struct async_run *a)
 {
-    struct gw_worker *w = a->worker;
-    int started = a->started;
-
     if (a->cpu_ms > 0)
-        rl_charge(w->server->limiter, a->tenant, a->cpu_ms, rl_monotonic_ms());
+        rl_charge(a->worker->server->limiter, a->tenant, a->cpu_ms, rl_monotonic_ms());
+    async_ran(a);
     async_destroy(a);
-    if (started)
-        judge0_queue_done(judge0_queue_default(), w, max_running(w));
 }
 
 static void async_who(const struct async_run *a, struct gw_audit_who *who)
@@ -738,6 +746,7 @@ static void on_async_result(void *data, enum backend_status status, const struct
     const char *failure = NULL;
     json_t *rec;
 
+    async_ran(a);
     if (status == BACKEND_OK && reply->hdr.type == MOAT_MSG_EXEC_RESULT) {
         const struct moat_exec_result *res = &reply->u.result;
         a->cpu_ms = moat_exec_result_cpu_ms(res);
