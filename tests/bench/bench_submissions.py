@@ -2,7 +2,7 @@
 """bench_submissions - Judge0 wait=false throughput against execute's (issue 12, item 2).
 
     python3 tests/bench/bench_submissions.py [--build-dir build] [--runs 320] [--clients 16]
-        [--rounds 3] [--max-running 4] [--poll-ms 50] [--smoke]
+        [--rounds 3] [--max-running 4] [--poll-ms 100] [--smoke]
 
 Run as root (the backend runs boxes; the gateway drops to the `moat` user).
 It starts one moat-backend (-j 4) and one moat-gateway on 127.0.0.1, set up
@@ -181,7 +181,7 @@ def main():
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-running", type=int, default=4, help="submissions.max_running (the backend has -j 4)")
-    ap.add_argument("--poll-ms", type=int, default=50)
+    ap.add_argument("--poll-ms", type=int, default=100)
     ap.add_argument("--smoke", action="store_true", help="32 runs, 1 round: checks it runs, the figures mean nothing")
     args = ap.parse_args()
     if args.smoke:

@@ -322,8 +322,8 @@ static void test_threads(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_one_turn),   cmocka_unit_test(test_round_robin), cmocka_unit_test(test_caps),
-        cmocka_unit_test(test_failing_starts), cmocka_unit_test(test_stop),    cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_one_turn),       cmocka_unit_test(test_round_robin), cmocka_unit_test(test_caps),
+        cmocka_unit_test(test_failing_starts), cmocka_unit_test(test_stop),        cmocka_unit_test(test_threads),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
