@@ -15,6 +15,7 @@
 #include "auth.h"
 #include "conn.h"
 #include "http.h"
+#include "keyuse.h"
 #include "routes.h"
 #include "session_registry.h"
 
@@ -214,10 +215,12 @@ enum gw_flow gw_authenticate(struct gw_request *r)
     }
     _Static_assert(sizeof(key->id) <= sizeof(r->key_id), "a key id fits");
     memcpy(r->key_id, key->id, sizeof(key->id)); /* NUL-terminated at load */
-    if (key->expires != 0 && time(NULL) >= key->expires) {
+    time_t now = time(NULL);
+    if (key->expires != 0 && now >= key->expires) {
         r->code = "token_expired";
         return unauthorized(r, "key expired", "Bearer error=\"invalid_token\"", "API key expired");
     }
+    gw_keyuse_note(key->id, now); /* moatctl key list: last used */
     r->tenant_cfg = &r->cfg->tenants[key->tenant];
     r->tenant = r->tenant_cfg->name;
     r->scopes = key->scopes;

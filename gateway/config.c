@@ -12,7 +12,10 @@
  *   3. walk            the top-level mapping, each key handed to its
  *                      section's parser (top_field below; the sections
  *                      live in config_*.c, see config_parse.h)
- *   4. finish          what only the whole file can tell: every JWT
+ *   4. finish          with a control section, the admin store joins in
+ *                      (config_store.c: its tenants, keys and issuers,
+ *                      read with the same section parsers); then what
+ *                      only the whole picture can tell: every JWT
  *                      issuer's tenants are configured tenants
  *                      (issuer_tenants_known), MOAT_PORT and the worker
  *                      count (cfg_server_finish)
@@ -90,14 +93,17 @@ static int set_defaults(struct gw_config *cfg)
 }
 
 /* Step 2: the file, checked and parsed into *doc (the caller deletes it). */
-static int load_document(struct parse_ctx *pc, yaml_document_t *doc)
+int cfg_load_document(struct parse_ctx *pc, yaml_document_t *doc, int missing_ok)
 {
     yaml_parser_t parser;
     FILE *fp;
     int fd, rc = 0;
 
-    if ((fd = open(pc->path, O_RDONLY | O_CLOEXEC | O_NOCTTY)) == -1)
+    if ((fd = open(pc->path, O_RDONLY | O_CLOEXEC | O_NOCTTY)) == -1) {
+        if (errno == ENOENT && missing_ok)
+            return 1;
         return cfg_fail(pc, NULL, "%s", strerror(errno));
+    }
     if (gw_check_file_secrecy(fd, pc->path, pc->err, pc->errlen) != 0 || (fp = fdopen(fd, "r")) == NULL) {
         if (pc->err[0] == '\0')
             cfg_fail(pc, NULL, "%s", strerror(errno));
@@ -136,6 +142,8 @@ static int top_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void
         return cfg_parse_submissions(pc, v);
     if (strcmp(key, "callbacks") == 0)
         return cfg_parse_callbacks(pc, v);
+    if (strcmp(key, "control") == 0)
+        return cfg_parse_control(pc, v);
     return cfg_server_field(pc, key, v, arg);
 }
 
@@ -152,20 +160,27 @@ static int issuer_tenants_known(struct parse_ctx *pc)
     return 0;
 }
 
-/* Steps 3 and 4, over the loaded document. */
-static int parse_document(struct parse_ctx *pc)
+/* Steps 3 and 4, over the loaded document; with a control section the
+ * admin store (store_path, or the one the section names) joins in before
+ * the checks that need the whole picture. */
+static int parse_document(struct parse_ctx *pc, const char *store_path)
 {
     yaml_node_t *root = yaml_document_get_root_node(pc->doc);
 
     if (root == NULL)
         return cfg_fail(pc, NULL, "empty configuration");
-    if (cfg_walk_mapping(pc, root, "configuration", top_field, NULL) != 0 || issuer_tenants_known(pc) != 0 ||
-        cfg_callbacks_finish(pc) != 0)
+    if (cfg_walk_mapping(pc, root, "configuration", top_field, NULL) != 0)
+        return -1;
+    if (pc->cfg->control.socket != NULL && !pc->cfg->audit_enabled)
+        return cfg_fail(pc, NULL, "control needs the audit section: the control socket lives in the audit trail's supervisor");
+    if (pc->cfg->control.socket != NULL && cfg_load_store(pc, store_path != NULL ? store_path : pc->cfg->control.store) != 0)
+        return -1;
+    if (issuer_tenants_known(pc) != 0 || cfg_callbacks_finish(pc) != 0)
         return -1;
     return cfg_server_finish(pc, root);
 }
 
-int gw_config_load(const char *path, struct gw_config *cfg, char *err, size_t errlen)
+int gw_config_load_with_store(const char *path, const char *store_path, struct gw_config *cfg, char *err, size_t errlen)
 {
     struct parse_ctx pc = {path, NULL, cfg, err, errlen};
     yaml_document_t doc;
@@ -175,14 +190,19 @@ int gw_config_load(const char *path, struct gw_config *cfg, char *err, size_t er
         err[0] = '\0';
     if (set_defaults(cfg) != 0) {
         rc = cfg_fail(&pc, NULL, "out of memory");
-    } else if ((rc = load_document(&pc, &doc)) == 0) {
+    } else if ((rc = cfg_load_document(&pc, &doc, 0)) == 0) {
         pc.doc = &doc;
-        rc = parse_document(&pc);
+        rc = parse_document(&pc, store_path);
         yaml_document_delete(&doc);
     }
     if (rc != 0)
         gw_config_free(cfg);
     return rc;
+}
+
+int gw_config_load(const char *path, struct gw_config *cfg, char *err, size_t errlen)
+{
+    return gw_config_load_with_store(path, NULL, cfg, err, errlen);
 }
 
 void gw_config_free(struct gw_config *cfg)
@@ -201,6 +221,7 @@ void gw_config_free(struct gw_config *cfg)
     free(cfg->audit.user);
     free(cfg->audit.writer);
     cfg_free_callbacks(cfg);
+    cfg_free_control(cfg);
     memset(cfg, 0, sizeof(*cfg));
 }
 

@@ -83,6 +83,18 @@ struct gw_submissions_config {
     uint64_t queue_max_per_tenant; /* submissions waiting, one tenant */
 };
 
+/* The control section (config_control.c): the supervisor's control socket
+ * for moatctl and the admin store.  socket NULL: no control section, no
+ * store (only the configuration file's tenants and keys). */
+struct gw_control_config {
+    char *socket;  /* absolute path of the Unix socket */
+    unsigned mode; /* its permission bits */
+    char *group;   /* its group, or NULL (root's) */
+    char **users;  /* user names allowed besides root */
+    size_t nusers;
+    char *store; /* the admin store's file (default: GW_STORE_FILE beside the configuration) */
+};
+
 struct gw_config {
     char *listen_address;
     uint16_t listen_port;
@@ -133,6 +145,11 @@ struct gw_config {
     /* audit: the trail's directory and writer; off when audit_enabled is 0 */
     int audit_enabled;
     struct gw_audit_config audit;
+    /* control: the control socket and the admin store (read at start; a reload reads the store again) */
+    struct gw_control_config control;
+    size_t nstore_tenants; /* the last nstore_tenants of tenants came from the store */
+    size_t nstore_keys;    /* likewise the last keys */
+    size_t nstore_issuers; /* likewise the last issuers */
 };
 
 /* The tenant called name, or NULL. */
@@ -146,7 +163,18 @@ const struct gw_tenant *gw_config_find_tenant(const struct gw_config *cfg, const
  */
 int gw_config_load(const char *path, struct gw_config *cfg, char *err, size_t errlen);
 
+/*
+ * The same, with the admin store read from store_path instead of the one
+ * the control section names (the supervisor checks a candidate store this
+ * way before it becomes the store).  store_path NULL: gw_config_load.
+ */
+int gw_config_load_with_store(const char *path, const char *store_path, struct gw_config *cfg, char *err, size_t errlen);
+
 void gw_config_free(struct gw_config *cfg);
+
+/* t as "2027-01-31T00:00:00Z" (UTC), the form a key's expires takes. */
+#define GW_TIME_LEN 20
+void gw_time_format(time_t t, char out[GW_TIME_LEN + 1]);
 
 /* The key entry for id, or NULL. */
 const struct gw_key *gw_config_find_key(const struct gw_config *cfg, const char *id);

@@ -16,8 +16,15 @@
 
 #include "moat_hex.h"
 
-/* "2027-01-31T00:00:00Z" (UTC) or seconds since the epoch. */
-static int parse_time(struct parse_ctx *pc, const yaml_node_t *n, const char *name, time_t *out)
+void gw_time_format(time_t t, char out[GW_TIME_LEN + 1])
+{
+    struct tm tm;
+
+    if (gmtime_r(&t, &tm) == NULL || strftime(out, GW_TIME_LEN + 1, "%Y-%m-%dT%H:%M:%SZ", &tm) != GW_TIME_LEN)
+        memcpy(out, "1970-01-01T00:00:00Z", GW_TIME_LEN + 1);
+}
+
+int cfg_time(struct parse_ctx *pc, const yaml_node_t *n, const char *name, time_t *out)
 {
     struct tm tm;
     const char *s, *end;
@@ -40,14 +47,9 @@ static int parse_time(struct parse_ctx *pc, const yaml_node_t *n, const char *na
     return 0;
 }
 
-struct key_seen {
-    int id, sha256;
-    struct gw_key key;
-};
-
-static int key_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
+int cfg_key_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
 {
-    struct key_seen *ks = arg;
+    struct cfg_key_seen *ks = arg;
 
     if (strcmp(key, "id") == 0) {
         if (cfg_want_scalar(pc, v, "key id") != 0)
@@ -68,32 +70,43 @@ static int key_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void
         return 0;
     }
     if (strcmp(key, "expires") == 0)
-        return parse_time(pc, v, "key expires", &ks->key.expires);
+        return cfg_time(pc, v, "key expires", &ks->key.expires);
     if (strcmp(key, "scopes") == 0)
         return cfg_endpoints(pc, v, "key scopes", &ks->key.scopes);
     return 1;
 }
 
-int cfg_add_key(struct parse_ctx *pc, yaml_node_t *node, size_t tenant)
+void cfg_key_start(struct cfg_key_seen *ks)
+{
+    memset(ks, 0, sizeof(*ks));
+    ks->key.scopes = POLICY_EP_ALL;
+}
+
+int cfg_key_commit(struct parse_ctx *pc, yaml_node_t *node, struct cfg_key_seen *ks, size_t tenant)
 {
     struct gw_config *cfg = pc->cfg;
-    struct key_seen ks;
     struct gw_key *grown;
 
-    memset(&ks, 0, sizeof(ks));
-    ks.key.scopes = POLICY_EP_ALL;
-    if (cfg_walk_mapping(pc, node, "key", key_field, &ks) != 0)
-        return -1;
-    if (!ks.id || !ks.sha256)
+    if (!ks->id || !ks->sha256)
         return cfg_fail(pc, node, "a key needs both id and sha256");
-    if (gw_config_find_key(cfg, ks.key.id) != NULL)
-        return cfg_fail(pc, node, "duplicate key id %s", ks.key.id);
+    if (gw_config_find_key(cfg, ks->key.id) != NULL)
+        return cfg_fail(pc, node, "duplicate key id %s", ks->key.id);
     if (cfg->nkeys >= GW_MAX_KEYS)
         return cfg_fail(pc, node, "more than %d keys", GW_MAX_KEYS);
     if ((grown = realloc(cfg->keys, (cfg->nkeys + 1) * sizeof(*grown))) == NULL)
         return cfg_fail(pc, node, "out of memory");
     cfg->keys = grown;
-    ks.key.tenant = tenant;
-    cfg->keys[cfg->nkeys++] = ks.key;
+    ks->key.tenant = tenant;
+    cfg->keys[cfg->nkeys++] = ks->key;
     return 0;
+}
+
+int cfg_add_key(struct parse_ctx *pc, yaml_node_t *node, size_t tenant)
+{
+    struct cfg_key_seen ks;
+
+    cfg_key_start(&ks);
+    if (cfg_walk_mapping(pc, node, "key", cfg_key_field, &ks) != 0)
+        return -1;
+    return cfg_key_commit(pc, node, &ks, tenant);
 }

@@ -137,6 +137,36 @@ void cfg_free_tenants(struct gw_config *cfg);
 /* config_keys.c: one key mapping of tenant number tenant. */
 int cfg_add_key(struct parse_ctx *pc, yaml_node_t *node, size_t tenant);
 
+/* config_keys.c: a key's fields as they are read (id, sha256, expires, scopes). */
+struct cfg_key_seen {
+    int id, sha256;
+    struct gw_key key;
+};
+
+/* config_keys.c: start a key (every scope), one of its fields (a cfg_field_fn whose arg is a
+ * struct cfg_key_seen), and the finished key added to tenant number tenant. */
+void cfg_key_start(struct cfg_key_seen *ks);
+int cfg_key_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg);
+int cfg_key_commit(struct parse_ctx *pc, yaml_node_t *node, struct cfg_key_seen *ks, size_t tenant);
+
+/* config_keys.c: "2027-01-31T00:00:00Z" (UTC) or seconds since the epoch. */
+int cfg_time(struct parse_ctx *pc, const yaml_node_t *n, const char *name, time_t *out);
+
+/* config.c: open path (pc->path), refuse it if group or others may write it, and load it as one
+ * YAML document into *doc (the caller deletes it).  missing_ok: a file that does not exist is 1
+ * (no document). */
+int cfg_load_document(struct parse_ctx *pc, yaml_document_t *doc, int missing_ok);
+
+/* config_control.c: the control mapping (the control socket and the store's path). */
+int cfg_parse_control(struct parse_ctx *pc, yaml_node_t *v);
+
+/* config_control.c: release the control section. */
+void cfg_free_control(struct gw_config *cfg);
+
+/* config_store.c: the admin store at store_path, added to pc->cfg (tenants, keys, issuers).
+ * A store that does not exist yet is empty. */
+int cfg_load_store(struct parse_ctx *pc, const char *store_path);
+
 /* config_jwt.c: the jwt_issuers sequence. */
 int cfg_parse_issuers(struct parse_ctx *pc, yaml_node_t *seq);
 

@@ -685,6 +685,7 @@ static void on_watchdog(h2o_timeout_entry_t *entry)
     h2o_linklist_t *node;
 
     gw_worker_refresh(w);
+    __atomic_store_n(&w->beat_ms, now, __ATOMIC_RELAXED); /* moatctl status: this worker's loop turns */
     /* HTTP/2 first: h2o's own list holds only connections it has not freed */
     struct watch_h2 arg = {w, now};
     gw_h2_foreach(&w->ctx, watch_h2_conn, &arg);
@@ -704,6 +705,7 @@ static void on_watchdog(h2o_timeout_entry_t *entry)
 void gw_conn_watchdog_start(struct gw_worker *w)
 {
     h2o_timeout_init(w->ctx.loop, &w->watchdog_timeout, GW_WATCHDOG_MS);
+    __atomic_store_n(&w->beat_ms, h2o_now(w->ctx.loop), __ATOMIC_RELAXED);
     w->watchdog.cb = on_watchdog;
     h2o_timeout_link(w->ctx.loop, &w->watchdog_timeout, &w->watchdog);
 }

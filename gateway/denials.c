@@ -66,14 +66,6 @@ static void prefix_text(const uint8_t key[16], char *out, size_t outlen)
     snprintf(out, outlen, "%s/64", a);
 }
 
-static void rfc3339(time_t t, char out[21])
-{
-    struct tm tm;
-
-    if (gmtime_r(&t, &tm) == NULL || strftime(out, 21, "%Y-%m-%dT%H:%M:%SZ", &tm) != 20)
-        memcpy(out, "1970-01-01T00:00:00Z", 21);
-}
-
 /* ------------------------------------------------------------- summaries */
 
 static void send_summary(struct gw_worker *w, const struct gw_denial_summary *s)
@@ -89,8 +81,8 @@ static void send_summary(struct gw_worker *w, const struct gw_denial_summary *s)
         return;
     }
     prefix_text(s->key, client, sizeof(client));
-    rfc3339(s->since, since);
-    rfc3339(s->until, until);
+    gw_time_format(s->since, since);
+    gw_time_format(s->until, until);
     for (size_t i = 0; i < GW_DENIAL_STATUSES && s->statuses[i].count != 0; i++) {
         char code[8];
         snprintf(code, sizeof(code), "%d", s->statuses[i].status);

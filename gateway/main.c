@@ -12,6 +12,9 @@
  *      configuration and the TLS context again; -n fails if that fails,
  *      a start only warns), then -n stops here: "configuration OK"
  *   -> bind one listening socket per worker (SO_REUSEPORT)
+ *   -> with the audit trail: the control socket (control.c) and the
+ *      supervisor (privsep.c), which keeps root for the audit writer and
+ *      moatctl while this process goes on
  *   -> drop to the configured user (fatal on any failure)
  *   -> confine every thread to the gateway's system calls (confine.c:
  *      no_new_privs and a seccomp allow-list; fatal on any failure)
@@ -41,6 +44,8 @@
 #include "config.h"
 #include "confine.h"
 #include "judge0_callback.h"
+#include "control.h"
+#include "keyuse.h"
 #include "judge0_store.h"
 #include "privsep.h"
 #include "log.h"
@@ -265,10 +270,13 @@ int main(int argc, char **argv)
         fatalx("%s: out of memory", __func__);
     if (gw_server_listen(&server, err, sizeof(err)) != 0)
         fatalx("%s: %s", __func__, err);
+    if (gw_keyuse_init() != 0)
+        fatal("%s: the last-used table", __func__);
     if (server.audit_enabled) {
         /* the supervisor keeps root to restart the writer; the gateway
          * process continues below (privsep.c) */
         static int audit_fds[GW_PRIVSEP_MAX_FDS];
+        static struct gw_control control;
         const struct gw_config *cfg = &server.gen->cfg;
         /* the callback sender reads the same file; a reload of the
          * section's settings reaches it, its program and user need a restart */
@@ -277,8 +285,10 @@ int main(int argc, char **argv)
         int callback_fd = -1;
         if (geteuid() != 0)
             fatalx("%s: the audit trail needs moat-gateway to start as root", __func__);
+        if (gw_control_open(&control, cfg, path, err, sizeof(err)) != 0)
+            fatalx("%s: control: %s", __func__, err);
         if (gw_privsep_start(&cfg->audit, cfg->callbacks.enabled ? &sender : NULL, (int)server.nworkers, audit_fds,
-                             &server.audit_ctl, &callback_fd, err, sizeof(err)) != 0)
+                             &server.audit_ctl, &callback_fd, &control, err, sizeof(err)) != 0)
             fatalx("%s: audit: %s", __func__, err);
         server.audit_fds = audit_fds;
         judge0_callback_init(callback_fd);

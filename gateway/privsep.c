@@ -11,8 +11,10 @@
  *   sender        callbacks.   exec'd; only with a callbacks section): the
  *                 user         one process with outbound network
  *
- * Only the supervisor keeps root, and it does nothing but the above: it
- * reads no network input.  Each gateway worker has its own socketpair to
+ * Only the supervisor keeps root, and it does nothing but the above and,
+ * with a control section, serve moatctl on the control socket (control.c:
+ * peers checked by uid, every request bounded in size and time): it reads
+ * no network input.  Each gateway worker has its own socketpair to
  * the writer.  When the writer dies, the supervisor starts a new one with
  * new socketpairs and sends the gateway's ends over the control socket
  * (SCM_RIGHTS); until then records fail and the gateway refuses requests
@@ -47,6 +49,7 @@
 #include "gw_limits.h"
 #include "log.h"
 #include "moat_io.h"
+#include "control.h"
 
 #define RESTART_BACKOFF_MS 500
 
@@ -64,9 +67,11 @@ const struct gw_audit_tuning_spec gw_audit_tuning_specs[GW_AUDIT_NTUNING] = {
     [GW_AUDIT_RESERVE_BYTES] = {"reserve_bytes", "--reserve-bytes", 0, 1ull << 40},
 };
 
+/* The writer with nfds client sockets (the workers', and the supervisor's own
+ * last when there is a control socket); their other ends in gateway_ends. */
 static pid_t spawn_writer(const struct gw_audit_config *ac, int nfds, int *gateway_ends)
 {
-    int pairs[GW_PRIVSEP_MAX_FDS][2];
+    int pairs[GW_PRIVSEP_MAX_FDS + 1][2];
     for (int i = 0; i < nfds; i++) {
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pairs[i]) != 0) {
             log_warn("%s: socketpair", __func__);
@@ -88,7 +93,7 @@ static pid_t spawn_writer(const struct gw_audit_config *ac, int nfds, int *gatew
     }
     if (pid == 0) {
         /* the writer's ends become descriptors 3 .. 3+n-1; nothing else survives exec */
-        int high[GW_PRIVSEP_MAX_FDS];
+        int high[GW_PRIVSEP_MAX_FDS + 1];
         for (int i = 0; i < nfds; i++)
             high[i] = fcntl(pairs[i][1], F_DUPFD, 3 + nfds + 16);
         for (int i = 0; i < nfds; i++)
@@ -169,26 +174,29 @@ struct supervised {
     const struct gw_sender_spec *cs; /* NULL: no sender */
     int nfds;
     pid_t gateway, writer, sender;
-    int ctl;        /* the control socket to the gateway */
-    int sender_end; /* the sender's end of its socket; -1 without one */
+    int ctl;                    /* the control socket to the gateway */
+    int sender_end;             /* the sender's end of its socket; -1 without one */
+    struct gw_control *control; /* moatctl's socket (listen_fd -1: none) and the supervisor's own writer socket */
 };
 
 /* The writer exited: a new one, and its sockets to the gateway. */
 static void restart_writer(struct supervised *sv, int st)
 {
-    int ends[GW_PRIVSEP_MAX_FDS];
+    int ends[GW_PRIVSEP_MAX_FDS + 1], own = sv->control->listen_fd >= 0;
 
     log_warnx("supervisor: audit writer exited (%s %d): restarting it", WIFEXITED(st) ? "status" : "signal",
               WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
     sv->writer = -1;
+    gw_control_set_writer(sv->control, -1, -1);
     while (sv->writer < 0) {
         sleep_ms(RESTART_BACKOFF_MS);
-        sv->writer = spawn_writer(sv->ac, sv->nfds, ends);
+        sv->writer = spawn_writer(sv->ac, sv->nfds + own, ends);
     }
     if (moat_send_fds(sv->ctl, ends, (size_t)sv->nfds) != 0)
         log_warn("supervisor: cannot hand the new audit sockets to the gateway");
     for (int i = 0; i < sv->nfds; i++)
         close(ends[i]);
+    gw_control_set_writer(sv->control, sv->writer, own ? ends[sv->nfds] : -1);
 }
 
 /* The sender exited: a new one on the same socket end. */
@@ -207,6 +215,8 @@ static void restart_sender(struct supervised *sv, int st)
  * finish and exit; so does the supervisor, with the gateway's status. */
 static __attribute__((noreturn)) void gateway_exited(struct supervised *sv, int st)
 {
+    gw_control_close(sv->control);
+    gw_control_set_writer(sv->control, -1, -1);
     close(sv->ctl);
     if (sv->sender_end >= 0)
         close(sv->sender_end);
@@ -217,7 +227,8 @@ static __attribute__((noreturn)) void gateway_exited(struct supervised *sv, int 
     exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
 }
 
-/* The supervisor's loop: never returns. */
+/* The supervisor's loop: signals (SIGCHLD: the writer, the sender or the
+ * gateway) and the control socket's clients.  Never returns. */
 static __attribute__((noreturn)) void supervise(struct supervised *sv)
 {
     sigset_t set;
@@ -230,12 +241,17 @@ static __attribute__((noreturn)) void supervise(struct supervised *sv)
     int sfd = signalfd(-1, &set, SFD_CLOEXEC);
     if (sfd < 0)
         fatal("signalfd");
+    sv->control->ctl = sv->ctl;
+    sv->control->gateway = sv->gateway;
     for (;;) {
         struct signalfd_siginfo si;
-        struct pollfd pfd = {sfd, POLLIN, 0};
-        if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+        struct pollfd pfd[1 + GW_CONTROL_MAX_CLIENTS + 1];
+        pfd[0] = (struct pollfd){sfd, POLLIN, 0};
+        int n = 1 + gw_control_pollfds(sv->control, pfd + 1, GW_CONTROL_MAX_CLIENTS + 1);
+        if (poll(pfd, (nfds_t)n, gw_control_timeout(sv->control)) < 0 && errno != EINTR)
             fatal("poll");
-        if (read(sfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+        gw_control_serve(sv->control, pfd + 1, n - 1);
+        if (!(pfd[0].revents & POLLIN) || read(sfd, &si, sizeof(si)) != (ssize_t)sizeof(si))
             continue;
         if (si.ssi_signo != SIGCHLD) {
             /* signals for the gateway (stop, reload) go to it; a reload to the sender too */
@@ -275,11 +291,34 @@ static int sender_socket(const struct gw_sender_spec *cs, int sv[2], char *err, 
     return 0;
 }
 
-int gw_privsep_start(const struct gw_audit_config *ac, const struct gw_sender_spec *cs, int nfds, int *audit_fds, int *ctl_fd,
-                     int *callback_fd, char *err, size_t errlen)
+/* The supervisor keeps only what it uses, renumbered from 3 and
+ * close-on-exec (a restarted writer or sender inherits none of them); above
+ * all not the listening sockets, or connections would queue on them after
+ * the gateway stopped accepting.  fds[i] < 0 stays so. */
+static void keep_only(int *fds, int n)
 {
-    int ctl[2], cb[2] = {-1, -1};
-    struct supervised sv = {ac, cs, nfds, -1, -1, -1, -1, -1};
+    int high[8], next = 3;
+
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0 && (high[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 1024)) < 0)
+            fatal("%s: fcntl", __func__);
+    for (int i = 0; i < n; i++) {
+        if (fds[i] < 0)
+            continue;
+        if (dup3(high[i], next, O_CLOEXEC) != next)
+            fatal("%s: dup3", __func__);
+        fds[i] = next++;
+    }
+    if (syscall(SYS_close_range, (unsigned)next, ~0U, 0) != 0)
+        for (int fd = next; fd < 65536; fd++)
+            close(fd);
+}
+
+int gw_privsep_start(const struct gw_audit_config *ac, const struct gw_sender_spec *cs, int nfds, int *audit_fds, int *ctl_fd,
+                     int *callback_fd, struct gw_control *control, char *err, size_t errlen)
+{
+    int ctl[2], cb[2] = {-1, -1}, ends[GW_PRIVSEP_MAX_FDS + 1], own = control->listen_fd >= 0;
+    struct supervised sv = {ac, cs, nfds, -1, -1, -1, -1, -1, control};
     if (nfds < 1 || nfds > GW_PRIVSEP_MAX_FDS) {
         snprintf(err, errlen, "audit: %d workers is more than %d", nfds, GW_PRIVSEP_MAX_FDS);
         return -1;
@@ -294,10 +333,11 @@ int gw_privsep_start(const struct gw_audit_config *ac, const struct gw_sender_sp
     }
     if (cs != NULL && sender_socket(cs, cb, err, errlen) != 0)
         return -1;
-    if ((sv.writer = spawn_writer(ac, nfds, audit_fds)) < 0) {
+    if ((sv.writer = spawn_writer(ac, nfds + own, ends)) < 0) {
         snprintf(err, errlen, "cannot start the audit writer");
         return -1;
     }
+    memcpy(audit_fds, ends, sizeof(int) * (size_t)nfds);
     if (cs != NULL && (sv.sender = spawn_sender(cs, cb[1])) < 0) {
         snprintf(err, errlen, "cannot start the callback sender");
         return -1;
@@ -310,28 +350,22 @@ int gw_privsep_start(const struct gw_audit_config *ac, const struct gw_sender_sp
         close(ctl[0]);
         if (cb[1] >= 0)
             close(cb[1]);
+        if (own)
+            close(ends[nfds]);
+        gw_control_forget(control);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         *ctl_fd = ctl[1];
         *callback_fd = cb[0];
         return 0; /* the gateway continues: drop privileges, run workers */
     }
-    /* the supervisor keeps its control socket and nothing else: above all
-     * not the listening sockets, or connections would queue on them after
-     * the gateway stopped accepting */
     if (cb[0] >= 0)
         close(cb[0]);
-    /* descriptor 3: the control socket; 4: the sender's end, kept for its restarts */
-    int high_ctl = fcntl(ctl[0], F_DUPFD_CLOEXEC, 16), high_cb = cb[1] >= 0 ? fcntl(cb[1], F_DUPFD_CLOEXEC, 16) : -1;
-    if (high_ctl < 0 || dup2(high_ctl, 3) != 3 || (cb[1] >= 0 && (high_cb < 0 || dup2(high_cb, 4) != 4)))
-        fatal("%s: dup2", __func__);
-    sv.ctl = 3;
-    sv.sender_end = cb[1] >= 0 ? 4 : -1;
-    /* neither goes to a restarted writer or sender by accident */
-    fcntl(3, F_SETFD, FD_CLOEXEC);
-    if (sv.sender_end >= 0)
-        fcntl(4, F_SETFD, FD_CLOEXEC);
-    if (syscall(SYS_close_range, sv.sender_end >= 0 ? 5 : 4, ~0U, 0) != 0)
-        for (int fd = sv.sender_end >= 0 ? 5 : 4; fd < 65536; fd++)
-            close(fd);
+    /* the ctl socket, the sender's end (kept for its restarts), moatctl's socket, the supervisor's writer socket */
+    int keep[4] = {ctl[0], cb[1], control->listen_fd, own ? ends[nfds] : -1};
+    keep_only(keep, 4);
+    sv.ctl = keep[0];
+    sv.sender_end = keep[1];
+    control->listen_fd = keep[2];
+    gw_control_set_writer(control, sv.writer, keep[3]);
     supervise(&sv);
 }

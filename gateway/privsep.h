@@ -56,12 +56,40 @@ struct gw_sender_spec {
  * in the gateway process with one writer socket per worker in audit_fds,
  * the supervisor's control socket in *ctl_fd and the gateway's end of the
  * sender's socket in *callback_fd (-1 without a sender).  The supervisor
- * never returns from here.  -1 with err set if nothing was started.
+ * never returns from here: it also serves control (opened with
+ * gw_control_open, or with listen_fd -1 for none).  -1 with err set if
+ * nothing was started.
  */
+struct gw_control;
 int gw_privsep_start(const struct gw_audit_config *ac, const struct gw_sender_spec *cs, int nfds, int *audit_fds, int *ctl_fd,
-                     int *callback_fd, char *err, size_t errlen);
+                     int *callback_fd, struct gw_control *control, char *err, size_t errlen);
 
-/* In the gateway, a new set of writer sockets sent by the supervisor after
- * it restarted the writer arrives with moat_recv_fds() (moat_io.h). */
+/*
+ * The ctl socketpair (SOCK_SEQPACKET) between the supervisor and the
+ * gateway's main thread carries three kinds of message:
+ *
+ *   supervisor -> gateway  one byte with SCM_RIGHTS: a new set of writer
+ *                          sockets after a writer restart (moat_send_fds;
+ *                          the gateway takes it with moat_recv_fds)
+ *   supervisor -> gateway  struct gw_ctl_msg, type GW_CTL_RELOAD or
+ *                          GW_CTL_STATUS, len 0
+ *   gateway -> supervisor  struct gw_ctl_msg with the same type and seq,
+ *                          status 0 or -1, then len bytes of text: a
+ *                          reload's "generation N" or its error, a
+ *                          status's JSON object
+ *
+ * Every message is at most GW_CONTROL_MSG_MAX bytes.  The supervisor
+ * waits for its answer (bounded) and drops answers to older requests
+ * (seq), so a late one can never pass for the next.
+ */
+#define GW_CTL_MAGIC 0x4c54434du /* "MCTL" */
+enum gw_ctl_type { GW_CTL_RELOAD = 1, GW_CTL_STATUS = 2 };
+struct gw_ctl_msg {
+    uint32_t magic;
+    uint32_t type;
+    uint64_t seq;
+    int32_t status;
+    uint32_t len;
+};
 
 #endif

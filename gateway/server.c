@@ -36,6 +36,8 @@
 #include "fallback.h"
 #include "tls.h"
 
+#include <jansson.h>
+
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
@@ -45,6 +47,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 static int gw_stopping; /* set once by the main thread, read by workers */
@@ -403,26 +407,26 @@ static int same_tls(const struct gw_config *a, const struct gw_config *b)
            same_string(a->tls_client_ca, b->tls_client_ca) && a->tls_require_client_cert == b->tls_require_client_cert;
 }
 
-int gw_server_reload(struct gw_server *srv)
+int gw_server_reload(struct gw_server *srv, char *err, size_t errlen)
 {
     struct gw_config cfg;
     struct gw_generation *cur, *gen;
     SSL_CTX *ssl_ctx;
-    char err[1024];
 
-    if (gw_config_load(srv->config_path, &cfg, err, sizeof(err)) != 0) {
+    if (gw_config_load(srv->config_path, &cfg, err, errlen) != 0) {
         /* after the privilege drop the file is read as the gateway's user */
         log_warnx("reload failed: %s; keeping the running configuration%s", err,
                   strstr(err, strerror(EACCES)) != NULL ? " (the file must be readable by the gateway's user)" : "");
         return -1;
     }
     if (keep_fixed_settings(srv, &cfg) != 0) {
-        log_warnx("reload failed: %s: out of memory; keeping the running configuration", srv->config_path);
+        snprintf(err, errlen, "%s: out of memory", srv->config_path);
+        log_warnx("reload failed: %s; keeping the running configuration", err);
         gw_config_free(&cfg);
         return -1;
     }
     cur = generation_current(srv);
-    if ((ssl_ctx = gw_tls_create(&cfg, err, sizeof(err))) == NULL) {
+    if ((ssl_ctx = gw_tls_create(&cfg, err, errlen)) == NULL) {
         if (!same_tls(&cfg, &cur->cfg)) {
             log_warnx("reload failed: %s; keeping the running configuration", err);
             gw_config_free(&cfg);
@@ -436,7 +440,8 @@ int gw_server_reload(struct gw_server *srv)
         ssl_ctx = cur->ssl_ctx;
     }
     if ((gen = generation_new(&cfg, ssl_ctx, cur->serial + 1)) == NULL) {
-        log_warnx("reload failed: %s: out of memory; keeping the running configuration", srv->config_path);
+        snprintf(err, errlen, "%s: out of memory", srv->config_path);
+        log_warnx("reload failed: %s; keeping the running configuration", err);
         SSL_CTX_free(ssl_ctx);
         gw_config_free(&cfg);
         gw_generation_release(cur);
@@ -448,7 +453,141 @@ int gw_server_reload(struct gw_server *srv)
     generation_publish(srv, gen);
     log_info("%s: %s: configuration reloaded (generation %u: %zu tenants, %zu keys)", __func__, srv->config_path, gen->serial,
              gen->cfg.ntenants, gen->cfg.nkeys);
+    snprintf(err, errlen, "generation %u", gen->serial);
     return 0;
+}
+
+/* ---------------------------------------------------------------- the supervisor's ctl socket */
+
+/* The workers whose watchdog ran within GW_WORKER_ALIVE_MS. */
+static unsigned workers_alive(const struct gw_server *srv)
+{
+    struct timeval tv;
+    uint64_t now;
+    unsigned n = 0;
+
+    gettimeofday(&tv, NULL);
+    now = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+    for (unsigned i = 0; i < srv->nworkers; i++) {
+        uint64_t beat = __atomic_load_n(&srv->workers[i].beat_ms, __ATOMIC_RELAXED);
+        if (beat != 0 && beat + GW_WORKER_ALIVE_MS >= now)
+            n++;
+    }
+    return n;
+}
+
+/* Does the backend's socket accept a connection now?  (A Unix socket's connect does not wait.) */
+static const char *backend_reachable(const struct gw_config *cfg, char *buf, size_t buflen)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+    if (strlen(cfg->backend_socket) >= sizeof(sa.sun_path))
+        snprintf(buf, buflen, "unreachable: socket path too long");
+    else if (fd < 0)
+        snprintf(buf, buflen, "unreachable: socket: %s", strerror(errno));
+    else if (memcpy(sa.sun_path, cfg->backend_socket, strlen(cfg->backend_socket) + 1),
+             connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 && errno != EINPROGRESS && errno != EAGAIN)
+        snprintf(buf, buflen, "unreachable: %s: %s", cfg->backend_socket, strerror(errno));
+    else
+        snprintf(buf, buflen, "ok");
+    if (fd >= 0)
+        close(fd);
+    return buf;
+}
+
+/* GW_CTL_STATUS: the gateway's side of moatctl status, as JSON. */
+static int ctl_status(struct gw_server *srv, char *out, size_t outlen)
+{
+    struct gw_generation *gen = generation_current(srv);
+    char backend[512];
+    int audit_ok = 1;
+    json_t *o;
+    char *text;
+
+    for (unsigned i = 0; i < srv->nworkers; i++)
+        audit_ok &= __atomic_load_n(&srv->workers[i].audit.sock, __ATOMIC_RELAXED) != NULL;
+    o = json_pack("{s:i, s:i, s:i, s:s, s:b, s:I}", "generation", (int)gen->serial, "workers", (int)srv->nworkers, "workers_alive",
+                  (int)workers_alive(srv), "backend", backend_reachable(&gen->cfg, backend, sizeof(backend)), "audit_connected",
+                  audit_ok, "keys", (json_int_t)gen->cfg.nkeys);
+    gw_generation_release(gen);
+    text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (text == NULL || strlen(text) >= outlen) {
+        free(text);
+        snprintf(out, outlen, "out of memory");
+        return -1;
+    }
+    snprintf(out, outlen, "%s", text);
+    free(text);
+    return 0;
+}
+
+/* A request from the supervisor: do it, answer with the same type and seq. */
+static void ctl_request(struct gw_server *srv, const struct gw_ctl_msg *m)
+{
+    char msg[GW_CONTROL_MSG_MAX];
+    struct gw_ctl_msg *r = (struct gw_ctl_msg *)(void *)msg;
+    char *text = msg + sizeof(*r);
+    size_t room = sizeof(msg) - sizeof(*r);
+
+    memset(r, 0, sizeof(*r));
+    r->magic = GW_CTL_MAGIC;
+    r->type = m->type;
+    r->seq = m->seq;
+    if (m->type == GW_CTL_RELOAD) {
+        log_info("%s: the supervisor asks for a reload of %s (moatctl)", __func__, srv->config_path);
+        r->status = gw_server_reload(srv, text, room);
+    } else if (m->type == GW_CTL_STATUS) {
+        r->status = ctl_status(srv, text, room);
+    } else {
+        r->status = -1;
+        snprintf(text, room, "unknown request type %u", (unsigned)m->type);
+    }
+    r->len = (uint32_t)strnlen(text, room - 1);
+    if (write(srv->audit_ctl, msg, sizeof(*r) + r->len) < 0)
+        log_warn("%s: cannot answer the supervisor", __func__);
+}
+
+/*
+ * The ctl socket is readable: writer sockets (one byte with descriptors)
+ * or a request (struct gw_ctl_msg).  Peek first: moat_recv_fds consumes
+ * whatever it is given.
+ */
+static void ctl_readable(struct gw_server *srv, short revents)
+{
+    union {
+        struct gw_ctl_msg m;
+        char bytes[GW_CONTROL_MSG_MAX];
+    } buf;
+    struct iovec iov = {buf.bytes, sizeof(buf.bytes)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    ssize_t n = recvmsg(srv->audit_ctl, &mh, MSG_PEEK | MSG_DONTWAIT);
+
+    if (n == 1) {
+        int fds[GW_PRIVSEP_MAX_FDS];
+        if (moat_recv_fds(srv->audit_ctl, fds, srv->nworkers) == 0) {
+            for (unsigned i = 0; i < srv->nworkers; i++) {
+                int old = __atomic_exchange_n(&srv->workers[i].audit_pending_fd, fds[i], __ATOMIC_ACQ_REL);
+                if (old >= 0)
+                    close(old);
+            }
+        }
+        return;
+    }
+    if (n > 1) {
+        n = recvmsg(srv->audit_ctl, &mh, MSG_DONTWAIT);
+        if (n == (ssize_t)sizeof(buf.m) && buf.m.magic == GW_CTL_MAGIC && buf.m.len == 0)
+            ctl_request(srv, &buf.m);
+        else
+            log_warnx("%s: a malformed message from the supervisor (%zd bytes): ignored", __func__, n);
+        return;
+    }
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || (revents & POLLHUP)) {
+        log_warnx("%s: the supervisor went away", __func__);
+        close(srv->audit_ctl);
+        srv->audit_ctl = -1;
+    }
 }
 
 /* ---------------------------------------------------------------- main thread */
@@ -494,20 +633,8 @@ int gw_server_run(struct gw_server *srv)
                 continue;
             fatal("%s: poll", __func__);
         }
-        if (srv->audit_ctl >= 0 && (pfd[1].revents & (POLLIN | POLLHUP))) {
-            int fds[GW_PRIVSEP_MAX_FDS];
-            if (moat_recv_fds(srv->audit_ctl, fds, srv->nworkers) == 0) {
-                for (i = 0; i < srv->nworkers; i++) {
-                    int old = __atomic_exchange_n(&srv->workers[i].audit_pending_fd, fds[i], __ATOMIC_ACQ_REL);
-                    if (old >= 0)
-                        close(old);
-                }
-            } else if (pfd[1].revents & POLLHUP) {
-                log_warnx("%s: the supervisor went away", __func__);
-                close(srv->audit_ctl);
-                srv->audit_ctl = -1;
-            }
-        }
+        if (srv->audit_ctl >= 0 && (pfd[1].revents & (POLLIN | POLLHUP)))
+            ctl_readable(srv, pfd[1].revents);
         if (!(pfd[0].revents & POLLIN))
             continue;
         struct signalfd_siginfo si;
@@ -517,7 +644,8 @@ int gw_server_run(struct gw_server *srv)
         if (sig != SIGHUP)
             break;
         log_info("%s: SIGHUP received, reloading %s", __func__, srv->config_path);
-        gw_server_reload(srv);
+        char err[1024];
+        gw_server_reload(srv, err, sizeof(err));
     }
     log_info("%s: %s received, shutting down", __func__, sig == SIGTERM ? "SIGTERM" : "SIGINT");
     __atomic_store_n(&gw_stopping, 1, __ATOMIC_RELEASE);

@@ -76,6 +76,7 @@ struct gw_worker {
     uint64_t ready_ms;             /* the last /readyz that found the backend answering (loop time); 0: never */
     uint64_t xff_logged_ms;        /* an ignored X-Forwarded-For was last logged (loop time) */
     int audit_pending_fd;          /* a replacement writer socket from the main thread (atomic; -1 none) */
+    uint64_t beat_ms;              /* the watchdog's last run (loop time; __atomic): moatctl status */
 };
 
 struct gw_server {
@@ -92,7 +93,7 @@ struct gw_server {
     unsigned nworkers;
     int audit_enabled;
     int *audit_fds;            /* one writer socket per worker, from the supervisor (privsep.c) */
-    int audit_ctl;             /* the supervisor's control socket: replacement writer sockets arrive here; -1 none */
+    int audit_ctl;             /* the supervisor's ctl socket (privsep.h): writer sockets, reload and status requests; -1 none */
     pthread_barrier_t drained; /* workers + main thread, after draining */
 };
 
@@ -122,9 +123,10 @@ int gw_server_run(struct gw_server *srv);
 /*
  * Read the configuration file again, build a new TLS context and publish
  * both as the next generation.  On any error the running generation stays
- * and "reload failed: FILE:LINE: reason" is logged.  0 or -1.
+ * and "reload failed: FILE:LINE: reason" is logged.  0 (err: "generation
+ * N") or -1 (err: the reason).
  */
-int gw_server_reload(struct gw_server *srv);
+int gw_server_reload(struct gw_server *srv, char *err, size_t errlen);
 
 /*
  * Called on a worker's own thread (before each request and accept, and by

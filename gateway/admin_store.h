@@ -1,0 +1,45 @@
+/*
+ * admin_store.h - where moatctl's tenants, keys and issuers are kept: one
+ * small interface (lock, read, stage, commit, unlock) and its file
+ * implementation (admin_store.c).  A Redis store shared by several
+ * gateways would be a second implementation of the same operations.
+ */
+#ifndef GW_ADMIN_STORE_H
+#define GW_ADMIN_STORE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+struct admin_store;
+
+struct admin_store_ops {
+    /* Exclusive access until unlock (other moatctl runs, other supervisors on the same store).  0 or -1. */
+    int (*lock)(struct admin_store *s, char *err, size_t errlen);
+    /* The current document (an empty store if there is none yet), checked (admin_store_check); NULL with err. */
+    json_t *(*read)(struct admin_store *s, char *err, size_t errlen);
+    /* Write doc as the candidate, durable, at s->staged (the path the configuration parser checks).  0 or -1. */
+    int (*stage)(struct admin_store *s, const json_t *doc, char *err, size_t errlen);
+    /* The candidate becomes the store, atomically.  0 or -1 (the store is then unchanged). */
+    int (*commit)(struct admin_store *s, char *err, size_t errlen);
+    /* Drop a candidate not committed and release the lock. */
+    void (*unlock)(struct admin_store *s);
+};
+
+struct admin_store {
+    const struct admin_store_ops *ops;
+    char *path;   /* the store */
+    char *staged; /* the candidate, while one is staged; NULL otherwise */
+    char *temp;   /* where the candidate is written */
+    char *lock_path;
+    int lock_fd;
+    uid_t owner; /* the gateway's user reads the store after its privilege drop */
+    gid_t group;
+};
+
+/* The store in the file path, owned by owner:group (mode 0600).  0 or -1 (out of memory). */
+int admin_store_file_init(struct admin_store *s, const char *path, uid_t owner, gid_t group);
+void admin_store_file_free(struct admin_store *s);
+
+#endif

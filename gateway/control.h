@@ -1,0 +1,69 @@
+/*
+ * control.h - the supervisor's control socket for moatctl (control.c).
+ */
+#ifndef GW_CONTROL_H
+#define GW_CONTROL_H
+
+#include <poll.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "admin_store.h"
+#include "config.h"
+#include "gw_limits.h"
+
+struct gw_control_client {
+    int fd; /* -1: free */
+    uid_t uid;
+    pid_t pid;
+    uint64_t deadline_ms; /* monotonic */
+    char *in;             /* the request as read so far */
+    size_t in_len;
+    char *out; /* the reply, once there is one */
+    size_t out_len, out_off;
+};
+
+struct gw_control {
+    int listen_fd; /* -1: no control section (nothing below is used) */
+    char *socket_path;
+    char *config_path;
+    uid_t users[GW_CONTROL_MAX_USERS]; /* allowed besides root */
+    size_t nusers;
+    struct admin_store store;
+    int audit_fd; /* the supervisor's own socket to the audit writer; -1 while there is none */
+    uint64_t audit_tag;
+    int ctl; /* the ctl socketpair's supervisor end (privsep.h) */
+    uint64_t ctl_seq;
+    pid_t gateway, writer;
+    struct gw_control_client clients[GW_CONTROL_MAX_CLIENTS];
+};
+
+/*
+ * As root, before the supervisor forks: with a control section, check the
+ * socket's directory, remove a stale socket left by a crash (never a live
+ * one, never anything but a socket), bind and listen with the section's
+ * mode and group, look up the allowed users and the gateway's user (the
+ * store's owner).  Without one, c->listen_fd is -1.  0, or -1 with err.
+ */
+int gw_control_open(struct gw_control *c, const struct gw_config *cfg, const char *config_path, char *err, size_t errlen);
+
+/* In the gateway after the fork: its copy of the listening socket goes. */
+void gw_control_forget(struct gw_control *c);
+
+/* The supervisor's poll set: the listener while there is room, each client; returns how many were filled. */
+int gw_control_pollfds(struct gw_control *c, struct pollfd *pfd, int max);
+
+/* After poll: serve what is ready (pfd as filled by gw_control_pollfds), drop clients past their deadline. */
+void gw_control_serve(struct gw_control *c, const struct pollfd *pfd, int n);
+
+/* Milliseconds until the next client deadline; -1 if none. */
+int gw_control_timeout(const struct gw_control *c);
+
+/* A new audit writer: its socket for the supervisor's own records (the old one is closed). */
+void gw_control_set_writer(struct gw_control *c, pid_t writer, int audit_fd);
+
+/* The supervisor is ending: remove the socket file. */
+void gw_control_close(struct gw_control *c);
+
+#endif
