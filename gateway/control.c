@@ -161,8 +161,8 @@ static int lookup_ids(struct gw_control *c, const struct gw_config *cfg, gid_t *
 
 int gw_control_open(struct gw_control *c, const struct gw_config *cfg, const char *config_path, char *err, size_t errlen)
 {
-    uid_t gw_uid;
-    gid_t group, gw_gid;
+    uid_t gw_uid = (uid_t)-1;
+    gid_t group = 0, gw_gid = (gid_t)-1;
 
     memset(c, 0, sizeof(*c));
     c->listen_fd = c->audit_fd = c->ctl = -1;
