@@ -120,6 +120,8 @@ static int parse_authority(const char *a, size_t n, struct cb_url *out, char *er
         out->host[hlen] = '\0';
         if (inet_pton(AF_INET, out->host, &v4) == 1)
             out->ip = 4;
+        else if (inet_aton(out->host, &v4) != 0) /* "0x7f.1", "2130706433": an address to the resolver */
+            return moat_errf(err, errlen, "the host is numeric but not an IPv4 address in dotted-quad form");
         else if (check_name(out->host, err, errlen) != 0)
             return -1;
         if (colon != NULL)

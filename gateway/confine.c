@@ -229,7 +229,8 @@ static int add_extra(scmp_filter_ctx ctx, const char *const *extra, size_t n, co
         }
     }
     for (size_t i = 0; i < nf; i++) {
-        if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i])) != 0) {
+        const struct scmp_arg_cmp family = {.arg = 0, .op = SCMP_CMP_EQ, .datum_a = (scmp_datum_t)families[i], .datum_b = 0};
+        if (seccomp_rule_add_array(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, &family) != 0) {
             snprintf(err, errlen, "seccomp: cannot allow sockets of family %d", families[i]);
             return -1;
         }

@@ -46,16 +46,6 @@
 
 /* ------------------------------------------------------------- helpers */
 
-int judge0_errf(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* A JSON string of len bytes as base64, or null for NULL data. */
 static json_t *b64_json(const void *data, size_t len)
 {

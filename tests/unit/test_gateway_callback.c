@@ -185,6 +185,8 @@ static void test_url_form(void **state)
         "https://a_b.com/",
         "https://2130706433/", /* 127.0.0.1 to inet_aton */
         "https://0x7f.1/",
+        "https://0x5/", /* found by fuzz_callback: 0.0.0.5 to inet_aton */
+        "https://0x7f000001/",
         "https://127.1/",
         "https://017700000001/",
         "https://[::1/",
