@@ -109,6 +109,10 @@
 /* A submission's additional_files (a zip) unpacks to at most this much
  * (the tenant's max_code_bytes then applies to all its files together). */
 #define GW_JUDGE0_ZIP_MAX_BYTES (16u * 1024u * 1024u)
+/* Entries of a batch compiled once (judge0_handlers.c): each case's wall
+ * limit plus this much (its box's start and end) must fit in the cases'
+ * wall budget, or a new group starts. */
+#define GW_JUDGE0_GROUP_CASE_MARGIN_MS 1000u
 /* A submission's number_of_runs: at most this many runs of one compile
  * (test cases of the exec request, each in a fresh box; at most MOAT_MAX_TESTS). */
 #define GW_JUDGE0_MAX_RUNS 20

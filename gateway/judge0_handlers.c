@@ -20,7 +20,9 @@
  * max_running runs at once), showing "In Queue", then "Processing" while
  * its detached backend call runs, and its end is recorded and kept like a
  * synchronous result (async_run below).  A batch's entries are queued the
- * same way, each on its own.  Room in the queue is reserved in step 7,
+ * same way, each on its own, except that entries of one compiled program
+ * are one job compiled once, a test case each (async_group below).  Room
+ * in the queue is reserved in step 7,
  * before the decision record (a batch fits whole or is refused whole), and
  * a queued submission holds no in-flight slot: the slot admission took
  * goes back in step 7, and its run's CPU time is charged to the tenant's
@@ -572,9 +574,23 @@ struct async_run {
     struct moat_exec_request ereq;
     char *record; /* the finished record, kept once its audit record is durable */
     size_t record_len;
+    struct async_group *group;              /* a member of a batch's group compiled once (below), or NULL */
+    size_t case_index;                      /* its test case in the group's job */
+    size_t group_size;                      /* its group's members; 0: none (kept when it leaves one) */
+    char group_first[JUDGE0_TOKEN_LEN + 1]; /* the token of its group's first member */
 };
 
+/* What the records say of a's group: {first, size, case}, or NULL (none). */
+static json_t *group_json(const struct async_run *a)
+{
+    if (a->group_size == 0)
+        return NULL;
+    return json_pack("{s:s, s:I, s:I}", "first", a->group_first, "size", (json_int_t)a->group_size, "case",
+                     (json_int_t)a->case_index);
+}
+
 static void async_begin(struct async_run *a);
+static void group_member_gone(struct async_group *g);
 
 static unsigned max_running(const struct gw_worker *w)
 {
@@ -583,6 +599,8 @@ static unsigned max_running(const struct gw_worker *w)
 
 static void async_destroy(struct async_run *a)
 {
+    if (a->group != NULL)
+        group_member_gone(a->group);
     judge0_request_free(&a->j);
     moat_exec_request_free(&a->ereq);
     moat_buf_free(&a->frame);
@@ -725,8 +743,9 @@ static void async_record(struct async_run *a, const struct moat_exec_result *res
         packet = gw_audit_packet(&who, &a->ereq, a->j.metadata, a->record, &plen); /* every field, texts in base64 */
     }
     json_object_set_new(b, "judge0",
-                        json_pack("{s:s, s:O?, s:{s:I, s:I}}", "token", a->token, "status", json_object_get(rec, "status"), "queue",
-                                  "seq", (json_int_t)a->item.seq, "ahead", (json_int_t)a->item.ahead));
+                        json_pack("{s:s, s:O?, s:{s:I, s:I}, s:o*}", "token", a->token, "status", json_object_get(rec, "status"),
+                                  "queue", "seq", (json_int_t)a->item.seq, "ahead", (json_int_t)a->item.ahead, "group",
+                                  group_json(a)));
     text = gw_audit_dump(b, &len);
     json_decref(b);
     if (text == NULL) {
@@ -791,38 +810,46 @@ static void on_entry_decision(void *arg, int ok, uint64_t seq)
     async_free(a);
 }
 
-/* A run's start: a batch entry's decision record first (fail closed). */
-static void async_begin(struct async_run *a)
+/* A batch entry's decision record, its durability reported to cb(arg);
+ * group (taken): the group it is compiled with, or NULL.  -1 out of memory
+ * (nothing submitted). */
+static int async_decide(struct async_run *a, json_t *group, gw_audit_cb cb, void *arg)
 {
     struct gw_audit_who who;
     size_t len;
     json_t *b;
     char *text;
 
-    if (!a->own_decision || !a->worker->audit.enabled) {
-        async_start(a);
-        return;
-    }
     async_who(a, &who);
     if ((b = gw_audit_base(&who, "request")) == NULL) {
-        async_keep_failure(a, "out of memory");
-        async_free(a);
-        return;
+        json_decref(group);
+        return -1;
     }
     gw_audit_add_decision(b, "allowed", NULL, NULL, 200, NULL);
     gw_audit_add_request(b, &a->ereq, a->frame.data + MOAT_FRAME_HEADER_SIZE, a->frame.len - MOAT_FRAME_HEADER_SIZE);
     json_object_set_new(b, "judge0",
-                        json_pack("{s:s, s:I, s:s, s:s*}", "token", a->token, "language_id", (json_int_t)a->j.language_id, "batch",
-                                  a->parent_id, "callback_url", a->j.callback_url));
+                        json_pack("{s:s, s:I, s:s, s:s*, s:o*}", "token", a->token, "language_id", (json_int_t)a->j.language_id,
+                                  "batch", a->parent_id, "callback_url", a->j.callback_url, "group", group));
     text = gw_audit_dump(b, &len);
     json_decref(b);
-    if (text == NULL) {
-        async_keep_failure(a, "out of memory");
-        async_free(a);
+    if (text == NULL)
+        return -1;
+    gw_audit_submit(&a->worker->audit, text, len, NULL, 0, cb, arg);
+    free(text);
+    return 0;
+}
+
+/* A run's start: a batch entry's decision record first (fail closed). */
+static void async_begin(struct async_run *a)
+{
+    if (!a->own_decision || !a->worker->audit.enabled) {
+        async_start(a);
         return;
     }
-    gw_audit_submit(&a->worker->audit, text, len, NULL, 0, on_entry_decision, a);
-    free(text);
+    if (async_decide(a, NULL, on_entry_decision, a) != 0) {
+        async_keep_failure(a, "out of memory");
+        async_free(a);
+    }
 }
 
 static void on_dispatch(struct jq_item *it, void *ctx);
@@ -909,6 +936,268 @@ static enum gw_flow start_async(struct gw_request *r, struct submission *s)
     return GW_NEXT;
 }
 
+/* ------------------------------------------- batches of one source: compiled once */
+
+/*
+ * Entries of a batch that share a compiled program (the same language,
+ * source, additional files, compiler options and compile and rlimit
+ * limits: the same request but for stdin, arguments and run limits) are
+ * one job: one compile stage, then one test case per entry, each in a
+ * fresh box (job.c), each judged here as its own submission.  The group is
+ * one item of the queue; its members are async_runs that never run on
+ * their own: at its turn each shows "Processing" and records its decision
+ * (all durable before the job starts: fail closed), and when the job
+ * answers, each member's result is the compile stage with its own case as
+ * the run, recorded and kept like any run's.  A member the job did not
+ * reach (the job's wall budget ran out, which the grouping's margin makes
+ * rare) is queued again on its own; if the queue has no room it becomes
+ * an Internal Error saying so.  The group lives until its last member is
+ * freed; everything happens on the thread of the worker that started it.
+ */
+struct async_group {
+    struct jq_item item; /* first: the queue's item is the group */
+    struct gw_worker *worker;
+    int started; /* counts against max_running until the job answers */
+    size_t n, left;
+    size_t decided, undecided; /* decision records answered; of those, not durable */
+    struct async_run *m[JUDGE0_BATCH_MAX];
+    struct moat_buf frame; /* the job: the first member's request with a case per member */
+    uint64_t job_id;
+    char socket[GW_MAX_PATH_LEN + 1];
+};
+
+static void group_free(struct async_group *g)
+{
+    moat_buf_free(&g->frame);
+    free(g);
+}
+
+/* A member is freed; the last one frees the group. */
+static void group_member_gone(struct async_group *g)
+{
+    if (--g->left == 0)
+        group_free(g);
+}
+
+static void group_ran(struct async_group *g)
+{
+    if (!g->started)
+        return;
+    g->started = 0;
+    judge0_queue_done(judge0_queue_default(), g->worker, max_running(g->worker));
+}
+
+/* Every member not yet started fails with why (fail closed). */
+static void group_fail(struct async_group *g, size_t from, const char *why)
+{
+    for (size_t i = from; i < g->n; i++) {
+        async_keep_failure(g->m[i], why);
+        async_free(g->m[i]);
+    }
+}
+
+/* The queue stopped before the group's turn: its members stay "In Queue". */
+static void group_discard(struct jq_item *it)
+{
+    struct async_group *g = (struct async_group *)it;
+    size_t n = g->n;
+
+    for (size_t i = 0; i < n; i++)
+        async_destroy(g->m[i]); /* the last frees g */
+}
+
+/* Member a's result: the job's compile stage, and its case (i) as the
+ * run; none when the compile failed (then no case ran). */
+static void group_member_result(struct async_run *a, size_t i, const struct moat_exec_result *res)
+{
+    struct moat_exec_result view = *res;
+    json_t *rec;
+
+    memset(&view.run, 0, sizeof(view.run));
+    if (i < res->ntests)
+        view.run = res->tests[i];
+    view.tests = NULL;
+    view.ntests = 0;
+    a->cpu_ms = (i == 0 && res->compile.present ? res->compile.cpu_ms : 0) + view.run.cpu_ms;
+    if ((rec = judge0_submission_record(a->token, a->created_ms, wall_ms(), &a->j, &a->ereq, &view, a->lang_name)) == NULL) {
+        async_keep_failure(a, "out of memory");
+        async_free(a);
+        return;
+    }
+    async_record(a, &view, rec, NULL);
+    json_decref(rec);
+}
+
+/* A member the job did not reach: queued again on its own, or failed. */
+static void group_member_again(struct async_run *a)
+{
+    const struct gw_submissions_config *c = &a->worker->cfg->submissions;
+    const struct jq_caps caps = {(unsigned)c->max_running, c->queue_max, c->queue_max_per_tenant};
+    struct async_group *g = a->group;
+
+    if (judge0_queue_reserve(judge0_queue_default(), a->tenant, 1, &caps) != JQ_OK) {
+        async_keep_failure(a, "its batch's shared job ran out of wall time before this submission, and the queue has no room "
+                              "to run it alone: submit it again");
+        async_free(a);
+        return;
+    }
+    a->group = NULL; /* on its own now */
+    group_member_gone(g);
+    a->own_decision = 0; /* recorded with the group */
+    async_enqueue(a);
+}
+
+/* Did the job's compile stage (if any) succeed, so that its cases ran? */
+static int compiled(const struct moat_exec_result *res)
+{
+    const struct moat_stage_result *c = &res->compile;
+
+    return !c->present || (c->status == MOAT_STATUS_OK && (!c->has_code || c->code == 0));
+}
+
+static void on_group_result(void *data, enum backend_status status, const struct backend_reply *reply)
+{
+    struct async_group *g = data;
+    size_t n = g->n, reached = n;
+    struct async_run *m[JUDGE0_BATCH_MAX];
+    const char *failure;
+
+    group_ran(g);
+    memcpy(m, g->m, n * sizeof(m[0])); /* g goes with its last member */
+    if (status == BACKEND_OK && reply->hdr.type == MOAT_MSG_EXEC_RESULT) {
+        const struct moat_exec_result *res = &reply->u.result;
+        if (compiled(res) && res->ntests < n)
+            reached = res->ntests;
+        for (size_t i = 0; i < n; i++) /* members held in m: g may go with the last of them */
+            if (i < reached)
+                group_member_result(m[i], i, res);
+            else
+                group_member_again(m[i]);
+        return;
+    }
+    failure = status == BACKEND_OK && reply->hdr.type == MOAT_MSG_ERROR && reply->u.error.message != NULL ? reply->u.error.message
+              : status == BACKEND_TIMEOUT                                                                 ? "backend timed out"
+              : status == BACKEND_UNAVAILABLE                                                             ? "backend unavailable"
+                                              : "bad reply from backend";
+    for (size_t i = 0; i < n; i++) {
+        json_t *rec = failure_record(m[i], failure);
+        if (rec == NULL) {
+            async_free(m[i]);
+            continue;
+        }
+        async_record(m[i], NULL, rec, failure);
+        json_decref(rec);
+    }
+}
+
+/* Every member's decision record is durable (or one is not): the job, or
+ * every member fails (fail closed). */
+static void group_decided(struct async_group *g)
+{
+    if (g->undecided > 0) {
+        group_ran(g);
+        group_fail(g, 0, "audit log unavailable: request refused");
+        return;
+    }
+    backend_call(NULL, g->worker->ctx.loop, &g->worker->group_timeout, g->socket, &g->frame, g->job_id, on_group_result, g);
+}
+
+static void on_member_decision(void *arg, int ok, uint64_t seq)
+{
+    struct async_group *g = arg;
+
+    (void)seq;
+    g->undecided += !ok;
+    if (++g->decided == g->n)
+        group_decided(g);
+}
+
+/* The members' decision records, all at once (the writer makes them
+ * durable together); the job when the last is. */
+static void group_decide(struct async_group *g)
+{
+    if (!g->worker->audit.enabled) {
+        group_decided(g);
+        return;
+    }
+    for (size_t i = 0; i < g->n; i++)
+        if (async_decide(g->m[i], group_json(g->m[i]), on_member_decision, g) != 0) {
+            g->undecided++; /* counted as answered: out of memory */
+            if (++g->decided == g->n)
+                group_decided(g);
+        }
+}
+
+/* The group's turn (the queue's start, on ctx's thread). */
+static void on_group_dispatch(struct jq_item *it, void *ctx)
+{
+    struct async_group *g = (struct async_group *)it;
+
+    g->worker = ctx;
+    g->started = 1;
+    for (size_t i = 0; i < g->n; i++) {
+        g->m[i]->worker = ctx;
+        g->m[i]->item.seq = g->item.seq;
+        g->m[i]->item.ahead = g->item.ahead;
+        async_show(g->m[i], JUDGE0_PROCESSING);
+    }
+    group_decide(g);
+}
+
+/*
+ * What makes entries one job: their requests without stdin, arguments and
+ * run limits, encoded (the same bytes: the same compile and the same
+ * boxes).  0 with out filled, -1 out of memory.
+ */
+static int compile_key(const struct moat_exec_request *e, struct moat_buf *out)
+{
+    struct moat_exec_request k = *e; /* borrowed: only encoded */
+    const char *why = NULL;
+
+    k.stdin_data = NULL;
+    k.stdin_len = 0;
+    k.args = NULL;
+    k.nargs = 0;
+    k.run_timeout_ms = k.run_memory_bytes = k.run_cpu_ms = -1;
+    k.tests = NULL;
+    k.ntests = 0;
+    k.tests_wall_ms = 0;
+    memset(out, 0, sizeof(*out));
+    return moat_encode_exec_request(out, 0, &k, &why);
+}
+
+/* The group's job: the first member's request with one case per member,
+ * run limits the largest of theirs (a case may only lower them), the
+ * cases' wall budget the gateway's.  0, or -1. */
+static int group_frame(struct async_group *g, uint64_t budget_ms)
+{
+    struct moat_exec_request job = g->m[0]->ereq; /* borrowed: only encoded */
+    struct moat_test_case cases[JUDGE0_BATCH_MAX];
+    const char *why = NULL;
+
+    memset(cases, 0, sizeof(cases));
+    for (size_t i = 0; i < g->n; i++) {
+        const struct moat_exec_request *e = &g->m[i]->ereq;
+        cases[i] = (struct moat_test_case){e->stdin_data,     e->stdin_len,        e->args,      e->nargs,
+                                           e->run_timeout_ms, e->run_memory_bytes, e->run_cpu_ms};
+        job.run_timeout_ms = e->run_timeout_ms > job.run_timeout_ms ? e->run_timeout_ms : job.run_timeout_ms;
+        job.run_memory_bytes = e->run_memory_bytes > job.run_memory_bytes ? e->run_memory_bytes : job.run_memory_bytes;
+        if (e->run_cpu_ms <= 0 || job.run_cpu_ms <= 0)
+            job.run_cpu_ms = -1; /* one without a CPU limit: the job asks none, the case does as it asked */
+        else if (e->run_cpu_ms > job.run_cpu_ms)
+            job.run_cpu_ms = e->run_cpu_ms;
+    }
+    job.stdin_data = NULL;
+    job.stdin_len = 0;
+    job.args = NULL;
+    job.nargs = 0;
+    job.tests = cases;
+    job.ntests = g->n;
+    job.tests_wall_ms = (int64_t)budget_ms;
+    g->job_id = backend_next_job_id();
+    return moat_encode_exec_request(&g->frame, g->job_id, &job, &why);
+}
+
 /* ---------------------------------------------------------------- batches */
 
 /* POST /submissions/batch: each entry parsed and judged on its own; the
@@ -916,6 +1205,9 @@ static enum gw_flow start_async(struct gw_request *r, struct submission *s)
  * request id and records, once the queue has room for all of them. */
 struct batch_entry {
     int accepted;
+    int compiled;      /* its language has a compile stage */
+    int first;         /* the index of its group's first entry (itself: first or alone) */
+    size_t group_size; /* a group's first entry: its members; else 0 */
     struct judge0_request j;
     struct moat_exec_request ereq;
     struct moat_buf frame;
@@ -928,11 +1220,11 @@ struct batch_entry {
 
 struct batch {
     struct judge0_query q;
-    json_t *items;   /* the entries as sent */
-    json_t *answers; /* Judge0's answer: {"token"} or the entry's errors, in order */
-    size_t n, naccepted;
+    json_t *items;               /* the entries as sent */
+    json_t *answers;             /* Judge0's answer: {"token"} or the entry's errors, in order */
+    size_t n, naccepted, nitems; /* entries, accepted ones, queue items (groups count one) */
     int asked_table;
-    size_t reserved; /* room in the queue, until each entry is queued */
+    size_t reserved; /* room in the queue, until each item is queued */
     char tenant[GW_MAX_TENANT_NAME + 1];
     struct batch_entry e[JUDGE0_BATCH_MAX];
 };
@@ -974,6 +1266,8 @@ static json_t *batch_entry(struct gw_request *r, struct batch *b, json_t *item, 
         return json_pack("{s:s}", "error", err);
     if (judge_submission(r, &e->j, &e->ereq, e->lang_name, sizeof(e->lang_name), &no) != 0)
         return no.fields != NULL ? no.fields : json_pack("{s:s}", "error", no.message);
+    const struct moat_runtime *rt = gw_runtime_table_pick(r->worker, e->j.lang->moat, "*");
+    e->compiled = rt != NULL && rt->compiled;
     e->job_id = backend_next_job_id();
     if (moat_encode_exec_request(&e->frame, e->job_id, &e->ereq, &why) != 0 || RAND_bytes(rnd, sizeof(rnd)) != 1)
         return json_pack("{s:s}", "error", why != NULL ? why : "no random bytes for a token");
@@ -982,6 +1276,62 @@ static json_t *batch_entry(struct gw_request *r, struct batch *b, json_t *item, 
     e->created_ms = wall_ms();
     e->accepted = 1;
     return json_pack("{s:s}", "token", e->token);
+}
+
+/* May e join a group whose job has used *sum of the budget? */
+static int groupable(const struct batch_entry *e)
+{
+    /* a compiled program, run once, without interleaved output (cases keep none), a wall limit known */
+    return e->accepted && e->compiled && e->ereq.ntests == 0 && !e->j.redirect_stderr && e->ereq.run_timeout_ms > 0;
+}
+
+/*
+ * Which accepted entries are one job (e->first, e->group_size), and how
+ * many queue items the batch is (b->nitems): entries with the same compile
+ * key, in order, as long as their wall limits (each with a margin for its
+ * box) fit in the cases' budget; past it a new group starts.  0, or -1
+ * out of memory.
+ */
+static int batch_groups(struct batch *b)
+{
+    struct moat_buf key[JUDGE0_BATCH_MAX];
+    uint64_t used[JUDGE0_BATCH_MAX] = {0};
+    int rc = 0;
+
+    memset(key, 0, sizeof(key));
+    b->nitems = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        struct batch_entry *e = &b->e[i];
+        uint64_t cost = (uint64_t)e->ereq.run_timeout_ms + GW_JUDGE0_GROUP_CASE_MARGIN_MS;
+        e->first = (int)i;
+        e->group_size = 0;
+        if (!e->accepted)
+            continue;
+        if (!groupable(e) || compile_key(&e->ereq, &key[i]) != 0) {
+            rc = groupable(e) ? -1 : rc;
+            b->nitems++;
+            continue;
+        }
+        const uint64_t budget = MOAT_MAX_TESTS_WALL_MS; /* the gateway waits for it that much longer (group_timeout) */
+        for (size_t k = 0; k < i; k++) {
+            struct batch_entry *f = &b->e[k];
+            if (f->first != (int)k || f->group_size == 0 || f->group_size == JUDGE0_BATCH_MAX || used[k] + cost > budget ||
+                key[k].len != key[i].len || memcmp(key[k].data, key[i].data, key[i].len) != 0)
+                continue;
+            e->first = (int)k;
+            f->group_size++;
+            used[k] += cost;
+            break;
+        }
+        if (e->first == (int)i) { /* a group of its own, so far */
+            e->group_size = 1;
+            used[i] = cost;
+            b->nitems++;
+        }
+    }
+    for (size_t i = 0; i < b->n; i++)
+        moat_buf_free(&key[i]);
+    return rc;
 }
 
 /* Step 7: the body, the runtime table, every entry. */
@@ -1024,7 +1374,9 @@ static enum gw_flow batch_submit_prepare(struct gw_request *r)
     if (b->naccepted == 0)
         return refuse(r, 422, GW_REASON_FILTER, "no submission of the batch was accepted",
                       json_pack("{s:O}", "submissions", b->answers));
-    return queue_room(r, b->naccepted, &b->reserved, b->tenant); /* all or none */
+    if (batch_groups(b) != 0)
+        return gw_deny(r, 500, GW_REASON_FILTER, "out of memory");
+    return queue_room(r, b->nitems, &b->reserved, b->tenant); /* all or none */
 }
 
 /* Step 8: the batch's decision names its entries (each records its own). */
@@ -1039,6 +1391,53 @@ static void batch_submit_describe(struct gw_request *r, json_t *record)
     json_object_set_new(record, "judge0", json_pack("{s:o*}", "batch", a));
 }
 
+/* The group whose first entry is i: one queue item (its members made,
+ * each marked with the group). */
+static void group_enqueue(struct gw_request *r, struct batch *b, struct async_run **runs, size_t i)
+{
+    struct async_group *g = calloc(1, sizeof(*g));
+    struct judge0_queue *q = judge0_queue_default();
+
+    for (size_t k = i; g != NULL && k < b->n; k++)
+        if (runs[k] != NULL && b->e[k].first == (int)i) {
+            runs[k]->group = g;
+            runs[k]->case_index = g->n;
+            snprintf(runs[k]->group_first, sizeof(runs[k]->group_first), "%s", runs[i]->token);
+            g->m[g->n++] = runs[k];
+        }
+    if (g == NULL) {
+        log_warnx("%s: id=%s: out of memory: the group of %s fails", __func__, r->request_id, runs[i]->token);
+        for (size_t k = i; k < b->n; k++)
+            if (runs[k] != NULL && b->e[k].first == (int)i) {
+                async_keep_failure(runs[k], "out of memory");
+                async_destroy(runs[k]);
+            }
+        judge0_queue_unreserve(q, b->tenant, 1);
+        return;
+    }
+    g->left = g->n;
+    if (group_frame(g, MOAT_MAX_TESTS_WALL_MS) != 0) {
+        log_warnx("%s: id=%s: the group of %s could not be encoded: its entries fail", __func__, r->request_id, runs[i]->token);
+        group_fail(g, 0, "the batch's shared job could not be made"); /* the last member frees g */
+        judge0_queue_unreserve(q, b->tenant, 1);
+        return;
+    }
+    for (size_t k = 0; k < g->n; k++)
+        g->m[k]->group_size = g->n;
+    g->item.start = on_group_dispatch;
+    g->item.discard = group_discard;
+    snprintf(g->item.tenant, sizeof(g->item.tenant), "%s", r->tenant);
+    snprintf(g->socket, sizeof(g->socket), "%s", r->cfg->backend_socket);
+    g->worker = r->worker;
+    if (judge0_queue_try_run(q, &g->item, max_running(r->worker))) {
+        on_group_dispatch(&g->item, r->worker);
+        return;
+    }
+    for (size_t k = 0; k < g->n; k++)
+        async_show(g->m[k], JUDGE0_IN_QUEUE);
+    judge0_queue_push(q, &g->item, r->worker, max_running(r->worker));
+}
+
 /* Step 9: every accepted entry queued, and the answer at once. */
 static enum gw_flow batch_submit_answer(struct gw_request *r, const struct backend_reply *reply)
 {
@@ -1049,20 +1448,28 @@ static enum gw_flow batch_submit_answer(struct gw_request *r, const struct backe
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
     r->ok_status = 201;
     (void)gw_take_slot(r); /* none held (step 7 gave it back); each entry records its own result */
+    struct async_run *runs[JUDGE0_BATCH_MAX] = {NULL};
     for (size_t i = 0; i < b->n; i++) {
         struct batch_entry *e = &b->e[i];
-        struct async_run *a;
         if (!e->accepted)
             continue;
-        a = async_new(r, "/submissions/batch", e->request_id, e->token, e->lang_name, e->created_ms, &e->j, &e->ereq, &e->frame,
-                      e->job_id);
-        if (a == NULL) { /* out of memory: this entry and the rest are never kept (their GET is a 404) */
+        runs[i] = async_new(r, "/submissions/batch", e->request_id, e->token, e->lang_name, e->created_ms, &e->j, &e->ereq,
+                            &e->frame, e->job_id);
+        if (runs[i] == NULL) { /* out of memory: this entry and the rest are never kept (their GET is a 404) */
             log_warnx("%s: id=%s: out of memory: entries from %zu on not queued", __func__, r->request_id, i);
             break;
         }
-        a->own_decision = 1;
-        b->reserved--; /* the reservation becomes the run; the rest go back at dispose */
-        async_enqueue(a);
+        runs[i]->own_decision = 1;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        struct batch_entry *e = &b->e[i];
+        if (runs[i] == NULL || e->first != (int)i)
+            continue;  /* refused, not made, or a later member of a group */
+        b->reserved--; /* the reservation becomes the item; the rest go back at dispose */
+        if (e->group_size > 1)
+            group_enqueue(r, b, runs, i);
+        else
+            async_enqueue(runs[i]);
     }
     return GW_NEXT;
 }

@@ -141,6 +141,7 @@ static void apply_generation(struct gw_worker *w)
     w->ctx.http1.req_timeout.timeout = w->h2o.http1.req_timeout;
     w->ctx.http2.idle_timeout.timeout = w->h2o.http2.idle_timeout;
     w->backend_timeout.timeout = cfg->backend_timeout_ms;
+    w->group_timeout.timeout = cfg->backend_timeout_ms + MOAT_MAX_TESTS_WALL_MS;
 }
 
 void gw_worker_refresh(struct gw_worker *w)
@@ -294,6 +295,7 @@ static void *worker_main(void *arg)
     w->gen = generation_current(w->server);
     h2o_context_init(&w->ctx, loop, &w->h2o);
     h2o_timeout_init(loop, &w->backend_timeout, w->gen->cfg.backend_timeout_ms);
+    h2o_timeout_init(loop, &w->group_timeout, w->gen->cfg.backend_timeout_ms + MOAT_MAX_TESTS_WALL_MS);
     h2o_timeout_init(loop, &w->session_tick, GW_SESSION_TICK_MS);
     h2o_timeout_init(loop, &w->watch_tick, GW_WATCH_POLL_MS);
     h2o_linklist_init_anchor(&w->conns);

@@ -14,12 +14,17 @@ program (read two numbers, print their sum) against N cases two ways:
              each, one after another: N compile stages and N run stages
              (what a client without `tests` does);
   parallel   the same N executes sent 4 at a time (the backend's -j): the
-             separate case with the box slots all busy.
+             separate case with the box slots all busy;
+  batch      Judge0's API: one POST /submissions/batch of N entries of the
+             same source (one job: one compile, a case per entry), then
+             GET /submissions/batch until every entry is Accepted;
+  submissions  N POST /submissions?wait=true of that source, one after
+             another (N compiles: a Judge0 client's way without batches).
 
 Each round runs tests, separate and parallel (odd rounds in that order, even
 rounds reversed) and takes the ratio within the round; the median over
 rounds is reported.  Every answer is checked: every case Accepted.
-Goal: separate / tests >= 5x.
+Goal: separate / tests >= 5x, and submissions / batch >= 5x.
 
 Exit status: 0 when every request ran and every case was Accepted; 1 on
 any error.  Missing the goal is reported, not an error.
@@ -58,6 +63,37 @@ def body_tests(n):
 def body_one(i):
     return {"language": "c", "version": "*", "files": [{"name": "main.c", "content": C_SUM}],
             "stdin": "%d %d\n" % (i, i * 7)}
+
+
+def entry(i):
+    return {"source_code": C_SUM, "language_id": 50, "stdin": "%d %d\n" % (i, i * 7), "expected_output": "%d\n" % (i * 8)}
+
+
+def run_batch(stack, n):
+    started = time.monotonic()
+    status, _, data = stack.request("POST", "/submissions/batch", {"submissions": [entry(i) for i in range(n)]}, timeout=300)
+    if status != 201:
+        raise RuntimeError("batch: status %s, %s" % (status, data))
+    tokens = ",".join(d["token"] for d in data)
+    while True:
+        status, _, data = stack.request("GET", "/submissions/batch?fields=status&tokens=" + tokens, timeout=300)
+        ids = [d["status"]["id"] for d in data["submissions"]]
+        if all(i >= 3 for i in ids):
+            break
+        time.sleep(0.005)
+    took = time.monotonic() - started
+    if ids != [3] * n:
+        raise RuntimeError("batch: statuses %s" % ids)
+    return took
+
+
+def run_submissions(stack, n):
+    started = time.monotonic()
+    for i in range(n):
+        status, _, data = stack.request("POST", "/submissions?wait=true&fields=status", entry(i), timeout=300)
+        if status != 201 or data["status"]["id"] != 3:
+            raise RuntimeError("submission %d: status %s, %s" % (i, status, data))
+    return time.monotonic() - started
 
 
 def run_tests(stack, n):
@@ -103,13 +139,14 @@ def main():
     sys.path.insert(0, os.path.join(SOURCE, "tests", "e2e"))
     from moat_harness import Stack  # noqa: E402  (reads MOAT_BUILD_DIR)
 
-    stack = Stack().start()
+    stack = Stack(tenants=[("demo", Stack.DEFAULT_TENANT_EXTRA + "endpoints: [execute, runtimes, submissions]\n", "")]).start()
     try:
         run_tests(stack, 2)  # warm: the runtime table, the page cache of gcc
         one(stack, 0)
-        ratios, par_ratios, t_tests, t_sep, t_par = [], [], [], [], []
+        run_batch(stack, 2)
+        ratios, par_ratios, t_tests, t_sep, t_par, j_ratios, t_batch, t_subs = [], [], [], [], [], [], [], []
         for r in range(args.rounds):
-            order = [run_tests, run_separate, run_parallel]
+            order = [run_tests, run_separate, run_parallel, run_batch, run_submissions]
             if r % 2:
                 order.reverse()
             took = {f.__name__: f(stack, args.cases) for f in order}
@@ -118,15 +155,22 @@ def main():
             t_par.append(took["run_parallel"])
             ratios.append(took["run_separate"] / took["run_tests"])
             par_ratios.append(took["run_parallel"] / took["run_tests"])
-            print("round %d: tests %.3f s, separate %.3f s (%.2fx), parallel x4 %.3f s (%.2fx)" %
-                  (r + 1, took["run_tests"], took["run_separate"], ratios[-1], took["run_parallel"], par_ratios[-1]),
-                  flush=True)
+            t_batch.append(took["run_batch"])
+            t_subs.append(took["run_submissions"])
+            j_ratios.append(took["run_submissions"] / took["run_batch"])
+            print("round %d: tests %.3f s, separate %.3f s (%.2fx), parallel x4 %.3f s (%.2fx); "
+                  "Judge0 batch %.3f s, submissions %.3f s (%.2fx)" %
+                  (r + 1, took["run_tests"], took["run_separate"], ratios[-1], took["run_parallel"], par_ratios[-1],
+                   took["run_batch"], took["run_submissions"], j_ratios[-1]), flush=True)
         ratio = statistics.median(ratios)
         print("\n%d cases, %d rounds (medians): tests %.3f s (%.1f ms a case), separate %.3f s, parallel x4 %.3f s" %
               (args.cases, args.rounds, statistics.median(t_tests), statistics.median(t_tests) * 1000 / args.cases,
                statistics.median(t_sep), statistics.median(t_par)))
         print("separate / tests: %.2fx (goal >= %.0fx: %s); parallel x4 / tests: %.2fx" %
               (ratio, GOAL, "met" if ratio >= GOAL else "MISSED", statistics.median(par_ratios)))
+        j_ratio = statistics.median(j_ratios)
+        print("Judge0: batch %.3f s, submissions %.3f s: submissions / batch: %.2fx (goal >= %.0fx: %s)" %
+              (statistics.median(t_batch), statistics.median(t_subs), j_ratio, GOAL, "met" if j_ratio >= GOAL else "MISSED"))
     except Exception as e:  # noqa: BLE001 - any failure is the benchmark's error
         print("bench_testcases: %s" % e, file=sys.stderr)
         return 1

@@ -486,6 +486,46 @@ class Judge0Test(unittest.TestCase):
             if r["type"] == "request":
                 self.assertEqual(r["judge0"]["batch"], rid)
 
+    def test_batch_of_one_source_is_compiled_once(self):
+        src = "#include <stdio.h>\nint main(void) { int n; if (scanf(\"%d\", &n) != 1) return 3; " \
+              "if (n == 13) { int *p = 0; return *p; } printf(\"%d\\n\", 2 * n); return 0; }"
+        same = [{"source_code": src, "language_id": 50, "stdin": str(n), "expected_output": str(2 * n)} for n in range(1, 6)]
+        same[1]["expected_output"] = "5"  # Wrong Answer
+        same[2]["stdin"] = "13"  # SIGSEGV
+        same[2]["expected_output"] = None
+        other = {"source_code": src.replace("2 * n", "3 * n"), "language_id": 50, "stdin": "4"}  # another program
+        mixed = dict(same[0], redirect_stderr_to_stdout=True)  # cases keep no interleaved output: on its own
+        entries = same[:3] + [other] + same[3:] + [mixed]
+        st, headers, data = self.call("POST", "/submissions/batch", {"submissions": entries})
+        self.assertEqual(st, 201, data)
+        tokens = [d["token"] for d in data]
+        results = self.batch_results(tokens, query="fields=status,stdout,token,compile_output")
+        self.assertEqual([r["status"]["id"] for r in results], [3, 4, 7, 3, 3, 3, 3])
+        self.assertEqual([r["stdout"] for r in results], ["2\n", "4\n", None, "12\n", "8\n", "10\n", "2\n"])
+        # the five entries of one source were one job: their result records name the group, and all
+        # show the one compile stage (the same cpu, wall and memory figures, which two compiles would
+        # not give); the other program and the redirected entry ran alone
+        group = [tokens[i] for i in (0, 1, 2, 4, 5)]
+        def results_of(toks):
+            return {r["judge0"]["token"]: r for r in self.stack.audit_records()
+                    if r["type"] == "result" and r.get("judge0", {}).get("token") in toks}
+        wait_until(lambda: len(results_of(tokens)) == len(tokens), "every entry's result record")
+        recs = results_of(tokens)
+        for k, t in enumerate(group):
+            self.assertEqual(recs[t]["judge0"]["group"], {"first": tokens[0], "size": 5, "case": k}, recs[t])
+        compiles = [json.dumps(recs[t]["compile"], sort_keys=True) for t in group]
+        self.assertEqual(len(set(compiles)), 1, compiles)
+        for t in (tokens[3], tokens[6]):
+            self.assertNotIn("group", recs[t]["judge0"])
+
+    def test_batch_of_one_source_that_does_not_compile(self):
+        entries = [{"source_code": "int main( {", "language_id": 54, "stdin": str(n)} for n in range(3)]
+        st, _, data = self.call("POST", "/submissions/batch", {"submissions": entries})
+        self.assertEqual(st, 201, data)
+        results = self.batch_results([d["token"] for d in data], query="fields=status,compile_output")
+        self.assertEqual([r["status"]["id"] for r in results], [6, 6, 6])
+        self.assertTrue(all(r["compile_output"] for r in results), results)
+
     def test_batch_post_refusals(self):
         st, _, data = self.call("POST", "/submissions/batch", {"submissions": [{"source_code": "x", "language_id": 1}]})
         self.assertEqual(st, 422, data)
