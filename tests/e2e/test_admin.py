@@ -1,4 +1,4 @@
-"""moatctl over the supervisor's control socket (G38): tenants, keys and
+"""moatctl over the supervisor's control socket (G39): tenants, keys and
 JWT issuers in the admin store, applied atomically, audited before they take
 effect, persisted, and loaded by the real gateway (with the audit trail on).
 
@@ -101,9 +101,11 @@ class AdminTest(unittest.TestCase):
             self.assertNotIn(token, f.read())
 
     def test_key_list_shows_last_used_only_after_a_request(self):
-        token, kid = new_key(self.stack, "acme")
+        token, kid = new_key(self.stack, "acme", "--expires", "90d")
         row = lambda: next(k for k in json.loads(ok(self.stack, "--json", "key", "list").stdout)["keys"] if k["id"] == kid)
         self.assertIsNone(row()["last_used"])
+        expires = time.mktime(time.strptime(row()["expires"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+        self.assertAlmostEqual(expires - time.time(), 90 * 86400, delta=3600)
         self.assertEqual(runtimes(self.stack, token), 200)
         self.assertIsNotNone(row()["last_used"])
         # the table too

@@ -180,6 +180,12 @@ static void test_store_parse(void **state)
     store_refused(text, "not a tenant");
     snprintf(text, sizeof(text), "{\"version\":1,\"keys\":[" KEY("bbbbbbbbbbbb", "lost", "conf") "]}", sha);
     store_refused(text, "active or revoked");
+    /* the control socket belongs to the audit trail's supervisor: no audit, no control */
+    char conf[512];
+    snprintf(text, sizeof(text), "tls: {certificate: /x.pem, key: /x.key}\ncontrol: {socket: %s/control.sock}\n", dir);
+    write_file("noaudit.conf", text, conf);
+    assert_int_equal(gw_config_load(conf, &cfg, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "control needs the audit section"));
     /* a revoked key may outlive its tenant */
     snprintf(text, sizeof(text), "{\"version\":1,\"keys\":[" KEY("bbbbbbbbbbbb", "revoked", "ghost") "]}", sha);
     assert_int_equal(load_store(text, &cfg, err), 0);
