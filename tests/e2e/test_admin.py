@@ -317,6 +317,22 @@ class AdminTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
 
+class ControlUsersTest(unittest.TestCase):
+    """control.users lets a listed user in besides root, and the audit record names them."""
+
+    def test_a_listed_user_may_administer(self):
+        stack = admin_stack('  mode: "0666"\n  users: [nobody]\n').start()
+        try:
+            p = moatctl(stack, "tenant", "add", "acme", user="nobody")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(oct(os.stat(stack.control).st_mode & 0o777), "0o666")
+            records = [r for r in stack.audit_records() if r.get("type") == "admin"]
+            self.assertEqual([(r["action"], r["admin_user"], r["admin_uid"]) for r in records],
+                             [("tenant.add", "nobody", pwd.getpwnam("nobody").pw_uid)])
+        finally:
+            stack.stop()
+
+
 class AuditFirstTest(unittest.TestCase):
     """Fail closed: with the audit writer unable to make a record durable,
     no change is made."""
