@@ -244,6 +244,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
+    if (config.callbacks.enabled && access(config.callbacks.sender, X_OK) != 0) {
+        fprintf(stderr, "%s: callbacks.sender %s: %s\n", path, config.callbacks.sender, strerror(errno));
+        SSL_CTX_free(ssl_ctx);
+        gw_config_free(&config);
+        return 1;
+    }
     if ((geteuid() == 0 || getuid() == 0) && gw_check_user(config.user, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s: %s\n", path, err);
         return 1;

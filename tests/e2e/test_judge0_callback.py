@@ -26,7 +26,7 @@ import threading
 import time
 import unittest
 
-from moat_harness import SOURCE, Stack, free_port, wait_until
+from moat_harness import GATEWAY, SOURCE, Stack, wait_until
 
 BIG = "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\n"
 JUDGE0 = "endpoints: [execute, runtimes, submissions, languages]\n"
@@ -306,6 +306,23 @@ class CallbackTest(unittest.TestCase):
                           "the request record")
         self.assertEqual(recs[0]["judge0"]["callback_url"], self.url("/hooks/recorded"))
 
+    def test_reload_reaches_the_sender(self):
+        """SIGHUP (to the supervisor) reaches the sender, which loads the
+        configuration again as its user, secrets included, and goes on."""
+        moat = pwd.getpwnam("moat")
+        os.chown(self.stack.config, 0, moat.pw_gid)
+        os.chmod(self.stack.config, 0o640)
+        try:
+            self.stack.gateway.send_signal(signal.SIGHUP)
+            wait_until(lambda: self.log_has("moat-callback-sender", "configuration reloaded"), "the sender's reload",
+                       detail=lambda: self.stack.log("gateway"))
+            self.assertFalse(self.log_has("moat-callback-sender", "reload failed"))
+            data = self.submit(self.url("/hooks/after-reload"))
+            put = self.delivered(data["token"])[0]
+            self.assertTrue(verify(SECRET_HOOKS, put["headers"]["X-Moat-Signature"], put["body"]))
+        finally:
+            os.chmod(self.stack.config, 0o600)
+
     def test_sender_restarted(self):
         pids = subprocess.run(["pgrep", "-f", "moat-callback-sender --config %s" % self.stack.config],
                               capture_output=True, text=True).stdout.split()
@@ -364,6 +381,37 @@ class QueueFullTest(unittest.TestCase):
                 return any("token=%s" % tokens[1] in l and "queue is full" in l for l in f)
         wait_until(dropped, "the second callback dropped", detail=lambda: self.stack.log("gateway"))
 
+
+
+class ConfigCheckTest(unittest.TestCase):
+    """moat-gateway -n: the callbacks section needs the audit section, a
+    tenant's callbacks need the section, and the sender must exist."""
+
+    def check(self, **kw):
+        stack = Stack(**kw)
+        try:
+            return subprocess.run([GATEWAY, "-c", stack.config, "-n"], capture_output=True, text=True, timeout=60)
+        finally:
+            stack.stop()
+
+    def test_section_needs_audit(self):
+        p = self.check(audit=False, extra_config="callbacks: {max_tries: 2}\n")
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("the callbacks section needs the audit section", p.stderr)
+
+    def test_tenant_callbacks_need_the_section(self):
+        with tempfile.NamedTemporaryFile(dir="/tmp", prefix="moat-cb-test-") as f:
+            f.write(SECRET_HOOKS)
+            f.flush()
+            cb = 'callbacks: {allow: ["https://hooks.example.com/x/"], secret_file: %s}\n' % f.name
+            p = self.check(tenants=[("t", BIG + JUDGE0 + cb, "")])
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("tenant t has callbacks but there is no top-level callbacks section", p.stderr)
+
+    def test_sender_must_exist(self):
+        p = self.check(extra_config="callbacks: {sender: /nonexistent/moat-callback-sender}\n")
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("callbacks.sender /nonexistent/moat-callback-sender: No such file or directory", p.stderr)
 
 if __name__ == "__main__":
     unittest.main()
