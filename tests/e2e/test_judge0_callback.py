@@ -197,6 +197,17 @@ class CallbackTest(unittest.TestCase):
         self.assertEqual(st, 200, got)
         self.assertEqual(got["callback_url"], self.url("/hooks/async"))
 
+    def test_batch_entries_called_back(self):
+        """A batch's entries (one source: one compile, a run each) are each called back."""
+        subs = [{"source_code": "print(input())", "language_id": PY, "stdin": x, "callback_url": self.url("/hooks/batch/" + x)}
+                for x in ("one", "two")]
+        st, _, data = self.stack.request("POST", "/submissions/batch", {"submissions": subs}, token=self.stack.tokens["hooks"])
+        self.assertEqual(st, 201, data)
+        for entry, x in zip(data, ("one", "two")):
+            put = self.delivered(entry["token"])[0]
+            self.assertEqual(put["path"], "/hooks/batch/" + x)
+            self.assertEqual(base64.b64decode(json.loads(put["body"])["stdout"]), x.encode() + b"\n")
+
     def test_host_name_allowed_private(self):
         data = self.submit(self.url("/local/x", host="localhost"))
         put = self.delivered(data["token"])[0]
