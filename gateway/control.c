@@ -185,6 +185,18 @@ int gw_control_open(struct gw_control *c, const struct gw_config *cfg, const cha
     return 0;
 }
 
+int gw_control_check(const struct gw_config *cfg, char *err, size_t errlen)
+{
+    struct gw_control c;
+    uid_t gw_uid = (uid_t)-1;
+    gid_t group = 0, gw_gid = (gid_t)-1;
+
+    if (cfg->control.socket == NULL)
+        return 0;
+    memset(&c, 0, sizeof(c));
+    return lookup_ids(&c, cfg, &group, &gw_uid, &gw_gid, err, errlen) != 0 ? -1 : check_dir(cfg->control.socket, err, errlen);
+}
+
 void gw_control_forget(struct gw_control *c)
 {
     if (c->listen_fd >= 0)

@@ -48,6 +48,10 @@ struct gw_control {
  */
 int gw_control_open(struct gw_control *c, const struct gw_config *cfg, const char *config_path, char *err, size_t errlen);
 
+/* What gw_control_open will need, checked without binding (-n and before a start): the
+ * group, the users and the gateway's user exist, the socket's directory is fit.  0 or -1. */
+int gw_control_check(const struct gw_config *cfg, char *err, size_t errlen);
+
 /* In the gateway after the fork: its copy of the listening socket goes. */
 void gw_control_forget(struct gw_control *c);
 

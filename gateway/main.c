@@ -254,6 +254,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", path, err);
         return 1;
     }
+    if (gw_control_check(&config, err, sizeof(err)) != 0) {
+        fprintf(stderr, "%s: %s\n", path, err);
+        SSL_CTX_free(ssl_ctx);
+        gw_config_free(&config);
+        return 1;
+    }
     if (config.ntenants == 0 || config.nkeys == 0)
         log_warnx("%s: no API keys configured: every /api/v2/ request will get 401", path);
     if (geteuid() == 0 || getuid() == 0) {

@@ -19,6 +19,12 @@
  * established keep their TLS session (an SSL holds its own reference on its
  * SSL_CTX); new handshakes use the new certificate.
  *
+ * With the audit trail on, the main thread also serves the supervisor's
+ * ctl socketpair (privsep.h): new audit writer sockets, and moatctl's
+ * reload and status requests, each answered on the same socket (a reload
+ * once the new generation is published, so a change is live when moatctl
+ * returns).
+ *
  * On shutdown the workers stop the Judge0 submissions queue (nothing
  * waiting starts any more), stop accepting, ask h2o to wind down (GOAWAY on
  * HTTP/2, no more keep-alive on HTTP/1), drain, meet the main thread at a

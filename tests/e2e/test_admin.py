@@ -12,6 +12,7 @@ import hmac
 import json
 import os
 import pwd
+import re
 import signal
 import subprocess
 import threading
@@ -331,6 +332,42 @@ class ControlUsersTest(unittest.TestCase):
                              [("tenant.add", "nobody", pwd.getpwnam("nobody").pw_uid)])
         finally:
             stack.stop()
+
+
+class ControlCheckTest(unittest.TestCase):
+    """`moat-gateway -n` (and a start) refuses a control section it could not serve."""
+
+    def check(self, control_extra, prepare=None):
+        stack = admin_stack(control_extra)
+        try:
+            if prepare:
+                prepare(stack)
+            return subprocess.run([GATEWAY, "-n", "-c", stack.config], capture_output=True, text=True)
+        finally:
+            stack.stop()
+
+    def test_control_section_checked(self):
+        self.assertEqual(self.check("").returncode, 0)
+        p = self.check("  group: no-such-group-here\n")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("control.group: no group no-such-group-here", p.stderr)
+        p = self.check("  users: [no-such-user-here]\n")
+        self.assertIn("control.users: no user no-such-user-here", p.stderr)
+
+        def open_dir(stack):
+            os.chmod(stack.tmp, 0o777)  # writable by everyone, no sticky bit
+        p = self.check("", open_dir)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("writable by everyone without the sticky bit", p.stderr)
+
+        def no_audit(stack):
+            with open(stack.config) as f:
+                text = f.read()
+            with open(stack.config, "w") as f:
+                f.write(re.sub(r"^audit:\n(  .*\n)*", "", text, flags=re.M))
+        p = self.check("", no_audit)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("control needs the audit section", p.stderr)
 
 
 class AuditFirstTest(unittest.TestCase):
