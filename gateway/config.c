@@ -86,6 +86,11 @@ static int set_defaults(struct gw_config *cfg)
     cfg->submissions.max_running = GW_DEFAULT_JUDGE0_MAX_RUNNING;
     cfg->submissions.queue_max = GW_DEFAULT_JUDGE0_QUEUE_MAX;
     cfg->submissions.queue_max_per_tenant = GW_DEFAULT_JUDGE0_QUEUE_PER_TENANT;
+    cfg->limiter.port = GW_REDIS_DEFAULT_PORT;
+    cfg->limiter.connect_timeout_ms = GW_REDIS_DEFAULT_CONNECT_TIMEOUT_MS;
+    cfg->limiter.timeout_ms = GW_REDIS_DEFAULT_TIMEOUT_MS;
+    cfg->limiter.lease_ms = GW_REDIS_DEFAULT_LEASE_MS;
+    cfg->limiter.gateways = GW_REDIS_DEFAULT_GATEWAYS;
     cfg->listen_address = strdup(GW_DEFAULT_ADDRESS);
     cfg->backend_socket = strdup(GW_DEFAULT_BACKEND_SOCKET);
     cfg->user = strdup(GW_DEFAULT_USER);
@@ -144,6 +149,8 @@ static int top_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void
         return cfg_parse_callbacks(pc, v);
     if (strcmp(key, "control") == 0)
         return cfg_parse_control(pc, v);
+    if (strcmp(key, "limiter") == 0)
+        return cfg_parse_limiter(pc, v);
     return cfg_server_field(pc, key, v, arg);
 }
 
@@ -222,6 +229,7 @@ void gw_config_free(struct gw_config *cfg)
     free(cfg->audit.writer);
     cfg_free_callbacks(cfg);
     cfg_free_control(cfg);
+    cfg_free_limiter(cfg);
     memset(cfg, 0, sizeof(*cfg));
 }
 

@@ -95,6 +95,21 @@ struct gw_control_config {
     char *store; /* the admin store's file (default: GW_STORE_FILE beside the configuration) */
 };
 
+/* The top-level limiter section (config_limiter.c): where tenants' limits
+ * are kept.  redis 0: in this process's memory. */
+struct gw_limiter_config {
+    int redis;      /* store: redis */
+    char *socket;   /* redis.socket, or NULL */
+    char *host;     /* redis.host (numeric), or NULL */
+    unsigned port;  /* redis.port */
+    char *password; /* the password_file's secret, or NULL */
+    unsigned db;    /* redis.db */
+    char *prefix;   /* redis.prefix */
+    uint64_t connect_timeout_ms, timeout_ms, lease_ms;
+    int local_fallback; /* on_unavailable: local */
+    unsigned gateways;  /* the local fallback's divisor */
+};
+
 struct gw_config {
     char *listen_address;
     uint16_t listen_port;
@@ -142,6 +157,8 @@ struct gw_config {
     struct gw_submissions_config submissions;
     /* callbacks: the callback sender (Judge0 callback_url); off unless the section is present */
     struct gw_callback_config callbacks;
+    /* limiter: tenants' limits in memory or in a shared Redis */
+    struct gw_limiter_config limiter;
     /* audit: the trail's directory and writer; off when audit_enabled is 0 */
     int audit_enabled;
     struct gw_audit_config audit;

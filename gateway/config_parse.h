@@ -14,6 +14,7 @@
  *   config_audit.c    the audit section
  *   config_sessions.c the sessions section, and each tenant's sessions
  *   config_submissions.c the submissions section (Judge0 results' store)
+ *   config_limiter.c  the limiter section (memory or a shared Redis)
  *
  * Every function here returns 0, or -1 with pc->err holding "PATH:LINE:
  * reason" (cfg_fail); a field function (cfg_field_fn) returns 1 for a key
@@ -194,6 +195,12 @@ int cfg_callbacks_finish(struct parse_ctx *pc);
 /* config_callbacks.c: release the section and a tenant's callbacks (the secret wiped). */
 void cfg_free_callbacks(struct gw_config *cfg);
 void cfg_free_tenant_callbacks(struct gw_tenant_callbacks *c);
+
+/* config_limiter.c: the top-level limiter mapping (memory or Redis). */
+int cfg_parse_limiter(struct parse_ctx *pc, yaml_node_t *v);
+
+/* config_limiter.c: release the limiter section, wiping the password. */
+void cfg_free_limiter(struct gw_config *cfg);
 
 /* config_sessions.c: a tenant's sessions mapping, narrowing *s (its defaults). */
 int cfg_parse_tenant_sessions(struct parse_ctx *pc, yaml_node_t *v, struct policy_session_limits *s);

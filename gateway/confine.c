@@ -143,10 +143,12 @@ static const struct seccomp_rule rules[] = {
     {"clone", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_MASKED_EQ, CLONE_THREAD | SECCOMP_CLONE_NS_FLAGS, CLONE_THREAD)},
     {"clone", SCMP_ACT_KILL_PROCESS, SECCOMP_ARG(0, SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0)},
     {"clone3", SCMP_ACT_ERRNO(ENOSYS), {0}},
-    /* sockets: unix only (the backend); the listeners were made before the
-     * drop, so a worker cannot open a connection into the network.  An
-     * outbound client (Redis over TCP, webhooks) needs rows for AF_INET and
-     * AF_INET6 here, and for whatever its resolver calls. */
+    /* sockets: unix only (the backend, a Redis on a Unix socket); the
+     * listeners were made before the drop, so a worker cannot open a
+     * connection into the network - unless the configuration names a Redis
+     * reached over TCP (limiter.redis.host, numeric: nothing is resolved),
+     * and then only AF_INET and AF_INET6 are added (redis_families below);
+     * the callback sender, a process of its own, adds its own. */
     {"socket", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_EQ, AF_UNIX, 0)},
 };
 
@@ -273,9 +275,16 @@ static int confine(const char *const *extra, size_t n, const int *families, size
     return 0;
 }
 
-int gw_confine(char *err, size_t errlen)
+/* What a Redis reached over TCP adds (limiter.redis.host): hiredis makes a
+ * TCP socket and connects it on the worker's loop; no resolver runs (the
+ * host is a numeric address).  A worker taken over could then reach other
+ * hosts too, which is why a Unix socket is the README's first choice. */
+static const int redis_families[] = {AF_INET, AF_INET6};
+
+int gw_confine(int tcp_client, char *err, size_t errlen)
 {
-    return confine(NULL, 0, NULL, 0, err, errlen);
+    return confine(NULL, 0, tcp_client ? redis_families : NULL,
+                   tcp_client ? sizeof(redis_families) / sizeof(redis_families[0]) : 0, err, errlen);
 }
 
 int gw_confine_callback_sender(char *err, size_t errlen)

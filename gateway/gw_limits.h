@@ -177,6 +177,24 @@
 #define GW_DEFAULT_MAX_WATCHERS            8 /* per session; 0 turns watching off */
 #define GW_MAX_WATCHERS                    256
 
+/* Shared limits in Redis (the limiter section, store: redis; ratelimit_redis.c) */
+#define GW_REDIS_DEFAULT_PORT               6379
+#define GW_REDIS_DEFAULT_PREFIX             "moat:"
+#define GW_REDIS_MAX_PREFIX                 64 /* bytes, printable ASCII without spaces */
+#define GW_REDIS_MAX_DB                     1023
+#define GW_REDIS_MAX_PASSWORD               512 /* bytes of password_file */
+#define GW_REDIS_DEFAULT_TIMEOUT_MS         200 /* a decision's answer */
+#define GW_REDIS_DEFAULT_CONNECT_TIMEOUT_MS 1000
+#define GW_REDIS_MAX_TIMEOUT_MS             10000
+#define GW_REDIS_DEFAULT_LEASE_MS           30000 /* a dead gateway's in-flight slots come back after this */
+#define GW_REDIS_MIN_LEASE_MS               500
+#define GW_REDIS_MAX_LEASE_MS               3600000
+#define GW_REDIS_DEFAULT_GATEWAYS           1 /* on_unavailable: local divides each limit by this */
+#define GW_REDIS_MAX_GATEWAYS               1024
+#define GW_REDIS_TICK_MS                    100  /* reconnects, connect deadlines and heartbeats are checked this often */
+#define GW_REDIS_BACKOFF_MIN_MS             100  /* the first reconnect after a loss */
+#define GW_REDIS_BACKOFF_MAX_MS             2000 /* reconnects, doubling up to this */
+
 #define GW_DEFAULT_AUDIT_USER "moat-audit"
 
 /* The control socket (control.c) and the admin store beside the

@@ -115,13 +115,13 @@ enum reload_check {
 };
 
 /* In the child: become what the gateway is after the drop, then do what gw_server_reload() does. */
-static enum reload_check reload_child(const char *path, const char *user, int check_only)
+static enum reload_check reload_child(const char *path, const char *user, int tcp_client, int check_only)
 {
     struct gw_config cfg;
     SSL_CTX *ssl_ctx;
     char err[1024];
 
-    if (gw_drop_privileges(user, err, sizeof(err)) != 0 || gw_confine(err, sizeof(err)) != 0) {
+    if (gw_drop_privileges(user, err, sizeof(err)) != 0 || gw_confine(tcp_client, err, sizeof(err)) != 0) {
         report(check_only, "%s: cannot try a reload as user %s: %s", path, user, err);
         return RELOAD_UNTRIED;
     }
@@ -153,7 +153,7 @@ static enum reload_check reload_child(const char *path, const char *user, int ch
  * configuration that SIGHUP cannot load (a key revoked in the file would
  * stay valid).  The child is forked before any thread exists.
  */
-static enum reload_check check_reload(const char *path, const char *user, int check_only)
+static enum reload_check check_reload(const char *path, const char *user, int tcp_client, int check_only)
 {
     pid_t pid;
     int st;
@@ -164,7 +164,7 @@ static enum reload_check check_reload(const char *path, const char *user, int ch
         return RELOAD_UNTRIED;
     }
     if (pid == 0) {
-        enum reload_check rc = reload_child(path, user, check_only);
+        enum reload_check rc = reload_child(path, user, tcp_client, check_only);
         fflush(NULL);
         _exit((int)rc);
     }
@@ -263,7 +263,7 @@ int main(int argc, char **argv)
     if (config.ntenants == 0 || config.nkeys == 0)
         log_warnx("%s: no API keys configured: every /api/v2/ request will get 401", path);
     if (geteuid() == 0 || getuid() == 0) {
-        enum reload_check rc = check_reload(path, config.user, check_only);
+        enum reload_check rc = check_reload(path, config.user, config.limiter.host != NULL, check_only);
         if (check_only && (rc == RELOAD_FAILS || rc == RELOAD_UNTRIED)) {
             SSL_CTX_free(ssl_ctx);
             gw_config_free(&config);
@@ -311,7 +311,7 @@ int main(int argc, char **argv)
         fatalx("%s: privilege drop: %s", __func__, err);
     if (start_store(&server.gen->cfg.submissions, err, sizeof(err)) != 0)
         fatalx("%s: submissions: %s", __func__, err);
-    if (gw_confine(err, sizeof(err)) != 0)
+    if (gw_confine(server.gen->cfg.limiter.host != NULL, err, sizeof(err)) != 0)
         fatalx("%s: confinement: %s", __func__, err);
     if (geteuid() != 0)
         log_debug("%s: running as uid %u", __func__, (unsigned)geteuid());

@@ -524,35 +524,44 @@ static void mem_admit_rate(struct rl_limiter *l, struct st_h2o_evloop_t *loop, c
 }
 
 /* A run is over: its slot (slot: 1) goes back and its cpu_ms is charged;
- * a queued submission's run (slot: 0) held none and is only charged. */
-static void mem_end(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms, int slot)
+ * a queued submission's run (slot: 0) held none and is only charged.
+ * 1 when something was done, 0 for a stray call. */
+static int mem_end(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms, int slot)
 {
     struct mem *m = rl_impl(l);
     struct tenant *t;
     pthread_mutex_t *mu;
     enum lookup_err err;
     size_t len;
+    int done = 0;
 
     if (name_len(tenant, &len) != 0)
-        return;
+        return 0;
     t = lookup(m, tenant, len, 0, &mu, &err);
     /* Unknown tenant, or (slot) nothing in flight: a stray release is ignored whole. */
     if (t != NULL && (!slot || t->in_flight > 0)) {
         if (slot)
             t->in_flight--;
         quota_charge(t, cpu_ms, now_ms);
+        done = 1;
     }
     pthread_mutex_unlock(mu);
+    return done;
+}
+
+int rl_memory_release_held(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms)
+{
+    return mem_end(l, tenant, cpu_ms, now_ms, 1);
 }
 
 static void mem_release(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms)
 {
-    mem_end(l, tenant, cpu_ms, now_ms, 1);
+    (void)mem_end(l, tenant, cpu_ms, now_ms, 1);
 }
 
 static void mem_charge(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms)
 {
-    mem_end(l, tenant, cpu_ms, now_ms, 0);
+    (void)mem_end(l, tenant, cpu_ms, now_ms, 0);
 }
 
 static void mem_free(struct mem *m, size_t nstripes)

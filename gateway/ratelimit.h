@@ -115,6 +115,10 @@ struct rl_ops {
  */
 struct rl_limiter *rl_memory_new(void);
 struct rl_limiter *rl_memory_new_capped(size_t max_tenants);
+/* rl_release on an in-memory limiter, saying whether a slot went back (1)
+ * or the tenant held none (0: nothing charged either).  Only for a limiter
+ * rl_memory_new* made (the Redis backend's local fallback asks it). */
+int rl_memory_release_held(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms);
 
 /*
  * Callers.  Call rl_release exactly once per admit that was allowed (never

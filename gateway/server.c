@@ -40,6 +40,7 @@
 #include "moat_io.h"
 #include "pipeline.h"
 #include "fallback.h"
+#include "ratelimit_redis.h"
 #include "tls.h"
 
 #include <jansson.h>
@@ -189,6 +190,31 @@ static void h2_header_limits(h2o_context_t *ctx, struct gw_h2_header_limits *out
     out->max_fields = cfg->http2_max_headers;
 }
 
+/* The limiter section's store: this process's memory, or a Redis the gateways share. */
+static struct rl_limiter *limiter_new(const struct gw_limiter_config *c)
+{
+    struct rl_redis_options o;
+    struct rl_limiter *l;
+    char err[256];
+
+    if (!c->redis)
+        return rl_memory_new();
+    o = (struct rl_redis_options){c->socket,
+                                  c->host,
+                                  c->port,
+                                  c->password,
+                                  c->db,
+                                  c->prefix,
+                                  c->connect_timeout_ms,
+                                  c->timeout_ms,
+                                  c->lease_ms,
+                                  c->local_fallback ? RL_REDIS_LOCAL : RL_REDIS_FAIL_CLOSED,
+                                  c->gateways};
+    if ((l = rl_redis_new(&o, err, sizeof(err))) == NULL)
+        log_warnx("%s: %s", __func__, err);
+    return l;
+}
+
 int gw_server_init(struct gw_server *srv, struct gw_config *cfg, SSL_CTX *ssl_ctx, const char *config_path)
 {
     struct gw_generation *gen;
@@ -208,7 +234,7 @@ int gw_server_init(struct gw_server *srv, struct gw_config *cfg, SSL_CTX *ssl_ct
         return -1;
     for (unsigned i = 0; i < srv->nworkers; i++)
         worker_h2o_config(&srv->workers[i]);
-    if ((srv->limiter = rl_memory_new()) == NULL || (srv->conns = gw_conn_table_new()) == NULL)
+    if ((srv->limiter = limiter_new(&cfg->limiter)) == NULL || (srv->conns = gw_conn_table_new()) == NULL)
         return -1;
     if ((gen = generation_new(cfg, ssl_ctx, 1)) == NULL)
         return -1;
@@ -409,6 +435,34 @@ static int keep_fixed_settings(struct gw_server *srv, struct gw_config *cfg)
     return 0;
 }
 
+static int same_limiter(const struct gw_limiter_config *a, const struct gw_limiter_config *b)
+{
+    return a->redis == b->redis && same_string(a->socket, b->socket) && same_string(a->host, b->host) && a->port == b->port &&
+           same_string(a->password, b->password) && a->db == b->db && same_string(a->prefix, b->prefix) &&
+           a->connect_timeout_ms == b->connect_timeout_ms && a->timeout_ms == b->timeout_ms && a->lease_ms == b->lease_ms &&
+           a->local_fallback == b->local_fallback && a->gateways == b->gateways;
+}
+
+/*
+ * The limiter is made once, at start (its connections, the seccomp rows a
+ * TCP Redis needs): a reload that changes the section keeps the running
+ * one, and its section stays in the new generation so the next reload
+ * compares with what runs.
+ */
+static void keep_limiter(const char *path, struct gw_config *cfg, struct gw_config *running)
+{
+    struct gw_limiter_config tmp;
+
+    if (same_limiter(&cfg->limiter, &running->limiter))
+        return;
+    log_warnx("%s: %s: the limiter section changed; the running limiter (%s) stays until a restart", __func__, path,
+              running->limiter.redis ? "redis" : "memory");
+    /* the running generation never reads its section again: hand it over */
+    tmp = cfg->limiter;
+    cfg->limiter = running->limiter;
+    running->limiter = tmp;
+}
+
 static int same_tls(const struct gw_config *a, const struct gw_config *b)
 {
     return same_string(a->tls_certificate, b->tls_certificate) && same_string(a->tls_key, b->tls_key) &&
@@ -455,6 +509,7 @@ int gw_server_reload(struct gw_server *srv, char *err, size_t errlen)
         gw_generation_release(cur);
         return -1;
     }
+    keep_limiter(srv->config_path, &gen->cfg, &cur->cfg);
     gw_generation_release(cur);
     if (gen->cfg.ntenants == 0 || gen->cfg.nkeys == 0)
         log_warnx("%s: %s: no API keys configured: every /api/v2/ request will get 401", __func__, srv->config_path);

@@ -67,6 +67,8 @@ static void *probe_thread(void *arg)
     _exit(p->fn()); /* ends the whole process, without exit handlers */
 }
 
+static int tcp_client; /* gw_confine's argument in the next child */
+
 /* The wait status of a child that confines itself and runs fn on a second thread. */
 static int confined_status(probe_fn fn, enum when when)
 {
@@ -82,7 +84,7 @@ static int confined_status(probe_fn fn, enum when when)
             _exit(PROBE_SETUP);
         if (when == THREAD_BEFORE && pthread_create(&t, NULL, probe_thread, &p) != 0)
             _exit(PROBE_SETUP);
-        if (gw_confine(err, sizeof(err)) != 0) {
+        if (gw_confine(tcp_client, err, sizeof(err)) != 0) {
             fprintf(stderr, "gw_confine: %s\n", err);
             _exit(PROBE_SETUP);
         }
@@ -156,6 +158,31 @@ static int probe_unlisted(void)
     if (errno != EPERM)
         return PROBE_BROKEN;
     if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0) {
+        close(fd);
+        return PROBE_ALLOWED;
+    }
+    return errno == EPERM ? PROBE_OK : PROBE_BROKEN;
+}
+
+/* With a TCP Redis configured: inet sockets work, other families are
+ * still refused (a raw packet socket, netlink), and an exec still kills. */
+static int probe_tcp_client(void)
+{
+    int fd;
+
+    if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 || close(fd) != 0)
+        return PROBE_BROKEN;
+    if ((fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 && errno != EAFNOSUPPORT)
+        return PROBE_BROKEN;
+    if (fd >= 0)
+        close(fd);
+    if ((fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 0)) >= 0) {
+        close(fd);
+        return PROBE_ALLOWED;
+    }
+    if (errno != EPERM)
+        return PROBE_BROKEN;
+    if ((fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0)) >= 0) {
         close(fd);
         return PROBE_ALLOWED;
     }
@@ -269,6 +296,15 @@ static void test_h2o_large_buffer_works(void **state)
     assert_int_equal(left, 0);
 }
 
+static void test_tcp_client_adds_inet_only(void **state)
+{
+    tcp_client = 1;
+    assert_exited_ok(confined_status(probe_tcp_client, THREAD_BEFORE));
+    assert_killed(confined_status(probe_execve, THREAD_AFTER));
+    tcp_client = 0;
+    assert_exited_ok(confined_status(probe_unlisted, THREAD_AFTER)); /* inet refused again without it */
+}
+
 static void test_allowed_calls_work(void **state)
 {
     assert_exited_ok(confined_status(probe_allowed, THREAD_BEFORE));
@@ -278,9 +314,13 @@ static void test_allowed_calls_work(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_execve_is_killed),   cmocka_unit_test(test_ptrace_is_killed),
-        cmocka_unit_test(test_fork_is_killed),     cmocka_unit_test(test_unlisted_call_gets_eperm),
-        cmocka_unit_test(test_allowed_calls_work), cmocka_unit_test(test_h2o_large_buffer_works),
+        cmocka_unit_test(test_execve_is_killed),
+        cmocka_unit_test(test_ptrace_is_killed),
+        cmocka_unit_test(test_fork_is_killed),
+        cmocka_unit_test(test_unlisted_call_gets_eperm),
+        cmocka_unit_test(test_allowed_calls_work),
+        cmocka_unit_test(test_h2o_large_buffer_works),
+        cmocka_unit_test(test_tcp_client_adds_inet_only),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

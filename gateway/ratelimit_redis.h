@@ -1,0 +1,42 @@
+/*
+ * ratelimit_redis.h - the rl_limiter backend whose state lives in Redis, so
+ * that several gateways share each tenant's rate, in-flight count and CPU
+ * budget (theory of operation: ratelimit_redis.c).
+ */
+#ifndef MOAT_RATELIMIT_REDIS_H
+#define MOAT_RATELIMIT_REDIS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ratelimit.h"
+
+/* What a decision does while Redis does not answer. */
+enum rl_redis_unavailable {
+    RL_REDIS_FAIL_CLOSED, /* RL_BACKEND_ERROR (the gateway answers 503 with Retry-After) */
+    RL_REDIS_LOCAL,       /* an in-memory limiter at each limit / gateways */
+};
+
+struct rl_redis_options {
+    const char *socket_path; /* a Unix socket, or NULL for host:port */
+    const char *host;        /* a numeric IPv4 or IPv6 address (no resolver on the loop) */
+    unsigned port;
+    const char *password; /* AUTH with it on every connection; NULL: none */
+    unsigned db;          /* SELECT it when not 0 */
+    const char *prefix;   /* every key starts with it */
+    uint64_t connect_timeout_ms;
+    uint64_t timeout_ms; /* each decision's answer */
+    uint64_t lease_ms;   /* in-flight slots of a gateway that stops renewing expire after it */
+    enum rl_redis_unavailable on_unavailable;
+    unsigned gateways; /* RL_REDIS_LOCAL: each limit is divided by this */
+};
+
+/*
+ * The backend (rl_ops.deferred): copies what o points at; connects nothing
+ * yet.  Each event loop that asks for a decision gets its own connection,
+ * made on its first decision and remade after a loss.  NULL (err set) on a
+ * bad option or out of memory.
+ */
+struct rl_limiter *rl_redis_new(const struct rl_redis_options *o, char *err, size_t errlen);
+
+#endif /* MOAT_RATELIMIT_REDIS_H */
