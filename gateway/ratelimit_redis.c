@@ -19,7 +19,11 @@
  *             field = the second; a charge counts while now's second is
  *             below its second + 60, exactly as in memory.
  *   answer    {allowed, reason, retry_after_ms (-1: never), remaining,
- *             reset_ms}; limit is the burst, known here.
+ *             reset_ms}; limit is the burst, known here.  The 429 path is
+ *             the hot one: the in-flight hash is not read when the rate
+ *             already refuses for a second or more (the count could then
+ *             change neither the reason nor the wait), and a refusal
+ *             writes nothing.
  *
  * <tenant> is the tenant name in hex: any byte of a name is safe in a key
  * and two names never share one.  P is the configured prefix.
@@ -29,8 +33,8 @@
  * that has to stay alive: each connection (one per worker loop; a new
  * owner for each reconnection) has a name, "<gateway id>.<loop>.<n>", a
  * random gateway id per process, and a heartbeat key P o:<owner> with a
- * TTL of lease_ms, set by every script it runs and by a heartbeat every
- * lease_ms / 3.  A tenant's run hash maps owner -> slots held; the script
+ * TTL of lease_ms, set by every script that takes or frees one of its
+ * slots and by a heartbeat every lease_ms / 3.  A tenant's run hash maps owner -> slots held; the script
  * counts only owners whose heartbeat key exists and deletes the others.
  * An admit adds one to its owner's field, a release takes one off (never
  * below zero).  So:
@@ -116,8 +120,8 @@ static const char script[] =
     "local now_s = tonumber(t[1])\n"
     "local now = now_s * 1000000 + tonumber(t[2])\n"
     "local now_ms = math.floor(now / 1000)\n"
-    "redis.call('SET', KEYS[4], '1', 'PX', lease)\n"
     "if mode == 2 then\n"
+    "  redis.call('SET', KEYS[4], '1', 'PX', lease)\n"
     "  local held = tonumber(redis.call('HGET', KEYS[2], owner) or '0')\n"
     "  if held > 1 then redis.call('HINCRBY', KEYS[2], owner, -1)\n"
     "  elseif held == 1 then redis.call('HDEL', KEYS[2], owner) end\n"
@@ -153,6 +157,11 @@ static const char script[] =
     "      end\n"
     "    end\n"
     "  end\n"
+    "end\n"
+    "local tat = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
+    "if T == 0 then rate_ok = false; later(-1)\n"
+    "elseif math.max(tat, now) - now > tau then rate_ok = false; later(math.ceil((math.max(tat, now) - now - tau) / 1000)) end\n"
+    "if mode == 1 and (rate_ok or maxf == 0 or (retry ~= -1 and retry < 1000)) then\n"
     "  local h = redis.call('HGETALL', KEYS[2])\n"
     "  local n = 0\n"
     "  for i = 1, #h, 2 do\n"
@@ -161,17 +170,14 @@ static const char script[] =
     "  end\n"
     "  if n >= maxf then conc_ok = false; if maxf == 0 then later(-1) else later(1000) end end\n"
     "end\n"
-    "local tat = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
-    "if T == 0 then rate_ok = false; later(-1)\n"
-    "else\n"
-    "  local base = math.max(tat, now)\n"
-    "  if base - now > tau then rate_ok = false; later(math.ceil((base - now - tau) / 1000))\n"
-    "  elseif quota_ok and conc_ok then tat = base + T end\n"
-    "end\n"
+    "if quota_ok and conc_ok and rate_ok then tat = math.max(tat, now) + T end\n"
     "local reason = 0\n"
     "if quota_ok and conc_ok and rate_ok then\n"
     "  redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', string.format('%.0f', math.ceil((tat - now) / 1000) + 1000))\n"
-    "  if mode == 1 then redis.call('HINCRBY', KEYS[2], owner, 1) end\n"
+    "  if mode == 1 then\n"
+    "    redis.call('HINCRBY', KEYS[2], owner, 1)\n"
+    "    redis.call('SET', KEYS[4], '1', 'PX', lease)\n"
+    "  end\n"
     "  retry = 0\n"
     "elseif not quota_ok then reason = 3\n"
     "elseif not rate_ok then reason = 1\n"

@@ -372,6 +372,68 @@ static void test_absent_redis_fail_closed_or_local(void **state)
     finish(l, loop);
 }
 
+/*
+ * The same steps through the in-memory limiter and the Redis one give the
+ * same answers (allowed, reason, whether a wait is "never", remaining).
+ * Rates are slow enough that the few milliseconds between the two runs
+ * change nothing.
+ */
+static void test_same_answers_as_memory(void **state)
+{
+    static const struct step {
+        const char *tenant;
+        int execution;      /* 1: admit, 0: rate only, -1: release */
+        struct rl_params p; /* rate, burst, in flight, cpu ms */
+    } steps[] = {
+        {"a", 1, {0.001, 2, 1, 60000}},  /* allowed */
+        {"a", 1, {0.001, 2, 1, 60000}},  /* in flight */
+        {"a", 0, {0.001, 2, 1, 60000}},  /* the last token */
+        {"a", 1, {0.001, 2, 1, 60000}},  /* rate and in flight: the rate is the reason */
+        {"a", -1, {0.001, 2, 1, 60000}}, /* release */
+        {"a", 1, {0.001, 2, 1, 60000}},  /* rate */
+        {"b", 1, {0.001, 2, 0, 60000}},  /* in flight 0: never */
+        {"b", 0, {0.001, 1, 0, 60000}},  /* the one token */
+        {"b", 1, {0.001, 1, 0, 60000}},  /* in flight 0 and the rate refuses: rate, never */
+        {"c", 1, {0.001, 2, 4, 0}},      /* budget 0: quota, never */
+        {"d", 1, {0.001, 0, 4, 60000}},  /* burst 0: rate, never */
+        {"e", 0, {0.0, 5, 4, 60000}},    /* rate 0: rate, never */
+        {"f", 1, {1e9, 3, RL_UNLIMITED_IN_FLIGHT, RL_UNLIMITED_CPU_MS}},
+    };
+    struct rl_limiter *mem = rl_memory_new(), *l;
+    h2o_loop_t *loop = h2o_evloop_create();
+    struct rl_decision m, r;
+    struct answer a;
+
+    (void)state;
+    NEED_REDIS();
+    l = limiter(sock_path, RL_REDIS_FAIL_CLOSED);
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        const struct step *st = &steps[i];
+        if (st->execution < 0) {
+            rl_release(mem, st->tenant, 0, now_ms());
+            rl_release(l, st->tenant, 0, now_ms());
+            continue;
+        }
+        memset(&a, 0, sizeof(a));
+        (void)rl_admit_on(mem, NULL, st->execution, st->tenant, &st->p, now_ms(), on_answer, &a);
+        assert_int_equal(a.calls, 1);
+        m = a.d;
+        r = decide(l, loop, st->execution, st->tenant, &st->p);
+        if (r.allowed != m.allowed || r.reason != m.reason || r.remaining != m.remaining)
+            printf("step %zu: memory %d/%d/%llu/%u, redis %d/%d/%llu/%u\n", i, m.allowed, m.reason,
+                   (unsigned long long)m.retry_after_ms, m.remaining, r.allowed, r.reason, (unsigned long long)r.retry_after_ms,
+                   r.remaining);
+        assert_int_equal(r.allowed, m.allowed);
+        assert_int_equal(r.reason, m.reason);
+        assert_int_equal(r.retry_after_ms == RL_RETRY_NEVER, m.retry_after_ms == RL_RETRY_NEVER);
+        assert_int_equal(r.retry_after_ms == 0, m.retry_after_ms == 0);
+        assert_int_equal(r.remaining, m.remaining);
+        assert_int_equal(r.limit, m.limit);
+    }
+    rl_destroy(mem);
+    finish(l, loop);
+}
+
 static void test_bad_options(void **state)
 {
     struct rl_redis_options o = {NULL, NULL, 0, NULL, 0, "p:", 1000, 100, 3000, RL_REDIS_FAIL_CLOSED, 1};
@@ -395,6 +457,7 @@ int main(void)
         cmocka_unit_test(test_cancelled_admit_gives_its_slot_back),
         cmocka_unit_test(test_timeout_fails_closed_then_recovers),
         cmocka_unit_test(test_absent_redis_fail_closed_or_local),
+        cmocka_unit_test(test_same_answers_as_memory),
         cmocka_unit_test(test_bad_options),
     };
 
