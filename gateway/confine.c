@@ -283,8 +283,8 @@ static const int redis_families[] = {AF_INET, AF_INET6};
 
 int gw_confine(int tcp_client, char *err, size_t errlen)
 {
-    return confine(NULL, 0, tcp_client ? redis_families : NULL,
-                   tcp_client ? sizeof(redis_families) / sizeof(redis_families[0]) : 0, err, errlen);
+    return confine(NULL, 0, tcp_client ? redis_families : NULL, tcp_client ? sizeof(redis_families) / sizeof(redis_families[0]) : 0,
+                   err, errlen);
 }
 
 int gw_confine_callback_sender(char *err, size_t errlen)

@@ -75,7 +75,7 @@
  * A release while the connection is down is dropped (its owner's slots
  * expire with the owner), unless the local limiter holds a slot for that
  * tenant: then it is that slot that goes back.  CPU charged while down is
- * lost.
+ * lost to Redis (in local mode the local budget counts it).
  *
  * Threads: a connection and its calls are only touched on their loop's
  * thread; the list of connections and the local limiter are shared (a
@@ -107,12 +107,14 @@
 #define RR_NEVER       (-1)
 #define RR_MODE_RATE   0
 #define RR_MODE_ADMIT  1
-#define RR_MODE_FREE   2
+#define RR_MODE_FREE   2  /* release: a slot back, its cpu charged */
+#define RR_MODE_CHARGE 3  /* cpu charged only (a queued submission's run) */
 #define RR_SCRIPT_ARGC 17 /* EVALSHA sha numkeys 4 keys 10 args */
 
 /* KEYS: tat, run, cpu, the caller's heartbeat.  ARGV: mode, owner,
  * lease_ms, heartbeat prefix, T_us, tau_us, burst, max_in_flight,
- * cpu budget (-1: unlimited), cpu_ms (mode 2). */
+ * cpu budget (-1: unlimited), cpu_ms (modes 2 and 3).  Mode 0: rate only,
+ * 1: admit, 2: release, 3: charge. */
 static const char script[] =
     "if redis.replicate_commands then redis.replicate_commands() end\n"
     "local mode, owner, lease, hb = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]\n"
@@ -120,11 +122,13 @@ static const char script[] =
     "local now_s = tonumber(t[1])\n"
     "local now = now_s * 1000000 + tonumber(t[2])\n"
     "local now_ms = math.floor(now / 1000)\n"
-    "if mode == 2 then\n"
-    "  redis.call('SET', KEYS[4], '1', 'PX', lease)\n"
-    "  local held = tonumber(redis.call('HGET', KEYS[2], owner) or '0')\n"
-    "  if held > 1 then redis.call('HINCRBY', KEYS[2], owner, -1)\n"
-    "  elseif held == 1 then redis.call('HDEL', KEYS[2], owner) end\n"
+    "if mode >= 2 then\n"
+    "  if mode == 2 then\n"
+    "    redis.call('SET', KEYS[4], '1', 'PX', lease)\n"
+    "    local held = tonumber(redis.call('HGET', KEYS[2], owner) or '0')\n"
+    "    if held > 1 then redis.call('HINCRBY', KEYS[2], owner, -1)\n"
+    "    elseif held == 1 then redis.call('HDEL', KEYS[2], owner) end\n"
+    "  end\n"
     "  if tonumber(ARGV[10]) > 0 then\n"
     "    redis.call('HINCRBY', KEYS[3], tostring(now_s), ARGV[10])\n"
     "    redis.call('EXPIRE', KEYS[3], 61)\n"
@@ -377,11 +381,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
         schedule_retry(c);
         return;
     }
-    c->up = 1;
-    c->backoff_ms = GW_REDIS_BACKOFF_MIN_MS;
-    if (c->lost)
-        log_info("%s: Redis at %s answers again", __func__, redis_name(c->r, name, sizeof(name)));
-    c->lost = 0;
+    c->up = 1; /* the backoff resets when the setup is through (on_setup_reply) */
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
@@ -409,8 +409,17 @@ static void on_setup_reply(redisAsyncContext *ac, void *reply, void *step)
     const redisReply *rep = reply;
     char why[256];
 
-    if (rep == NULL || c == NULL || c->ac != ac || rep->type != REDIS_REPLY_ERROR)
+    if (rep == NULL || c == NULL || c->ac != ac)
         return;
+    if (rep->type != REDIS_REPLY_ERROR) {
+        if ((uintptr_t)step == SETUP_SCRIPT) { /* the last step: this connection works */
+            c->backoff_ms = GW_REDIS_BACKOFF_MIN_MS;
+            if (c->lost)
+                log_info("%s: Redis at %s answers again", __func__, redis_name(c->r, why, sizeof(why)));
+            c->lost = 0;
+        }
+        return;
+    }
     snprintf(why, sizeof(why), "%s refused: %.*s", setup_names[(uintptr_t)step], (int)min_u64(rep->len, 160), rep->str);
     conn_drop(c, why);
 }
@@ -633,7 +642,7 @@ static void run_script(struct rr *r, struct rconn *c, int mode, const char *tena
     size_t len = tenant != NULL ? strnlen(tenant, RL_MAX_TENANT_NAME + 1) : 0;
     struct rcall *k;
 
-    if (len == 0 || len > RL_MAX_TENANT_NAME || (p == NULL && mode != RR_MODE_FREE)) {
+    if (len == 0 || len > RL_MAX_TENANT_NAME || (p == NULL && mode < RR_MODE_FREE)) {
         if (cb != NULL) {
             struct rl_decision d = {0, RL_BACKEND_ERROR, RL_RETRY_NEVER, p != NULL ? p->burst : 0, 0, 0};
             cb(arg, &d);
@@ -690,6 +699,20 @@ static void redis_release(struct rl_limiter *l, const char *tenant, uint64_t cpu
         run_script(r, c, RR_MODE_FREE, tenant, NULL, cpu_ms, NULL, NULL);
 }
 
+/* A run that held no slot (a queued Judge0 submission's) charges its CPU time. */
+static void redis_charge(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms)
+{
+    struct rr *r = rl_impl(l);
+    struct rconn *c = tls_owner == r ? tls_conn : NULL;
+
+    if (cpu_ms == 0)
+        return;
+    if (c != NULL && c->ac != NULL)
+        run_script(r, c, RR_MODE_CHARGE, tenant, NULL, cpu_ms, NULL, NULL);
+    else if (r->local != NULL)
+        rl_charge(r->local, tenant, cpu_ms, now_ms); /* Redis is away: the local share's budget */
+}
+
 static void rr_free(struct rr *r)
 {
     free(r->socket_path);
@@ -729,6 +752,7 @@ static const struct rl_ops redis_ops = {
     .admit = redis_admit,
     .admit_rate = redis_admit_rate,
     .release = redis_release,
+    .charge = redis_charge,
     .destroy = redis_destroy,
     .deferred = 1,
 };

@@ -330,6 +330,68 @@ class SharedLimitsTest(unittest.TestCase):
 
 
 @unittest.skipUnless(HAVE_REDIS, "redis-server is not installed (Debian: apt-get install redis-server)")
+class TcpRedisTest(unittest.TestCase):
+    """A Redis on 127.0.0.1 with requirepass: the gateway reaches it over TCP
+    (the seccomp filter then allows inet sockets) and authenticates with the
+    password file; a wrong password fails closed."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = Stack(tenants=[("rate", "rate: {per_second: 0.001, burst: 2}\n", "")])
+        cls.port = free_port()
+        cls.log = open(os.path.join(cls.stack.tmp, "redis-tcp.log"), "ab")
+        cls.redis = subprocess.Popen([REDIS, "--port", str(cls.port), "--bind", "127.0.0.1", "--requirepass", "s3cret",
+                                      "--save", "", "--appendonly", "no", "--dir", cls.stack.tmp],
+                                     stdout=cls.log, stderr=subprocess.STDOUT)
+        wait_until(lambda: cls.redis.poll() is not None or cls.accepts(), "redis-server on TCP to start")
+        cls.stack.start_backend()
+        cls.gateways = []
+
+    @classmethod
+    def accepts(cls):
+        try:
+            with socket.create_connection(("127.0.0.1", cls.port), timeout=5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(b"-NOAUTH")
+        except OSError:
+            return False
+
+    @classmethod
+    def tearDownClass(cls):
+        for g in cls.gateways:
+            g.stop()
+        cls.redis.kill()
+        cls.redis.wait()
+        cls.log.close()
+        cls.stack.stop()
+
+    def gateway(self, name, password):
+        path = os.path.join(self.stack.tmp, name + ".password")
+        with open(path, "w") as f:
+            f.write(password + "\n")
+        os.chown(path, 0, grp.getgrnam("moat").gr_gid)
+        os.chmod(path, 0o640)
+        g = Gateway(self.stack, name, "limiter:\n  store: redis\n  redis: {host: 127.0.0.1, port: %d, password_file: %s}\n"
+                    % (self.port, path)).start()
+        self.gateways.append(g)
+        return g
+
+    def test_password_and_inet_socket(self):
+        g = self.gateway("gw-tcp", "s3cret")
+        self.assertEqual([g.runtimes("rate")[0] for _ in range(3)], [200, 200, 429])
+        # the state is in Redis: a second gateway sees the bucket empty
+        self.assertEqual(self.gateway("gw-tcp2", "s3cret").runtimes("rate")[0], 429)
+
+    def test_wrong_password_fails_closed(self):
+        g = self.gateway("gw-badpass", "wrong")
+        st, headers, data = g.runtimes("rate")
+        self.assertEqual((st, data["code"]), (503, "limiter_unavailable"), data)
+        self.assertGreaterEqual(int(headers["retry-after"]), 1)
+        with open(os.path.join(self.stack.tmp, "gw-badpass.log")) as f:
+            self.assertIn("AUTH refused", f.read())
+
+
+@unittest.skipUnless(HAVE_REDIS, "redis-server is not installed (Debian: apt-get install redis-server)")
 class LimiterConfigTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="moat-redis-conf-")

@@ -249,6 +249,24 @@ static void test_in_flight_release_and_quota(void **state)
     finish(l, loop);
 }
 
+/* rl_charge (a queued run that held no slot): the budget, not the count. */
+static void test_charge_takes_no_slot(void **state)
+{
+    struct rl_params p = {1000.0, 1000, 1, 1000};
+    h2o_loop_t *loop = h2o_evloop_create();
+    struct rl_limiter *l;
+
+    (void)state;
+    NEED_REDIS();
+    l = limiter(sock_path, RL_REDIS_FAIL_CLOSED);
+    assert_true(decide(l, loop, 1, "t", &p).allowed); /* the one slot, held */
+    rl_charge(l, "t", 400, now_ms());
+    assert_int_equal(decide(l, loop, 1, "t", &p).reason, RL_CONCURRENCY); /* still held */
+    rl_charge(l, "t", 700, now_ms());
+    assert_int_equal(decide(l, loop, 1, "t", &p).reason, RL_QUOTA); /* 1100 ms of 1000 */
+    finish(l, loop);
+}
+
 static void test_two_loops_share_a_tenant(void **state)
 {
     struct rl_params p = {0.001, 4, 1, RL_UNLIMITED_CPU_MS};
@@ -452,6 +470,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rate_burst_then_refused),
         cmocka_unit_test(test_in_flight_release_and_quota),
+        cmocka_unit_test(test_charge_takes_no_slot),
         cmocka_unit_test(test_two_loops_share_a_tenant),
         cmocka_unit_test(test_noscript_falls_back_to_eval),
         cmocka_unit_test(test_cancelled_admit_gives_its_slot_back),
