@@ -25,8 +25,9 @@ interleaved rounds (mem, redis, mem, ...):
 
 It prints decisions/s, p50/p99 and server CPU per request (the gateway's;
 Redis' own CPU is printed apart), and redis/mem ratios taken within each
-round (medians over rounds).  Goals: redis >= 0.5x mem in decisions/s, and
-p99 <= 2 ms for c1.  Exit status: 0 when every case ran with only 429s;
+round (medians over rounds).  Goals: redis >= 0.5x mem in decisions/s
+under load (h1, h2; c1 is one request at a time, so its rate is a round
+trip's inverse, printed but not judged), and p99 <= 2 ms for c1.  Exit status: 0 when every case ran with only 429s;
 1 on any error.  Missing a goal is reported, not an error.
 """
 
@@ -144,10 +145,12 @@ def main():
             if case == "redis":
                 x = median([r["rps"] / b["rps"] for r, b in zip(rs, results[("mem", proto)])])
                 ratio = "%.2fx" % x
-                if x < RATIO_GOAL:
+                if proto != "c1" and x < RATIO_GOAL:  # c1 is the latency probe: one request at a time
                     missed.append("%s: %.2fx < %.1fx" % (proto, x, RATIO_GOAL))
                 if proto == "c1" and med["p99_ms"] > P99_GOAL_MS:
-                    missed.append("c1 p99 %.2f ms > %.1f ms" % (med["p99_ms"], P99_GOAL_MS))
+                    missed.append("c1 p99 %.2f ms > %.1f ms (mem's c1 p99 on this machine now: %.2f ms)"
+                                  % (med["p99_ms"], P99_GOAL_MS,
+                                     median([r["p99_ms"] for r in results[("mem", "c1")]])))
             log("| %s | %s | %.0f | %.2f | %.2f | %.1f | %.1f | %s |"
                 % (case, proto, med["rps"], med["p50_ms"], med["p99_ms"], med["cpu_us"], med["redis_us"], ratio))
     if args.rounds > 1:
@@ -157,7 +160,8 @@ def main():
     elif missed:
         log("bench_limiter_redis: goals missed: %s" % "; ".join(missed))
     else:
-        log("bench_limiter_redis: goals met (>= %.1fx decisions/s, c1 p99 <= %.1f ms)" % (RATIO_GOAL, P99_GOAL_MS))
+        log("bench_limiter_redis: goals met (>= %.1fx decisions/s under load, c1 p99 <= %.1f ms)"
+            % (RATIO_GOAL, P99_GOAL_MS))
     return 0
 
 
