@@ -104,7 +104,9 @@ class Gateway:
         self.config = os.path.join(stack.tmp, name + ".conf")
         with open(self.config, "w") as f:
             f.write(limiter + text)
-        os.chmod(self.config, 0o600)
+        # root:moat 0640, as a SIGHUP reload reads it after the privilege drop
+        os.chown(self.config, 0, grp.getgrnam("moat").gr_gid)
+        os.chmod(self.config, 0o640)
         self.proc = None
 
     def start(self):
@@ -279,18 +281,30 @@ class SharedLimitsTest(unittest.TestCase):
         headers = self.assert_refused(self.b.execute("quota", "print(1)"), 429, "cpu_quota_exhausted", "CPU-time budget")
         self.assertGreater(int(headers["retry-after"]), 30)
 
+    def baseline_s(self, gateway, n=20):
+        """The slowest of n answers with Redis up: this run's yardstick for "bounded"."""
+        worst = 0.0
+        for _ in range(n):
+            t0 = time.monotonic()
+            self.assertEqual(gateway.runtimes("outage")[0], 200)
+            worst = max(worst, time.monotonic() - t0)
+        return worst
+
     def test_redis_down_fail_closed_then_recovers(self):
-        self.assertEqual(self.a.runtimes("outage")[0], 200)
+        bound = 10 * self.baseline_s(self.b) + 1.0  # generous: a hang would take the client's 60 s
         # load from another thread all along: every answer is 200 or 503, never a hang or another error
-        seen, stop = [], threading.Event()
+        seen, took, stop = [], [], threading.Event()
 
         def load():
             while not stop.is_set():
+                t0 = time.monotonic()
                 seen.append(self.b.runtimes("outage")[0])
+                took.append(time.monotonic() - t0)
 
         t = threading.Thread(target=load)
         t.start()
         try:
+            wait_until(lambda: len(seen) >= 10, "the load to run")
             self.redis.kill()
             got = wait_until(lambda: (lambda r: r[0] == 503 and r)(self.a.runtimes("outage")), "a 503 with Redis down")
             headers = self.assert_refused(got, 503, "limiter_unavailable", "rate limiter unavailable")
@@ -304,8 +318,40 @@ class SharedLimitsTest(unittest.TestCase):
             t.join()
         self.assertTrue(set(seen) <= {200, 503}, set(seen))
         self.assertIn(503, seen)
+        took.sort()
+        self.assertLessEqual(took[int(len(took) * 0.99)], bound, "p99 of %d answers" % len(took))
         self.assertIsNone(self.a.proc.poll())
         self.assertIsNone(self.b.proc.poll())
+
+    def test_hung_redis_answers_within_the_timeout(self):
+        # Redis stopped (SIGSTOP), not gone: its socket accepts and never answers
+        bound = 10 * self.baseline_s(self.a) + 0.5 + 1.0  # timeout_ms is 500
+        self.redis.proc.send_signal(signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            got = self.a.runtimes("outage")
+            took = time.monotonic() - t0
+        finally:
+            self.redis.proc.send_signal(signal.SIGCONT)
+        self.assert_refused(got, 503, "limiter_unavailable", "rate limiter unavailable")
+        self.assertLessEqual(took, bound)
+        wait_until(lambda: self.a.runtimes("outage")[0] == 200, "gateway a to use Redis again")
+
+    def test_reload_keeps_the_running_limiter(self):
+        with open(self.b.config) as f:
+            text = f.read()
+        with open(self.b.config, "w") as f:
+            f.write(text.replace("lease_ms: %d" % LEASE_MS, "lease_ms: %d" % (LEASE_MS + 1000), 1))
+        try:
+            self.b.proc.send_signal(signal.SIGHUP)
+            log = os.path.join(self.stack.tmp, "gw-b.log")
+            wait_until(lambda: "configuration reloaded" in open(log).read(), "gateway b to reload")
+            self.assertIn("the limiter section changed; the running limiter (redis) stays until a restart",
+                          open(log).read())
+            self.assertEqual(self.b.runtimes("outage")[0], 200)
+        finally:
+            with open(self.b.config, "w") as f:
+                f.write(text)
 
     def test_redis_down_local_mode_answers_at_a_share(self):
         self.assertEqual(self.local.runtimes("outage")[0], 200)  # its connection is up
