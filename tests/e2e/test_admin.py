@@ -127,9 +127,14 @@ class AdminTest(unittest.TestCase):
         old, old_id = new_key(self.stack, "acme")
         statuses, stop = [], threading.Event()
 
+        codes_401 = set()
+
         def load():
             while not stop.is_set():
-                statuses.append((time.monotonic(), runtimes(self.stack, old)))
+                st, _, data = self.stack.request("GET", "/api/v2/runtimes", token=old)
+                statuses.append((time.monotonic(), st))
+                if st == 401:
+                    codes_401.add(data.get("code") if isinstance(data, dict) else None)
 
         t = threading.Thread(target=load)
         t.start()
@@ -154,6 +159,7 @@ class AdminTest(unittest.TestCase):
         # ... including some sent after moatctl returned (the grace), and none after the first 401 was a 200
         self.assertTrue(any(at > rotated and s == 200 for at, s in statuses), "no request during the grace")
         self.assertEqual(set(codes[first_401:]), {401}, codes)
+        self.assertEqual(codes_401, {"token_expired"})  # stopped by its expiry, the end of the grace
         self.assertGreater(statuses[first_401][0], before)
         self.assertEqual(runtimes(self.stack, new), 200)
         listed = {k["id"]: k for k in json.loads(ok(self.stack, "--json", "key", "list").stdout)["keys"]}
