@@ -183,7 +183,7 @@ int gw_denials_over(struct gw_request *r, int status)
     pthread_once(&addr_once, addr_limiter_init);
     moat_hex_encode(key, 16, name + 3);
     if (addr_limiter != NULL) /* the in-memory limiter answers before it returns */
-        rl_admit_on(addr_limiter, r->worker->ctx.loop, 0, name, &p, rl_monotonic_ms(), on_verdict, &v);
+        rl_admit_on(addr_limiter, r->worker->ctx.loop, RL_ADMIT_RATE, name, &p, rl_monotonic_ms(), on_verdict, &v);
     if (v.allowed)
         return 0;
     if (r->worker->audit.enabled)

@@ -24,9 +24,9 @@
  * are one job compiled once, a test case each (async_group below).  Room
  * in the queue is reserved in step 7,
  * before the decision record (a batch fits whole or is refused whole), and
- * a queued submission holds no in-flight slot: the slot admission took
- * goes back in step 7, and its run's CPU time is charged to the tenant's
- * budget when it ends (rl_charge).
+ * a queued submission holds no in-flight slot (its admission checks the
+ * rate and the CPU budget only: gw_judge0_queued), and its run's CPU time
+ * is charged to the tenant's budget when it ends (rl_charge).
  *
  * Errors carry moat's {message, code, request_id} and, where Judge0
  * clients read them, Judge0's own members: "error" (400, 404) and the
@@ -411,6 +411,21 @@ static enum gw_flow queue_room(struct gw_request *r, size_t n, size_t *reserved,
     return gw_deny(r, 500, GW_REASON_FILTER, "out of memory");
 }
 
+int gw_judge0_queued(const struct gw_request *r)
+{
+    const h2o_req_t *req = r->req;
+    struct judge0_query q;
+    char err[GW_ERR_MSG_MAX];
+
+    if (r->route->handler == &gw_handler_judge0_batch_submit)
+        return 1;
+    if (req->query_at == SIZE_MAX)
+        return 1; /* Judge0's default: wait=false */
+    return judge0_parse_query(req->path.base + req->query_at + 1, req->path.len - req->query_at - 1,
+                              JUDGE0_Q_WAIT | JUDGE0_Q_BASE64 | JUDGE0_Q_FIELDS, &q, err, sizeof(err)) == 0 &&
+           !q.wait;
+}
+
 /* Step 7: parse, the runtime table, judge, token, encode. */
 static enum gw_flow submit_prepare(struct gw_request *r)
 {
@@ -426,8 +441,6 @@ static enum gw_flow submit_prepare(struct gw_request *r)
         s->asked_table = 1;
         return gw_runtime_table_fetch(r); /* then this step again */
     }
-    if (!s->q.wait)
-        gw_slot_back(r); /* it waits in the queue, not in an in-flight slot */
     if ((f = submission_judge(r, s)) != GW_NEXT)
         return f;
     if (!s->q.wait && (f = queue_room(r, 1, &s->reserved, s->tenant)) != GW_NEXT)
@@ -930,7 +943,7 @@ static enum gw_flow start_async(struct gw_request *r, struct submission *s)
                                           &s->frame, r->job_id)) == NULL)
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
     r->ok_status = 201;
-    (void)gw_take_slot(r); /* none held (step 7 gave it back); the run records its own result */
+    (void)gw_take_slot(r); /* none held (admission took none); the run records its own result */
     s->reserved = 0;       /* the reservation becomes the run */
     async_enqueue(a);
     return GW_NEXT;
@@ -1346,7 +1359,6 @@ static enum gw_flow batch_submit_prepare(struct gw_request *r)
         b = h2o_mem_alloc_shared(&req->pool, sizeof(*b), batch_dispose);
         memset(b, 0, sizeof(*b));
         r->job = b;
-        gw_slot_back(r); /* its entries wait in the queue, not in an in-flight slot */
         if ((f = query(r, JUDGE0_Q_BASE64 | JUDGE0_Q_FIELDS, &b->q)) != GW_NEXT) /* fields: ignored, as Judge0 does */
             return f;
         if (req->entity.len > r->cfg->max_request_entity_size)
@@ -1447,7 +1459,7 @@ static enum gw_flow batch_submit_answer(struct gw_request *r, const struct backe
     if ((r->body = json_dumps(b->answers, JSON_COMPACT)) == NULL)
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
     r->ok_status = 201;
-    (void)gw_take_slot(r); /* none held (step 7 gave it back); each entry records its own result */
+    (void)gw_take_slot(r); /* none held (admission took none); each entry records its own result */
     struct async_run *runs[JUDGE0_BATCH_MAX] = {NULL};
     for (size_t i = 0; i < b->n; i++) {
         struct batch_entry *e = &b->e[i];

@@ -16,7 +16,9 @@
  *    3 route         exact path (404), then the method (405)  routes.c
  *    4 authenticate  API key or JWT (401)                     auth.c
  *    5 authorize     endpoint and scopes (403)                policy/
- *    6 admit         the tenant's limiter (429; 503 when it cannot decide)
+ *    6 admit         the tenant's limiter (429; 503 when it cannot decide);
+ *                    a run that waits in the Judge0 submissions queue
+ *                    takes no in-flight slot (judge0_queue.c)
  *    7 prepare       the route's parse + policy and backend message
  *    8 decision      the audit decision record
  *    9 backend       the backend call; the reply turned into a body
@@ -96,11 +98,6 @@ static void release_slot(struct gw_request *r)
         return;
     r->holds_slot = 0;
     rl_release(r->worker->server->limiter, r->tenant, r->cpu_ms, rl_monotonic_ms());
-}
-
-void gw_slot_back(struct gw_request *r)
-{
-    release_slot(r);
 }
 
 /* ---------------------------------------------------------- audit records */
@@ -266,7 +263,7 @@ static void on_admission(void *arg, const struct rl_decision *d)
     r->admission = NULL;
     gw_add_ratelimit_headers(r, d);
     if (d->allowed) {
-        r->holds_slot = is_execution(r);
+        r->holds_slot = r->admit_kind == RL_ADMIT_EXECUTION;
         gw_step_done(r, GW_NEXT);
         return;
     }
@@ -286,6 +283,18 @@ static void on_admission(void *arg, const struct rl_decision *d)
     }
 }
 
+/* An execution takes an in-flight slot, unless its run waits in the
+ * submissions queue (rate and CPU budget only: the queue's caps bound it);
+ * anything else is counted by the rate alone. */
+static enum rl_admission admission_kind(const struct gw_request *r)
+{
+    if (!is_execution(r))
+        return RL_ADMIT_RATE;
+    if ((r->route->flags & GW_ROUTE_MAY_QUEUE) != 0 && gw_judge0_queued(r))
+        return RL_ADMIT_QUEUED;
+    return RL_ADMIT_EXECUTION;
+}
+
 static enum gw_flow step_admit(struct gw_request *r)
 {
     const struct tenant_policy *p;
@@ -295,7 +304,8 @@ static enum gw_flow step_admit(struct gw_request *r)
         return GW_NEXT;
     p = &r->tenant_cfg->policy;
     params = (struct rl_params){p->rate_per_second, p->burst, p->max_in_flight, p->cpu_ms_per_minute};
-    r->admission = rl_admit_on(r->worker->server->limiter, r->worker->ctx.loop, is_execution(r), r->tenant, &params,
+    r->admit_kind = admission_kind(r);
+    r->admission = rl_admit_on(r->worker->server->limiter, r->worker->ctx.loop, r->admit_kind, r->tenant, &params,
                                rl_monotonic_ms(), on_admission, r);
     return GW_WAIT;
 }

@@ -65,6 +65,7 @@ struct gw_request {
     char key_id[80]; /* API key id, or "jwt:<issuer>/<kid>" */
     /* step 6 */
     struct rl_pending *admission; /* an answer still to come */
+    enum rl_admission admit_kind; /* what admission checks and takes */
     int holds_slot;               /* an in-flight slot of the tenant's limiter */
     /* step 7 and 9: the route's own state, and what it leaves for the steps after it */
     void *job;             /* the handler's, in req->pool */
@@ -136,11 +137,6 @@ int gw_take_slot(struct gw_request *r);
  * client is a trusted proxy, X-Forwarded-For (after r->request_id is
  * made: a log line may name it). */
 void gw_request_client(struct gw_request *r);
-
-/* An execution whose run will not hold the tenant's in-flight slot (a
- * Judge0 submission that waits in the submissions queue, judge0_queue.c):
- * the slot admission took goes back now, nothing charged.  Idempotent. */
-void gw_slot_back(struct gw_request *r);
 
 /* Who asked, for a record made after r is gone: the fields point into r
  * (copy them). */

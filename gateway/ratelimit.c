@@ -56,8 +56,8 @@ struct rl_limiter *rl_new(const struct rl_ops *ops, void *impl)
 {
     struct rl_limiter *l;
 
-    if (ops == NULL || ops->admit == NULL || ops->admit_rate == NULL || ops->release == NULL || ops->charge == NULL ||
-        ops->destroy == NULL)
+    if (ops == NULL || ops->admit == NULL || ops->admit_rate == NULL || ops->admit_queued == NULL || ops->release == NULL ||
+        ops->charge == NULL || ops->destroy == NULL)
         return NULL;
     if ((l = calloc(1, sizeof(*l))) == NULL)
         return NULL;
@@ -76,7 +76,7 @@ struct rl_pending {
     struct rl_limiter *l;
     rl_cb cb;
     void *arg;
-    int execution;
+    enum rl_admission kind;
     int in_admit;  /* the backend's admit has not returned yet */
     int answered;  /* the answer came while in_admit */
     int cancelled; /* the caller went away */
@@ -91,7 +91,7 @@ static void deliver(void *arg, const struct rl_decision *d)
 
     if (t->cancelled) {
         /* nobody waits: an in-flight slot taken for a vanished caller goes back */
-        if (d->allowed && t->execution)
+        if (d->allowed && t->kind == RL_ADMIT_EXECUTION)
             t->l->ops->release(t->l, t->tenant, 0, rl_monotonic_ms());
         free(t);
         return;
@@ -103,11 +103,13 @@ static void deliver(void *arg, const struct rl_decision *d)
         free(t);
 }
 
-struct rl_pending *rl_admit_on(struct rl_limiter *l, struct st_h2o_evloop_t *loop, int execution, const char *tenant,
+struct rl_pending *rl_admit_on(struct rl_limiter *l, struct st_h2o_evloop_t *loop, enum rl_admission kind, const char *tenant,
                                const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg)
 {
     void (*admit)(struct rl_limiter *, struct st_h2o_evloop_t *, const char *, const struct rl_params *, uint64_t, rl_cb, void *) =
-        execution ? l->ops->admit : l->ops->admit_rate;
+        kind == RL_ADMIT_EXECUTION ? l->ops->admit
+        : kind == RL_ADMIT_QUEUED  ? l->ops->admit_queued
+                                   : l->ops->admit_rate;
     struct rl_pending *t;
     size_t n = tenant != NULL ? strlen(tenant) : 0;
 
@@ -125,7 +127,7 @@ struct rl_pending *rl_admit_on(struct rl_limiter *l, struct st_h2o_evloop_t *loo
     t->l = l;
     t->cb = cb;
     t->arg = arg;
-    t->execution = execution;
+    t->kind = kind;
     memcpy(t->tenant, tenant, n);
     t->in_admit = 1;
     admit(l, loop, tenant, p, now_ms, deliver, t);
@@ -145,12 +147,12 @@ void rl_cancel(struct rl_pending *pending)
 
 void rl_admit(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg)
 {
-    (void)rl_admit_on(l, NULL, 1, tenant, p, now_ms, cb, arg);
+    (void)rl_admit_on(l, NULL, RL_ADMIT_EXECUTION, tenant, p, now_ms, cb, arg);
 }
 
 void rl_admit_rate_only(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg)
 {
-    (void)rl_admit_on(l, NULL, 0, tenant, p, now_ms, cb, arg);
+    (void)rl_admit_on(l, NULL, RL_ADMIT_RATE, tenant, p, now_ms, cb, arg);
 }
 
 void rl_release(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms)
@@ -453,7 +455,7 @@ static uint64_t max_u64(uint64_t a, uint64_t b)
 }
 
 static void mem_decide(struct rl_limiter *l, const char *tenant, const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg,
-                       int execute)
+                       enum rl_admission kind)
 {
     struct mem *m = rl_impl(l);
     struct rl_decision d;
@@ -480,11 +482,11 @@ static void mem_decide(struct rl_limiter *l, const char *tenant, const struct rl
         backend_error(p, cb, arg);
         return;
     }
-    if (execute) {
-        if (quota_check(t, p->cpu_ms_per_minute, now_ms, &wait) == 0) {
-            quota_ok = 0;
-            retry = max_u64(retry, wait);
-        }
+    if (kind != RL_ADMIT_RATE && quota_check(t, p->cpu_ms_per_minute, now_ms, &wait) == 0) {
+        quota_ok = 0;
+        retry = max_u64(retry, wait);
+    }
+    if (kind == RL_ADMIT_EXECUTION) {
         if (t->in_flight >= p->max_in_flight) {
             conc_ok = 0;
             retry = max_u64(retry, p->max_in_flight == 0 ? RL_RETRY_NEVER : RL_CONCURRENCY_RETRY_MS);
@@ -496,7 +498,7 @@ static void mem_decide(struct rl_limiter *l, const char *tenant, const struct rl
 
     if (quota_ok && conc_ok && rate_ok) {
         t->tat_ns = new_tat;
-        if (execute)
+        if (kind == RL_ADMIT_EXECUTION)
             t->in_flight++;
         d.allowed = 1;
         d.reason = RL_OK;
@@ -514,13 +516,19 @@ static void mem_decide(struct rl_limiter *l, const char *tenant, const struct rl
 static void mem_admit(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
                       uint64_t now_ms, rl_cb cb, void *arg)
 {
-    mem_decide(l, tenant, p, now_ms, cb, arg, 1);
+    mem_decide(l, tenant, p, now_ms, cb, arg, RL_ADMIT_EXECUTION);
 }
 
 static void mem_admit_rate(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
                            uint64_t now_ms, rl_cb cb, void *arg)
 {
-    mem_decide(l, tenant, p, now_ms, cb, arg, 0);
+    mem_decide(l, tenant, p, now_ms, cb, arg, RL_ADMIT_RATE);
+}
+
+static void mem_admit_queued(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
+                             uint64_t now_ms, rl_cb cb, void *arg)
+{
+    mem_decide(l, tenant, p, now_ms, cb, arg, RL_ADMIT_QUEUED);
 }
 
 /* A run is over: its slot (slot: 1) goes back and its cpu_ms is charged;
@@ -591,6 +599,7 @@ static void mem_destroy(struct rl_limiter *l)
 static const struct rl_ops mem_ops = {
     .admit = mem_admit,
     .admit_rate = mem_admit_rate,
+    .admit_queued = mem_admit_queued,
     .release = mem_release,
     .charge = mem_charge,
     .destroy = mem_destroy,

@@ -8,8 +8,10 @@
  *                at time now is allowed when TAT - now <= tau, where TAT is
  *                max(stored TAT, now); on allow, stored TAT = TAT + T.
  *   concurrency  executions in flight; rl_admit takes a slot, rl_release frees it.
- *   cpu quota    ms of box CPU per rolling minute, charged by rl_release with
- *                the run's cpu time.  An admit is refused while the tenant has
+ *                (A queued execution, RL_ADMIT_QUEUED, takes none: its queue
+ *                bounds it.)
+ *   cpu quota    ms of box CPU per rolling minute, charged by rl_release (or
+ *                rl_charge, for a queued execution) with the run's cpu time.  An admit is refused while the tenant has
  *                already used >= its budget in the last 60 s (a run may
  *                overshoot: it is charged after it ran).
  *
@@ -95,6 +97,10 @@ struct rl_ops {
     /* rate only (non-execute endpoints): no slot taken, quota not consulted */
     void (*admit_rate)(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
                        uint64_t now_ms, rl_cb cb, void *arg);
+    /* rate + quota, no slot taken (an execution that waits in a queue of its
+     * own instead of holding a slot: Judge0's wait=false) */
+    void (*admit_queued)(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
+                         uint64_t now_ms, rl_cb cb, void *arg);
     /* ends an execution: frees the in-flight slot and charges cpu_ms */
     void (*release)(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms);
     /* charges cpu_ms of a run that held no slot (a queued submission's) */
@@ -134,13 +140,21 @@ void rl_release(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint6
  * count: the end of a run that waited in the submissions queue instead of
  * holding a slot (judge0_queue.c).  An unknown tenant is ignored. */
 void rl_charge(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms);
+/* What an admission checks and takes. */
+enum rl_admission {
+    RL_ADMIT_RATE,      /* the rate only: rl_admit_rate_only */
+    RL_ADMIT_EXECUTION, /* rate, quota and concurrency; takes a slot: rl_admit */
+    RL_ADMIT_QUEUED,    /* rate and quota, no slot: an execution whose run waits in
+                         * a queue bounded elsewhere (rl_charge when it ends) */
+};
+
 /*
- * The gateway's form: execution (1: rl_admit, 0: rl_admit_rate_only) on
- * the worker's loop.  Returns NULL when cb has already been called, else a
- * handle for rl_cancel, valid until cb runs.  Out of memory: cb is called
- * at once with RL_BACKEND_ERROR (the caller fails closed).
+ * The gateway's form: an admission of the given kind on the worker's loop.
+ * Returns NULL when cb has already been called, else a handle for
+ * rl_cancel, valid until cb runs.  Out of memory: cb is called at once
+ * with RL_BACKEND_ERROR (the caller fails closed).
  */
-struct rl_pending *rl_admit_on(struct rl_limiter *l, struct st_h2o_evloop_t *loop, int execution, const char *tenant,
+struct rl_pending *rl_admit_on(struct rl_limiter *l, struct st_h2o_evloop_t *loop, enum rl_admission kind, const char *tenant,
                                const struct rl_params *p, uint64_t now_ms, rl_cb cb, void *arg);
 /* The caller went away: cb will not be called for this admission. */
 void rl_cancel(struct rl_pending *pending);

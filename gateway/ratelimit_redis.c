@@ -109,12 +109,13 @@
 #define RR_MODE_ADMIT  1
 #define RR_MODE_FREE   2  /* release: a slot back, its cpu charged */
 #define RR_MODE_CHARGE 3  /* cpu charged only (a queued submission's run) */
+#define RR_MODE_QUEUED 4  /* rate and cpu budget, no slot (a queued submission) */
 #define RR_SCRIPT_ARGC 17 /* EVALSHA sha numkeys 4 keys 10 args */
 
 /* KEYS: tat, run, cpu, the caller's heartbeat.  ARGV: mode, owner,
  * lease_ms, heartbeat prefix, T_us, tau_us, burst, max_in_flight,
  * cpu budget (-1: unlimited), cpu_ms (modes 2 and 3).  Mode 0: rate only,
- * 1: admit, 2: release, 3: charge. */
+ * 1: admit, 2: release, 3: charge, 4: rate and cpu budget (no slot). */
 static const char script[] =
     "if redis.replicate_commands then redis.replicate_commands() end\n"
     "local mode, owner, lease, hb = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]\n"
@@ -122,7 +123,7 @@ static const char script[] =
     "local now_s = tonumber(t[1])\n"
     "local now = now_s * 1000000 + tonumber(t[2])\n"
     "local now_ms = math.floor(now / 1000)\n"
-    "if mode >= 2 then\n"
+    "if mode == 2 or mode == 3 then\n"
     "  if mode == 2 then\n"
     "    redis.call('SET', KEYS[4], '1', 'PX', lease)\n"
     "    local held = tonumber(redis.call('HGET', KEYS[2], owner) or '0')\n"
@@ -142,7 +143,7 @@ static const char script[] =
     "  if retry ~= -1 and (w == -1 or w > retry) then retry = w end\n"
     "end\n"
     "local quota_ok, conc_ok, rate_ok = true, true, true\n"
-    "if mode == 1 then\n"
+    "if mode == 1 or mode == 4 then\n"
     "  if budget == 0 then quota_ok = false; later(-1)\n"
     "  elseif budget > 0 then\n"
     "    local h = redis.call('HGETALL', KEYS[3])\n"
@@ -291,6 +292,8 @@ static void answer_unavailable(struct rr *r, struct rconn *c, int mode, const ch
         q = local_share(p, r->gateways);
         if (mode == RR_MODE_ADMIT)
             rl_admit(r->local, tenant, &q, now, cb, arg);
+        else if (mode == RR_MODE_QUEUED)
+            (void)rl_admit_on(r->local, NULL, RL_ADMIT_QUEUED, tenant, &q, now, cb, arg); /* answers at once */
         else
             rl_admit_rate_only(r->local, tenant, &q, now, cb, arg);
         return;
@@ -642,7 +645,7 @@ static void run_script(struct rr *r, struct rconn *c, int mode, const char *tena
     size_t len = tenant != NULL ? strnlen(tenant, RL_MAX_TENANT_NAME + 1) : 0;
     struct rcall *k;
 
-    if (len == 0 || len > RL_MAX_TENANT_NAME || (p == NULL && mode < RR_MODE_FREE)) {
+    if (len == 0 || len > RL_MAX_TENANT_NAME || (p == NULL && mode != RR_MODE_FREE && mode != RR_MODE_CHARGE)) {
         if (cb != NULL) {
             struct rl_decision d = {0, RL_BACKEND_ERROR, RL_RETRY_NEVER, p != NULL ? p->burst : 0, 0, 0};
             cb(arg, &d);
@@ -685,6 +688,16 @@ static void redis_admit_rate(struct rl_limiter *l, struct st_h2o_evloop_t *loop,
     (void)now_ms;
     if (cb != NULL)
         run_script(r, loop != NULL ? conn_for(r, loop) : NULL, RR_MODE_RATE, tenant, p, 0, cb, arg);
+}
+
+static void redis_admit_queued(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
+                               uint64_t now_ms, rl_cb cb, void *arg)
+{
+    struct rr *r = rl_impl(l);
+
+    (void)now_ms;
+    if (cb != NULL)
+        run_script(r, loop != NULL ? conn_for(r, loop) : NULL, RR_MODE_QUEUED, tenant, p, 0, cb, arg);
 }
 
 static void redis_release(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms)
@@ -751,6 +764,7 @@ static void redis_destroy(struct rl_limiter *l)
 static const struct rl_ops redis_ops = {
     .admit = redis_admit,
     .admit_rate = redis_admit_rate,
+    .admit_queued = redis_admit_queued,
     .release = redis_release,
     .charge = redis_charge,
     .destroy = redis_destroy,

@@ -14,6 +14,8 @@ enum gw_route_flags {
     GW_ROUTE_EXECUTION = 1u << 2,    /* admission takes an in-flight slot; a result record follows */
     GW_ROUTE_WATCH = 1u << 3,        /* the credential is a session's watch token, nothing else */
     GW_ROUTE_X_AUTH_TOKEN = 1u << 4, /* the API key may also come as X-Auth-Token (Judge0's header) */
+    GW_ROUTE_MAY_QUEUE = 1u << 5,    /* an execution whose run may wait in the submissions queue
+                                      * (gw_judge0_queued): then its admission takes no slot */
 };
 
 struct gw_route {
@@ -30,6 +32,13 @@ extern const struct gw_handler gw_handler_healthz, gw_handler_readyz, gw_handler
     gw_handler_watch, gw_handler_execution, gw_handler_execution_review, gw_handler_judge0_languages, gw_handler_judge0_language,
     gw_handler_judge0_statuses, gw_handler_judge0_about, gw_handler_judge0_config_info, gw_handler_judge0_submit,
     gw_handler_judge0_submission, gw_handler_judge0_batch, gw_handler_judge0_batch_submit;
+
+/* Does r's run wait in the submissions queue (judge0_queue.c) rather than
+ * run at once?  POST /submissions/batch always; POST /submissions unless
+ * its query says wait=true (one that does not parse: no, and step 7
+ * refuses it).  Its admission then checks the rate and the CPU budget but
+ * takes no in-flight slot (judge0_handlers.c). */
+int gw_judge0_queued(const struct gw_request *r);
 
 /* The route for path, or NULL; *method_ok says whether method matches it. */
 const struct gw_route *gw_route_find(const char *path, size_t path_len, const char *method, size_t method_len, int *method_ok);

@@ -14,6 +14,7 @@ import pwd
 import shutil
 import signal
 import tempfile
+import threading
 import unittest
 
 from moat_harness import Stack, wait_until
@@ -141,7 +142,8 @@ class QueueCapsTest(QueueClient, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = store_dir()
-        cls.stack = Stack(tenants=[("a", JUDGE0, ""), ("b", JUDGE0, ""), ("c", JUDGE0, "")],
+        cls.stack = Stack(tenants=[("a", JUDGE0, ""), ("b", JUDGE0, ""), ("c", JUDGE0, ""),
+                                   ("cpu", JUDGE0 + "cpu_seconds_per_minute: 1\n", "")],
                           extra_config="submissions:\n  store_dir: %s\n  max_running: 1\n  queue_max: 6\n"
                           "  queue_max_per_tenant: 4\n" % cls.dir).start()
 
@@ -203,6 +205,45 @@ class QueueCapsTest(QueueClient, unittest.TestCase):
         wait_until(final, "the queued submission to finish", timeout=120)
         self.assertEqual(seen, [1, 2, 3])  # In Queue, Processing (1.5 s of it), Accepted
         self.assertEqual(self.all_final([blocker])[0]["stdout"], "blocker\n")
+
+    def test_queued_posts_take_no_in_flight_slot(self):
+        # a (max_in_flight 1) has a synchronous run going: its one slot is held
+        held = {}
+
+        def sync_run():  # again while a probe below holds the slot for a moment
+            while True:
+                held["got"] = self.call("POST", "/submissions?wait=true", sleeper(2.5, "sync"), "b")
+                if held["got"][0] != 429:
+                    return
+        t = threading.Thread(target=sync_run)
+        t.start()
+        try:
+            wait_until(lambda: self.call("POST", "/submissions?wait=true", {"source_code": "1", "language_id": 71},
+                                         "b")[0] == 429, "b's one slot to be held")
+            st, _, data = self.call("POST", "/submissions?wait=true", {"source_code": "1", "language_id": 71}, "b")
+            self.assertEqual((st, data.get("code")), (429, "too_many_in_flight"), data)
+            # queued work still gets in: it waits in the queue, not in a slot
+            single = self.submit({"source_code": "print('q')", "language_id": 71}, "b")
+            batch = self.submit_batch([{"source_code": "print(%d)" % i, "language_id": 71} for i in range(2)], "b")
+        finally:
+            t.join()
+        self.assertEqual((held["got"][0], held["got"][2].get("stdout")), (201, "sync\n"), held)
+        self.assertEqual([r["stdout"] for r in self.all_final([single] + batch, "b")], ["q\n", "0\n", "1\n"])
+
+    def test_queued_runs_are_charged_to_the_cpu_budget(self):
+        # cpu may use 1 s of CPU a minute: a queued run that burns 1.2 s is
+        # charged when it ends, and then its next POST is refused
+        burn = {"source_code": "import time\nwhile time.process_time() < 1.2: pass\nprint('burnt')", "language_id": 71}
+        token = self.submit(burn, "cpu")
+        self.assertEqual(self.all_final([token], "cpu")[0]["stdout"], "burnt\n")
+
+        def refused():
+            st, _, data = self.call("POST", "/submissions", {"source_code": "1", "language_id": 71}, "cpu")
+            self.assertIn(st, (201, 429), data)
+            return st == 429 and data["code"] == "cpu_quota_exhausted"
+        wait_until(refused, "the run's CPU time to be charged")  # charged as its result is recorded
+        st, _, data = self.call("POST", "/submissions/batch", {"submissions": [burn]}, "cpu")
+        self.assertEqual((st, data.get("code")), (429, "cpu_quota_exhausted"), data)
 
     def test_sigterm_keeps_waiting_submissions_in_queue(self):
         blocker = self.submit(sleeper(2.5, "lost"))

@@ -625,6 +625,33 @@ static void test_charge_without_slot(void **state)
     rl_destroy(l);
 }
 
+/* RL_ADMIT_QUEUED: the rate and the CPU budget apply, the in-flight cap
+ * does not, and nothing is taken from it. */
+static void test_queued_admission(void **state)
+{
+    struct rl_limiter *l = rl_memory_new();
+    struct rl_params p = {1000.0, 3, 1, 1000};
+    struct rl_decision d;
+    struct capture c = {0};
+
+    assert_non_null(l);
+    d = admit(l, "q", &p, 0);
+    assert_allowed(&d); /* the one slot, held */
+    assert_null(rl_admit_on(l, NULL, RL_ADMIT_QUEUED, "q", &p, 0, capture_cb, &c));
+    assert_allowed(&c.d); /* past the in-flight cap: still allowed */
+    d = admit(l, "q", &p, 0);
+    assert_refused(&d, RL_CONCURRENCY); /* and it took no slot: still one held */
+    rl_release(l, "q", 0, 0);
+    assert_null(rl_admit_on(l, NULL, RL_ADMIT_QUEUED, "q", &p, 0, capture_cb, &c));
+    assert_allowed(&c.d); /* the burst's third */
+    assert_null(rl_admit_on(l, NULL, RL_ADMIT_QUEUED, "q", &p, 0, capture_cb, &c));
+    assert_refused(&c.d, RL_RATE); /* the burst of 3 is used: the rate counts */
+    rl_charge(l, "q", 1000, 10);
+    assert_null(rl_admit_on(l, NULL, RL_ADMIT_QUEUED, "q", &p, 5000, capture_cb, &c));
+    assert_refused(&c.d, RL_QUOTA); /* the CPU budget counts */
+    rl_destroy(l);
+}
+
 /* ------------------------------------------- a deferred backend (Redis shape) */
 
 struct deferred {
@@ -665,7 +692,7 @@ static void def_charge(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms
     d->charged += cpu_ms;
 }
 
-static const struct rl_ops def_ops = {def_admit, def_admit, def_release, def_charge, def_destroy, 1};
+static const struct rl_ops def_ops = {def_admit, def_admit, def_admit, def_release, def_charge, def_destroy, 1};
 
 static void test_deferred_backend(void **state)
 {
@@ -674,7 +701,7 @@ static void test_deferred_backend(void **state)
     struct rl_params p = rate_params(1.0, 1);
     struct rl_decision err = {0, RL_BACKEND_ERROR, 0, 1, 0, 0};
     struct capture c = {0};
-    static const struct rl_ops incomplete = {def_admit, NULL, def_release, def_charge, def_destroy, 1};
+    static const struct rl_ops incomplete = {def_admit, NULL, def_admit, def_release, def_charge, def_destroy, 1};
 
     assert_non_null(l);
     assert_null(rl_new(&incomplete, &impl));
@@ -707,21 +734,23 @@ static void test_deferred_cancel(void **state)
     struct rl_pending *h;
 
     assert_non_null(l);
-    h = rl_admit_on(l, NULL, 1, "t", &p, 0, capture_cb, &c);
+    h = rl_admit_on(l, NULL, RL_ADMIT_EXECUTION, "t", &p, 0, capture_cb, &c);
     assert_non_null(h); /* pending: a handle to cancel */
     rl_cancel(h);
     impl.cb(impl.arg, &ok); /* the store answers: allowed */
     assert_int_equal(c.calls, 0);
     assert_int_equal(impl.released, 1); /* the slot went back */
-    /* rate-only admissions hold no slot: nothing to give back */
-    h = rl_admit_on(l, NULL, 0, "t", &p, 0, capture_cb, &c);
-    assert_non_null(h);
-    rl_cancel(h);
-    impl.cb(impl.arg, &ok);
-    assert_int_equal(c.calls, 0);
-    assert_int_equal(impl.released, 1);
+    /* rate-only and queued admissions hold no slot: nothing to give back */
+    for (int kind = RL_ADMIT_RATE; kind <= RL_ADMIT_QUEUED; kind += RL_ADMIT_QUEUED - RL_ADMIT_RATE) {
+        h = rl_admit_on(l, NULL, (enum rl_admission)kind, "t", &p, 0, capture_cb, &c);
+        assert_non_null(h);
+        rl_cancel(h);
+        impl.cb(impl.arg, &ok);
+        assert_int_equal(c.calls, 0);
+        assert_int_equal(impl.released, 1);
+    }
     /* not cancelled: answered once, no release */
-    h = rl_admit_on(l, NULL, 1, "t", &p, 0, capture_cb, &c);
+    h = rl_admit_on(l, NULL, RL_ADMIT_EXECUTION, "t", &p, 0, capture_cb, &c);
     assert_non_null(h);
     impl.cb(impl.arg, &ok);
     assert_int_equal(c.calls, 1);
@@ -735,7 +764,7 @@ static void test_memory_answers_at_once(void **state)
     struct rl_params p = rate_params(1.0, 1);
     struct capture c = {0};
 
-    assert_null(rl_admit_on(l, NULL, 1, "m", &p, 0, capture_cb, &c)); /* no handle, nothing allocated */
+    assert_null(rl_admit_on(l, NULL, RL_ADMIT_EXECUTION, "m", &p, 0, capture_cb, &c)); /* no handle, nothing allocated */
     assert_int_equal(c.calls, 1);
     rl_destroy(l);
 }
@@ -764,6 +793,7 @@ int main(void)
         cmocka_unit_test(test_reason_priority),
         cmocka_unit_test(test_cpu_quota),
         cmocka_unit_test(test_charge_without_slot),
+        cmocka_unit_test(test_queued_admission),
         cmocka_unit_test(test_threads_exact_burst),
         cmocka_unit_test(test_threads_concurrency),
         cmocka_unit_test(test_threads_tenant_cap),
