@@ -670,34 +670,35 @@ static void run_script(struct rr *r, struct rconn *c, int mode, const char *tena
     }
 }
 
-static void redis_admit(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
-                        uint64_t now_ms, rl_cb cb, void *arg)
+/* A decision on the caller's loop's connection (Redis' clock decides, not now_ms). */
+static void redis_decide(struct rl_limiter *l, struct st_h2o_evloop_t *loop, int mode, const char *tenant,
+                         const struct rl_params *p, rl_cb cb, void *arg)
 {
     struct rr *r = rl_impl(l);
 
-    (void)now_ms; /* Redis' clock decides */
     if (cb != NULL)
-        run_script(r, loop != NULL ? conn_for(r, loop) : NULL, RR_MODE_ADMIT, tenant, p, 0, cb, arg);
+        run_script(r, loop != NULL ? conn_for(r, loop) : NULL, mode, tenant, p, 0, cb, arg);
+}
+
+static void redis_admit(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
+                        uint64_t now_ms, rl_cb cb, void *arg)
+{
+    (void)now_ms;
+    redis_decide(l, loop, RR_MODE_ADMIT, tenant, p, cb, arg);
 }
 
 static void redis_admit_rate(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
                              uint64_t now_ms, rl_cb cb, void *arg)
 {
-    struct rr *r = rl_impl(l);
-
     (void)now_ms;
-    if (cb != NULL)
-        run_script(r, loop != NULL ? conn_for(r, loop) : NULL, RR_MODE_RATE, tenant, p, 0, cb, arg);
+    redis_decide(l, loop, RR_MODE_RATE, tenant, p, cb, arg);
 }
 
 static void redis_admit_queued(struct rl_limiter *l, struct st_h2o_evloop_t *loop, const char *tenant, const struct rl_params *p,
                                uint64_t now_ms, rl_cb cb, void *arg)
 {
-    struct rr *r = rl_impl(l);
-
     (void)now_ms;
-    if (cb != NULL)
-        run_script(r, loop != NULL ? conn_for(r, loop) : NULL, RR_MODE_QUEUED, tenant, p, 0, cb, arg);
+    redis_decide(l, loop, RR_MODE_QUEUED, tenant, p, cb, arg);
 }
 
 static void redis_release(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms, uint64_t now_ms)

@@ -249,7 +249,8 @@ static void test_in_flight_release_and_quota(void **state)
     finish(l, loop);
 }
 
-/* rl_charge (a queued run that held no slot): the budget, not the count. */
+/* rl_charge (a queued run that held no slot): the budget, not the count;
+ * and the admission of a queued submission. */
 static void test_charge_takes_no_slot(void **state)
 {
     struct rl_params p = {1000.0, 1000, 1, 1000};
@@ -264,25 +265,12 @@ static void test_charge_takes_no_slot(void **state)
     assert_int_equal(decide(l, loop, 1, "t", &p).reason, RL_CONCURRENCY); /* still held */
     rl_charge(l, "t", 700, now_ms());
     assert_int_equal(decide(l, loop, 1, "t", &p).reason, RL_QUOTA); /* 1100 ms of 1000 */
-    finish(l, loop);
-}
-
-/* RL_ADMIT_QUEUED (a queued Judge0 submission): the rate and the budget,
- * never the in-flight cap, and no slot taken. */
-static void test_queued_takes_no_slot(void **state)
-{
-    struct rl_params p = {1000.0, 1000, 1, 1000};
-    h2o_loop_t *loop = h2o_evloop_create();
-    struct rl_limiter *l;
-
-    (void)state;
-    NEED_REDIS();
-    l = limiter(sock_path, RL_REDIS_FAIL_CLOSED);
-    assert_true(decide(l, loop, RL_ADMIT_EXECUTION, "t", &p).allowed);                     /* the one slot, held */
-    assert_true(decide(l, loop, RL_ADMIT_QUEUED, "t", &p).allowed);                        /* past the cap: allowed */
-    assert_int_equal(decide(l, loop, RL_ADMIT_EXECUTION, "t", &p).reason, RL_CONCURRENCY); /* it took none */
-    rl_charge(l, "t", 1100, now_ms());
-    assert_int_equal(decide(l, loop, RL_ADMIT_QUEUED, "t", &p).reason, RL_QUOTA); /* the budget counts */
+    /* RL_ADMIT_QUEUED (a queued submission's POST): the rate and the budget,
+     * never the in-flight cap, and no slot taken */
+    assert_true(decide(l, loop, RL_ADMIT_EXECUTION, "q", &p).allowed);                     /* q's one slot, held */
+    assert_true(decide(l, loop, RL_ADMIT_QUEUED, "q", &p).allowed);                        /* past the cap: allowed */
+    assert_int_equal(decide(l, loop, RL_ADMIT_EXECUTION, "q", &p).reason, RL_CONCURRENCY); /* it took none */
+    assert_int_equal(decide(l, loop, RL_ADMIT_QUEUED, "t", &p).reason, RL_QUOTA);          /* t's budget counts */
     p.rate_per_second = 0;
     assert_int_equal(decide(l, loop, RL_ADMIT_QUEUED, "u", &p).reason, RL_RATE); /* and the rate */
     finish(l, loop);
@@ -492,7 +480,6 @@ int main(void)
         cmocka_unit_test(test_rate_burst_then_refused),
         cmocka_unit_test(test_in_flight_release_and_quota),
         cmocka_unit_test(test_charge_takes_no_slot),
-        cmocka_unit_test(test_queued_takes_no_slot),
         cmocka_unit_test(test_two_loops_share_a_tenant),
         cmocka_unit_test(test_noscript_falls_back_to_eval),
         cmocka_unit_test(test_cancelled_admit_gives_its_slot_back),
