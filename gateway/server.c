@@ -365,8 +365,8 @@ static void *worker_main(void *arg)
     }
 
     /* No queued submission starts any more: those waiting stay "In Queue"
-     * in the store (a restart shows them as lost); runs going on finish
-     * if they can within the drain. */
+     * in the store (a restart shows them as lost), and so do runs still
+     * going when the process exits (the drain waits for requests only). */
     judge0_queue_stop(judge0_queue_default());
     /* Stop accepting; ask h2o to wind down; give requests in flight a bounded time to finish. */
     h2o_socket_read_stop(w->listener);
