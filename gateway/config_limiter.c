@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -121,7 +122,13 @@ static int redis_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, vo
     if (strcmp(key, "socket") == 0) {
         if (cfg_string(pc, v, "limiter.redis.socket", GW_MAX_PATH_LEN, &l->socket) != 0)
             return -1;
-        return l->socket[0] == '/' ? 0 : cfg_fail(pc, v, "limiter.redis.socket must be an absolute path");
+        if (l->socket[0] != '/')
+            return cfg_fail(pc, v, "limiter.redis.socket must be an absolute path");
+        /* hiredis would cut a longer one short and connect to another path */
+        return strlen(l->socket) < sizeof(((struct sockaddr_un *)0)->sun_path)
+                   ? 0
+                   : cfg_fail(pc, v, "limiter.redis.socket is longer than a Unix socket path may be (%zu bytes)",
+                              sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
     }
     if (strcmp(key, "host") == 0) {
         if (cfg_string(pc, v, "limiter.redis.host", 64, &l->host) != 0)

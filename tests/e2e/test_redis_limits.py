@@ -484,6 +484,8 @@ class LimiterConfigTest(unittest.TestCase):
                                                                       "needs a password_file"),
             ("limiter:\n  store: redis\n  redis: {socket: relative.sock}\n", ":4: limiter.redis.socket must be an "
                                                                              "absolute path"),
+            ("limiter:\n  store: redis\n  redis: {socket: /%s}\n" % ("x" * 120), ":4: limiter.redis.socket is longer than "
+                                                                             "a Unix socket path may be (107 bytes)"),
             ("limiter:\n  store: redis\n  redis: {socket: /x, lease_ms: 10}\n", ":4: limiter.redis.lease_ms must be "
                                                                                  "between 500 and 3600000"),
             ("limiter:\n  store: redis\n  redis: {socket: /x, prefix: \"a b\"}\n", ":4: limiter.redis.prefix"),
