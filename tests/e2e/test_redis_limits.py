@@ -80,6 +80,10 @@ class Redis:
             except OSError:
                 return False
 
+    def log_text(self):
+        with open(os.path.join(self.stack.tmp, self.name + ".log"), errors="replace") as f:
+            return f.read()
+
     def kill(self):
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
@@ -156,6 +160,10 @@ class Gateway:
         body = {"language": "python", "version": "*", "files": [{"content": code}], "run_timeout": LONG_WALL_MS}
         return self.request("POST", "/api/v2/execute", body, token=self.stack.tokens[tenant])
 
+    def log_text(self):
+        with open(os.path.join(self.stack.tmp, self.name + ".log"), errors="replace") as f:
+            return f.read()
+
     def kill(self):
         """SIGKILL to every process of this gateway: nothing is released, nothing says goodbye."""
         os.killpg(self.proc.pid, signal.SIGKILL)
@@ -205,6 +213,17 @@ class SharedLimitsTest(unittest.TestCase):
     def setUp(self):
         if self.redis.proc is None:
             self.redis.start()
+        # every worker of every gateway uses Redis again (after a test that stopped it, a worker
+        # may still be waiting out its reconnect backoff): ten answers in a row, on new
+        # connections that the kernel spreads over the workers
+        for g in (self.a, self.b, self.local):
+            streak = [0]
+
+            def settled():
+                streak[0] = streak[0] + 1 if g.runtimes("outage")[0] == 200 else 0
+                return streak[0] >= 10
+
+            wait_until(settled, "gateway %s to use Redis on every worker" % g.name)
 
     def assert_refused(self, got, status, code, text):
         st, headers, data = got
@@ -344,10 +363,9 @@ class SharedLimitsTest(unittest.TestCase):
             f.write(text.replace("lease_ms: %d" % LEASE_MS, "lease_ms: %d" % (LEASE_MS + 1000), 1))
         try:
             self.b.proc.send_signal(signal.SIGHUP)
-            log = os.path.join(self.stack.tmp, "gw-b.log")
-            wait_until(lambda: "configuration reloaded" in open(log).read(), "gateway b to reload")
+            wait_until(lambda: "configuration reloaded" in self.b.log_text(), "gateway b to reload")
             self.assertIn("the limiter section changed; the running limiter (redis) stays until a restart",
-                          open(log).read())
+                          self.b.log_text())
             self.assertEqual(self.b.runtimes("outage")[0], 200)
         finally:
             with open(self.b.config, "w") as f:
@@ -433,8 +451,7 @@ class TcpRedisTest(unittest.TestCase):
         st, headers, data = g.runtimes("rate")
         self.assertEqual((st, data["code"]), (503, "limiter_unavailable"), data)
         self.assertGreaterEqual(int(headers["retry-after"]), 1)
-        with open(os.path.join(self.stack.tmp, "gw-badpass.log")) as f:
-            self.assertIn("AUTH refused", f.read())
+        self.assertIn("AUTH refused", g.log_text())
 
 
 @unittest.skipUnless(HAVE_REDIS, "redis-server is not installed (Debian: apt-get install redis-server)")
