@@ -180,12 +180,12 @@ static void file_unlock(struct admin_store *s)
     s->lock_fd = -1;
 }
 
-static const struct admin_store_ops file_ops = {file_lock, file_read, file_stage, file_commit, file_unlock};
+const struct admin_store_ops admin_store_file_ops = {file_lock, file_read, file_stage, file_commit, file_unlock};
 
 int admin_store_file_init(struct admin_store *s, const char *path, uid_t owner, gid_t group)
 {
     memset(s, 0, sizeof(*s));
-    s->ops = &file_ops;
+    s->ops = &admin_store_file_ops;
     s->lock_fd = -1;
     s->owner = owner;
     s->group = group;

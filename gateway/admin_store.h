@@ -1,8 +1,9 @@
 /*
  * admin_store.h - where moatctl's tenants, keys and issuers are kept: one
- * small interface (lock, read, stage, commit, unlock) and its file
- * implementation (admin_store.c).  A Redis store shared by several
- * gateways would be a second implementation of the same operations.
+ * small interface (lock, read, stage, commit, unlock) and two
+ * implementations: a file beside the configuration (admin_store.c), and
+ * Redis shared by several gateways, each keeping a file copy in step
+ * (admin_store_redis.c).
  */
 #ifndef GW_ADMIN_STORE_H
 #define GW_ADMIN_STORE_H
@@ -27,11 +28,14 @@ struct admin_store_ops {
     void (*unlock)(struct admin_store *s);
 };
 
+struct admin_redis;
+
 struct admin_store {
     const struct admin_store_ops *ops;
-    char *path;   /* the store */
-    char *staged; /* the candidate, while one is staged; NULL otherwise */
-    char *temp;   /* where the candidate is written */
+    struct admin_redis *redis; /* the Redis store's state; NULL: the file store */
+    char *path;                /* the store */
+    char *staged;              /* the candidate, while one is staged; NULL otherwise */
+    char *temp;                /* where the candidate is written */
     char *lock_path;
     int lock_fd;
     uid_t owner; /* the gateway's user reads the store after its privilege drop */
@@ -41,5 +45,8 @@ struct admin_store {
 /* The store in the file path, owned by owner:group (mode 0600).  0 or -1 (out of memory). */
 int admin_store_file_init(struct admin_store *s, const char *path, uid_t owner, gid_t group);
 void admin_store_file_free(struct admin_store *s);
+
+/* The file implementation's operations: the Redis store keeps its copy with them. */
+extern const struct admin_store_ops admin_store_file_ops;
 
 #endif

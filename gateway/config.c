@@ -180,6 +180,8 @@ static int parse_document(struct parse_ctx *pc, const char *store_path)
         return -1;
     if (pc->cfg->control.socket != NULL && !pc->cfg->audit_enabled)
         return cfg_fail(pc, NULL, "control needs the audit section: the control socket lives in the audit trail's supervisor");
+    if (pc->cfg->control.redis_store && !pc->cfg->limiter.redis)
+        return cfg_fail(pc, NULL, "control.store_backend: redis needs limiter: store: redis (its redis section is the connection)");
     if (pc->cfg->control.socket != NULL && cfg_load_store(pc, store_path != NULL ? store_path : pc->cfg->control.store) != 0)
         return -1;
     if (issuer_tenants_known(pc) != 0 || cfg_callbacks_finish(pc) != 0)

@@ -92,7 +92,9 @@ struct gw_control_config {
     char *group;   /* its group, or NULL (root's) */
     char **users;  /* user names allowed besides root */
     size_t nusers;
-    char *store; /* the admin store's file (default: GW_STORE_FILE beside the configuration) */
+    char *store;     /* the admin store's file (default: GW_STORE_FILE beside the configuration); with
+                      * store_backend: redis, this gateway's copy of the store kept in Redis */
+    int redis_store; /* store_backend: redis (the connection: the limiter's redis section) */
 };
 
 /* The top-level limiter section (config_limiter.c): where tenants' limits

@@ -7,11 +7,19 @@
  *     group: moat-admin                # the socket's group (default root's)
  *     users: [alice]                   # who may use it besides root
  *     store: /etc/moat/moat-store.json # default: moat-store.json beside the configuration
+ *     store_backend: file              # file (default) | redis
  *
  * Present, it turns on the supervisor's control socket (control.c, only
  * with the audit trail on) and the admin store (config_store.c), which
  * every load of the configuration then reads too.  The socket's settings
  * are taken at start only; the store is read again on every reload.
+ *
+ * store_backend: redis keeps the store in Redis, shared by every gateway
+ * that names the same Redis and prefix (admin_store_redis.c); the store
+ * file is then this gateway's copy, which its supervisor keeps in step and
+ * the gateway loads as before.  The connection is the limiter's redis
+ * section (one place for it), so it needs limiter: store: redis; config.c
+ * checks that once both sections are read.  Taken at start only.
  */
 #include "config_parse.h"
 #include "gw_limits.h"
@@ -80,6 +88,14 @@ static int control_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, 
         return control_users(pc, v, c);
     if (strcmp(key, "store") == 0)
         return absolute(pc, v, "control.store", &c->store);
+    if (strcmp(key, "store_backend") == 0) {
+        if (cfg_want_scalar(pc, v, "control.store_backend") != 0)
+            return -1;
+        if (strcmp(cfg_scalar(v), "file") != 0 && strcmp(cfg_scalar(v), "redis") != 0)
+            return cfg_fail(pc, v, "control.store_backend must be file or redis");
+        c->redis_store = strcmp(cfg_scalar(v), "redis") == 0;
+        return 0;
+    }
     return 1;
 }
 

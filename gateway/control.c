@@ -42,6 +42,18 @@
  * store changed but the gateway did not load it (its log says why; it
  * keeps its running generation).  moatctl's secret never comes here: it
  * makes the key itself and sends the id and SHA-256 only.
+ *
+ * With the store in Redis (control.store_backend: redis) the same steps
+ * run against Redis (admin_store_redis.c: the lock, the version read and
+ * committed, the copy in the store file), and one more duty joins the
+ * loop: following the changes other gateways make.  The subscription's
+ * descriptor is polled with the clients; when Redis holds a version the
+ * copy does not (a message, or the periodic resync), apply_copy checks it
+ * with the parser as step 3 does, writes the copy (temp, fsync, rename)
+ * and asks the gateway to reload as step 6 does.  A version the parser
+ * refuses is logged and the gateway keeps its running state.  The admin
+ * record is written where the change was made; a follower logs the
+ * version it applied.
  */
 #include "control.h"
 
@@ -62,6 +74,7 @@
 #include <jansson.h>
 
 #include "admin.h"
+#include "admin_store_redis.h"
 #include "audit_wire.h"
 #include "keyuse.h"
 #include "log.h"
@@ -173,7 +186,8 @@ int gw_control_open(struct gw_control *c, const struct gw_config *cfg, const cha
     if (lookup_ids(c, cfg, &group, &gw_uid, &gw_gid, err, errlen) != 0)
         return -1;
     if ((c->socket_path = strdup(cfg->control.socket)) == NULL || (c->config_path = strdup(config_path)) == NULL ||
-        admin_store_file_init(&c->store, cfg->control.store, gw_uid, gw_gid) != 0)
+        (cfg->control.redis_store ? admin_store_redis_init(&c->store, cfg->control.store, gw_uid, gw_gid, &cfg->limiter)
+                                  : admin_store_file_init(&c->store, cfg->control.store, gw_uid, gw_gid)) != 0)
         return moat_errf(err, errlen, "out of memory");
     if (bind_socket(c, &cfg->control, group, err, errlen) != 0) {
         if (c->listen_fd >= 0)
@@ -181,7 +195,8 @@ int gw_control_open(struct gw_control *c, const struct gw_config *cfg, const cha
         c->listen_fd = -1;
         return -1;
     }
-    log_info("%s: control socket %s (mode %04o)", __func__, c->socket_path, cfg->control.mode);
+    log_info("%s: control socket %s (mode %04o), the admin store %s%s", __func__, c->socket_path, cfg->control.mode,
+             cfg->control.redis_store ? "in Redis, this gateway's copy in " : "in ", cfg->control.store);
     return 0;
 }
 
@@ -411,6 +426,45 @@ static void do_change(struct gw_control *c, struct gw_control_client *cl, const 
     set_reply(cl, result);
 }
 
+/* Another gateway's change, from Redis: checked like step 3, written to the copy, loaded like step 6. */
+static void apply_copy(struct gw_control *c, const json_t *doc, uint64_t version)
+{
+    struct admin_store *s = &c->store;
+    struct gw_config cand;
+    char err[1024];
+    int rc, parsed = 0;
+
+    if ((rc = admin_store_file_ops.lock(s, err, sizeof(err))) == 0) {
+        if ((rc = admin_store_file_ops.stage(s, doc, err, sizeof(err))) == 0) {
+            const char *staged = s->staged;
+            if ((parsed = gw_config_load_with_store(c->config_path, staged, &cand, err, sizeof(err))) == 0) {
+                gw_config_free(&cand);
+                rc = admin_store_file_ops.commit(s, err, sizeof(err));
+            } else {
+                name_the_store(s, staged, err, sizeof(err));
+            }
+        }
+        admin_store_file_ops.unlock(s);
+    }
+    if (parsed != 0) {
+        log_warnx("%s: version %llu of the admin store in Redis refused: %s; the gateway keeps its running state", __func__,
+                  (unsigned long long)version, err);
+        admin_store_redis_applied(s, version, 0);
+        return;
+    }
+    if (rc != 0) {
+        log_warnx("%s: version %llu of the admin store: %s; tried again at the next resync", __func__, (unsigned long long)version,
+                  err);
+        return;
+    }
+    admin_store_redis_applied(s, version, 1);
+    log_info("%s: applied version %llu of the admin store from Redis to %s; reloading the gateway", __func__,
+             (unsigned long long)version, s->path);
+    if (ctl_call(c, GW_CTL_RELOAD, err, sizeof(err)) != 0)
+        log_warnx("%s: version %llu is in %s, but the gateway did not load it: %s", __func__, (unsigned long long)version, s->path,
+                  err);
+}
+
 static time_t last_used(const char *id)
 {
     return gw_keyuse_last(id);
@@ -455,9 +509,9 @@ static void do_status(struct gw_control *c, struct gw_control_client *cl)
         gw = json_pack("{s:s}", "error", text);
     json_object_set_new(gw, "pid", json_integer(c->gateway));
     json_object_set_new(gw, "running", json_boolean(alive(c->gateway)));
-    r = json_pack("{s:b, s:o, s:{s:I, s:b, s:b}, s:s, s:s, s:s}", "ok", 1, "gateway", gw, "audit_writer", "pid",
-                  (json_int_t)c->writer, "running", alive(c->writer), "connected", c->audit_fd >= 0, "redis", "not configured",
-                  "control_socket", c->socket_path, "store", c->store.path);
+    r = json_pack("{s:b, s:o, s:{s:I, s:b, s:b}, s:o, s:s, s:s}", "ok", 1, "gateway", gw, "audit_writer", "pid",
+                  (json_int_t)c->writer, "running", alive(c->writer), "connected", c->audit_fd >= 0, "redis",
+                  admin_store_redis_status(&c->store), "control_socket", c->socket_path, "store", c->store.path);
     set_reply(cl, r);
 }
 
@@ -608,15 +662,37 @@ int gw_control_pollfds(struct gw_control *c, struct pollfd *pfd, int max)
         pfd[n].events = POLLIN;
         pfd[n++].revents = 0;
     }
+    if (n < max)
+        n += admin_store_redis_pollfd(&c->store, &pfd[n]);
     return n;
+}
+
+/* The store in Redis: what was published, reconnects, resyncs; a version to apply. */
+static void follow_store(struct gw_control *c, short revents)
+{
+    json_t *doc = NULL;
+    uint64_t version = 0;
+
+    if (admin_store_redis_follow(&c->store, revents, &doc, &version) == 1) {
+        apply_copy(c, doc, version);
+        json_decref(doc);
+    }
 }
 
 void gw_control_serve(struct gw_control *c, const struct pollfd *pfd, int n)
 {
+    struct pollfd sub = {-1, 0, 0};
+    short sub_revents = 0;
     uint64_t now;
 
+    if (c->listen_fd < 0)
+        return;
+    if (admin_store_redis_pollfd(&c->store, &sub) == 1)
+        for (int k = 0; k < n; k++)
+            if (pfd[k].fd == sub.fd)
+                sub_revents = pfd[k].revents;
     for (int k = 0; k < n; k++) {
-        if (pfd[k].revents == 0)
+        if (pfd[k].revents == 0 || pfd[k].fd == sub.fd)
             continue;
         if (pfd[k].fd == c->listen_fd) {
             accept_one(c);
@@ -642,15 +718,19 @@ void gw_control_serve(struct gw_control *c, const struct pollfd *pfd, int n)
             drop(cl);
         }
     }
+    follow_store(c, sub_revents);
 }
 
 int gw_control_timeout(const struct gw_control *c)
 {
     uint64_t now = rl_monotonic_ms(), next = UINT64_MAX;
+    int store = c->listen_fd >= 0 ? admin_store_redis_timeout(&c->store) : -1;
 
     for (int i = 0; i < GW_CONTROL_MAX_CLIENTS; i++)
         if (c->clients[i].fd >= 0 && c->clients[i].deadline_ms < next)
             next = c->clients[i].deadline_ms;
+    if (store >= 0 && now + (uint64_t)store < next)
+        next = now + (uint64_t)store;
     if (next == UINT64_MAX)
         return -1;
     return next <= now ? 0 : (int)(next - now);

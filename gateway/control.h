@@ -55,13 +55,18 @@ int gw_control_check(const struct gw_config *cfg, char *err, size_t errlen);
 /* In the gateway after the fork: its copy of the listening socket goes. */
 void gw_control_forget(struct gw_control *c);
 
-/* The supervisor's poll set: the listener while there is room, each client; returns how many were filled. */
+/* Room gw_control_pollfds needs: each client, the listener, the store's subscription in Redis. */
+#define GW_CONTROL_MAX_POLLFDS (GW_CONTROL_MAX_CLIENTS + 2)
+
+/* The supervisor's poll set: the listener while there is room, each client, the store's
+ * subscription (store_backend: redis); returns how many were filled. */
 int gw_control_pollfds(struct gw_control *c, struct pollfd *pfd, int max);
 
-/* After poll: serve what is ready (pfd as filled by gw_control_pollfds), drop clients past their deadline. */
+/* After poll: serve what is ready (pfd as filled by gw_control_pollfds), drop clients past their
+ * deadline; with the store in Redis, follow it (admin_store_redis.h): apply another gateway's change. */
 void gw_control_serve(struct gw_control *c, const struct pollfd *pfd, int n);
 
-/* Milliseconds until the next client deadline; -1 if none. */
+/* Milliseconds until the next client deadline or the store's next reconnect or resync; -1 if none. */
 int gw_control_timeout(const struct gw_control *c);
 
 /* A new audit writer: its socket for the supervisor's own records (the old one is closed). */

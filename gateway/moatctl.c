@@ -625,9 +625,16 @@ static int issuer_cmd(const struct opts *o)
     return usage_error("unknown jwt-issuer command %s", sub);
 }
 
+static const char *version_text(const json_t *v, char *buf, size_t len)
+{
+    snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+    return buf;
+}
+
 static int status_cmd(const struct opts *o)
 {
-    json_t *reply, *gw, *w;
+    json_t *reply, *gw, *w, *redis;
+    char vbuf[24];
     int rc;
 
     if (o->argc != 1)
@@ -647,7 +654,15 @@ static int status_cmd(const struct opts *o)
     printf("backend:      %s\n", str_or(gw, "backend", "unknown"));
     printf("audit writer: pid %lld, %s\n", json_integer_value(json_object_get(w, "pid")),
            json_is_true(json_object_get(w, "running")) ? "running" : "not running");
-    printf("redis:        %s\n", str_or(reply, "redis", "?"));
+    redis = json_object_get(reply, "redis");
+    if (json_is_object(redis))
+        printf(
+            "redis:        admin store at %s (%s), %s, version %s\n", str_or(redis, "admin_store", "?"), str_or(redis, "key", "?"),
+            json_is_true(json_object_get(redis, "connected")) ? "connected" : "NOT CONNECTED (the gateway keeps its copy)",
+            json_is_integer(json_object_get(redis, "version")) ? version_text(json_object_get(redis, "version"), vbuf, sizeof(vbuf))
+                                                               : "not yet known");
+    else
+        printf("redis:        %s\n", str_or(reply, "redis", "?"));
     printf("store:        %s\n", str_or(reply, "store", "?"));
     json_decref(reply);
     return fflush(stdout) == 0 ? 0 : EXIT_REFUSED;

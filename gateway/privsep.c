@@ -13,8 +13,10 @@
  *
  * Only the supervisor keeps root, and it does nothing but the above and,
  * with a control section, serve moatctl on the control socket (control.c:
- * peers checked by uid, every request bounded in size and time): it reads
- * no network input.  Each gateway worker has its own socketpair to
+ * peers checked by uid, every request bounded in size and time) and, with
+ * the admin store in Redis, keep this gateway's copy of it in step (its
+ * only network input: Redis, every call bounded by the limiter section's
+ * timeouts).  Each gateway worker has its own socketpair to
  * the writer.  When the writer dies, the supervisor starts a new one with
  * new socketpairs and sends the gateway's ends over the control socket
  * (SCM_RIGHTS); until then records fail and the gateway refuses requests
@@ -245,9 +247,9 @@ static __attribute__((noreturn)) void supervise(struct supervised *sv)
     sv->control->gateway = sv->gateway;
     for (;;) {
         struct signalfd_siginfo si;
-        struct pollfd pfd[1 + GW_CONTROL_MAX_CLIENTS + 1];
+        struct pollfd pfd[1 + GW_CONTROL_MAX_POLLFDS];
         pfd[0] = (struct pollfd){sfd, POLLIN, 0};
-        int n = 1 + gw_control_pollfds(sv->control, pfd + 1, GW_CONTROL_MAX_CLIENTS + 1);
+        int n = 1 + gw_control_pollfds(sv->control, pfd + 1, GW_CONTROL_MAX_POLLFDS);
         if (poll(pfd, (nfds_t)n, gw_control_timeout(sv->control)) < 0 && errno != EINTR)
             fatal("poll");
         gw_control_serve(sv->control, pfd + 1, n - 1);

@@ -599,7 +599,7 @@ static void ctl_request(struct gw_server *srv, const struct gw_ctl_msg *m)
     r->type = m->type;
     r->seq = m->seq;
     if (m->type == GW_CTL_RELOAD) {
-        log_info("%s: the supervisor asks for a reload of %s (moatctl)", __func__, srv->config_path);
+        log_info("%s: the supervisor asks for a reload of %s (moatctl, or the admin store in Redis)", __func__, srv->config_path);
         r->status = gw_server_reload(srv, text, room);
     } else if (m->type == GW_CTL_STATUS) {
         r->status = ctl_status(srv, text, room);

@@ -1,0 +1,359 @@
+"""The admin store in Redis (control.store_backend: redis): two real
+gateways, each with its own audit trail, control socket and copy of the
+store, one real backend, and a real redis-server from Debian on a Unix
+socket in the test's temporary directory (no persistence).
+
+What is checked:
+  - a key made with moatctl on gateway a works on gateway b;
+  - a revocation on either gateway is seen by the other within 1 s of
+    moatctl's return (the first 401 of requests polled meanwhile);
+  - a change written to Redis without a message (a missed publish) is
+    applied by the periodic resync; a document the parser refuses is
+    logged and the gateways keep their running state;
+  - Redis down: moatctl changes fail with one clear line (exit 1), both
+    gateways keep serving their last state; Redis back (empty: it is
+    seeded from a gateway's copy): changes flow again, no restart;
+  - concurrent moatctl runs on both gateways lose no update;
+  - the admin record is on the gateway where the change was made; the
+    other logs the version it applied; the section's strict parsing.
+Skipped (with the reason) when redis-server is not installed.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import unittest
+from concurrent.futures import ThreadPoolExecutor
+
+from moat_harness import GATEWAY, MOAT_AUDIT, MOATCTL, Stack, wait_until
+from test_redis_limits import HAVE_REDIS, Gateway, Redis
+
+PREFIX = "moat-e2e:"
+RESYNC_S = 5.0  # GW_ADMIN_REDIS_RESYNC_MS
+PROPAGATION_S = 1.0  # the promise: every gateway within 1 s
+
+
+def resp(sock_path, *args):
+    """One Redis command over its Unix socket (RESP), the reply decoded: bytes, int, list, None; errors raise."""
+    def read_reply(f):
+        line = f.readline()
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest
+        if kind == b"-":
+            raise AssertionError("redis: " + rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = f.read(n + 2)
+            return data[:-2]
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [read_reply(f) for _ in range(n)]
+        raise AssertionError("redis: unexpected reply %r" % line)
+
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(sock_path)
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        s.sendall(out)
+        with s.makefile("rb") as f:
+            return read_reply(f)
+
+
+class AdminGateway(Gateway):
+    """test_redis_limits' extra gateway with its own audit trail, control
+    socket and copy of the store, sharing the store in Redis."""
+
+    def __init__(self, stack, name, redis):
+        self.audit_dir = os.path.join(stack.tmp, name + "-audit")
+        subprocess.run([MOAT_AUDIT, "init", self.audit_dir], check=True, capture_output=True)
+        self.control = os.path.join(stack.tmp, name + ".sock")
+        self.store = os.path.join(stack.tmp, name + "-store.json")
+        # on_unavailable: local, so that with Redis down the gateways answer and show which keys they hold
+        super().__init__(stack, name, "limiter:\n  store: redis\n  redis: {socket: %s, timeout_ms: 500, "
+                         "connect_timeout_ms: 500, prefix: \"%s\"}\n  on_unavailable: local\n  gateways: 2\n"
+                         "control:\n  socket: %s\n  store: %s\n  store_backend: redis\n"
+                         % (redis.socket, PREFIX, self.control, self.store))
+        with open(self.config) as f:
+            text = f.read()
+        with open(self.config, "w") as f:  # the same file: root:moat 0640 stays
+            f.write(text.replace("  dir: %s\n" % stack.audit_dir, "  dir: %s\n" % self.audit_dir, 1))
+
+    def stop(self):
+        if hasattr(self, "log"):  # started
+            super().stop()
+        subprocess.run("chattr -a %s/audit-*.log %s/audit-*.pack 2>/dev/null" % (self.audit_dir, self.audit_dir),
+                       shell=True)
+
+    def log_text(self):
+        with open(os.path.join(self.stack.tmp, self.name + ".log"), errors="replace") as f:
+            return f.read()
+
+    def runtimes(self, token):
+        return self.request("GET", "/api/v2/runtimes", token=token, timeout=30)[0]
+
+    def moatctl(self, *args):
+        return subprocess.run([MOATCTL, "--socket", self.control, *args], capture_output=True, text=True, timeout=180)
+
+    def ok(self, *args):
+        p = self.moatctl(*args)
+        if p.returncode != 0:
+            raise AssertionError("moatctl on %s %s: exit %d: %s" % (self.name, " ".join(args), p.returncode, p.stderr))
+        return p
+
+    def new_key(self, tenant):
+        reply = json.loads(self.ok("--json", "key", "create", "--tenant", tenant).stdout)
+        return reply["token"], reply["key_id"]
+
+    def admin_records(self):
+        p = subprocess.run([MOAT_AUDIT, "export", self.audit_dir], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise AssertionError("moat-audit export failed: " + p.stderr)
+        return [r for r in (json.loads(l) for l in p.stdout.splitlines() if l.strip()) if r.get("type") == "admin"]
+
+
+def poll_until_401(gateway, token, results, stop):
+    """From another thread: GET with token on gateway until a 401 (or stop); (monotonic time, status) each."""
+    while not stop.is_set():
+        st = gateway.runtimes(token)
+        results.append((time.monotonic(), st))
+        if st == 401:
+            return
+
+
+@unittest.skipUnless(HAVE_REDIS, "redis-server is not installed (Debian: apt-get install redis-server)")
+class RedisAdminTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # the backend, certificates and temporary directory of a Stack; its own gateway is not started
+        # each part is stopped by a class cleanup, so a failure half-way leaves nothing running
+        cls.stack = Stack()
+        cls.addClassCleanup(cls.stack.stop)
+        cls.redis = Redis(cls.stack.tmp)
+        cls.redis.start()
+        cls.addClassCleanup(lambda: cls.redis.proc is not None and cls.redis.kill())
+        cls.stack.start_backend()
+        cls.a = AdminGateway(cls.stack, "gw-a", cls.redis)
+        cls.addClassCleanup(cls.a.stop)
+        cls.a.start()
+        cls.b = AdminGateway(cls.stack, "gw-b", cls.redis)
+        cls.addClassCleanup(cls.b.stop)
+        cls.b.start()
+        cls.a.ok("tenant", "add", "acme", "rate.per_second=1000", "rate.burst=1000", "max_in_flight=64")
+
+    def setUp(self):
+        if self.redis.proc is None:
+            self.redis.start()
+
+    def version(self):
+        v = resp(self.redis.socket, "HGET", PREFIX + "admin:store", "version")
+        return int(v) if v is not None else 0
+
+    def wait_works(self, gateway, token):
+        wait_until(lambda: gateway.runtimes(token) == 200, "the key to work on %s" % gateway.name, detail=gateway.log_text)
+
+    def baseline_s(self, gateway, token, n=10):
+        """The slowest of n answers: this run's yardstick for one request (the polling's granularity)."""
+        worst = 0.0
+        for _ in range(n):
+            t0 = time.monotonic()
+            self.assertEqual(gateway.runtimes(token), 200)
+            worst = max(worst, time.monotonic() - t0)
+        return worst
+
+    def test_a_key_made_on_one_gateway_works_on_the_other(self):
+        token, kid = self.a.new_key("acme")
+        self.assertEqual(self.a.runtimes(token), 200)  # live on a when moatctl returns
+        self.wait_works(self.b, token)
+        # both copies hold it (the hash only), both gateways' users' files, 0600
+        for g in (self.a, self.b):
+            with open(g.store) as f:
+                text = f.read()
+            self.assertIn(kid, text)
+            self.assertNotIn(token, text)
+            st = os.stat(g.store)
+            self.assertEqual(st.st_mode & 0o777, 0o600)
+        # and b's moatctl sees it too, from Redis
+        listed = json.loads(self.b.ok("--json", "key", "list", "--tenant", "acme").stdout)["keys"]
+        self.assertIn(kid, [k["id"] for k in listed])
+
+    def revocation_seen_within(self, on, other):
+        token, kid = on.new_key("acme")
+        self.wait_works(other, token)
+        slack = self.baseline_s(other, token)
+        seen, stop = [], threading.Event()
+        t = threading.Thread(target=poll_until_401, args=(other, token, seen, stop))
+        t.start()
+        try:
+            wait_until(lambda: len(seen) >= 3, "requests before the revocation")
+            on.ok("key", "revoke", kid)
+            returned = time.monotonic()
+            self.assertEqual(on.runtimes(token), 401)  # at once where the change was made
+            t.join(timeout=30)
+        finally:
+            stop.set()
+            t.join()
+        first_401 = next((at for at, st in seen if st == 401), None)
+        self.assertIsNotNone(first_401, "gateway %s never refused the revoked key" % other.name)
+        self.assertEqual({st for at, st in seen if at < first_401}, {200})
+        took = max(0.0, first_401 - returned)
+        # one request's time of slack: the poll that saw the 401 may have started just before it was live
+        self.assertLessEqual(took, PROPAGATION_S + slack, "revocation reached %s %.3f s after moatctl returned"
+                             % (other.name, took))
+        return took
+
+    def test_revocation_is_seen_by_both_gateways_within_a_second(self):
+        self.revocation_seen_within(self.a, self.b)
+        self.revocation_seen_within(self.b, self.a)
+        wait_until(lambda: "applied version" in self.b.log_text(), "b to log the version it applied")
+
+    def test_a_missed_publish_heals_by_the_resync(self):
+        token, kid = self.a.new_key("acme")
+        self.wait_works(self.b, token)
+        # the key revoked in Redis by hand: a new version, and no message
+        v = self.version()
+        doc = json.loads(resp(self.redis.socket, "HGET", PREFIX + "admin:store", "doc"))
+        for k in doc["keys"]:
+            if k["id"] == kid:
+                k["state"] = "revoked"
+                k["revoked"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        resp(self.redis.socket, "HSET", PREFIX + "admin:store", "version", v + 1, "doc", json.dumps(doc))
+        for g in (self.a, self.b):
+            wait_until(lambda: g.runtimes(token) == 401, "the resync to reach %s" % g.name, timeout=RESYNC_S * 4,
+                       detail=g.log_text)
+            wait_until(lambda: "applied version %d " % (v + 1) in g.log_text(), "%s to log version %d" % (g.name, v + 1))
+
+    def test_a_document_the_parser_refuses_keeps_the_running_state(self):
+        token, kid = self.a.new_key("acme")
+        self.wait_works(self.b, token)
+        v = self.version()
+        good = resp(self.redis.socket, "HGET", PREFIX + "admin:store", "doc")
+        doc = json.loads(good)
+        doc["keys"].append({"id": "0" * 12, "tenant": "no-such-tenant", "sha256": "0" * 64, "state": "active",
+                            "created": "2026-01-01T00:00:00Z"})
+        resp(self.redis.socket, "HSET", PREFIX + "admin:store", "version", v + 1, "doc", json.dumps(doc))
+        resp(self.redis.socket, "PUBLISH", PREFIX + "admin:changed", v + 1)
+        for g in (self.a, self.b):
+            wait_until(lambda: "version %d of the admin store in Redis refused" % (v + 1) in g.log_text(),
+                       "%s to refuse version %d" % (g.name, v + 1), detail=g.log_text)
+            self.assertIn("no-such-tenant", g.log_text())
+            self.assertEqual(g.runtimes(token), 200)  # the running state
+        # a good version after it is applied as usual
+        resp(self.redis.socket, "HSET", PREFIX + "admin:store", "version", v + 2, "doc", good)
+        resp(self.redis.socket, "PUBLISH", PREFIX + "admin:changed", v + 2)
+        for g in (self.a, self.b):
+            wait_until(lambda: "applied version %d " % (v + 2) in g.log_text() or
+                       "holds version %d " % (v + 2) in g.log_text(), "%s to apply version %d" % (g.name, v + 2),
+                       detail=g.log_text)
+        self.a.ok("key", "revoke", kid)
+
+    def test_redis_down_changes_fail_gateways_keep_their_state_and_recover(self):
+        token, kid = self.a.new_key("acme")
+        gone, gone_id = self.a.new_key("acme")
+        self.a.ok("key", "revoke", gone_id)
+        self.wait_works(self.b, token)
+        wait_until(lambda: self.b.runtimes(gone) == 401, "b to see the revocation")
+        self.redis.kill()
+        try:
+            for g in (self.a, self.b):
+                p = g.moatctl("key", "create", "--tenant", "acme")
+                self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+                self.assertIn("the admin store in Redis at unix:%s is unreachable" % self.redis.socket, p.stderr)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                p = g.moatctl("key", "revoke", kid)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                # the last state holds: the good key works, the revoked one does not
+                self.assertEqual(g.runtimes(token), 200)
+                self.assertEqual(g.runtimes(gone), 401)
+                status = json.loads(g.ok("--json", "status").stdout)["redis"]
+                self.assertFalse(status["connected"], status)
+                self.assertIn("NOT CONNECTED", g.ok("status").stdout)
+            wait_until(lambda: "moatctl changes fail until it answers" in self.b.log_text(), "b to log the outage")
+        finally:
+            self.redis.start()  # empty: no persistence
+        # back, without restarting anything: seeded from a copy, and changes flow again
+        reply = wait_until(lambda: (lambda p: p.returncode == 0 and json.loads(p.stdout))(
+            self.a.moatctl("--json", "key", "create", "--tenant", "acme")), "moatctl on a to work again")
+        fresh = reply["token"]
+        self.wait_works(self.b, fresh)
+        self.assertEqual(self.b.runtimes(token), 200)
+        self.assertEqual(self.b.runtimes(gone), 401)
+        for g in (self.a, self.b):
+            wait_until(lambda: json.loads(g.ok("--json", "status").stdout)["redis"]["connected"],
+                       "%s to reconnect" % g.name)
+        self.assertIsNone(self.a.proc.poll())
+        self.assertIsNone(self.b.proc.poll())
+
+    def test_concurrent_moatctl_on_both_gateways_loses_no_update(self):
+        def create(i):
+            g = (self.a, self.b)[i % 2]
+            return g.moatctl("--json", "key", "create", "--tenant", "acme", "--note", "parallel %d" % i)
+
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            runs = list(pool.map(create, range(16)))
+        made = []
+        for p in runs:
+            self.assertEqual(p.returncode, 0, p.stderr)
+            made.append(json.loads(p.stdout))
+        doc = json.loads(resp(self.redis.socket, "HGET", PREFIX + "admin:store", "doc"))
+        ids = [k["id"] for k in doc["keys"]]
+        self.assertEqual(len(ids), len(set(ids)))
+        for m in made:
+            self.assertIn(m["key_id"], ids)
+        # every one works on both gateways
+        for m in made:
+            self.wait_works(self.a, m["token"])
+            self.wait_works(self.b, m["token"])
+
+    def test_the_admin_record_is_where_the_change_was_made(self):
+        _, kid = self.a.new_key("acme")
+        self.b.ok("key", "revoke", kid)
+        on_a = [r for r in self.a.admin_records() if kid in (r.get("key_id"), r.get("new_key_id"))]
+        on_b = [r for r in self.b.admin_records() if kid in (r.get("key_id"), r.get("new_key_id"))]
+        self.assertEqual([r["action"] for r in on_a], ["key.create"])
+        self.assertEqual([r["action"] for r in on_b], ["key.revoke"])
+        for g in (self.a, self.b):
+            p = subprocess.run([MOAT_AUDIT, "verify", g.audit_dir], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+    def test_status_names_the_store_in_redis(self):
+        reply = json.loads(self.a.ok("--json", "status").stdout)["redis"]
+        self.assertEqual(reply["admin_store"], "unix:" + self.redis.socket)
+        self.assertEqual(reply["key"], PREFIX + "admin:store")
+        self.assertTrue(reply["connected"])
+        wait_until(lambda: json.loads(self.b.ok("--json", "status").stdout)["redis"]["version"] == self.version(),
+                   "b's copy to reach Redis' version")
+
+
+class RedisAdminConfigTest(unittest.TestCase):
+    """control.store_backend is strict, and redis needs the limiter's redis section (the connection)."""
+
+    def check(self, extra):
+        stack = Stack(extra_config=extra)
+        try:
+            return subprocess.run([GATEWAY, "-n", "-c", stack.config], capture_output=True, text=True)
+        finally:
+            stack.stop()
+
+    def test_redis_needs_the_limiter_section(self):
+        p = self.check("control:\n  socket: /run/moat-e2e-no.sock\n  store_backend: redis\n")
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("control.store_backend: redis needs limiter: store: redis", p.stderr)
+
+    def test_an_unknown_backend_is_refused(self):
+        p = self.check("control:\n  socket: /run/moat-e2e-no.sock\n  store_backend: etcd\n")
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("control.store_backend must be file or redis", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
