@@ -21,6 +21,7 @@ Skipped (with the reason) when redis-server is not installed.
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -313,6 +314,49 @@ class RedisAdminTest(unittest.TestCase):
         for m in made:
             self.wait_works(self.a, m["token"])
             self.wait_works(self.b, m["token"])
+
+    def test_a_lock_held_elsewhere_makes_moatctl_wait_then_fail(self):
+        # another gateway's change in progress, as Redis sees it
+        resp(self.redis.socket, "SET", PREFIX + "admin:lock", "someone-else", "PX", 60000)
+        try:
+            t0 = time.monotonic()
+            p = self.a.moatctl("tenant", "add", "waited")
+            self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+            self.assertIn("another gateway's change held the admin store in Redis for more than 5000 ms", p.stderr)
+            self.assertGreaterEqual(time.monotonic() - t0, 5.0)  # it waited, then gave up
+            # the lock was not ours: it stays
+            self.assertEqual(resp(self.redis.socket, "GET", PREFIX + "admin:lock"), b"someone-else")
+        finally:
+            resp(self.redis.socket, "DEL", PREFIX + "admin:lock")
+        self.a.ok("tenant", "add", "waited")
+        self.a.ok("tenant", "remove", "waited")
+
+    def test_a_version_moved_under_a_change_refuses_the_commit(self):
+        # the change of gateway a stopped between its read and its commit: its audit writer frozen
+        writer = int(subprocess.run(["pgrep", "-f", "moat-audit-writer --dir %s " % self.a.audit_dir],
+                                    capture_output=True, text=True).stdout.split()[0])
+        staged = self.a.store + ".new"
+        os.kill(writer, signal.SIGSTOP)
+        try:
+            result = {}
+            t = threading.Thread(target=lambda: result.setdefault("p", self.a.moatctl("tenant", "add", "raced")))
+            t.start()
+            wait_until(lambda: os.path.exists(staged), "a's change to stage its candidate (after its read)")
+            # meanwhile the store moves on (its lock expired, say): a new version by hand
+            v = self.version()
+            resp(self.redis.socket, "HSET", PREFIX + "admin:store", "version", v + 1)
+        finally:
+            os.kill(writer, signal.SIGCONT)
+        t.join()
+        p = result["p"]
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("the admin store in Redis changed meanwhile (version %d, read %d): try again" % (v + 1, v),
+                      p.stderr)
+        doc = json.loads(resp(self.redis.socket, "HGET", PREFIX + "admin:store", "doc"))
+        self.assertNotIn("raced", [t["name"] for t in doc["tenants"]])
+        self.assertIsNone(resp(self.redis.socket, "GET", PREFIX + "admin:lock"))  # released
+        self.a.ok("tenant", "add", "raced")  # again: it works
+        self.a.ok("tenant", "remove", "raced")
 
     def test_the_admin_record_is_where_the_change_was_made(self):
         _, kid = self.a.new_key("acme")
