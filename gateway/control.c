@@ -52,8 +52,9 @@
  * with the parser as step 3 does, writes the copy (temp, fsync, rename)
  * and asks the gateway to reload as step 6 does.  A version the parser
  * refuses is logged and the gateway keeps its running state.  The admin
- * record is written where the change was made; a follower logs the
- * version it applied.
+ * record is written where the change was made (steps 4-5); a follower
+ * logs the version it applied and records it after the fact
+ * ("store.apply": best effort, it never holds a revocation back).
  */
 #include "control.h"
 
@@ -426,6 +427,20 @@ static void do_change(struct gw_control *c, struct gw_control_client *cl, const 
     set_reply(cl, result);
 }
 
+/* A follower's record of a version it applied (audit/FORMAT.md "store.apply"): after the fact, never in
+ * the way (the change was recorded, fail closed, where it was made; a revocation must not wait for this). */
+static void note_applied(struct gw_control *c, uint64_t version)
+{
+    json_t *body = json_pack("{s:s, s:s, s:I, s:s}", "type", "admin", "action", "store.apply", "version", (json_int_t)version,
+                             "from", "redis");
+    char err[512];
+
+    if (body == NULL || audit_record(c, body, err, sizeof(err)) != 0)
+        log_warnx("%s: version %llu applied, but not recorded: %s", __func__, (unsigned long long)version,
+                  body == NULL ? "out of memory" : err);
+    json_decref(body);
+}
+
 /* Another gateway's change, from Redis: checked like step 3, written to the copy, loaded like step 6. */
 static void apply_copy(struct gw_control *c, const json_t *doc, uint64_t version)
 {
@@ -463,6 +478,7 @@ static void apply_copy(struct gw_control *c, const json_t *doc, uint64_t version
     if (ctl_call(c, GW_CTL_RELOAD, err, sizeof(err)) != 0)
         log_warnx("%s: version %llu is in %s, but the gateway did not load it: %s", __func__, (unsigned long long)version, s->path,
                   err);
+    note_applied(c, version);
 }
 
 static time_t last_used(const char *id)

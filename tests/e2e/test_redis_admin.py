@@ -359,12 +359,24 @@ class RedisAdminTest(unittest.TestCase):
         self.a.ok("tenant", "remove", "raced")
 
     def test_the_admin_record_is_where_the_change_was_made(self):
+        def applied(g, version, since):
+            return {"action": "store.apply", "version": version} in [
+                {k: r.get(k) for k in ("action", "version")} for r in g.admin_records()[since:]]
+
+        since = len(self.b.admin_records())
         _, kid = self.a.new_key("acme")
+        created_at = self.version()
+        wait_until(lambda: applied(self.b, created_at, since), "b to record that it applied version %d" % created_at)
+        before = {g.name: len(g.admin_records()) for g in (self.a, self.b)}
         self.b.ok("key", "revoke", kid)
+        revoked_at = self.version()
         on_a = [r for r in self.a.admin_records() if kid in (r.get("key_id"), r.get("new_key_id"))]
         on_b = [r for r in self.b.admin_records() if kid in (r.get("key_id"), r.get("new_key_id"))]
         self.assertEqual([r["action"] for r in on_a], ["key.create"])
         self.assertEqual([r["action"] for r in on_b], ["key.revoke"])
+        # the other gateway records the version it applied, after the fact; the one that made it does not
+        wait_until(lambda: applied(self.a, revoked_at, before["gw-a"]), "a to record that it applied version %d" % revoked_at)
+        self.assertEqual([r["action"] for r in self.b.admin_records()[before["gw-b"]:]], ["key.revoke"])
         for g in (self.a, self.b):
             p = subprocess.run([MOAT_AUDIT, "verify", g.audit_dir], capture_output=True, text=True)
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
