@@ -10,13 +10,18 @@
  * P being the limiter section's prefix:
  *
  *   P admin:store     a hash: version (1, 2, ...) and doc (the JSON text)
- *   P admin:lock      a random token while one supervisor changes the store
+ *   P admin:lock      a supervisor's token while it changes the store
  *   P admin:changed   the channel each new version is published on
  *
  * A change (control.c's steps, through admin_store.h's operations):
  *
- *   lock     SET P admin:lock TOKEN NX PX GW_ADMIN_REDIS_LOCK_MS, asked
- *            again every GW_ADMIN_REDIS_LOCK_POLL_MS for at most
+ *   lock     a script: SET P admin:lock TOKEN NX PX GW_ADMIN_REDIS_LOCK_MS,
+ *            or, if the lock already holds TOKEN, extend it.  TOKEN is
+ *            random, one per supervisor for its life (it makes one change
+ *            at a time): a lock whose answer was lost (a timeout after
+ *            Redis took the SET) is retaken by this supervisor's next
+ *            change instead of shutting everyone out until it expires.
+ *            Asked again every GW_ADMIN_REDIS_LOCK_POLL_MS for at most
  *            GW_ADMIN_REDIS_LOCK_WAIT_MS (another gateway's change in
  *            progress); then the copy's file lock
  *   read     HMGET version doc: the document and the version it has
@@ -97,6 +102,12 @@ static const char commit_script[] = "local v = tonumber(redis.call('HGET', KEYS[
                                     "redis.call('PUBLISH', ARGV[3], v)\n"
                                     "return {1, v}\n";
 
+/* KEYS: the lock.  ARGV: our token, its life in ms.  1: ours now. */
+static const char lock_script[] =
+    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end\n"
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end\n"
+    "return 0\n";
+
 /* KEYS: the lock.  ARGV: our token. */
 static const char unlock_script[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
                                     "return 0\n";
@@ -116,7 +127,8 @@ struct admin_redis {
     uint64_t refused;             /* a version the parser refused here (0: none) */
     uint64_t version;             /* what read saw: what commit expects */
     char *staged_text;            /* stage's document, for commit */
-    char token[AR_TOKEN_LEN + 1]; /* the lock's value while we hold it; "" otherwise */
+    char token[AR_TOKEN_LEN + 1]; /* this supervisor's value of the lock */
+    int locked;                   /* we hold the lock (as far as we know) */
 };
 
 /* ---------------------------------------------------------------- connections */
@@ -395,32 +407,25 @@ static int fetch(struct admin_store *s, uint64_t *version, json_t **doc, char *e
 static int redis_lock(struct admin_store *s, char *err, size_t errlen)
 {
     struct admin_redis *r = s->redis;
-    unsigned char raw[AR_TOKEN_LEN / 2];
     char px[24];
     uint64_t deadline = rl_monotonic_ms() + GW_ADMIN_REDIS_LOCK_WAIT_MS;
     struct timespec pause = {0, GW_ADMIN_REDIS_LOCK_POLL_MS * 1000 * 1000};
 
-    if (RAND_bytes(raw, sizeof(raw)) != 1)
-        return moat_errf(err, errlen, "no randomness for the store's lock");
-    moat_hex_encode(raw, sizeof(raw), r->token);
     snprintf(px, sizeof(px), "%d", GW_ADMIN_REDIS_LOCK_MS);
     for (;;) {
-        redisReply *rep = call(r, AR_ARGS("SET", r->lock_key, r->token, "NX", "PX", px), err, errlen);
-        int got = rep != NULL && rep->type == REDIS_REPLY_STATUS;
-        if (rep == NULL) {
-            r->token[0] = '\0';
+        redisReply *rep = call(r, AR_ARGS("EVAL", lock_script, "1", r->lock_key, r->token, px), err, errlen);
+        int got = rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+        if (rep == NULL)
             return -1;
-        }
         freeReplyObject(rep);
         if (got)
             break;
-        if (rl_monotonic_ms() >= deadline) {
-            r->token[0] = '\0';
+        if (rl_monotonic_ms() >= deadline)
             return moat_errf(err, errlen, "another gateway's change held the admin store in Redis for more than %d ms: try again",
                              GW_ADMIN_REDIS_LOCK_WAIT_MS);
-        }
         nanosleep(&pause, NULL);
     }
+    r->locked = 1;
     if (admin_store_file_ops.lock(s, err, errlen) != 0) {
         s->ops->unlock(s);
         return -1;
@@ -476,12 +481,12 @@ static void redis_unlock(struct admin_store *s)
     admin_store_file_ops.unlock(s);
     free(r->staged_text);
     r->staged_text = NULL;
-    if (r->token[0] == '\0')
+    if (!r->locked)
         return;
-    /* unreachable now: the lock expires by itself */
+    /* unreachable now: this supervisor's next change retakes it, or it expires */
     if ((rep = call(r, AR_ARGS("EVAL", unlock_script, "1", r->lock_key, r->token), err, sizeof(err))) != NULL)
         freeReplyObject(rep);
-    r->token[0] = '\0';
+    r->locked = 0;
 }
 
 static const struct admin_store_ops redis_ops = {redis_lock, redis_read, redis_stage, redis_commit, redis_unlock};
@@ -494,6 +499,7 @@ static int copy_opt(const char *from, char **to)
 
 int admin_store_redis_init(struct admin_store *s, const char *path, uid_t owner, gid_t group, const struct gw_limiter_config *l)
 {
+    unsigned char raw[AR_TOKEN_LEN / 2];
     struct admin_redis *r;
 
     if (admin_store_file_init(s, path, owner, group) != 0)
@@ -504,6 +510,11 @@ int admin_store_redis_init(struct admin_store *s, const char *path, uid_t owner,
     }
     s->redis = r;
     s->ops = &redis_ops;
+    if (RAND_bytes(raw, sizeof(raw)) != 1) {
+        admin_store_free(s);
+        return -1;
+    }
+    moat_hex_encode(raw, sizeof(raw), r->token);
     r->port = l->port;
     r->db = l->db;
     r->connect_timeout_ms = l->connect_timeout_ms;

@@ -19,7 +19,7 @@
  * The store in Redis at the limiter section's connection, with the file
  * at path (owned by owner:group, mode 0600) as this gateway's copy: the
  * store's operations work on Redis and keep the copy.  Connects on first
- * use.  0 or -1 (out of memory).
+ * use.  0 or -1 (out of memory, no randomness for its lock token).
  */
 int admin_store_redis_init(struct admin_store *s, const char *path, uid_t owner, gid_t group, const struct gw_limiter_config *l);
 

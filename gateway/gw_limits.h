@@ -218,7 +218,7 @@
 #define GW_KEYUSE_SLOTS           (2 * GW_MAX_KEYS)     /* last-used table (keyuse.c) */
 #define GW_WORKER_ALIVE_MS        2000                  /* a worker whose watchdog ran this recently is alive */
 /* The admin store in Redis (control.store_backend: redis; admin_store_redis.c) */
-#define GW_ADMIN_REDIS_LOCK_MS      20000 /* the store's lock in Redis: its holder's change (audit ack included) fits */
+#define GW_ADMIN_REDIS_LOCK_MS      10000 /* the store's lock in Redis: its holder's change (audit ack included) fits */
 #define GW_ADMIN_REDIS_LOCK_WAIT_MS 5000  /* a change waits this long for another gateway's to finish */
 #define GW_ADMIN_REDIS_LOCK_POLL_MS 10    /* ... asking again this often */
 #define GW_ADMIN_REDIS_RESYNC_MS    5000  /* each supervisor compares versions this often (a missed message heals) */

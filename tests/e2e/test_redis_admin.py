@@ -294,6 +294,38 @@ class RedisAdminTest(unittest.TestCase):
         self.assertIsNone(self.a.proc.poll())
         self.assertIsNone(self.b.proc.poll())
 
+    def test_a_hung_redis_bounds_every_call(self):
+        # Redis stopped (SIGSTOP), not gone: its socket accepts and never answers.  A change fails
+        # within the section's timeouts (500 ms each here), and another client of the control
+        # socket meanwhile waits no longer than those: the supervisor never hangs on Redis.
+        token, kid = self.a.new_key("acme")
+        self.wait_works(self.b, token)
+        baseline = max(self.timed(lambda: self.a.ok("status"))[0] for _ in range(5))
+        bound = baseline + 0.5 + 0.5 + 1.0  # a timed-out call, a reconnect's connect and its first command, slack
+        self.redis.proc.send_signal(signal.SIGSTOP)
+        try:
+            took, p = self.timed(lambda: self.a.moatctl("key", "revoke", kid))
+            self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+            self.assertIn("the admin store in Redis at unix:%s" % self.redis.socket, p.stderr)
+            self.assertLessEqual(took, bound + 0.5, p.stderr)
+            for _ in range(5):
+                took, p = self.timed(lambda: self.a.moatctl("status"))
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertLessEqual(took, bound)
+            self.assertEqual(self.b.runtimes(token), 200)  # the last state
+        finally:
+            self.redis.proc.send_signal(signal.SIGCONT)
+        wait_until(lambda: json.loads(self.a.ok("--json", "status").stdout)["redis"]["connected"], "a to reconnect")
+        # at once: the lock Redis took when it woke (the timed-out SET) is a's own, which it retakes
+        self.a.ok("key", "revoke", kid)
+        wait_until(lambda: self.b.runtimes(token) == 401, "the revocation to reach b")
+
+    @staticmethod
+    def timed(fn):
+        t0 = time.monotonic()
+        out = fn()
+        return time.monotonic() - t0, out
+
     def test_concurrent_moatctl_on_both_gateways_loses_no_update(self):
         def create(i):
             g = (self.a, self.b)[i % 2]
