@@ -15,7 +15,8 @@ What is checked:
     seeded from a gateway's copy): changes flow again, no restart;
   - concurrent moatctl runs on both gateways lose no update;
   - the admin record is on the gateway where the change was made; the
-    other logs the version it applied; the section's strict parsing.
+    other logs and records the version it applied; the section's strict
+    parsing; a TCP Redis with a password (and a wrong one).
 Skipped (with the reason) when redis-server is not installed.
 """
 
@@ -29,16 +30,17 @@ import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
-from moat_harness import GATEWAY, MOAT_AUDIT, MOATCTL, Stack, wait_until
-from test_redis_limits import HAVE_REDIS, Gateway, Redis
+from moat_harness import GATEWAY, MOAT_AUDIT, MOATCTL, Stack, free_port, wait_until
+from test_redis_limits import HAVE_REDIS, REDIS, Gateway, Redis, password_file
 
 PREFIX = "moat-e2e:"
 RESYNC_S = 5.0  # GW_ADMIN_REDIS_RESYNC_MS
 PROPAGATION_S = 1.0  # the promise: every gateway within 1 s
 
 
-def resp(sock_path, *args):
-    """One Redis command over its Unix socket (RESP), the reply decoded: bytes, int, list, None; errors raise."""
+def resp(where, *args, password=None):
+    """One Redis command (RESP) over its Unix socket (a path) or TCP ((host, port)), after AUTH with
+    password if given; the reply decoded: bytes, int, list, None; errors raise."""
     def read_reply(f):
         line = f.readline()
         kind, rest = line[:1], line[1:-2]
@@ -59,14 +61,21 @@ def resp(sock_path, *args):
             return None if n < 0 else [read_reply(f) for _ in range(n)]
         raise AssertionError("redis: unexpected reply %r" % line)
 
-    with socket.socket(socket.AF_UNIX) as s:
-        s.connect(sock_path)
-        out = b"*%d\r\n" % len(args)
-        for a in args:
+    def encode(words):
+        out = b"*%d\r\n" % len(words)
+        for a in words:
             a = a if isinstance(a, bytes) else str(a).encode()
             out += b"$%d\r\n%s\r\n" % (len(a), a)
-        s.sendall(out)
+        return out
+
+    with (socket.create_connection(where, timeout=30) if isinstance(where, tuple) else socket.socket(socket.AF_UNIX)) as s:
+        if not isinstance(where, tuple):
+            s.connect(where)
         with s.makefile("rb") as f:
+            if password is not None:
+                s.sendall(encode(("AUTH", password)))
+                read_reply(f)
+            s.sendall(encode(args))
             return read_reply(f)
 
 
@@ -74,16 +83,18 @@ class AdminGateway(Gateway):
     """test_redis_limits' extra gateway with its own audit trail, control
     socket and copy of the store, sharing the store in Redis."""
 
-    def __init__(self, stack, name, redis):
+    def __init__(self, stack, name, redis=None, connection=None):
+        """connection: the limiter's redis mapping's fields (default: redis' Unix socket)."""
+        connection = connection or "socket: %s" % redis.socket
         self.audit_dir = os.path.join(stack.tmp, name + "-audit")
         subprocess.run([MOAT_AUDIT, "init", self.audit_dir], check=True, capture_output=True)
         self.control = os.path.join(stack.tmp, name + ".sock")
         self.store = os.path.join(stack.tmp, name + "-store.json")
         # on_unavailable: local, so that with Redis down the gateways answer and show which keys they hold
-        super().__init__(stack, name, "limiter:\n  store: redis\n  redis: {socket: %s, timeout_ms: 500, "
+        super().__init__(stack, name, "limiter:\n  store: redis\n  redis: {%s, timeout_ms: 500, "
                          "connect_timeout_ms: 500, prefix: \"%s\"}\n  on_unavailable: local\n  gateways: 2\n"
                          "control:\n  socket: %s\n  store: %s\n  store_backend: redis\n"
-                         % (redis.socket, PREFIX, self.control, self.store))
+                         % (connection, PREFIX, self.control, self.store))
         with open(self.config) as f:
             text = f.read()
         with open(self.config, "w") as f:  # the same file: root:moat 0640 stays
@@ -94,10 +105,6 @@ class AdminGateway(Gateway):
             super().stop()
         subprocess.run("chattr -a %s/audit-*.log %s/audit-*.pack 2>/dev/null" % (self.audit_dir, self.audit_dir),
                        shell=True)
-
-    def log_text(self):
-        with open(os.path.join(self.stack.tmp, self.name + ".log"), errors="replace") as f:
-            return f.read()
 
     def runtimes(self, token):
         return self.request("GET", "/api/v2/runtimes", token=token, timeout=30)[0]
@@ -420,6 +427,54 @@ class RedisAdminTest(unittest.TestCase):
         self.assertTrue(reply["connected"])
         wait_until(lambda: json.loads(self.b.ok("--json", "status").stdout)["redis"]["version"] == self.version(),
                    "b's copy to reach Redis' version")
+
+
+@unittest.skipUnless(HAVE_REDIS, "redis-server is not installed (Debian: apt-get install redis-server)")
+class RedisAdminTcpTest(unittest.TestCase):
+    """A Redis on 127.0.0.1 with requirepass: the supervisor reaches it over TCP and authenticates
+    with the limiter section's password file; a wrong password fails moatctl's changes clearly."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = Stack()
+        cls.addClassCleanup(cls.stack.stop)
+        cls.port = free_port()
+        cls.log = open(os.path.join(cls.stack.tmp, "redis-tcp.log"), "ab")
+        cls.addClassCleanup(cls.log.close)
+        cls.redis = subprocess.Popen([REDIS, "--port", str(cls.port), "--bind", "127.0.0.1", "--requirepass", "s3cret",
+                                      "--save", "", "--appendonly", "no", "--dir", cls.stack.tmp],
+                                     stdout=cls.log, stderr=subprocess.STDOUT)
+        cls.addClassCleanup(lambda: (cls.redis.kill(), cls.redis.wait()))
+        wait_until(lambda: cls.redis.poll() is not None or cls.accepts(), "redis-server on TCP to start")
+        cls.stack.start_backend()
+
+    @classmethod
+    def accepts(cls):
+        try:
+            return resp(("127.0.0.1", cls.port), "PING", password="s3cret") == b"PONG"
+        except (OSError, AssertionError):
+            return False
+
+    def gateway(self, name, password):
+        path = password_file(self.stack.tmp, name, password)
+        g = AdminGateway(self.stack, name, connection="host: 127.0.0.1, port: %d, password_file: %s" % (self.port, path))
+        self.addCleanup(g.stop)
+        return g.start()
+
+    def test_password_over_tcp(self):
+        g = self.gateway("gw-tcp", "s3cret")
+        g.ok("tenant", "add", "tcp")
+        token, kid = g.new_key("tcp")
+        self.assertEqual(g.runtimes(token), 200)
+        doc = json.loads(resp(("127.0.0.1", self.port), "HGET", PREFIX + "admin:store", "doc", password="s3cret"))
+        self.assertIn(kid, [k["id"] for k in doc["keys"]])
+
+    def test_wrong_password_fails_changes_clearly(self):
+        g = self.gateway("gw-badpass", "wrong")
+        p = g.moatctl("tenant", "add", "nope")
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("the admin store in Redis at 127.0.0.1:%d is unreachable: AUTH refused" % self.port, p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
 
 
 class RedisAdminConfigTest(unittest.TestCase):

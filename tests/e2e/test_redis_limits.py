@@ -184,6 +184,16 @@ class Gateway:
         self.log.close()
 
 
+def password_file(directory, name, password):
+    """A limiter.redis.password_file for gateway name: root:moat 0640 (a reload reads it as moat)."""
+    path = os.path.join(directory, name + ".password")
+    with open(path, "w") as f:
+        f.write(password + "\n")
+    os.chown(path, 0, grp.getgrnam("moat").gr_gid)
+    os.chmod(path, 0o640)
+    return path
+
+
 def limiter(redis, on_unavailable="fail_closed"):
     return ("limiter:\n  store: redis\n  redis: {socket: %s, timeout_ms: 500, lease_ms: %d, prefix: \"moat-e2e:\"}\n"
             "  on_unavailable: %s\n  gateways: 2\n" % (redis.socket, LEASE_MS, on_unavailable))
@@ -430,11 +440,7 @@ class TcpRedisTest(unittest.TestCase):
         cls.stack.stop()
 
     def gateway(self, name, password):
-        path = os.path.join(self.stack.tmp, name + ".password")
-        with open(path, "w") as f:
-            f.write(password + "\n")
-        os.chown(path, 0, grp.getgrnam("moat").gr_gid)
-        os.chmod(path, 0o640)
+        path = password_file(self.stack.tmp, name, password)
         g = Gateway(self.stack, name, "limiter:\n  store: redis\n  redis: {host: 127.0.0.1, port: %d, password_file: %s}\n"
                     % (self.port, path)).start()
         self.gateways.append(g)
