@@ -34,8 +34,9 @@
  * owner for each reconnection) has a name, "<gateway id>.<loop>.<n>", a
  * random gateway id per process, and a heartbeat key P o:<owner> with a
  * TTL of lease_ms, set by every script that takes or frees one of its
- * slots and by a heartbeat every lease_ms / 3.  A tenant's run hash maps owner -> slots held; the script
- * counts only owners whose heartbeat key exists and deletes the others.
+ * slots and by a heartbeat every lease_ms / 3.  A tenant's run hash maps
+ * owner -> slots held; the script counts only owners whose heartbeat key
+ * exists and deletes the others.
  * An admit adds one to its owner's field, a release takes one off (never
  * below zero).  So:
  *   - a dead gateway's slots come back lease_ms after its last heartbeat;
