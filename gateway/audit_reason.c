@@ -36,8 +36,8 @@ static const struct {
     {429, GW_REASON_QUOTA, "cpu_quota_exhausted"},   {429, GW_REASON_FILTER, "connection_closing"},
     {429, GW_REASON_NONE, "rate_limited"},           {500, GW_REASON_NONE, "internal_error"},
     {502, GW_REASON_NONE, "bad_backend_reply"},      {503, GW_REASON_LIMITER, "limiter_unavailable"},
-    {503, GW_REASON_AUDIT, "audit_unavailable"},     {503, GW_REASON_NONE, "backend_unavailable"},
-    {504, GW_REASON_NONE, "backend_timeout"},
+    {503, GW_REASON_AUDIT, "audit_unavailable"},     {503, GW_REASON_STORE, "store_unavailable"},
+    {503, GW_REASON_NONE, "backend_unavailable"},    {504, GW_REASON_NONE, "backend_timeout"},
 };
 
 const char *gw_error_code(enum gw_reason r, int status)

@@ -27,7 +27,8 @@
     X(LIMITER, "limiter", "the limiter could not decide (fail closed)")                                                            \
     X(BACKEND, "backend", "the backend refused or failed")                                                                         \
     X(QUEUE, "queue", "the submissions queue is full (all tenants: 503, the tenant's share: 429)")                                 \
-    X(AUDIT, "audit", "the audit trail could not record the request (fail closed)")
+    X(AUDIT, "audit", "the audit trail could not record the request (fail closed)")                                                \
+    X(STORE, "store", "the shared results store (Redis) could not be reached (fail closed)")
 
 enum gw_reason {
 #define GW_REASON_ENUM(name, str, what) GW_REASON_##name,

@@ -184,7 +184,7 @@ static int parse_document(struct parse_ctx *pc, const char *store_path)
         return cfg_fail(pc, NULL, "control.store_backend: redis needs limiter: store: redis (its redis section is the connection)");
     if (pc->cfg->control.socket != NULL && cfg_load_store(pc, store_path != NULL ? store_path : pc->cfg->control.store) != 0)
         return -1;
-    if (issuer_tenants_known(pc) != 0 || cfg_callbacks_finish(pc) != 0)
+    if (issuer_tenants_known(pc) != 0 || cfg_callbacks_finish(pc) != 0 || cfg_submissions_finish(pc) != 0)
         return -1;
     return cfg_server_finish(pc, root);
 }

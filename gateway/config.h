@@ -69,14 +69,18 @@ struct gw_session_config {
 };
 
 /* The top-level submissions section: where Judge0 results are kept
- * (judge0_store.h; store_dir NULL: in memory, lost on restart), and the
- * queue of those waiting for a run. */
+ * (judge0_store.h: in memory, lost on restart; a directory; or the
+ * limiter's Redis, shared by several gateways), and the queue of those
+ * waiting for a run. */
+enum gw_submissions_store { GW_SUBMISSIONS_MEMORY, GW_SUBMISSIONS_DIR, GW_SUBMISSIONS_REDIS };
+
 struct gw_submissions_config {
-    char *store_dir;         /* a directory of one file per record, or NULL */
-    uint64_t ttl_s;          /* a record's life */
-    uint64_t max_per_tenant; /* records per tenant */
-    uint64_t max_records;    /* records, all tenants together */
-    uint64_t max_bytes;      /* bytes of records, all tenants together */
+    enum gw_submissions_store store; /* store: (store_dir alone means dir) */
+    char *store_dir;                 /* a directory of one file per record, or NULL */
+    uint64_t ttl_s;                  /* a record's life */
+    uint64_t max_per_tenant;         /* records per tenant */
+    uint64_t max_records;            /* records, all tenants together */
+    uint64_t max_bytes;              /* bytes of records, all tenants together */
     /* the queue of submissions waiting for a run (judge0_queue.h) */
     uint64_t max_running;          /* runs at once, all tenants */
     uint64_t queue_max;            /* submissions waiting, all tenants */

@@ -182,6 +182,8 @@ int cfg_parse_sessions(struct parse_ctx *pc, yaml_node_t *v);
 
 /* config_submissions.c: the top-level submissions mapping (where Judge0 results are kept). */
 int cfg_parse_submissions(struct parse_ctx *pc, yaml_node_t *v);
+/* After every section: submissions.store redis needs limiter.store redis. */
+int cfg_submissions_finish(struct parse_ctx *pc);
 
 /* config_callbacks.c: the top-level callbacks mapping (the callback sender). */
 int cfg_parse_callbacks(struct parse_ctx *pc, yaml_node_t *v);

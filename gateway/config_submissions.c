@@ -7,7 +7,8 @@
  * range: PATH:LINE):
  *
  *   submissions:
- *     store_dir: /var/lib/moat/submissions  # absent: kept in memory only
+ *     store: memory             # memory (default) | dir | redis
+ *     store_dir: /var/lib/moat/submissions  # with store: dir (alone: store dir)
  *     ttl_s: 86400              # a record's life, by the wall clock
  *     max_per_tenant: 1000      # records one tenant may hold
  *     max_records: 20000        # records of all tenants together
@@ -20,6 +21,9 @@
  * GW_MAX_JUDGE0_*); queue_max_per_tenant may not exceed queue_max.  store_dir must be absolute; that the directory is the
  * gateway user's own and nobody else may write it is checked as that user
  * when the store opens (judge0_store_open_dir), at start and by -n.
+ * store: redis keeps results in the Redis the limiter section names (its
+ * connection settings, one place for them): it needs limiter.store redis
+ * (checked once every section is read: cfg_submissions_finish).
  */
 #include "config_parse.h"
 #include "gw_limits.h"
@@ -42,7 +46,19 @@ static int submissions_field(struct parse_ctx *pc, const char *key, yaml_node_t 
 #undef FIELD
     struct gw_submissions_config *s = &pc->cfg->submissions;
 
-    (void)arg;
+    if (strcmp(key, "store") == 0) {
+        static const char *const names[] = {
+            [GW_SUBMISSIONS_MEMORY] = "memory", [GW_SUBMISSIONS_DIR] = "dir", [GW_SUBMISSIONS_REDIS] = "redis"};
+        if (cfg_want_scalar(pc, v, "submissions.store") != 0)
+            return -1;
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+            if (strcmp(cfg_scalar(v), names[i]) == 0) {
+                s->store = (enum gw_submissions_store)i;
+                *(int *)arg = 1;
+                return 0;
+            }
+        return cfg_fail(pc, v, "submissions.store must be memory, dir or redis");
+    }
     if (strcmp(key, "store_dir") == 0) {
         if (cfg_string(pc, v, "submissions.store_dir", GW_MAX_PATH_LEN, &s->store_dir) != 0)
             return -1;
@@ -53,12 +69,25 @@ static int submissions_field(struct parse_ctx *pc, const char *key, yaml_node_t 
 
 int cfg_parse_submissions(struct parse_ctx *pc, yaml_node_t *v)
 {
-    const struct gw_submissions_config *s = &pc->cfg->submissions;
+    struct gw_submissions_config *s = &pc->cfg->submissions;
+    int store_named = 0;
 
-    if (cfg_walk_mapping(pc, v, "submissions", submissions_field, NULL) != 0)
+    if (cfg_walk_mapping(pc, v, "submissions", submissions_field, &store_named) != 0)
         return -1;
+    if (!store_named && s->store_dir != NULL)
+        s->store = GW_SUBMISSIONS_DIR;
+    if ((s->store == GW_SUBMISSIONS_DIR) != (s->store_dir != NULL))
+        return cfg_fail(pc, v, "submissions: store_dir goes with store: dir, and store: dir needs a store_dir");
     if (s->queue_max_per_tenant > s->queue_max)
         return cfg_fail(pc, v, "submissions.queue_max_per_tenant (%llu) exceeds submissions.queue_max (%llu)",
                         (unsigned long long)s->queue_max_per_tenant, (unsigned long long)s->queue_max);
+    return 0;
+}
+
+int cfg_submissions_finish(struct parse_ctx *pc)
+{
+    if (pc->cfg->submissions.store == GW_SUBMISSIONS_REDIS && !pc->cfg->limiter.redis)
+        return cfg_fail(pc, NULL,
+                        "submissions.store redis needs limiter.store redis (the connection settings are limiter.redis's)");
     return 0;
 }

@@ -92,6 +92,8 @@
  * for expired records. */
 #define GW_JUDGE0_RECORD_MAX_BYTES (64u * 1024u * 1024u)
 #define GW_JUDGE0_SWEEP_PER_TICK   32
+/* The Redis store: puts Redis did not take, kept to be written again after its outage */
+#define GW_JUDGE0_REDIS_RETRY_MAX 1024u
 /* The queue of submissions waiting for a run (wait=false and batches;
  * judge0_queue.c).  max_running: runs at once against the backend, all
  * tenants; the gateway cannot know the backend's slot count (its -j), so

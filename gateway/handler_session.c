@@ -13,6 +13,7 @@
  */
 #include "pipeline.h"
 #include "http.h"
+#include "redis_sync.h"
 #include "runtime_table.h"
 #include "session_ws.h"
 
@@ -66,6 +67,10 @@ static enum gw_flow connect_prepare(struct gw_request *r)
         gw_add_retry_after(r, GW_SESSION_RETRY_AFTER_MS);
         r->code = "sessions_full";
         return gw_deny(r, 503, GW_REASON_CONCURRENCY, "the gateway holds as many sessions as it may (sessions.max_sessions)");
+    case GW_SESSIONS_UNAVAILABLE:
+        gw_add_retry_after(r, redis_sync_retry_after_ms());
+        r->code = "sessions_unavailable";
+        return gw_deny(r, 503, GW_REASON_CONCURRENCY, "the shared session counts cannot be reached (Redis): try again later");
     default:
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
     }

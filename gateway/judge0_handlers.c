@@ -40,6 +40,7 @@
 #include "judge0_queue.h"
 #include "judge0_store.h"
 #include "log.h"
+#include "redis_sync.h"
 #include "moat_base64.h"
 #include "routes.h"
 #include "runtime_table.h"
@@ -426,6 +427,25 @@ int gw_judge0_queued(const struct gw_request *r)
            !q.wait;
 }
 
+/* 503 store_unavailable with Retry-After: the results store (Redis) cannot
+ * be asked or told now (fail closed: nothing run, nothing wrongly shown). */
+static enum gw_flow store_down(struct gw_request *r, uint64_t retry_after_ms)
+{
+    gw_add_retry_after(r, retry_after_ms);
+    return refuse(r, 503, GW_REASON_STORE, "the submissions store cannot be reached: try again later", NULL);
+}
+
+/* Step 7's first check for a POST: a result it could not keep is not run. */
+static enum gw_flow store_ready(struct gw_request *r)
+{
+    struct judge0_store *st = judge0_store_default();
+    uint64_t retry_after_ms = 0;
+
+    if (st != NULL && !judge0_store_ready(st, &retry_after_ms))
+        return store_down(r, retry_after_ms);
+    return GW_NEXT;
+}
+
 /* Step 7: parse, the runtime table, judge, token, encode. */
 static enum gw_flow submit_prepare(struct gw_request *r)
 {
@@ -434,7 +454,7 @@ static enum gw_flow submit_prepare(struct gw_request *r)
     uint8_t rnd[16];
     enum gw_flow f;
 
-    if (s == NULL && (f = submission_parse(r)) != GW_NEXT)
+    if (s == NULL && ((f = store_ready(r)) != GW_NEXT || (f = submission_parse(r)) != GW_NEXT))
         return f;
     s = r->job;
     if (!gw_runtime_table_fresh(r->worker) && !s->asked_table) {
@@ -1356,6 +1376,8 @@ static enum gw_flow batch_submit_prepare(struct gw_request *r)
     enum gw_flow f;
 
     if (b == NULL) {
+        if ((f = store_ready(r)) != GW_NEXT)
+            return f;
         b = h2o_mem_alloc_shared(&req->pool, sizeof(*b), batch_dispose);
         memset(b, 0, sizeof(*b));
         r->job = b;
@@ -1514,25 +1536,36 @@ static void orphan_failed(struct gw_request *r, struct judge0_store *st, const c
     free(text);
 }
 
+/* Why stored() found nothing to show. */
+enum unshown { SHOWN, NOT_FOUND, NOT_UTF8, STORE_DOWN };
+
 /* The tenant's record of token rendered as q asks (new reference), or
- * NULL: not found (*not_utf8 0) or not showable without base64 (1). */
-static json_t *stored(struct gw_request *r, const char *token, const struct judge0_query *q, int *not_utf8)
+ * NULL with *why: not found, not showable without base64, or the store
+ * could not be asked (Redis unreachable: the record may exist). */
+static json_t *stored(struct gw_request *r, const char *token, const struct judge0_query *q, enum unshown *why)
 {
     struct judge0_store *st = judge0_store_default();
     char *text;
     size_t len;
-    int orphaned;
+    int orphaned = 0, not_utf8 = 0;
 
-    *not_utf8 = 0;
+    *why = NOT_FOUND;
     if (st == NULL || token[0] == '\0' ||
-        (text = judge0_store_get(st, r->tenant, token, judge0_store_now_ms(), &len, &orphaned)) == NULL)
+        (text = judge0_store_get(st, r->tenant, token, judge0_store_now_ms(), &len, &orphaned)) == NULL) {
+        if (orphaned == JUDGE0_STORE_DOWN)
+            *why = STORE_DOWN;
         return NULL;
+    }
     json_t *record = json_loadb(text, len, 0, NULL);
     free(text);
     if (record != NULL && orphaned)
         orphan_failed(r, st, token, record);
-    json_t *o = record != NULL ? judge0_render_object(record, q, not_utf8) : NULL;
+    json_t *o = record != NULL ? judge0_render_object(record, q, &not_utf8) : NULL;
     json_decref(record);
+    if (o != NULL)
+        *why = SHOWN;
+    else if (not_utf8)
+        *why = NOT_UTF8;
     return o;
 }
 
@@ -1558,7 +1591,7 @@ static enum gw_flow submission_prepare(struct gw_request *r)
     char token[JUDGE0_TOKEN_LEN + 1] = "";
     const char *p;
     size_t len;
-    int not_utf8;
+    enum unshown why;
     enum gw_flow f;
 
     if ((f = query(r, JUDGE0_Q_BASE64 | JUDGE0_Q_FIELDS, &q)) != GW_NEXT)
@@ -1568,9 +1601,11 @@ static enum gw_flow submission_prepare(struct gw_request *r)
         memcpy(token, p, len);
         token[len] = '\0';
     }
-    json_t *o = stored(r, token, &q, &not_utf8);
+    json_t *o = stored(r, token, &q, &why);
+    if (why == STORE_DOWN)
+        return store_down(r, redis_sync_retry_after_ms());
     if (o == NULL)
-        return not_utf8 ? not_utf8_refusal(r) : refuse(r, 404, GW_REASON_ENDPOINT, "submission not found", NULL);
+        return why == NOT_UTF8 ? not_utf8_refusal(r) : refuse(r, 404, GW_REASON_ENDPOINT, "submission not found", NULL);
     r->body = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return r->body != NULL ? GW_NEXT : gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
@@ -1583,7 +1618,7 @@ const struct gw_handler gw_handler_judge0_submission = {submission_prepare, NULL
 static enum gw_flow batch_prepare(struct gw_request *r)
 {
     struct judge0_query q;
-    int not_utf8;
+    enum unshown why;
     enum gw_flow f;
     json_t *a = json_array(), *o;
 
@@ -1592,7 +1627,11 @@ static enum gw_flow batch_prepare(struct gw_request *r)
         return f;
     }
     for (size_t i = 0; a != NULL && i < q.ntokens; i++) {
-        if ((o = stored(r, q.tokens[i], &q, &not_utf8)) == NULL && not_utf8) {
+        if ((o = stored(r, q.tokens[i], &q, &why)) == NULL && why == STORE_DOWN) {
+            json_decref(a);
+            return store_down(r, redis_sync_retry_after_ms());
+        }
+        if (o == NULL && why == NOT_UTF8) {
             json_decref(a);
             return refuse(r, 400, GW_REASON_FILTER,
                           "some attributes for one or more submissions cannot be converted to UTF-8, use base64_encoded=true "

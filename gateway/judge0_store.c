@@ -20,12 +20,16 @@
  * walking the whole list: a third of the gateway's CPU per submission with
  * 20000 records kept, bench_submissions.py).
  *
- * The directory store (judge0_store_open_dir) is further down, in its own
- * section with its own theory of operation; put, get, count and free
- * dispatch on s->dirfd.
+ * The directory store (judge0_store_open_dir) and the Redis store
+ * (judge0_store_open_redis) are further down, each in its own section with
+ * its own theory of operation; put, get, count and free dispatch on
+ * s->dirfd and s->redis.
  */
 #include "judge0_store.h"
 #include "gw_limits.h"
+#include "log.h"
+#include "moat_hex.h"
+#include "redis_sync.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -76,11 +80,15 @@ struct judge0_store {
     char instance[33]; /* this process's mark in the records it puts */
     DIR *sweep_top;    /* the sweep's place: in the tenants' directories */
     DIR *sweep_tenant; /* and in one tenant's */
+    int redis;         /* the Redis store (judge0_store_open_redis) */
 };
 
 static int dir_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms);
 static char *dir_get(struct judge0_store *s, const char *tenant, const char *token, uint64_t now_ms, size_t *len, int *orphaned);
 static void dir_close(struct judge0_store *s);
+static int redis_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms);
+static void redis_close(struct judge0_store *s);
+static char *redis_get(const char *tenant, const char *token, size_t *len, int *orphaned);
 
 static unsigned fnv1a(const char *s)
 {
@@ -189,6 +197,7 @@ void judge0_store_free(struct judge0_store *s)
     if (s == NULL)
         return;
     dir_close(s);
+    redis_close(s);
     while (s->oldest != NULL)
         drop(s, s->oldest);
     pthread_mutex_destroy(&s->lock);
@@ -254,6 +263,8 @@ int judge0_store_put(struct judge0_store *s, const char *tenant, const char *tok
 
     if (s->dirfd >= 0)
         return dir_put(s, tenant, token, text, len, now_ms);
+    if (s->redis)
+        return redis_put(s, tenant, token, text, len, now_ms);
     if (len > s->lim.max_bytes || strlen(tenant) > GW_MAX_TENANT_NAME || strlen(token) >= sizeof(r->token) ||
         s->lim.max_records == 0 || s->lim.max_records_per_tenant == 0)
         return -1;
@@ -303,6 +314,8 @@ char *judge0_store_get(struct judge0_store *s, const char *tenant, const char *t
     *orphaned = 0;
     if (s->dirfd >= 0)
         return dir_get(s, tenant, token, now_ms, len, orphaned);
+    if (s->redis)
+        return redis_get(tenant, token, len, orphaned);
     pthread_mutex_lock(&s->lock);
     for (struct record *r = s->buckets[bucket_of(token)]; r != NULL; r = r->next_in_bucket) {
         if (strcmp(r->token, token) != 0 || strcmp(r->tenant, tenant) != 0 || r->expires_ms <= now_ms)
@@ -799,4 +812,284 @@ out:
         close(tdir);
     pthread_mutex_unlock(&s->lock);
     return text;
+}
+
+/* ---------------------------------------------------------- the Redis store */
+
+/*
+ * Theory of operation
+ * -------------------
+ * Several gateways share one Redis (the limiter section's connection
+ * settings: one place for them) through redis_sync.c's bounded blocking
+ * calls, one connection per thread.  Why blocking and what it costs the
+ * event loop is redis_sync.c's theory; the measured figures are in
+ * tests/bench/RESULTS.md (bench_judge0_redis.py).
+ *
+ *   P j:<tenant hex>:<token>  a hash {i: the putting gateway's name,
+ *                             t: the record's text}, expiring ttl_ms after
+ *                             its put (PEXPIRE: Redis drops it itself)
+ *   P j:<tenant hex>          the tenant's tokens, a sorted set scored by
+ *                             expiry (the put's wall clock + ttl_ms)
+ *
+ * The tenant is in every key, in hex (any byte of a name is safe and two
+ * names never share a key), so another tenant's token is a key that does
+ * not exist: "not found", exactly like a token that never existed.  A put
+ * is one script (atomic across gateways): expired tokens leave the set;
+ * a new token past the tenant's cap evicts the tenant's oldest (lowest
+ * expiry) records; then the record and its set entry are written.  The
+ * overall caps (max_records, max_bytes) are not counted here: Redis'
+ * maxmemory bounds it (the README says how to set it); a record is still
+ * capped at GW_JUDGE0_RECORD_MAX_BYTES.
+ *
+ * A get is one script too: the record's text, its owner, and whether the
+ * owner's heartbeat key still exists.  A record kept by another gateway
+ * whose heartbeat is gone is an orphan (*orphaned 1: if it is pending, its
+ * run died with that gateway and judge0_handlers.c turns it into an
+ * Internal Error, as with the directory store); one kept by a live gateway
+ * is not, even if it is pending: its run is still going on over there.
+ * Only a settled connection judges (redis_sync_settled): after a Redis
+ * restart without persistence every heartbeat key is gone for a moment.
+ *
+ * Redis unreachable: a get answers JUDGE0_STORE_DOWN (the handler: 503
+ * store_unavailable with Retry-After); judge0_store_ready (a PING) lets a
+ * POST refuse before it runs anything whose result it could not keep.  A
+ * put that fails anyway (Redis went away during a run) is kept here, on a
+ * list of at most GW_JUDGE0_REDIS_RETRY_MAX records (a newer put of the
+ * same token replaces it; past the cap the oldest goes, logged), and
+ * written again after each heartbeat (redis_sync_on_beat) until Redis
+ * takes it: a finished run's result is not lost to a short outage, and
+ * its "Processing" is not shown for ever.  Puts go one at a time under
+ * the list's mutex, so a retried old record can never overwrite a newer
+ * one of the same token.
+ */
+#define RKEY_MAX (GW_REDIS_MAX_PREFIX + 2 + 2 * GW_MAX_TENANT_NAME + 1 + 40)
+
+/* KEYS: record, tenant's set.  ARGV: token, owner, text, ttl_ms, now_ms,
+ * cap, record keys' prefix (the tenant's set key and ":"). */
+static struct redis_sync_script put_script = {
+    "local token, ttl, now, cap = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])\n"
+    "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)\n"
+    "if not redis.call('ZSCORE', KEYS[2], token) then\n"
+    "  local n = redis.call('ZCARD', KEYS[2])\n"
+    "  if n >= cap then\n"
+    "    local old = redis.call('ZRANGE', KEYS[2], 0, n - cap)\n"
+    "    for i = 1, #old do redis.call('DEL', ARGV[7] .. old[i]) end\n"
+    "    redis.call('ZREMRANGEBYRANK', KEYS[2], 0, n - cap)\n"
+    "  end\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'i', ARGV[2], 't', ARGV[3])\n"
+    "redis.call('PEXPIRE', KEYS[1], ttl)\n"
+    "redis.call('ZADD', KEYS[2], now + ttl, token)\n"
+    "redis.call('PEXPIRE', KEYS[2], ttl)\n"
+    "return 1\n",
+    ""};
+
+/* KEYS: record.  ARGV: the heartbeat keys' prefix.  {text, owner, alive}
+ * or nil. */
+static struct redis_sync_script get_script = {"local v = redis.call('HMGET', KEYS[1], 'i', 't')\n"
+                                              "if not v[1] or not v[2] then return false end\n"
+                                              "return {v[2], v[1], redis.call('EXISTS', ARGV[1] .. v[1])}\n",
+                                              ""};
+
+/* A put Redis did not take, to be tried again. */
+struct retry {
+    struct retry *next;
+    uint64_t now_ms;
+    size_t len;
+    char tenant[GW_MAX_TENANT_NAME + 1];
+    char token[40];
+    char text[]; /* len bytes and a NUL */
+};
+
+static pthread_mutex_t retry_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct retry *retries; /* oldest first */
+static size_t nretries;
+static struct judge0_store *retry_store; /* the Redis store the retries are for */
+
+/* The tenant's set key, and the record's key (NULL: only the set's). */
+static void redis_keys(const char *tenant, const char *token, char set[RKEY_MAX], char rec[RKEY_MAX])
+{
+    char hex[2 * GW_MAX_TENANT_NAME + 1];
+
+    moat_hex_encode(tenant, strlen(tenant), hex);
+    snprintf(set, RKEY_MAX, "%sj:%s", redis_sync_prefix(), hex);
+    if (rec != NULL)
+        snprintf(rec, RKEY_MAX, "%s:%s", set, token);
+}
+
+static void retry_flush(void);
+
+struct judge0_store *judge0_store_open_redis(const struct judge0_store_limits *lim, char *err, size_t errlen)
+{
+    struct judge0_store *s;
+
+    if (retry_store != NULL) {
+        snprintf(err, errlen, "one Redis store per process");
+        return NULL;
+    }
+    if ((s = judge0_store_new(lim)) == NULL || redis_sync_on_beat(retry_flush) != 0) {
+        judge0_store_free(s);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    redis_sync_script_init(&put_script);
+    redis_sync_script_init(&get_script);
+    s->redis = 1;
+    retry_store = s;
+    return s;
+}
+
+/* The put itself: 0, or -1 (Redis could not take it). */
+static int redis_write(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms)
+{
+    char set[RKEY_MAX], rec[RKEY_MAX], prefix[RKEY_MAX + 1], ttl[24], now[24], cap[24];
+    const char *argv[9];
+    size_t lens[9];
+    redisReply *rep;
+    int ok;
+
+    redis_keys(tenant, token, set, rec);
+    snprintf(prefix, sizeof(prefix), "%s:", set);
+    snprintf(ttl, sizeof(ttl), "%" PRIu64, s->lim.ttl_ms);
+    snprintf(now, sizeof(now), "%" PRIu64, now_ms);
+    snprintf(cap, sizeof(cap), "%zu", s->lim.max_records_per_tenant);
+    argv[0] = rec;
+    argv[1] = set;
+    argv[2] = token;
+    argv[3] = redis_sync_instance();
+    argv[4] = text;
+    argv[5] = ttl;
+    argv[6] = now;
+    argv[7] = cap;
+    argv[8] = prefix;
+    for (int i = 0; i < 9; i++)
+        lens[i] = i == 4 ? len : strlen(argv[i]);
+    if ((rep = redis_sync_eval(&put_script, 2, 9, argv, lens)) == NULL)
+        return -1;
+    ok = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+    freeReplyObject(rep);
+    return ok ? 0 : -1;
+}
+
+/* Forget the retry of tenant's token, if any (retry_mu held). */
+static void retry_forget(const char *tenant, const char *token)
+{
+    for (struct retry **pp = &retries, *q; (q = *pp) != NULL; pp = &q->next)
+        if (strcmp(q->token, token) == 0 && strcmp(q->tenant, tenant) == 0) {
+            *pp = q->next;
+            free(q);
+            nretries--;
+            return;
+        }
+}
+
+/* Keep a put Redis did not take, replacing an older one of its token (retry_mu held). */
+static void retry_keep(const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms)
+{
+    struct retry *q = malloc(sizeof(*q) + len + 1), **pp;
+
+    retry_forget(tenant, token);
+    if (q == NULL) {
+        log_warnx("%s: token %s: out of memory: its result is lost", __func__, token);
+        return;
+    }
+    if (nretries >= GW_JUDGE0_REDIS_RETRY_MAX) {
+        struct retry *old = retries;
+        log_warnx("%s: token %s: more than %u puts wait for Redis: the oldest is lost", __func__, old->token,
+                  GW_JUDGE0_REDIS_RETRY_MAX);
+        retries = old->next;
+        free(old);
+        nretries--;
+    }
+    memset(q, 0, sizeof(*q));
+    snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
+    snprintf(q->token, sizeof(q->token), "%s", token);
+    memcpy(q->text, text, len);
+    q->text[len] = '\0';
+    q->len = len;
+    q->now_ms = now_ms;
+    for (pp = &retries; *pp != NULL; pp = &(*pp)->next)
+        ;
+    *pp = q;
+    nretries++;
+}
+
+static int redis_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms)
+{
+    int rc;
+
+    if (len > GW_JUDGE0_RECORD_MAX_BYTES || strlen(tenant) > GW_MAX_TENANT_NAME || strlen(token) >= 40 ||
+        s->lim.max_records_per_tenant == 0)
+        return -1;
+    pthread_mutex_lock(&retry_mu);
+    if ((rc = redis_write(s, tenant, token, text, len, now_ms)) == 0)
+        retry_forget(tenant, token);
+    else
+        retry_keep(tenant, token, text, len, now_ms);
+    pthread_mutex_unlock(&retry_mu);
+    return rc;
+}
+
+/* After each heartbeat: the puts Redis did not take, oldest first, until one fails again. */
+static void retry_flush(void)
+{
+    struct retry *q;
+
+    pthread_mutex_lock(&retry_mu);
+    while ((q = retries) != NULL && redis_write(retry_store, q->tenant, q->token, q->text, q->len, q->now_ms) == 0) {
+        retries = q->next;
+        nretries--;
+        log_info("%s: token %s: kept in Redis after an outage", __func__, q->token);
+        free(q);
+    }
+    pthread_mutex_unlock(&retry_mu);
+}
+
+static void redis_close(struct judge0_store *s)
+{
+    if (!s->redis || s != retry_store)
+        return;
+    pthread_mutex_lock(&retry_mu);
+    while (retries != NULL) {
+        struct retry *q = retries;
+        retries = q->next;
+        free(q);
+    }
+    nretries = 0;
+    retry_store = NULL; /* the heartbeat's flush finds nothing to do */
+    pthread_mutex_unlock(&retry_mu);
+}
+
+static char *redis_get(const char *tenant, const char *token, size_t *len, int *orphaned)
+{
+    char set[RKEY_MAX], rec[RKEY_MAX], *text = NULL;
+    const char *argv[2] = {rec, redis_sync_heartbeat_prefix()};
+    redisReply *rep;
+
+    if (strlen(tenant) > GW_MAX_TENANT_NAME || strlen(token) >= 40)
+        return NULL;
+    redis_keys(tenant, token, set, rec);
+    if ((rep = redis_sync_eval(&get_script, 1, 2, argv, NULL)) == NULL) {
+        *orphaned = JUDGE0_STORE_DOWN;
+        return NULL;
+    }
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 && rep->element[0]->type == REDIS_REPLY_STRING &&
+        rep->element[1]->type == REDIS_REPLY_STRING && rep->element[2]->type == REDIS_REPLY_INTEGER &&
+        (text = malloc(rep->element[0]->len + 1)) != NULL) {
+        memcpy(text, rep->element[0]->str, rep->element[0]->len);
+        text[rep->element[0]->len] = '\0';
+        *len = rep->element[0]->len;
+        *orphaned =
+            strcmp(rep->element[1]->str, redis_sync_instance()) != 0 && rep->element[2]->integer == 0 && redis_sync_settled();
+    }
+    freeReplyObject(rep);
+    return text;
+}
+
+int judge0_store_ready(struct judge0_store *s, uint64_t *retry_after_ms)
+{
+    if (!s->redis || redis_sync_ping())
+        return 1;
+    *retry_after_ms = redis_sync_retry_after_ms();
+    return 0;
 }

@@ -11,7 +11,9 @@
  *   - in memory (judge0_store_new): lost when the gateway stops;
  *   - in a directory (judge0_store_open_dir, the submissions section's
  *     store_dir): one file per record, written atomically, so results
- *     survive a restart.  Its theory of operation is in judge0_store.c.
+ *     survive a restart.  Its theory of operation is in judge0_store.c;
+ *   - in Redis (judge0_store_open_redis, submissions.store: redis): shared
+ *     by several gateways, kept across restarts of all of them.
  */
 #ifndef GW_JUDGE0_STORE_H
 #define GW_JUDGE0_STORE_H
@@ -39,6 +41,18 @@ void judge0_store_free(struct judge0_store *s);
  * files a put that died left.  NULL with err set.
  */
 struct judge0_store *judge0_store_open_dir(const char *dir, const struct judge0_store_limits *lim, char *err, size_t errlen);
+
+/*
+ * A store in the Redis the limiter section names (redis_sync_start must
+ * have run): records per tenant capped, each expiring ttl_ms after its
+ * put; the overall caps are Redis' maxmemory.  NULL with err set.
+ */
+struct judge0_store *judge0_store_open_redis(const struct judge0_store_limits *lim, char *err, size_t errlen);
+
+/* Can s keep a result now (Redis: a PING answered)?  1; or 0 with
+ * *retry_after_ms (Redis is unreachable: a POST is refused rather than run
+ * and its result lost). */
+int judge0_store_ready(struct judge0_store *s, uint64_t *retry_after_ms);
 
 /* Only the checks of judge0_store_open_dir on dir (moat-gateway -n, as the
  * gateway's user): 0, or -1 with err set. */
@@ -71,8 +85,11 @@ int judge0_store_put(struct judge0_store *s, const char *tenant, const char *tok
  * bytes), or NULL: no such record, another tenant's (indistinguishable on
  * purpose), expired, unreadable (not a regular file of ours, corrupt), or
  * out of memory.  *orphaned: 1 when another gateway process put it (one
- * that has stopped since: a run it kept as pending will never finish).
+ * that has stopped since: a run it kept as pending will never finish);
+ * JUDGE0_STORE_DOWN with NULL: the store could not be asked (Redis
+ * unreachable): the record may exist.
  */
+#define JUDGE0_STORE_DOWN 2
 char *judge0_store_get(struct judge0_store *s, const char *tenant, const char *token, uint64_t now_ms, size_t *len, int *orphaned);
 
 /* Records held (tests, /config_info). */

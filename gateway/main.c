@@ -47,6 +47,8 @@
 #include "control.h"
 #include "keyuse.h"
 #include "judge0_store.h"
+#include "redis_sync.h"
+#include "session_registry.h"
 #include "privsep.h"
 #include "log.h"
 #include "privdrop.h"
@@ -178,20 +180,45 @@ static enum reload_check check_reload(const char *path, const char *user, int tc
 }
 
 /*
+ * With limiter.store redis, the state other gateways share besides the
+ * limits (Judge0 results when submissions.store is redis, session counts)
+ * goes through redis_sync.c, on the limiter's connection settings.
+ */
+static int start_shared(const struct gw_limiter_config *l, char *err, size_t errlen)
+{
+    const struct redis_sync_options o = {l->socket,     l->host,    l->port, l->password, l->db, l->prefix, l->connect_timeout_ms,
+                                         l->timeout_ms, l->lease_ms};
+
+    if (!l->redis)
+        return 0;
+    gw_sessions_share(l->lease_ms);
+    return redis_sync_start(&o, err, errlen);
+}
+
+/*
  * Judge0 results' store, opened as the gateway's user (the directory must
- * be its own): the submissions section's store_dir, else memory.  Read at
- * start only: a reload keeps the running store.
+ * be its own): the submissions section's store, memory by default.  Read
+ * at start only: a reload keeps the running store.
  */
 static int start_store(const struct gw_submissions_config *c, char *err, size_t errlen)
 {
     const struct judge0_store_limits lim = {c->max_records, c->max_per_tenant, c->max_bytes, c->ttl_s * 1000u};
-    struct judge0_store *s = c->store_dir != NULL ? judge0_store_open_dir(c->store_dir, &lim, err, errlen) : judge0_store_new(&lim);
+    struct judge0_store *s;
 
-    if (s == NULL) {
-        if (c->store_dir == NULL)
+    switch (c->store) {
+    case GW_SUBMISSIONS_DIR:
+        s = judge0_store_open_dir(c->store_dir, &lim, err, errlen);
+        break;
+    case GW_SUBMISSIONS_REDIS:
+        s = judge0_store_open_redis(&lim, err, errlen);
+        break;
+    default:
+        if ((s = judge0_store_new(&lim)) == NULL)
             snprintf(err, errlen, "out of memory");
-        return -1;
+        break;
     }
+    if (s == NULL)
+        return -1;
     judge0_store_set_default(s);
     return 0;
 }
@@ -309,7 +336,8 @@ int main(int argc, char **argv)
     }
     if (gw_drop_privileges(server.user, err, sizeof(err)) != 0)
         fatalx("%s: privilege drop: %s", __func__, err);
-    if (start_store(&server.gen->cfg.submissions, err, sizeof(err)) != 0)
+    if (start_store(&server.gen->cfg.submissions, err, sizeof(err)) != 0 ||
+        start_shared(&server.gen->cfg.limiter, err, sizeof(err)) != 0)
         fatalx("%s: submissions: %s", __func__, err);
     if (gw_confine(server.gen->cfg.limiter.host != NULL, err, sizeof(err)) != 0)
         fatalx("%s: confinement: %s", __func__, err);

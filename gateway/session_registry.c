@@ -9,6 +9,25 @@
  * entry goes when its count reaches zero).  Counted per gateway process: a
  * session is pinned to the gateway that holds its connection.
  *
+ * Several gateways (limiter.store redis: gw_sessions_share): a tenant's
+ * max_concurrent holds across all of them.  Each gateway writes its own
+ * count of the tenant's sessions into the hash P s:<tenant hex> (field:
+ * its redis_sync name), and an acquire is one script that adds the other
+ * live gateways' fields to this one's count plus one and writes it only if
+ * the sum stays within the max.  Counts are written as absolute values,
+ * never incremented, so a write that a lost connection failed is repaired
+ * by the next one: the heartbeat thread (redis_sync.c) writes every count
+ * again after each beat (lease_ms / 3).  A gateway that dies stops beating:
+ * lease_ms later the others stop counting its fields (and the scripts
+ * delete them): the limiter's lease pattern (ratelimit_redis.c).  The
+ * Redis calls run under the registry's mutex, so a count written is always
+ * the count held (sessions open at a WebSocket's pace, not a request's;
+ * the cost is a round trip per open and close).  Redis unreachable: an
+ * acquire is refused (GW_SESSIONS_UNAVAILABLE: 503, fail closed); a
+ * release is counted here and told to Redis by the next beat that reaches
+ * it; until then the other gateways see the old count (erring towards
+ * refusing, briefly).
+ *
  * Watch tokens: at most one per session, GW_WATCH_TOKEN_LEN characters of
  * which 32 bytes are random.  A token is kept as its SHA-256 and compared in
  * constant time, so the table holds nothing a reader of memory could replay
@@ -20,6 +39,7 @@
 #include "session_registry.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,6 +49,7 @@
 #include <openssl/sha.h>
 
 #include "moat_hex.h"
+#include "redis_sync.h"
 
 #define GW_WATCH_MAX_TOKENS 4096
 
@@ -71,6 +92,90 @@ static struct tenant_count *find_tenant(const char *name)
     return NULL;
 }
 
+/* Unlink and free c (mu held). */
+static void drop_tenant(struct tenant_count *c)
+{
+    struct tenant_count **pp = &tenants;
+
+    while (*pp != c)
+        pp = &(*pp)->next;
+    *pp = c->next;
+    free(c);
+}
+
+/* ---------------------------------------------------- counts in Redis */
+
+/* KEYS: the tenant's hash.  ARGV: this gateway's name, its count now,
+ * the tenant's max (-1: publish without a check), the heartbeat keys'
+ * prefix, the hash's life (ms).  1: written; 0: over the max (nothing
+ * written).  Dead gateways' fields go on the way. */
+static struct redis_sync_script count_script = {
+    "local mine, max = tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+    "local h = redis.call('HGETALL', KEYS[1])\n"
+    "local n = mine\n"
+    "for i = 1, #h, 2 do\n"
+    "  if h[i] ~= ARGV[1] then\n"
+    "    if redis.call('EXISTS', ARGV[4] .. h[i]) == 1 then n = n + tonumber(h[i + 1])\n"
+    "    else redis.call('HDEL', KEYS[1], h[i]) end\n"
+    "  end\n"
+    "end\n"
+    "if max >= 0 and n > max then return 0 end\n"
+    "if mine > 0 then\n"
+    "  redis.call('HSET', KEYS[1], ARGV[1], mine)\n"
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[5])\n"
+    "else redis.call('HDEL', KEYS[1], ARGV[1]) end\n"
+    "return 1\n",
+    ""};
+
+static int shared;        /* gw_sessions_share: counts go to Redis too */
+static uint64_t lease_ms; /* the limiter's lease: the hashes live twice that */
+
+/* Publish tenant's count here as mine, checked against max (-1: not
+ * checked): 1 written, 0 over the max, -1 Redis could not be asked (mu held). */
+static int publish(const char *tenant, unsigned mine, long long max)
+{
+    char hex[2 * GW_MAX_TENANT_NAME + 1], key[GW_REDIS_MAX_PREFIX + 3 + 2 * GW_MAX_TENANT_NAME], n[16], m[24], life[24];
+    const char *argv[6] = {key, redis_sync_instance(), n, m, redis_sync_heartbeat_prefix(), life};
+    redisReply *rep;
+    int rc;
+
+    moat_hex_encode(tenant, strlen(tenant), hex);
+    snprintf(key, sizeof(key), "%ss:%s", redis_sync_prefix(), hex);
+    snprintf(n, sizeof(n), "%u", mine);
+    snprintf(m, sizeof(m), "%lld", max);
+    snprintf(life, sizeof(life), "%llu", (unsigned long long)(2 * lease_ms));
+    if ((rep = redis_sync_eval(&count_script, 1, 6, argv, NULL)) == NULL)
+        return -1;
+    rc = rep->type == REDIS_REPLY_INTEGER && (rep->integer == 0 || rep->integer == 1) ? (int)rep->integer : -1;
+    freeReplyObject(rep);
+    return rc;
+}
+
+/* The heartbeat thread, after each beat: every count again, so that one a
+ * lost connection failed to write heals; tenants at zero go once written. */
+static void republish(void)
+{
+    struct tenant_count *c, *next;
+
+    pthread_mutex_lock(&mu);
+    for (c = tenants; c != NULL; c = next) {
+        next = c->next;
+        if (publish(c->name, c->count, -1) == 1 && c->count == 0)
+            drop_tenant(c);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+void gw_sessions_share(uint64_t lease)
+{
+    redis_sync_script_init(&count_script);
+    lease_ms = lease;
+    shared = 1;
+    (void)redis_sync_on_beat(republish); /* the first hook: there is room */
+}
+
+/* ---------------------------------------------------------------- counting */
+
 enum gw_session_refusal gw_sessions_acquire(const char *tenant, unsigned tenant_max, unsigned total_max)
 {
     enum gw_session_refusal r = GW_SESSIONS_OK;
@@ -91,7 +196,21 @@ enum gw_session_refusal gw_sessions_acquire(const char *tenant, unsigned tenant_
             tenants = c;
         }
     }
-    if (r == GW_SESSIONS_OK && c != NULL) {
+    if (r == GW_SESSIONS_OK && shared) {
+        switch (publish(tenant, c->count + 1, tenant_max)) {
+        case 1:
+            break;
+        case 0:
+            r = GW_SESSIONS_TENANT_FULL; /* the other gateways hold the rest */
+            break;
+        default:
+            r = GW_SESSIONS_UNAVAILABLE;
+            break;
+        }
+        if (r != GW_SESSIONS_OK && c->count == 0)
+            drop_tenant(c);
+    }
+    if (r == GW_SESSIONS_OK) {
         c->count++;
         total++;
     }
@@ -101,18 +220,18 @@ enum gw_session_refusal gw_sessions_acquire(const char *tenant, unsigned tenant_
 
 void gw_sessions_release(const char *tenant)
 {
-    struct tenant_count **pp, *c;
+    struct tenant_count *c;
 
     pthread_mutex_lock(&mu);
-    for (pp = &tenants; (c = *pp) != NULL; pp = &c->next) {
-        if (strcmp(c->name, tenant) != 0)
-            continue;
+    if ((c = find_tenant(tenant)) != NULL && c->count > 0) {
         total--;
-        if (--c->count == 0) {
-            *pp = c->next;
-            free(c);
-        }
-        break;
+        c->count--;
+        /* in Redis too; if it cannot be told now, the next beat tells it
+         * (the entry stays until then, even at zero) */
+        if (c->count == 0 && (!shared || publish(tenant, 0, -1) == 1))
+            drop_tenant(c);
+        else if (c->count > 0 && shared)
+            (void)publish(tenant, c->count, -1);
     }
     pthread_mutex_unlock(&mu);
 }

@@ -20,7 +20,13 @@ enum gw_session_refusal {
     GW_SESSIONS_TENANT_FULL, /* the tenant holds its max_concurrent */
     GW_SESSIONS_FULL,        /* the gateway holds sessions.max_sessions */
     GW_SESSIONS_NO_MEMORY,
+    GW_SESSIONS_UNAVAILABLE, /* shared counts, and Redis could not be asked (fail closed) */
 };
+
+/* Count each tenant's sessions across gateways too, in the Redis
+ * redis_sync.c reaches (at start, before redis_sync_start; lease: the
+ * limiter's lease_ms, after which a dead gateway's sessions stop counting). */
+void gw_sessions_share(uint64_t lease);
 
 /* Count one more session of tenant, unless it or the gateway is full. */
 enum gw_session_refusal gw_sessions_acquire(const char *tenant, unsigned tenant_max, unsigned total_max);
