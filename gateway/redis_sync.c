@@ -58,6 +58,7 @@
 #include <openssl/sha.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -336,9 +337,11 @@ static void rs_free(struct rs *r)
 int redis_sync_start(const struct redis_sync_options *o, char *err, size_t errlen)
 {
     unsigned char id[REDIS_SYNC_INSTANCE_LEN / 2];
+    sigset_t all, old;
     pthread_attr_t attr;
     pthread_t t;
     struct rs *r;
+    int rc;
 
     if ((o->socket_path == NULL) == (o->host == NULL) || o->prefix == NULL || strlen(o->prefix) > GW_REDIS_MAX_PREFIX ||
         o->timeout_ms == 0 || o->lease_ms < 3) {
@@ -360,8 +363,17 @@ int redis_sync_start(const struct redis_sync_options *o, char *err, size_t errle
     snprintf(r->heartbeat_prefix, sizeof(r->heartbeat_prefix), "%sg:", r->prefix);
     snprintf(r->heartbeat, sizeof(r->heartbeat), "%s%s", r->heartbeat_prefix, r->instance);
     the_rs = r;
+    /* the thread takes no signal: SIGHUP and SIGTERM are the main thread's
+     * (server.c blocks them later, for itself and the workers it starts) */
+    sigfillset(&all);
     if (pthread_attr_init(&attr) != 0 || pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) != 0 ||
-        pthread_create(&t, &attr, heartbeat_main, r) != 0) {
+        pthread_sigmask(SIG_SETMASK, &all, &old) != 0) {
+        rc = -1;
+    } else {
+        rc = pthread_create(&t, &attr, heartbeat_main, r);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    if (rc != 0) {
         the_rs = NULL;
         rs_free(r);
         snprintf(err, errlen, "redis: cannot start the heartbeat thread");

@@ -151,9 +151,7 @@ class RawH2o:
 # ---- load generators -------------------------------------------------------
 
 WRK_SCRIPT = """
-wrk.method = "POST"
-wrk.body = %(body)s
-wrk.headers["Content-Type"] = "application/json"
+%(request)s
 %(auth)s
 function done(summary, latency, requests)
   local e = summary.errors
@@ -168,13 +166,17 @@ def lua_string(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def run_wrk(tmp, port, token, body, connections, threads, duration):
+def run_wrk(tmp, port, token, body, connections, threads, duration, path="/api/v2/execute"):
+    """wrk against path: a POST of the JSON body, or a GET when body is None."""
     script = os.path.join(tmp, "wrk-%d.lua" % os.getpid())
     auth = 'wrk.headers["Authorization"] = %s' % lua_string("Bearer " + token) if token else ""
+    request = 'wrk.method = "GET"'
+    if body is not None:
+        request = 'wrk.method = "POST"\nwrk.body = %s\nwrk.headers["Content-Type"] = "application/json"' % lua_string(body)
     with open(script, "w") as f:
-        f.write(WRK_SCRIPT % {"body": lua_string(body), "auth": auth})
+        f.write(WRK_SCRIPT % {"request": request, "auth": auth})
     cmd = ["wrk", "-t", str(min(threads, connections)), "-c", str(connections), "-d", "%ds" % duration,
-           "--timeout", "30s", "-s", script, "https://127.0.0.1:%d/api/v2/execute" % port]
+           "--timeout", "30s", "-s", script, "https://127.0.0.1:%d%s" % (port, path)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
     line = next((l for l in p.stdout.splitlines() if l.startswith("WRK ")), None)
     if p.returncode != 0 or line is None:

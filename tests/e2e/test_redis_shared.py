@@ -41,7 +41,7 @@ PREFIX = "moat-e2e:"  # test_redis_limits.limiter's
 JUDGE0 = "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\nendpoints: [execute, runtimes, submissions, languages]\n"
 SESSIONS = ("rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\nendpoints: [execute, runtimes, connect]\n"
             "sessions: {max_concurrent: 1, wall_ms: 600000, idle_ms: 600000, cpu_ms: 600000}\n")
-TENANTS = [("alpha", JUDGE0, ""), ("beta", JUDGE0, ""), ("sess", SESSIONS, ""), ("lease", SESSIONS, "")]
+TENANTS = [("alpha", JUDGE0, ""), ("beta", JUDGE0, ""), ("gamma", JUDGE0, ""), ("sess", SESSIONS, ""), ("lease", SESSIONS, "")]
 HOLD = "input()\n"  # a session that stays open until the client goes
 
 
@@ -202,6 +202,30 @@ class SharedResultsTest(unittest.TestCase):
         for gw in (self.a, self.b):
             st, _, data = self.get(gw, token)
             self.assertEqual(st, 404, data)
+
+    def test_tenant_cap_evicts_its_oldest(self):
+        capped = Gateway(self.stack, "gw-capped", limiter(self.redis))
+        with open(capped.config) as f:
+            text = f.read()
+        with open(capped.config, "w") as f:
+            f.write(text.replace("  ttl_s: 3600\n", "  ttl_s: 3600\n  max_per_tenant: 2\n", 1))
+        capped.start()
+        try:
+            tokens = []
+            for i in range(3):
+                st, _, data = capped.request("POST", "/submissions?wait=true",
+                                             {"source_code": "print(%d)" % i, "language_id": 71},
+                                             token=self.stack.tokens["gamma"])
+                self.assertEqual((st, data["status"]["id"]), (201, 3), data)
+                tokens.append(data["token"])
+            # the tenant's oldest went, on every gateway; the others stay
+            for gw in (capped, self.a):
+                self.assertEqual(self.get(gw, tokens[0], tenant="gamma")[0], 404)
+                self.assertEqual([self.get(gw, t, tenant="gamma")[2]["stdout"] for t in tokens[1:]], ["1\n", "2\n"])
+            self.assertEqual(self.cli("ZCARD", "%sj:%s" % (PREFIX, b"gamma".hex())), "2")
+            self.assertEqual(self.cli("EXISTS", self.record_key(tokens[0], "gamma")), "0")
+        finally:
+            capped.stop()
 
     def test_hung_redis_fails_closed_then_shows_the_same(self):
         token = self.submit(self.a, "print('before')")
