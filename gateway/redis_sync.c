@@ -14,9 +14,12 @@
  * every read and write is bounded by timeout_ms (SO_RCVTIMEO/SO_SNDTIMEO,
  * redisSetTimeout), and whose connect is bounded by the smaller of
  * connect_timeout_ms and timeout_ms.  What that costs the loop, measured
- * (tests/bench/bench_judge0_redis.py, RESULTS.md): one round trip over a
- * Unix socket or loopback, tens of microseconds, per call, the same order
- * as the JSON work around it.  The worst case is a Redis that accepts but
+ * (tests/bench/bench_judge0_redis.py, RESULTS.md): one GET alone pays
+ * about 30 us more (a Unix socket round trip; p99 0.5 ms); under load a
+ * worker waiting on Redis serves nothing else, and GETs/s fall to about
+ * 0.46x of the same gateway with the store in memory.  Accepted for now
+ * (puts are a few per run; GETs are polls); an asynchronous GET on the
+ * loop's hiredis connection is the way to win it back.  The worst case is a Redis that accepts but
  * does not answer: one call holds its loop for timeout_ms (default 200),
  * and then the connection is dropped and the thread backs off (below), so
  * a dead Redis stalls a loop for at most timeout_ms once per backoff

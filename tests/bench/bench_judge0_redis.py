@@ -69,7 +69,7 @@ def main():
         raise BenchError("redis-server not found (apt-get install redis-server)")
     if os.geteuid() != 0:
         raise BenchError("run as root (the backend runs boxes)")
-    tenant = ("rate: {per_second: 1000000, burst: 1000000}\nmax_in_flight: 64\n"
+    tenant = ("rate: {per_second: 100000, burst: 100000}\nmax_in_flight: 64\n"
               "endpoints: [execute, runtimes, submissions, languages]\n")
     stack = moat_harness.Stack(tenants=[("reader", tenant, "")], audit=False,
                                extra_config="max_connections_per_address: 100000\nmax_connections: 100000\n")
