@@ -13,6 +13,7 @@
 
 #include "apikey.h"
 #include "callback_policy.h"
+#include "config_index.h"
 #include "jwt_auth.h"
 #include "privsep.h"
 #include "policy.h"
@@ -130,7 +131,10 @@ struct gw_config {
     size_t ntenants;
     struct gw_key *keys;
     size_t nkeys;
-    struct jwt_issuer *issuers; /* JWT issuers; tenants come from their tenant claim */
+    size_t keys_cap;              /* keys' room (it grows by doubling) */
+    struct gw_index key_index;    /* key id -> keys[] (config_index.h) */
+    struct gw_index tenant_index; /* tenant name -> tenants[] */
+    struct jwt_issuer *issuers;   /* JWT issuers; tenants come from their tenant claim */
     size_t nissuers;
 
     /* TLS client certificates (tls.client_ca, tls.require_client_certificate) */

@@ -93,9 +93,15 @@ int cfg_key_commit(struct parse_ctx *pc, yaml_node_t *node, struct cfg_key_seen 
         return cfg_fail(pc, node, "duplicate key id %s", ks->key.id);
     if (cfg->nkeys >= GW_MAX_KEYS)
         return cfg_fail(pc, node, "more than %d keys", GW_MAX_KEYS);
-    if ((grown = realloc(cfg->keys, (cfg->nkeys + 1) * sizeof(*grown))) == NULL)
+    if (cfg->nkeys == cfg->keys_cap) {
+        size_t cap = cfg->keys_cap ? 2 * cfg->keys_cap : 16;
+        if ((grown = realloc(cfg->keys, cap * sizeof(*grown))) == NULL)
+            return cfg_fail(pc, node, "out of memory");
+        cfg->keys = grown;
+        cfg->keys_cap = cap;
+    }
+    if (gw_index_add(&cfg->key_index, gw_index_hash(ks->key.id, APIKEY_ID_LEN), cfg->nkeys) != 0)
         return cfg_fail(pc, node, "out of memory");
-    cfg->keys = grown;
     ks->key.tenant = tenant;
     cfg->keys[cfg->nkeys++] = ks->key;
     return 0;

@@ -276,11 +276,9 @@ static int tenant_name(struct parse_ctx *pc, const yaml_node_t *n, char **out)
         free(name);
         return cfg_fail(pc, n, "tenant name may hold only letters, digits, '-', '_' and '.'");
     }
-    for (size_t i = 0; i < cfg->ntenants; i++) {
-        if (strcmp(cfg->tenants[i].name, name) == 0) {
-            free(name);
-            return cfg_fail(pc, n, "duplicate tenant name");
-        }
+    if (gw_config_find_tenant(cfg, name) != NULL) {
+        free(name);
+        return cfg_fail(pc, n, "duplicate tenant name");
     }
     *out = name;
     return 0;
@@ -303,7 +301,7 @@ static int add_tenant(struct parse_ctx *pc, yaml_node_t *node)
 {
     struct gw_config *cfg = pc->cfg;
     struct tenant_seen ts;
-    struct gw_tenant *grown;
+    struct gw_tenant *grown = NULL;
     char *name = NULL;
     size_t idx;
 
@@ -314,7 +312,10 @@ static int add_tenant(struct parse_ctx *pc, yaml_node_t *node)
         return cfg_fail(pc, node, "a tenant needs a name");
     if (tenant_name(pc, ts.name, &name) != 0)
         return -1;
-    if (cfg->ntenants >= GW_MAX_TENANTS || (grown = realloc(cfg->tenants, (cfg->ntenants + 1) * sizeof(*grown))) == NULL) {
+    if (cfg->ntenants >= GW_MAX_TENANTS || (grown = realloc(cfg->tenants, (cfg->ntenants + 1) * sizeof(*grown))) == NULL ||
+        gw_index_add(&cfg->tenant_index, gw_index_hash(name, strlen(name)), cfg->ntenants) != 0) {
+        if (grown != NULL)
+            cfg->tenants = grown;
         free(name);
         return cfg_fail(pc, node, "too many tenants or out of memory");
     }

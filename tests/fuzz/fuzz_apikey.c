@@ -150,6 +150,9 @@ static void setup(void)
     known_config.ntenants = 1;
     known_config.keys = &known_key;
     known_config.nkeys = 1;
+    /* the lookups go through the indexes a load builds (config_index.h) */
+    CHECK(gw_index_add(&known_config.key_index, gw_index_hash(known_id, APIKEY_ID_LEN), 0) == 0);
+    CHECK(gw_index_add(&known_config.tenant_index, gw_index_hash(known_tenant_name, strlen(known_tenant_name)), 0) == 0);
 }
 
 /* "Bearer" in any case, one or more spaces, then exactly the known token. */

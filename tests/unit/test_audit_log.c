@@ -1776,6 +1776,108 @@ static void test_a2_checkpoint_after_torn_line(void **state)
 
 /* ---- an export, verified on its own ------------------------------------------------------------ */
 
+/* ---- the verifier's scanner and jansson read a line alike ---------------------------------- */
+
+/* line with the first `from` replaced by `to` (malloc'd). */
+static char *replaced(const char *line, const char *from, const char *to)
+{
+    const char *p = strstr(line, from);
+    assert_non_null(p);
+    size_t head = (size_t)(p - line), fl = strlen(from), tl = strlen(to), rest = strlen(p + fl);
+    char *s = malloc(head + tl + rest + 1);
+    assert_non_null(s);
+    memcpy(s, line, head);
+    memcpy(s + head, to, tl);
+    memcpy(s + head + tl, p + fl, rest + 1);
+    return s;
+}
+
+static void seq_cb(void *arg, json_t *rec, const char *line, size_t len)
+{
+    json_int_t *last = arg;
+    (void)line;
+    (void)len;
+    *last = json_integer_value(json_object_get(rec, "seq"));
+}
+
+/* The first 7 lines, the 7th replaced by variant re-MACed with its
+ * epoch's key, as an export; verified without a callback (the scanner's
+ * fields) and with one (the record in jansson too): both must agree with
+ * want_ok, and a problem must name needle. */
+static void check_variant(struct fixture *f, char **orig, const char *variant, int want_ok, const char *needle)
+{
+    char exp[400];
+    uint8_t key[AUDIT_KEY_LEN];
+    json_int_t last = 0;
+    json_t *j = json_loads(orig[6], 0, NULL);
+    assert_non_null(j);
+    key_of(f->k0, (uint64_t)json_integer_value(json_object_get(j, "epoch")), key);
+    json_decref(j);
+    char *sealed = reseal(variant, NULL, key);
+    char *lines[7];
+    memcpy(lines, orig, 6 * sizeof(char *));
+    lines[6] = sealed;
+    snprintf(exp, sizeof(exp), "%s/variant.jsonl", f->root);
+    write_lines(exp, lines, 7);
+    for (int with_cb = 0; with_cb < 2; with_cb++) {
+        int rc = audit_verify_export(exp, f->k0, f->pub, NULL, &f->r, with_cb ? seq_cb : NULL, &last);
+        print_message("    %s\n", rc == 0 ? "verifies" : f->r.problem);
+        assert_int_equal(rc == 0, want_ok);
+        if (want_ok)
+            assert_int_equal(f->r.last_seq, 7);
+        else if (strstr(f->r.problem, needle) == NULL)
+            fail_msg("problem \"%s\" lacks \"%s\"", f->r.problem, needle);
+    }
+    if (want_ok)
+        assert_int_equal(last, 7);
+    free(sealed);
+}
+
+static void test_verify_scan_and_jansson_agree(void **state)
+{
+    struct fixture *f = *state;
+    char path[400], esc[8];
+    size_t n;
+    build_trail(f, 8); /* seq 7 is a request record in epoch 1 */
+    first_log(f, path, sizeof(path));
+    char **orig = read_lines(path, &n);
+    assert_true(n >= 7);
+    assert_non_null(strstr(orig[6], "\"seq\":7,"));
+
+    /* what the scanner declines, jansson reads with the same values */
+    const char *prev = strstr(orig[6], "\"prev\":\"") + 8;
+    snprintf(esc, sizeof(esc), "\\u00%02x", (unsigned char)prev[0]);
+    char prev_from[12] = "\"prev\":\"", prev_to[20];
+    prev_from[8] = prev[0];
+    prev_from[9] = '\0';
+    snprintf(prev_to, sizeof(prev_to), "\"prev\":\"%s", esc);
+    char *v[] = {
+        replaced(orig[6], "\"seq\":7", "\"seq\": 7"),                            /* whitespace */
+        replaced(orig[6], "\"seq\":7", "\"\\u0073eq\":7"),                       /* an escaped key */
+        replaced(orig[6], prev_from, prev_to),                                   /* an escape in prev */
+        replaced(orig[6], "\"type\":\"request\"", "\"type\":\"req\\u0075est\""), /* ... in type */
+    };
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        check_variant(f, orig, v[i], 1, NULL);
+
+    /* and what jansson refuses, or reads as something else, fails alike */
+    char *b[] = {
+        replaced(orig[6], "\"seq\":7,", "\"seq\":7,\"seq\":7,"),                    /* a duplicate key */
+        replaced(orig[6], "\"seq\":7", "\"seq\":7.0"),                              /* not an integer */
+        replaced(orig[6], "\"seq\":7", "\"seq\":\"7\""),                            /* a string */
+        replaced(orig[6], "\"epoch\":", "\"epoch\":-"),                             /* goes back */
+        replaced(orig[6], "\"type\":\"request\"", "\"type\":\"\\u0063heckpoint\""), /* a checkpoint in disguise */
+    };
+    const char *why[] = {"torn", "lacks seq", "lacks seq", "goes back", "bad signature or head"};
+    for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++)
+        check_variant(f, orig, b[i], 0, why[i]);
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        free(v[i]);
+    for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++)
+        free(b[i]);
+    free_lines(orig, n);
+}
+
 static int verify_export(struct fixture *f, const char *path, const char *checkpoints)
 {
     return audit_verify_export(path, f->k0, f->pub, checkpoints, &f->r, NULL, NULL);
@@ -1953,6 +2055,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a8_emptied_log, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a2_checkpoint_after_torn_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_export_verified_on_its_own, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_verify_scan_and_jansson_agree, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dropped_record, setup, teardown),
         cmocka_unit_test(test_index_tenant_and_ring),
     };

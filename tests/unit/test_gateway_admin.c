@@ -192,6 +192,93 @@ static void test_store_parse(void **state)
     gw_config_free(&cfg);
 }
 
+/* ---- many keys: the lookup indexes (config_index.h) ---- */
+
+#define MANY_TENANTS 1000
+#define PER_TENANT   16
+
+/* A configuration of MANY_TENANTS tenants t0.. with PER_TENANT keys each,
+ * ids 000000000001.. in order (ids an administrator chose, which differ
+ * only in their last digits), and then extra (more YAML, or ""). */
+static int load_many(const char *extra, struct gw_config *cfg, char *err)
+{
+    size_t cap = (size_t)MANY_TENANTS * PER_TENANT * 128 + 4096, len = 0;
+    char *text = malloc(cap), path[512];
+    int rc;
+
+    assert_non_null(text);
+    len += (size_t)snprintf(text + len, cap - len, "tls: {certificate: /nonexistent.pem, key: /nonexistent.key}\ntenants:\n");
+    for (unsigned t = 0; t < MANY_TENANTS; t++) {
+        len += (size_t)snprintf(text + len, cap - len, "  - name: t%u\n    keys:\n", t);
+        for (unsigned k = 0; k < PER_TENANT; k++)
+            len += (size_t)snprintf(text + len, cap - len, "      - {id: %012x, sha256: %s}\n", t * PER_TENANT + k + 1, sha);
+    }
+    snprintf(text + len, cap - len, "%s", extra);
+    write_file("many.conf", text, path);
+    free(text);
+    rc = gw_config_load(path, cfg, err, 1024);
+    return rc;
+}
+
+static void test_many_keys(void **state)
+{
+    struct gw_config cfg;
+    char err[1024] = "", id[16], name[16];
+
+    (void)state;
+    assert_int_equal(load_many("", &cfg, err), 0);
+    assert_int_equal(cfg.nkeys, MANY_TENANTS * PER_TENANT);
+    for (unsigned i = 1; i <= MANY_TENANTS * PER_TENANT; i++) {
+        snprintf(id, sizeof(id), "%012x", i);
+        const struct gw_key *k = gw_config_find_key(&cfg, id);
+        assert_non_null(k);
+        assert_string_equal(k->id, id);
+        assert_int_equal(k->tenant, (i - 1) / PER_TENANT);
+    }
+    for (unsigned i = MANY_TENANTS * PER_TENANT + 1; i <= MANY_TENANTS * PER_TENANT + 1000; i++) {
+        snprintf(id, sizeof(id), "%012x", i);
+        assert_null(gw_config_find_key(&cfg, id));
+    }
+    assert_null(gw_config_find_key(&cfg, "00000000000g"));
+    for (unsigned t = 0; t < MANY_TENANTS; t++) {
+        snprintf(name, sizeof(name), "t%u", t);
+        assert_ptr_equal(gw_config_find_tenant(&cfg, name), &cfg.tenants[t]);
+    }
+    assert_null(gw_config_find_tenant(&cfg, "t1000"));
+    assert_null(gw_config_find_tenant(&cfg, "t"));
+    gw_config_free(&cfg);
+
+    /* a duplicate is still found, in either list */
+    assert_int_equal(load_many("  - name: late\n    keys:\n      - {id: 000000003e80, sha256: "
+                               "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff}\n",
+                               &cfg, err),
+                     -1);
+    assert_non_null(strstr(err, "duplicate key id 000000003e80"));
+    assert_int_equal(load_many("  - name: t999\n", &cfg, err), -1);
+    assert_non_null(strstr(err, "duplicate tenant name"));
+}
+
+/* Entries whose hashes collide are all candidates, in the order added,
+ * across the table's growth; another hash finds none of them. */
+static void test_index_collisions(void **state)
+{
+    struct gw_index ix = {NULL, 0, 0};
+    size_t pos = 0;
+
+    (void)state;
+    for (size_t i = 0; i < 100; i++)
+        assert_int_equal(gw_index_add(&ix, i % 2 ? 7u : (uint32_t)(i * 2654435761u), i), 0);
+    for (size_t i = 1; i < 100; i += 2)
+        assert_int_equal(gw_index_next(&ix, 7u, &pos), i + 1);
+    assert_int_equal(gw_index_next(&ix, 7u, &pos), 0);
+    pos = 0;
+    assert_int_equal(gw_index_next(&ix, 8u, &pos), 0);
+    assert_true(ix.mask + 1 >= 200); /* at most half full */
+    gw_index_free(&ix);
+    pos = 0;
+    assert_int_equal(gw_index_next(&ix, 7u, &pos), 0);
+}
+
 /* ---- changes to the document ---- */
 
 static void apply_ok(const char *req, json_t *doc, const struct gw_config *run, time_t now, json_t *result)
@@ -322,9 +409,8 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_decode),
-        cmocka_unit_test(test_store_parse),
-        cmocka_unit_test(test_apply),
+        cmocka_unit_test(test_decode),    cmocka_unit_test(test_store_parse),      cmocka_unit_test(test_apply),
+        cmocka_unit_test(test_many_keys), cmocka_unit_test(test_index_collisions),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
