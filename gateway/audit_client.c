@@ -21,6 +21,7 @@
  * the writer is let go).  A cancelled fetch absorbs its answer unread.
  */
 #include "audit_client.h"
+#include "metrics.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,6 +51,8 @@ static void entry_fail(struct gw_audit_entry *e)
     gw_audit_fetch_cb fetch_cb = e->fetch_cb;
     e->cb = NULL;
     e->fetch_cb = NULL;
+    if (cb != NULL || fetch_cb != NULL)
+        gw_metric_add(&gw_metrics_here()->audit_failed, 1);
     if (cb != NULL)
         cb(e->arg, 0, 0);
     else if (fetch_cb != NULL)
@@ -70,12 +73,20 @@ static uint64_t loop_now(struct gw_audit *a)
     return h2o_now(a->loop);
 }
 
+/* The oldest record still waiting for its ack was sent when (loop time; 0
+ * none): moat_audit_lag_seconds.  Called wherever the head changes. */
+static void note_head(struct gw_audit *a)
+{
+    __atomic_store_n(&a->oldest_ms, a->head != NULL ? a->head->deadline_ms - GW_AUDIT_ACK_TIMEOUT_MS : 0, __ATOMIC_RELAXED);
+}
+
 static void fail_all(struct gw_audit *a, const char *why)
 {
     struct gw_audit_entry *e = a->head;
     if (e != NULL)
         log_warnx("%s: %s: the waiting record(s) fail", __func__, why);
     a->head = a->tail = NULL;
+    note_head(a);
     while (e != NULL) {
         struct gw_audit_entry *next = e->next;
         entry_fail(e);
@@ -175,11 +186,15 @@ static int take_ack(struct gw_audit *a, h2o_socket_t *sock, const char **why)
     a->head = e->next;
     if (a->head == NULL)
         a->tail = NULL;
+    note_head(a);
     int rc = 0;
     if (e->query)
         rc = answer_fetch(e, &ack, (const uint8_t *)sock->input->bytes + sizeof(ack));
-    else if (e->cb != NULL)
+    else if (e->cb != NULL) {
+        if (ack.seq == 0 || ack.err != 0)
+            gw_metric_add(&gw_metrics_here()->audit_failed, 1);
         e->cb(e->arg, ack.seq != 0 && ack.err == 0, ack.seq);
+    }
     free(e);
     h2o_buffer_consume(&sock->input, sizeof(ack) + ack.len);
     return rc == 0 ? 1 : -1;
@@ -267,7 +282,7 @@ static void note_dropped(struct gw_audit *a)
 {
     /* a denial's record (the request was refused anyway): say so, at most
      * once a second per worker */
-    a->dropped++;
+    __atomic_store_n(&a->dropped, a->dropped + 1, __ATOMIC_RELAXED); /* read by a scrape */
     uint64_t now = loop_now(a);
     if (now - a->last_drop_log_ms >= 1000) {
         log_warnx("%s: audit writer unavailable: %llu denial record(s) not written", __func__, (unsigned long long)a->dropped);
@@ -305,6 +320,7 @@ static struct gw_audit_entry *queue_waited(struct gw_audit *a, struct audit_wire
     else
         a->head = e;
     a->tail = e;
+    note_head(a);
     if (!h2o_timeout_is_linked(&a->timer))
         h2o_timeout_link(a->loop, &a->timeout, &a->timer);
     return e;

@@ -60,7 +60,8 @@ struct gw_audit {
     h2o_timeout_entry_t timer;
     h2o_timeout_t delay; /* GW_AUDIT_DENIAL_DELAY_MS */
     h2o_timeout_entry_t delay_timer;
-    uint64_t dropped; /* denial records lost while no writer was connected */
+    uint64_t dropped;   /* denial records lost while no writer was connected (metrics.c reads it) */
+    uint64_t oldest_ms; /* the oldest record waiting for its ack was sent (loop time; 0: none; metrics.c) */
     uint64_t last_drop_log_ms;
 };
 

@@ -13,6 +13,7 @@
  */
 #include "backend_client.h"
 #include "log.h"
+#include "metrics.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@ struct backend_call {
     uint64_t job_id;
     backend_done_cb cb;
     void *data;
+    int counted; /* in moat_backend_calls_in_flight (metrics.h) until torn down */
 };
 
 static uint64_t backend_job_counter;
@@ -47,6 +49,10 @@ static void teardown(struct backend_call *call)
     }
     h2o_timeout_unlink(&call->timer);
     moat_buf_free(&call->frame);
+    if (call->counted) {
+        call->counted = 0;
+        gw_metric_add(&gw_metrics_here()->backend_in_flight, -1);
+    }
 }
 
 static void on_call_dispose(void *p)
@@ -224,6 +230,8 @@ void backend_call(h2o_req_t *req, h2o_loop_t *loop, h2o_timeout_t *timeout, cons
     call->cb = cb;
     call->data = data;
     call->timer.cb = on_timeout;
+    call->counted = 1;
+    gw_metric_add(&gw_metrics_here()->backend_in_flight, 1);
 
     call->sock = h2o_socket_connect(loop, (struct sockaddr *)&sun, sizeof(sun), on_connect);
     if (call->sock == NULL) {

@@ -18,7 +18,8 @@
  *                      only the whole picture can tell: every JWT
  *                      issuer's tenants are configured tenants
  *                      (issuer_tenants_known), MOAT_PORT and the worker
- *                      count (cfg_server_finish)
+ *                      count (cfg_server_finish), then the metrics
+ *                      listener against the public one (cfg_metrics_finish)
  *
  * Every error names the file and line ("PATH:LINE: reason").  After a
  * load the configuration is read-only; gw_config_free() releases it.
@@ -151,6 +152,10 @@ static int top_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void
         return cfg_parse_control(pc, v);
     if (strcmp(key, "limiter") == 0)
         return cfg_parse_limiter(pc, v);
+    if (strcmp(key, "metrics") == 0)
+        return cfg_parse_metrics(pc, v);
+    if (strcmp(key, "log") == 0)
+        return cfg_parse_log(pc, v);
     return cfg_server_field(pc, key, v, arg);
 }
 
@@ -186,7 +191,9 @@ static int parse_document(struct parse_ctx *pc, const char *store_path)
         return -1;
     if (issuer_tenants_known(pc) != 0 || cfg_callbacks_finish(pc) != 0 || cfg_submissions_finish(pc) != 0)
         return -1;
-    return cfg_server_finish(pc, root);
+    if (cfg_server_finish(pc, root) != 0)
+        return -1;
+    return cfg_metrics_finish(pc); /* after MOAT_PORT */
 }
 
 int gw_config_load_with_store(const char *path, const char *store_path, struct gw_config *cfg, char *err, size_t errlen)
@@ -234,6 +241,7 @@ void gw_config_free(struct gw_config *cfg)
     cfg_free_callbacks(cfg);
     cfg_free_control(cfg);
     cfg_free_limiter(cfg);
+    free(cfg->metrics.address);
     memset(cfg, 0, sizeof(*cfg));
 }
 

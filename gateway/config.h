@@ -117,6 +117,14 @@ struct gw_limiter_config {
     unsigned gateways;  /* the local fallback's divisor */
 };
 
+/* The metrics section (config_observe.c): the Prometheus listener, off
+ * when the section is absent (address NULL). */
+struct gw_metrics_config {
+    char *address;          /* numeric; loopback unless allow_non_loopback */
+    uint16_t port;          /* never the public listener's */
+    int allow_non_loopback; /* the operator says another address is private */
+};
+
 struct gw_config {
     char *listen_address;
     uint16_t listen_port;
@@ -172,6 +180,10 @@ struct gw_config {
     /* audit: the trail's directory and writer; off when audit_enabled is 0 */
     int audit_enabled;
     struct gw_audit_config audit;
+    /* metrics: the Prometheus listener (read at start only) */
+    struct gw_metrics_config metrics;
+    /* log: format json (1) or text (0, the default); a reload applies it */
+    int log_json;
     /* control: the control socket and the admin store (read at start; a reload reads the store again) */
     struct gw_control_config control;
     size_t nstore_tenants; /* the last nstore_tenants of tenants came from the store */

@@ -204,6 +204,12 @@ int cfg_parse_limiter(struct parse_ctx *pc, yaml_node_t *v);
 /* config_limiter.c: release the limiter section, wiping the password. */
 void cfg_free_limiter(struct gw_config *cfg);
 
+/* config_observe.c: the metrics and log mappings, and after every section
+ * the metrics listener's checks against the public one. */
+int cfg_parse_metrics(struct parse_ctx *pc, yaml_node_t *v);
+int cfg_parse_log(struct parse_ctx *pc, yaml_node_t *v);
+int cfg_metrics_finish(struct parse_ctx *pc);
+
 /* config_sessions.c: a tenant's sessions mapping, narrowing *s (its defaults). */
 int cfg_parse_tenant_sessions(struct parse_ctx *pc, yaml_node_t *v, struct policy_session_limits *s);
 

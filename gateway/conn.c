@@ -69,6 +69,7 @@
 #include "apikey.h"
 #include "gw_limits.h"
 #include "log.h"
+#include "metrics.h"
 
 #include <arpa/inet.h>
 #include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_acked (glibc's lacks it) */
@@ -443,6 +444,7 @@ static void abort_conn(struct gw_conn *gc, const char *why)
     const struct linger now = {1, 0};
 
     condemn(gc);
+    gw_metric_add(&gw_metrics_here()->aborted, 1);
     log_info("connection: closing %s connection from %s: %s", gc->is_h2 ? "HTTP/2" : "HTTP/1.1", gc->peer, why);
     setsockopt(gc->fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
     shut(gc);
@@ -458,6 +460,8 @@ static void abort_conn(struct gw_conn *gc, const char *why)
 static void close_h2(struct gw_conn *gc, h2o_conn_t *conn, int errnum, const char *why)
 {
     condemn(gc);
+    gw_metric_add(
+        &gw_metrics_here()->goaway[errnum == H2O_HTTP2_ERROR_ENHANCE_YOUR_CALM ? GW_GOAWAY_RESET_BUDGET : GW_GOAWAY_TIMEOUT], 1);
     log_info("connection: closing HTTP/2 connection from %s: %s", gc->peer, why);
     gw_h2_goaway(conn, errnum, why);
 }

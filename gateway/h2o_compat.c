@@ -45,6 +45,7 @@
 #include "gw_limits.h"
 #include "hpack_scan.h"
 #include "log.h"
+#include "metrics.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -164,6 +165,7 @@ static void on_handshake_timeout(h2o_timeout_entry_t *entry)
     h2o_socket_t *sock = data->sock;
 
     accept_data_free(data);
+    gw_metric_add(&gw_metrics_here()->tls_failed[GW_TLS_FAIL_TIMEOUT], 1);
     h2o_socket_close(sock);
 }
 
@@ -206,12 +208,14 @@ static void on_handshake_complete(h2o_socket_t *sock, const char *err)
 
     sock->data = NULL;
     accept_data_free(data);
-    if (err != NULL)
+    if (err != NULL) {
+        gw_metric_add(&gw_metrics_here()->tls_failed[GW_TLS_FAIL_ERROR], 1);
         h2o_socket_close(sock);
-    else if (alpn_is_h2(sock))
+    } else if (alpn_is_h2(sock)) {
         accept_h2(ctx, sock, connected_at);
-    else
+    } else {
         h2o_http1_accept(ctx, sock, connected_at);
+    }
 }
 
 void gw_accept(h2o_accept_ctx_t *ctx, h2o_socket_t *sock)
@@ -316,6 +320,7 @@ static ssize_t refuse(h2o_http2_conn_t *conn, ssize_t error, const char *why, co
     char peer[INET6_ADDRSTRLEN];
 
     peer_text(conn, peer, sizeof(peer));
+    gw_metric_add(&gw_metrics_here()->goaway[GW_GOAWAY_HEADER_BLOCK], 1);
     if (seen != NULL)
         log_info("connection: closing HTTP/2 connection from %s: %s (%zu fields, %zu bytes read so far)", peer, why, seen->fields,
                  seen->bytes);

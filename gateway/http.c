@@ -1,13 +1,17 @@
 /*
  * http.c - step 11 of the request path: response helpers and the request's
- * one log line.  Error bodies and the log line are built without printf or
- * an allocation: the deny path is the hot path under attack.
+ * one log line (text, or JSON with log: {format: json}), where the request
+ * is also counted (metrics.c).  Error bodies and the log line are built
+ * without printf or an allocation: the deny path is the hot path under
+ * attack.
  */
 #include "http.h"
 #include "log.h"
+#include "metrics.h"
 #include "moat_json_escape.h"
 #include "piston_json.h"
 #include "pipeline.h"
+#include "routes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,8 +167,59 @@ static void put_uint(struct line *l, uint64_t v, int min)
         put(l, &d[--n], 1);
 }
 
+/* "ms=" of the text line and duration_ms of the JSON one: 1.234 */
+static void put_ms(struct line *l, uint64_t us)
+{
+    put_uint(l, us / 1000, 1);
+    put(l, ".", 1);
+    put_uint(l, us % 1000, 3);
+}
+
+/* ,"name":"value" with value JSON-escaped (ASCII: what the text line holds
+ * is already log_escape'd); a value that does not fit is left empty. */
+static void put_json(struct line *l, const char *name, const char *v, size_t len)
+{
+    size_t off;
+
+    puts_(l, ",\"");
+    puts_(l, name);
+    puts_(l, "\":\"");
+    off = l->len;
+    if (moat_json_escape(l->buf, sizeof(l->buf) - 8, &off, v, len, MOAT_JSON_ASCII_ONLY) == 0)
+        l->len = off;
+    put(l, "\"", 1);
+}
+
+/* The JSON access line: log: {format: json}. */
+static void log_request_json(const struct gw_request *r, int status, uint64_t us, const char *method)
+{
+    const char *reason = status >= 400 ? gw_reason_name(r->reason) : NULL;
+    struct line l, path;
+
+    l.len = path.len = 0;
+    put_path(&path, r->req);
+    puts_(&l, "\"msg\":\"request\"");
+    put_json(&l, "request_id", r->request_id, strlen(r->request_id));
+    put_json(&l, "tenant", r->tenant != NULL ? r->tenant : "", r->tenant != NULL ? strlen(r->tenant) : 0);
+    put_json(&l, "route", r->route != NULL ? r->route->path : "other", strlen(r->route != NULL ? r->route->path : "other"));
+    put_json(&l, "method", method, strlen(method));
+    put_json(&l, "path", path.buf, path.len);
+    puts_(&l, ",\"status\":");
+    put_uint(&l, (uint64_t)status, 1);
+    puts_(&l, ",\"duration_ms\":");
+    put_ms(&l, us);
+    put_json(&l, "client", r->client[0] != '\0' ? r->client : "?", r->client[0] != '\0' ? strlen(r->client) : 1);
+    put_json(&l, "key", r->key_id, strlen(r->key_id));
+    if (reason != NULL)
+        put_json(&l, "reason", reason, strlen(reason));
+    if (r->note != NULL)
+        put_json(&l, "note", r->note, strlen(r->note));
+    log_info_json(l.buf, l.len);
+}
+
 /* The request's one log line, assembled without printf: this runs for
- * every request, denials under attack included. */
+ * every request, denials under attack included.  It is also where the
+ * request is counted (metrics.c). */
 void gw_log_request(const struct gw_request *r, int status)
 {
     char method[32], st[4] = {(char)('0' + status / 100 % 10), (char)('0' + status / 10 % 10), (char)('0' + status % 10), 0};
@@ -172,8 +227,13 @@ void gw_log_request(const struct gw_request *r, int status)
     uint64_t us = (gw_monotonic_ns() - r->started_ns) / 1000;
     struct line l;
 
-    l.len = 0;
+    gw_metrics_request(r, status, us);
     log_escape(method, sizeof(method), req->method.base, req->method.len, 16);
+    if (log_is_json()) {
+        log_request_json(r, status, us, method);
+        return;
+    }
+    l.len = 0;
     puts_(&l, "request: ");
     puts_(&l, method);
     puts_(&l, " ");
@@ -181,9 +241,7 @@ void gw_log_request(const struct gw_request *r, int status)
     puts_(&l, " ");
     puts_(&l, st);
     puts_(&l, " ms=");
-    put_uint(&l, us / 1000, 1);
-    put(&l, ".", 1);
-    put_uint(&l, us % 1000, 3);
+    put_ms(&l, us);
     puts_(&l, " id=");
     puts_(&l, r->request_id);
     puts_(&l, " tenant=");

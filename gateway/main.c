@@ -11,7 +11,8 @@
  *      drops to the configured user, confines itself, and loads the
  *      configuration and the TLS context again; -n fails if that fails,
  *      a start only warns), then -n stops here: "configuration OK"
- *   -> bind one listening socket per worker (SO_REUSEPORT)
+ *   -> bind one listening socket per worker (SO_REUSEPORT), and the
+ *      metrics listener when the configuration has one (metrics.c)
  *   -> with the audit trail: the control socket (control.c) and the
  *      supervisor (privsep.c), which keeps root for the audit writer and
  *      moatctl while this process goes on
@@ -267,6 +268,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
+    log_set_json(config.log_json);
     if ((ssl_ctx = gw_tls_create(&config, err, sizeof(err))) == NULL) {
         fprintf(stderr, "%s\n", err);
         return 1;

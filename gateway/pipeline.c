@@ -51,6 +51,7 @@
 #include "framing.h"
 #include "http.h"
 #include "log.h"
+#include "metrics.h"
 #include "moat_hex.h"
 #include "routes.h"
 
@@ -366,6 +367,7 @@ enum gw_flow gw_backend_failure(struct gw_request *r, enum backend_status status
     case MOAT_ERR_LIMIT:
         return gw_deny_copy(r, 400, GW_REASON_BACKEND, msg);
     case MOAT_ERR_BUSY:
+        gw_metric_add(&gw_metrics_here()->backend_busy, 1);
         r->code = "backend_busy";
         return gw_deny_copy(r, 503, GW_REASON_BACKEND, msg);
     case MOAT_ERR_INTERNAL:

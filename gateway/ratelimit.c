@@ -173,6 +173,11 @@ void rl_destroy(struct rl_limiter *l)
     free(l);
 }
 
+enum rl_store_state rl_store_state(struct rl_limiter *l)
+{
+    return l != NULL && l->ops->state != NULL ? l->ops->state(l) : RL_STORE_UP;
+}
+
 uint64_t rl_monotonic_ms(void)
 {
     struct timespec ts;

@@ -87,6 +87,9 @@ struct rl_pending;      /* an admission whose answer has not come yet */
 struct st_h2o_evloop_t; /* h2o_loop_t: the caller's event loop */
 
 /* The vtable a backend implements.  Its state is reached with rl_impl(l). */
+/* Can the store decide?  (A shared store: down, or deciding locally meanwhile.) */
+enum rl_store_state { RL_STORE_UP, RL_STORE_DOWN, RL_STORE_FALLBACK };
+
 struct rl_ops {
     /* rate + concurrency + quota; on allow, takes one in-flight slot and one rate token.
      * loop: the caller's event loop, on which a deferred backend answers (may be NULL
@@ -110,6 +113,8 @@ struct rl_ops {
     /* 1: may answer after admit returns (a shared store); the front then keeps a
      * cancellable handle per pending admission */
     int deferred;
+    /* the store's state now (any thread; metrics.c); NULL: always RL_STORE_UP */
+    enum rl_store_state (*state)(struct rl_limiter *l);
 };
 
 /*
@@ -159,6 +164,8 @@ struct rl_pending *rl_admit_on(struct rl_limiter *l, struct st_h2o_evloop_t *loo
 /* The caller went away: cb will not be called for this admission. */
 void rl_cancel(struct rl_pending *pending);
 void rl_destroy(struct rl_limiter *l);
+/* The store's state now, from any thread (metrics.c). */
+enum rl_store_state rl_store_state(struct rl_limiter *l);
 
 /* Backends.  rl_new wraps ops + impl in a limiter (NULL on failure). */
 struct rl_limiter *rl_new(const struct rl_ops *ops, void *impl);

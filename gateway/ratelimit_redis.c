@@ -763,6 +763,22 @@ static void redis_destroy(struct rl_limiter *l)
     rr_free(r);
 }
 
+/* Down while any worker's connection has failed since it last answered
+ * (each worker's connection is made on its first decision). */
+static enum rl_store_state redis_state(struct rl_limiter *l)
+{
+    struct rr *r = rl_impl(l);
+    int lost = 0;
+
+    pthread_mutex_lock(&r->mu);
+    for (const struct rconn *c = r->conns; c != NULL; c = c->next)
+        lost |= __atomic_load_n(&c->lost, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&r->mu);
+    if (!lost)
+        return RL_STORE_UP;
+    return r->on_unavailable == RL_REDIS_LOCAL ? RL_STORE_FALLBACK : RL_STORE_DOWN;
+}
+
 static const struct rl_ops redis_ops = {
     .admit = redis_admit,
     .admit_rate = redis_admit_rate,
@@ -771,6 +787,7 @@ static const struct rl_ops redis_ops = {
     .charge = redis_charge,
     .destroy = redis_destroy,
     .deferred = 1,
+    .state = redis_state,
 };
 
 /* ------------------------------------------------------------ creation */

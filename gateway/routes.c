@@ -116,6 +116,12 @@ int gw_route_param(const struct gw_route *rt, const char *path, size_t path_len,
     return 0;
 }
 
+const struct gw_route *gw_routes(size_t *n)
+{
+    *n = sizeof(routes) / sizeof(routes[0]);
+    return routes;
+}
+
 const struct gw_route *gw_route_find(const char *path, size_t path_len, const char *method, size_t method_len, int *method_ok)
 {
     const struct gw_route *rt = match(routes, sizeof(routes) / sizeof(routes[0]), path, path_len, method, method_len);

@@ -43,6 +43,9 @@ int gw_judge0_queued(const struct gw_request *r);
 /* The route for path, or NULL; *method_ok says whether method matches it. */
 const struct gw_route *gw_route_find(const char *path, size_t path_len, const char *method, size_t method_len, int *method_ok);
 
+/* The table's rows (*n of them): metrics.c labels requests by row. */
+const struct gw_route *gw_routes(size_t *n);
+
 /* The "{name}" segment of path under rt (a parameterised route): 0 with
  * *param and *len set (pointing into path), or -1 (rt has no parameter). */
 int gw_route_param(const struct gw_route *rt, const char *path, size_t path_len, const char **param, size_t *len);

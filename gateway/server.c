@@ -37,6 +37,7 @@
 #include "h2o_compat.h"
 #include "judge0_queue.h"
 #include "log.h"
+#include "metrics.h"
 #include "moat_io.h"
 #include "pipeline.h"
 #include "fallback.h"
@@ -230,7 +231,7 @@ int gw_server_init(struct gw_server *srv, struct gw_config *cfg, SSL_CTX *ssl_ct
         return -1;
     if (pthread_mutex_init(&srv->gen_lock, NULL) != 0)
         return -1;
-    if ((srv->workers = calloc(srv->nworkers, sizeof(*srv->workers))) == NULL)
+    if ((srv->workers = calloc(srv->nworkers, sizeof(*srv->workers))) == NULL || gw_metrics_init(srv->nworkers) != 0)
         return -1;
     for (unsigned i = 0; i < srv->nworkers; i++)
         worker_h2o_config(&srv->workers[i]);
@@ -291,7 +292,7 @@ int gw_server_listen(struct gw_server *srv, char *err, size_t errlen)
         }
     }
     freeaddrinfo(ai);
-    return 0;
+    return gw_metrics_listen(&srv->gen->cfg, err, errlen);
 }
 
 /* The connection's client is known (a trusted proxy's PROXY header read): TLS. */
@@ -324,6 +325,7 @@ static void *worker_main(void *arg)
     h2o_evloop_t *loop = h2o_evloop_create();
     uint64_t deadline;
 
+    gw_metrics_attach(w->index);
     w->gen = generation_current(w->server);
     h2o_context_init(&w->ctx, loop, &w->h2o);
     h2o_timeout_init(loop, &w->backend_timeout, w->gen->cfg.backend_timeout_ms);
@@ -344,6 +346,8 @@ static void *worker_main(void *arg)
     w->listener = h2o_evloop_socket_create(loop, w->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
     w->listener->data = w;
     h2o_socket_read_start(w->listener, on_accept);
+    if (w->index == 0)
+        gw_metrics_serve(w); /* the metrics listener, when configured */
     log_debug("%s: worker %u running", __func__, w->index);
 
     log_buffer_thread();
@@ -372,6 +376,8 @@ static void *worker_main(void *arg)
     h2o_socket_read_stop(w->listener);
     h2o_socket_close(w->listener);
     w->listener = NULL;
+    if (w->index == 0)
+        gw_metrics_stop(w);
     h2o_context_request_shutdown(&w->ctx);
     deadline = h2o_now(loop) + GW_DRAIN_MS;
     while (w->inflight > 0 && h2o_now(loop) < deadline)
@@ -407,7 +413,7 @@ static int same_string(const char *a, const char *b)
 }
 
 /* Settings that only a restart can change: warn, and keep what runs. */
-static int keep_fixed_settings(struct gw_server *srv, struct gw_config *cfg)
+static int keep_fixed_settings(struct gw_server *srv, struct gw_config *cfg, const struct gw_config *running)
 {
     const char *path = srv->config_path;
     char *s;
@@ -427,6 +433,14 @@ static int keep_fixed_settings(struct gw_server *srv, struct gw_config *cfg)
             return -1;
         free(cfg->user);
         cfg->user = s;
+    }
+    if (!same_string(cfg->metrics.address, running->metrics.address) || cfg->metrics.port != running->metrics.port ||
+        cfg->metrics.allow_non_loopback != running->metrics.allow_non_loopback) {
+        log_warnx("%s: %s: the metrics section changed; the running metrics listener stays until a restart", __func__, path);
+        free(cfg->metrics.address);
+        cfg->metrics = running->metrics;
+        if (running->metrics.address != NULL && (cfg->metrics.address = strdup(running->metrics.address)) == NULL)
+            return -1;
     }
     if (cfg->workers != srv->nworkers) {
         log_warnx("%s: %s: workers changed; still %u workers until a restart", __func__, path, srv->nworkers);
@@ -481,13 +495,14 @@ int gw_server_reload(struct gw_server *srv, char *err, size_t errlen)
                   strstr(err, strerror(EACCES)) != NULL ? " (the file must be readable by the gateway's user)" : "");
         return -1;
     }
-    if (keep_fixed_settings(srv, &cfg) != 0) {
+    cur = generation_current(srv);
+    if (keep_fixed_settings(srv, &cfg, &cur->cfg) != 0) {
         snprintf(err, errlen, "%s: out of memory", srv->config_path);
         log_warnx("reload failed: %s; keeping the running configuration", err);
         gw_config_free(&cfg);
+        gw_generation_release(cur);
         return -1;
     }
-    cur = generation_current(srv);
     if ((ssl_ctx = gw_tls_create(&cfg, err, errlen)) == NULL) {
         if (!same_tls(&cfg, &cur->cfg)) {
             log_warnx("reload failed: %s; keeping the running configuration", err);
@@ -514,6 +529,7 @@ int gw_server_reload(struct gw_server *srv, char *err, size_t errlen)
     if (gen->cfg.ntenants == 0 || gen->cfg.nkeys == 0)
         log_warnx("%s: %s: no API keys configured: every /api/v2/ request will get 401", __func__, srv->config_path);
     generation_publish(srv, gen);
+    log_set_json(gen->cfg.log_json);
     log_info("%s: %s: configuration reloaded (generation %u: %zu tenants, %zu keys)", __func__, srv->config_path, gen->serial,
              gen->cfg.ntenants, gen->cfg.nkeys);
     snprintf(err, errlen, "generation %u", gen->serial);

@@ -14,12 +14,24 @@
 #include <unistd.h>
 
 #include "moat_io.h"
+#include "moat_json_escape.h"
 
 #define LOG_THREAD_BUF 16384
 #define LOG_STAMP_LEN  25 /* "2026-12-01T02:50:00.123Z " */
 
 static const char *log_progname;
 static int log_debug_level;
+static int log_json; /* __atomic: a reload may switch it while workers log */
+
+void log_set_json(int on)
+{
+    __atomic_store_n(&log_json, on != 0, __ATOMIC_RELAXED);
+}
+
+int log_is_json(void)
+{
+    return __atomic_load_n(&log_json, __ATOMIC_RELAXED);
+}
 
 void log_init(const char *progname, int debug)
 {
@@ -106,8 +118,63 @@ static void emit(const char *line, size_t len, int buffer)
     (void)moat_write_full(STDERR_FILENO, line, len, NULL);
 }
 
+/*
+ * JSON lines: {"ts":"...","program":"...","level":"...", then either the
+ * caller's fields (log_info_json) or "msg":"..."}.  A message is escaped
+ * as it is when it is valid UTF-8, else after log_escape (\xHH), so a line
+ * always parses.
+ */
+static size_t json_head(char *line, size_t size, const char *level)
+{
+    char ts[LOG_STAMP_LEN];
+    size_t off = 0, n;
+    const char *name = progname();
+
+    stamp(ts);
+    n = (size_t)snprintf(line, size, "{\"ts\":\"%.24s\",\"program\":\"", ts);
+    off = n < size ? n : size - 1;
+    (void)moat_json_escape(line, size, &off, name, strnlen(name, 64), MOAT_JSON_ASCII_ONLY); /* a program name: ASCII */
+    n = (size_t)snprintf(line + off, size - off, "\",\"level\":\"%s\",", level);
+    off += n < size - off ? n : size - off - 1;
+    return off;
+}
+
+static void json_msg_line(const char *level, const char *msg, size_t len, int buffer)
+{
+    char line[MOAT_LOG_LINE_MAX * 2], esc[MOAT_LOG_LINE_MAX * 4 + 1];
+    size_t off = json_head(line, sizeof(line) - 3, level);
+
+    memcpy(line + off, "\"msg\":\"", 7);
+    off += 7;
+    if (moat_json_escape(line, sizeof(line) - 3, &off, msg, len, MOAT_JSON_UTF8_RAW) != 0) {
+        log_escape(esc, sizeof(esc), msg, len, len);
+        if (moat_json_escape(line, sizeof(line) - 3, &off, esc, strlen(esc), MOAT_JSON_ASCII_ONLY) != 0)
+            (void)moat_json_escape(line, sizeof(line) - 3, &off, "(message too long)", 18, 0);
+    }
+    memcpy(line + off, "\"}\n", 3);
+    emit(line, off + 3, buffer);
+}
+
+void log_info_json(const char *fields, size_t len)
+{
+    char line[MOAT_LOG_LINE_MAX * 2];
+    size_t off = json_head(line, sizeof(line), "info");
+
+    if (len > sizeof(line) - off - 2)
+        return; /* never a cut (unparsable) line; callers stay well below */
+    memcpy(line + off, fields, len);
+    off += len;
+    line[off++] = '}';
+    line[off++] = '\n';
+    emit(line, off, 1);
+}
+
 void log_info_raw(const char *text, size_t len)
 {
+    if (log_is_json()) {
+        json_msg_line("info", text, len, 1);
+        return;
+    }
     char line[MOAT_LOG_LINE_MAX];
     const char *name = progname();
     size_t n = strlen(name), p = stamp(line);
@@ -126,6 +193,21 @@ void log_info_raw(const char *text, size_t len)
     emit(line, p, 1);
 }
 
+/* The JSON form of vline: the message formatted, then one JSON line. */
+__attribute__((format(printf, 4, 0))) static void json_vline(const char *level, int errnum, int buffer, const char *fmt, va_list ap)
+{
+    char msg[MOAT_LOG_LINE_MAX];
+    int n = vsnprintf(msg, sizeof(msg), fmt, ap);
+    size_t off = n < 0 ? 0 : (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1;
+
+    if (errnum != 0 && off < sizeof(msg) - 1) {
+        n = snprintf(msg + off, sizeof(msg) - off, ": %s", strerror(errnum));
+        off = n < 0 ? off : off + (size_t)n < sizeof(msg) ? off + (size_t)n : sizeof(msg) - 1;
+    }
+    /* text levels are prefixes ("debug: "); JSON has names */
+    json_msg_line(level[0] == '\0' ? (buffer ? "info" : "warning") : level[0] == 'd' ? "debug" : "fatal", msg, off, buffer);
+}
+
 /* Formats one line: time "progname: level" fmt [": " strerror(errnum)] "\n". */
 __attribute__((format(printf, 4, 0))) static void vline(const char *level, int errnum, int buffer, const char *fmt, va_list ap)
 {
@@ -133,6 +215,10 @@ __attribute__((format(printf, 4, 0))) static void vline(const char *level, int e
     size_t off;
     int n;
 
+    if (log_is_json()) {
+        json_vline(level, errnum, buffer, fmt, ap);
+        return;
+    }
     off = stamp(line);
     n = snprintf(line + off, sizeof(line) - off, "%s: %s", progname(), level);
     off += n < 0 ? 0 : (size_t)n;

@@ -32,6 +32,16 @@ void log_flush(void);
 /* An info line already assembled (no format): "TIME progname: " + text. */
 void log_info_raw(const char *text, size_t len);
 
+/*
+ * JSON lines instead of text (the gateway's log: {format: json}): every
+ * line is one object {"ts","program","level","msg"}; log_info_json writes
+ * {"ts","program","level":"info", + fields + "}" (fields: valid JSON
+ * members without braces, e.g. "\"msg\":\"request\",\"status\":200").
+ */
+void log_set_json(int on);
+int log_is_json(void);
+void log_info_json(const char *fields, size_t len);
+
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

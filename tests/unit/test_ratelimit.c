@@ -692,7 +692,7 @@ static void def_charge(struct rl_limiter *l, const char *tenant, uint64_t cpu_ms
     d->charged += cpu_ms;
 }
 
-static const struct rl_ops def_ops = {def_admit, def_admit, def_admit, def_release, def_charge, def_destroy, 1};
+static const struct rl_ops def_ops = {def_admit, def_admit, def_admit, def_release, def_charge, def_destroy, 1, NULL};
 
 static void test_deferred_backend(void **state)
 {
@@ -701,7 +701,7 @@ static void test_deferred_backend(void **state)
     struct rl_params p = rate_params(1.0, 1);
     struct rl_decision err = {0, RL_BACKEND_ERROR, 0, 1, 0, 0};
     struct capture c = {0};
-    static const struct rl_ops incomplete = {def_admit, NULL, def_admit, def_release, def_charge, def_destroy, 1};
+    static const struct rl_ops incomplete = {def_admit, NULL, def_admit, def_release, def_charge, def_destroy, 1, NULL};
 
     assert_non_null(l);
     assert_null(rl_new(&incomplete, &impl));

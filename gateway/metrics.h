@@ -1,0 +1,87 @@
+/*
+ * metrics.h - the gateway's counters and the Prometheus text /metrics
+ * listener (see metrics.c for the theory of operation).
+ *
+ * Every worker thread counts into its own struct gw_metrics (no lock, no
+ * atomic read-modify-write on the request path: each counter has one
+ * writer); a scrape sums them.  Code on a worker's thread reaches its
+ * worker's counters with gw_metrics_here(); on any other thread that is a
+ * scratch struct nobody reports.
+ */
+#ifndef GW_METRICS_H
+#define GW_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gw_limits.h"
+
+struct gw_config;
+struct gw_request;
+struct gw_server;
+struct gw_worker;
+
+/* Request counters: one entry per (tenant, route, status) a worker saw. */
+#define GW_METRICS_TABLE 1024 /* entries per worker (a power of two) */
+/* Route rows that get labels of their own (more go to route="other"). */
+#define GW_METRICS_ROUTES 48
+/* Latency buckets, seconds (the last is +Inf). */
+#define GW_METRICS_BUCKETS 15
+
+enum gw_metrics_tls { GW_TLS_FAIL_ERROR, GW_TLS_FAIL_TIMEOUT, GW_TLS_FAIL_N };
+enum gw_metrics_goaway { GW_GOAWAY_RESET_BUDGET, GW_GOAWAY_TIMEOUT, GW_GOAWAY_HEADER_BLOCK, GW_GOAWAY_N };
+
+struct gw_metrics_count {
+    uint32_t used;  /* published last (release): the key is complete */
+    uint16_t route; /* 0: other; i + 1: row i of the route table */
+    uint16_t status;
+    uint64_t n;
+    char tenant[GW_MAX_TENANT_NAME + 1]; /* "" when nobody authenticated */
+};
+
+struct gw_metrics {
+    struct gw_metrics_count *table; /* GW_METRICS_TABLE entries */
+    uint64_t table_full;            /* requests counted without labels: the table was full */
+    uint64_t hist[GW_METRICS_ROUTES + 1][GW_METRICS_BUCKETS];
+    uint64_t hist_sum_us[GW_METRICS_ROUTES + 1];
+    uint64_t tls_failed[GW_TLS_FAIL_N];
+    uint64_t goaway[GW_GOAWAY_N];
+    uint64_t aborted;           /* connections reset by the watchdog (a response not taken) */
+    uint64_t backend_in_flight; /* backend calls waiting for their answer (a gauge) */
+    uint64_t backend_busy;      /* the backend answered busy: every slot taken */
+    uint64_t audit_failed;      /* records (and queries) the audit writer did not acknowledge as durable */
+} __attribute__((aligned(64)));
+
+/* One set of counters per worker; at start, before the workers (0 or -1). */
+int gw_metrics_init(unsigned nworkers);
+
+/* The calling thread is worker index: gw_metrics_here() is its counters. */
+void gw_metrics_attach(unsigned index);
+
+/* This thread's counters (a scratch set off the workers' threads). */
+struct gw_metrics *gw_metrics_here(void);
+
+/* One more on a counter this thread owns (no lock: one writer each). */
+static inline void gw_metric_add(uint64_t *c, int64_t d)
+{
+    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + (uint64_t)d, __ATOMIC_RELAXED);
+}
+
+/* The request is answered: count it by tenant, route and status, and its duration. */
+void gw_metrics_request(const struct gw_request *r, int status, uint64_t us);
+
+/* The metrics section's listener, bound before the privilege drop (nothing
+ * when the section is absent): 0, or -1 with err. */
+int gw_metrics_listen(const struct gw_config *cfg, char *err, size_t errlen);
+
+/* On worker 0's loop: serve the listener (plain HTTP/1.1, /metrics only). */
+void gw_metrics_serve(struct gw_worker *w);
+
+/* Shutdown: close the listener (worker 0's thread). */
+void gw_metrics_stop(struct gw_worker *w);
+
+/* The text exposition of every worker's counters and the gauges (malloc;
+ * NULL when out of memory), *len its length. */
+char *gw_metrics_render(struct gw_server *srv, size_t *len);
+
+#endif /* GW_METRICS_H */

@@ -1,0 +1,234 @@
+"""Observability (issue 14, item 3; gateway/metrics.c, config_observe.c):
+a Prometheus text /metrics on a listener of its own (loopback, plain HTTP,
+never the public one), counters that move exactly with a known sequence of
+requests, consistent histograms, TLS handshake failures counted, JSON log
+lines, and the configuration's refusals."""
+
+import grp
+import http.client
+import json
+import os
+import re
+import socket
+import subprocess
+import unittest
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from moat_harness import GATEWAY, Stack, free_port, wait_until
+
+BURST = 2  # the tenant's requests that pass before its rate answers 429
+TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+def scrape(port):
+    """The metrics listener's answer: (status, content type, text)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        return resp.status, resp.getheader("content-type"), resp.read().decode()
+    finally:
+        conn.close()
+
+
+def samples(text):
+    """{(name, frozenset(labels)): value} through a real text-format parser."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(smp, name, **labels):
+    return smp.get((name, frozenset(labels.items())), 0.0)
+
+
+class MetricsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.mport = free_port()
+        tenant_extra = "rate: {per_second: 0.001, burst: %d}\nmax_in_flight: 64\n" % BURST
+        cls.stack = Stack(tenants=[("demo", tenant_extra, "")],
+                          extra_config="metrics: {address: 127.0.0.1, port: %d}\nlog: {format: json}\n" % cls.mport)
+        cls.stack.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def scrape_samples(self):
+        st, ctype, text = scrape(self.mport)
+        self.assertEqual(st, 200, text)
+        self.assertTrue(ctype.startswith("text/plain; version=0.0.4"), ctype)
+        return samples(text)
+
+    def test_1_counters_move_exactly(self):
+        before = self.scrape_samples()
+        ids = []
+        for _ in range(BURST + 1):
+            st, h, _ = self.stack.request("GET", "/api/v2/runtimes")
+            ids.append((h["x-request-id"], st))
+        st401, h, _ = self.stack.request("GET", "/api/v2/runtimes", token="moat_not_a_key")
+        ids.append((h["x-request-id"], st401))
+        st404, h, _ = self.stack.request("GET", '/no/such"path%0Ainjected="1', token=None)
+        ids.append((h["x-request-id"], st404))
+        self.assertEqual([s for _, s in ids], [200] * BURST + [429, 401, 404])
+        after = self.scrape_samples()
+
+        def delta(name, **labels):
+            return value(after, name, **labels) - value(before, name, **labels)
+
+        rt = {"route": "/api/v2/runtimes", "method": "GET"}
+        self.assertEqual(delta("moat_requests_total", tenant="demo", status="200", **rt), BURST)
+        self.assertEqual(delta("moat_requests_total", tenant="demo", status="429", **rt), 1)
+        self.assertEqual(delta("moat_requests_total", tenant="", status="401", **rt), 1)
+        self.assertEqual(delta("moat_requests_total", tenant="", route="other", method="other", status="404"), 1)
+        self.assertEqual(delta("moat_request_duration_seconds_count", **rt), BURST + 2)
+        # label values come from the route table, never the request's text
+        st, _, text = scrape(self.mport)
+        self.assertNotIn("injected", text)
+        self.assertNotIn("no/such", text)
+
+        # the JSON access lines of these requests, each with the fields
+        def lines():
+            found = {}
+            for line in self.stack.log("gateway").splitlines():
+                if line.startswith("{") and '"request_id"' in line:
+                    rec = json.loads(line)
+                    found[rec["request_id"]] = rec
+            return found if all(i in found for i, _ in ids) else None
+
+        found = wait_until(lines, "the access lines of the requests")
+        for rid, status in ids:
+            rec = found[rid]
+            self.assertRegex(rec["ts"], TS)
+            self.assertEqual(rec["status"], status)
+            self.assertIsInstance(rec["duration_ms"], (int, float))
+            self.assertEqual(rec["client"], "127.0.0.1")
+            self.assertEqual(rec["program"], "moat-gateway")
+        self.assertEqual(found[ids[0][0]]["tenant"], "demo")
+        self.assertEqual(found[ids[0][0]]["route"], "/api/v2/runtimes")
+        self.assertEqual(found[ids[BURST + 1][0]]["tenant"], "")
+        self.assertEqual(found[ids[BURST + 2][0]]["route"], "other")
+
+    def test_2_histograms_are_consistent(self):
+        self.stack.request("GET", "/healthz", token=None)
+        st, _, text = scrape(self.mport)
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+        hist = fams["moat_request_duration_seconds"]
+        self.assertEqual(hist.type, "histogram")
+        series = {}
+        for s in hist.samples:
+            key = (s.labels["route"], s.labels["method"])
+            series.setdefault(key, {"buckets": []})
+            if s.name.endswith("_bucket"):
+                series[key]["buckets"].append((float(s.labels["le"]), s.value))
+            else:
+                series[key][s.name.rsplit("_", 1)[1]] = s.value
+        self.assertIn(("/healthz", "GET"), series)
+        for key, h in series.items():
+            counts = [v for _, v in sorted(h["buckets"])]
+            self.assertEqual(counts, sorted(counts), key)  # cumulative
+            self.assertEqual(sorted(h["buckets"])[-1][0], float("inf"))
+            self.assertEqual(h["count"], counts[-1], key)
+            self.assertGreaterEqual(h["sum"], 0)
+        for name, kind in (("moat_requests", "counter"), ("moat_backend_calls_in_flight", "gauge"),
+                           ("moat_sessions_open", "gauge"), ("moat_audit_lag_seconds", "gauge"),
+                           ("moat_audit_failures", "counter"), ("moat_limiter_store_state", "gauge"),
+                           ("moat_tls_handshake_failures", "counter"), ("moat_http2_goaways", "counter"),
+                           ("moat_submissions_queue_depth", "gauge")):
+            self.assertEqual(fams[name].type, kind, name)
+        smp = samples(text)
+        self.assertEqual(value(smp, "moat_limiter_store_state", store="memory", state="up"), 1)
+        self.assertEqual(value(smp, "moat_audit_writer_connected"), 2)  # both workers
+
+    def test_3_tls_handshake_failure_counted(self):
+        base = value(self.scrape_samples(), "moat_tls_handshake_failures_total", reason="error")
+        # plain HTTP to the TLS port: not a client hello
+        with socket.create_connection(("127.0.0.1", self.stack.port), timeout=30) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            while s.recv(4096):
+                pass
+        wait_until(lambda: value(self.scrape_samples(), "moat_tls_handshake_failures_total", reason="error") >= base + 1,
+                   "the failed handshake to be counted")
+        self.assertEqual(value(self.scrape_samples(), "moat_tls_handshake_failures_total", reason="error"), base + 1)
+
+    def test_4_not_on_the_public_listener(self):
+        st, h, data = self.stack.request("GET", "/metrics", token=None)
+        self.assertEqual(st, 404)
+        self.assertNotIn(b"moat_requests_total", json.dumps(data).encode())
+        st, h, data = self.stack.request("GET", "/metrics")
+        self.assertEqual(st, 404)
+        # and the metrics listener serves nothing else, and no TLS
+        conn = http.client.HTTPConnection("127.0.0.1", self.mport, timeout=30)
+        conn.request("GET", "/api/v2/runtimes", headers={"Authorization": "Bearer " + self.stack.token})
+        self.assertEqual(conn.getresponse().status, 404)
+        conn.close()
+        conn = http.client.HTTPConnection("127.0.0.1", self.mport, timeout=30)
+        conn.request("POST", "/metrics", body=b"x")
+        self.assertEqual(conn.getresponse().status, 405)
+        conn.close()
+
+    def test_5_every_gateway_line_is_json(self):
+        self.stack.request("GET", "/healthz", token=None)
+        text = wait_until(lambda: (lambda t: t if '"route":"/healthz"' in t else None)(self.stack.log("gateway")),
+                          "a healthz access line")
+        lines = [l for l in text.splitlines() if l.strip()]
+        gateway_lines = [l for l in lines if "moat-gateway" in l]
+        self.assertTrue(gateway_lines)
+        for line in gateway_lines:
+            rec = json.loads(line)  # no text line from the gateway in json mode
+            self.assertRegex(rec["ts"], TS)
+            self.assertIn(rec["level"], ("info", "warning", "debug", "fatal"))
+
+
+class MetricsConfigTest(unittest.TestCase):
+    """gateway -n refuses a metrics section that would expose it, naming why."""
+
+    def check(self, extra):
+        stack = Stack(audit=False, extra_config=extra)
+        try:
+            # as the gateway keeps it: -n also tries a reload as its user
+            os.chown(stack.config, 0, grp.getgrnam("moat").gr_gid)
+            os.chmod(stack.config, 0o640)
+            p = subprocess.run([GATEWAY, "-n", "-c", stack.config], capture_output=True, text=True, timeout=120)
+            return p.returncode, p.stderr + p.stdout, stack
+        finally:
+            stack.stop()
+
+    def test_non_loopback_refused(self):
+        rc, out, _ = self.check("metrics: {address: 0.0.0.0, port: %d}\n" % free_port())
+        self.assertNotEqual(rc, 0)
+        self.assertIn("not a loopback address", out)
+        self.assertRegex(out, r"gateway\.conf:\d+: ")
+        rc, out, _ = self.check("metrics: {address: 0.0.0.0, port: %d, allow_non_loopback: true}\n" % free_port())
+        self.assertEqual(rc, 0, out)
+
+    def test_public_port_refused(self):
+        stack = Stack(audit=False)
+        try:
+            with open(stack.config, "a") as f:
+                f.write("metrics: {port: %d}\n" % stack.port)
+            p = subprocess.run([GATEWAY, "-n", "-c", stack.config], capture_output=True, text=True, timeout=120)
+        finally:
+            stack.stop()
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("public listener's port", p.stderr)
+
+    def test_bad_keys_refused(self):
+        for extra, why in (("metrics: {address: localhost}\n", "numeric"), ("metrics: {port: 0}\n", "metrics.port"),
+                           ("metrics: {colour: blue}\n", "colour"), ("log: {format: xml}\n", "log.format"),
+                           ("log: {level: debug}\n", "level")):
+            rc, out, _ = self.check(extra)
+            self.assertNotEqual(rc, 0, extra)
+            self.assertIn(why, out, extra)
+
+    def test_metrics_off_without_the_section(self):
+        rc, out, _ = self.check("")
+        self.assertEqual(rc, 0, out)
+
+
+if __name__ == "__main__":
+    unittest.main()
