@@ -178,6 +178,33 @@ static int valid_name(const char *name)
     return 1;
 }
 
+/*
+ * v2: the own group's path (no trailing "/"), the leaf the own group's
+ * processes go to and the instance group.  Started inside the leaf a killed
+ * run of this instance left (its shell was moved there), the backend adopts
+ * it: the own group is the leaf's parent, as it was for that run.
+ */
+static int v2_find_leaf(struct cg_system *cg, const char *name, struct errbuf *e)
+{
+    char leaf_name[96];
+    size_t len = strlen(cg->own);
+
+    while (len > 1 && cg->own[len - 1] == '/')
+        cg->own[--len] = '\0';
+    snprintf(leaf_name, sizeof(leaf_name), "%s.supervisor", name);
+    const char *last = strrchr(cg->own, '/');
+    /* never at the hierarchy root, where no leaf is ever made */
+    if (last != NULL && strcmp(last + 1, leaf_name) == 0 && (size_t)(last - cg->own) > strlen(cg->fsroot)) {
+        cg->adopted = 1;
+        cg->leaf_used = 1;
+        snprintf(cg->leaf, sizeof(cg->leaf), "%s", cg->own);
+        cg->own[last - cg->own] = '\0';
+    } else if (path_join(cg->leaf, sizeof(cg->leaf), cg->own, leaf_name, "", e) != 0) {
+        return -1;
+    }
+    return path_join(cg->base[0], sizeof(cg->base[0]), cg->own, name, "", e);
+}
+
 int cg_detect(struct cg_system *cg, const char *fsroot, const char *self_cgroup, const char *name, struct errbuf *e)
 {
     char probe[PATH_MAX], own[PATH_MAX / 4];
@@ -191,9 +218,9 @@ int cg_detect(struct cg_system *cg, const char *fsroot, const char *self_cgroup,
     snprintf(probe, sizeof(probe), "%s/cgroup.controllers", fsroot);
     if (exists(probe)) {
         cg->version = CG_V2;
-        if (own_group(self_cgroup, "", own, sizeof(own), e) != 0)
+        if (own_group(self_cgroup, "", own, sizeof(own), e) != 0 || path_join(cg->own, sizeof(cg->own), fsroot, own, "", e) != 0)
             return -1;
-        return path_join(cg->base[0], sizeof(cg->base[0]), fsroot, own, name, e);
+        return v2_find_leaf(cg, name, e);
     }
 
     cg->version = CG_V1;
@@ -213,12 +240,13 @@ int cg_detect(struct cg_system *cg, const char *fsroot, const char *self_cgroup,
     return 0;
 }
 
-/* ---- killing ---------------------------------------------------------- */
+/* ---- listed processes -------------------------------------------------- */
 
-/* Sends SIGKILL to every pid listed in dir/cgroup.procs; returns how many
- * were listed, or -1.  The list is parsed as it streams in, so a group of
- * any size is read whole and no number is ever cut in two. */
-static int kill_listed(const char *dir, struct errbuf *e)
+/* Calls fn(pid, ctx) for every pid listed in dir/cgroup.procs; returns how
+ * many were listed, or -1 (fn's -1 stops the walk).  The list is parsed as
+ * it streams in, so a group of any size is read whole and no number is ever
+ * cut in two. */
+static int each_listed(const char *dir, int (*fn)(pid_t, const void *, struct errbuf *), const void *ctx, struct errbuf *e)
 {
     char path[PATH_MAX], buf[4096];
     long pid = 0;
@@ -247,14 +275,17 @@ static int kill_listed(const char *dir, struct errbuf *e)
                 if (pid < 100000000L)
                     pid = pid * 10 + (buf[i] - '0');
                 else
-                    pid = -1; /* not a pid: never signal it */
+                    pid = -1; /* not a pid: never act on it */
                 digits++;
                 continue;
             }
             if (i == n && n > 0)
                 break; /* the number may go on in the next chunk */
-            if (digits && pid > 1) {
-                kill((pid_t)pid, SIGKILL);
+            if (digits && pid > 0) {
+                if (fn((pid_t)pid, ctx, e) != 0) {
+                    close(fd);
+                    return -1;
+                }
                 count++;
             }
             pid = 0;
@@ -265,6 +296,24 @@ static int kill_listed(const char *dir, struct errbuf *e)
     }
     close(fd);
     return count;
+}
+
+/* ---- killing ---------------------------------------------------------- */
+
+static int kill_one(pid_t pid, const void *ctx, struct errbuf *e)
+{
+    (void)ctx;
+    (void)e;
+    if (pid > 1)
+        kill(pid, SIGKILL);
+    return 0;
+}
+
+/* Sends SIGKILL to every pid listed in dir/cgroup.procs; returns how many
+ * were listed, or -1. */
+static int kill_listed(const char *dir, struct errbuf *e)
+{
+    return each_listed(dir, kill_one, NULL, e);
 }
 
 static int kill_group(const struct cg_system *cg, char (*path)[PATH_MAX / 4], struct errbuf *e)
@@ -353,47 +402,189 @@ static int cleanup_stale(struct cg_system *cg, struct errbuf *e)
     return rc;
 }
 
-void cg_teardown_instance(struct cg_system *cg)
+/* ---- v2: the own group -------------------------------------------------- */
+
+/*
+ * v2 lets a group hand controllers to its children only while it holds no
+ * processes itself (the "no internal processes" rule; the root group is
+ * exempt).  The own group holds the backend, and, when it was started from a
+ * login shell or a unit that also runs a shell, other processes too.  So, as
+ * systemd documents for a delegated subtree (Delegate=yes: processes in
+ * leaves, controllers enabled above them), the backend moves every process
+ * of the own group into a leaf and then enables the controllers:
+ *
+ *   <own>                     subtree_control gains what was missing of
+ *                             memory, pids and cpu (remembered in cg->added)
+ *   <own>/<name>.supervisor   the backend and whatever shared its group
+ *   <own>/<name>              the instance group, +memory +pids +cpu
+ *   <own>/<name>/slotN        one box
+ *
+ * The processes stay below the own group, so every limit set on it still
+ * holds them.  A controller the own group's parent does not give it, or a
+ * process that cannot be moved, is refused with a message that says what to
+ * do.  v2_teardown undoes it all in reverse, leaving the own group's
+ * subtree_control and processes as they were found.
+ */
+
+static const char *const v2_names[] = {"memory", "pids", "cpu"};
+#define V2_NCTRL 3
+#define V2_ALL   ((1 << V2_NCTRL) - 1)
+#define V2_HINT  "run moat-backend in a group delegated to it, e.g. a systemd service with Delegate=yes"
+
+/* The controllers of v2_names (a bit each) listed in dir/file. */
+static int v2_listed(const char *dir, const char *file, int *bits, struct errbuf *e)
 {
-    struct errbuf e;
+    char buf[512];
+    *bits = 0;
+    if (read_file(dir, file, buf, sizeof(buf), e) < 0)
+        return -1;
+    for (char *save = NULL, *tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save))
+        for (int i = 0; i < V2_NCTRL; i++)
+            if (strcmp(tok, v2_names[i]) == 0)
+                *bits |= 1 << i;
+    return 0;
+}
+
+/* Writes "+memory +pids" (sign '+') or "-memory -pids" to dir's
+ * subtree_control for the controllers in bits; errno says why it failed. */
+static int v2_switch(const char *dir, int bits, char sign, struct errbuf *e)
+{
+    char value[64] = "";
+    size_t n = 0;
+    for (int i = 0; i < V2_NCTRL; i++)
+        if (bits & (1 << i))
+            n += (size_t)snprintf(value + n, sizeof(value) - n, "%s%c%s", n ? " " : "", sign, v2_names[i]);
+    return write_file(dir, "cgroup.subtree_control", value, e);
+}
+
+static void v2_names_of(int bits, char *out, size_t size)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (int i = 0; i < V2_NCTRL && n < size; i++)
+        if (bits & (1 << i))
+            n += (size_t)snprintf(out + n, size - n, "%s%s", n ? " " : "", v2_names[i]);
+}
+
+static int move_one(pid_t pid, const void *ctx, struct errbuf *e)
+{
+    char value[32];
+    snprintf(value, sizeof(value), "%ld", (long)pid);
+    if (write_file(ctx, "cgroup.procs", value, e) == 0 || errno == ESRCH)
+        return 0; /* ESRCH: it exited meanwhile */
+    return -1;
+}
+
+/* Moves every process of group `from` into group `to`, again until none is
+ * left (a process may fork while it is being moved); bounded. */
+static int move_all(const char *from, const char *to, struct errbuf *e)
+{
+    for (int round = 0; round < 50; round++) {
+        int n = each_listed(from, move_one, to, e);
+        if (n <= 0)
+            return n;
+        sleep_ms(round < 5 ? 0 : 2);
+    }
+    return errf(e, "processes keep appearing in %s", from);
+}
+
+/* Enables what is missing of memory, pids and cpu in the own group, moving
+ * its processes into the leaf first when v2 requires it. */
+static int v2_enable_own(struct cg_system *cg, struct errbuf *e)
+{
+    int enabled, available;
+    char names[32];
+    struct errbuf busy;
+
+    if (v2_listed(cg->own, "cgroup.subtree_control", &enabled, e) != 0)
+        return -1;
+    if (cg->adopted)
+        cg->added = enabled; /* the killed run enabled them: its own group held processes */
+    int missing = V2_ALL & ~enabled;
+    if (missing == 0)
+        return 0;
+    if (v2_listed(cg->own, "cgroup.controllers", &available, e) != 0)
+        return -1;
+    if (missing & ~available) {
+        v2_names_of(missing & ~available, names, sizeof(names));
+        return errf(e, "cgroup v2: %s: controller %s not available (the parent group does not delegate it): " V2_HINT, cg->own,
+                    names);
+    }
+    for (int round = 0; round < 10; round++) {
+        if (v2_switch(cg->own, missing, '+', &busy) == 0) {
+            cg->added |= missing;
+            return 0;
+        }
+        if (errno != EBUSY)
+            return errf(e, "%s", busy.msg);
+        /* the own group holds processes: into the leaf with them */
+        if (mkdir_ok(cg->leaf, e) != 0)
+            return -1;
+        cg->leaf_used = 1;
+        if (move_all(cg->own, cg->leaf, &busy) != 0)
+            return errf(e, "cgroup v2: %s holds processes that cannot be moved into a leaf (%s): " V2_HINT, cg->own, busy.msg);
+    }
+    return errf(e, "cgroup v2: %s keeps holding processes, so it cannot enable controllers: " V2_HINT, cg->own);
+}
+
+/* Undoes v2_enable_own: the controllers we enabled off, the leaf's
+ * processes back in the own group, the leaf removed. */
+static int v2_restore_own(struct cg_system *cg, struct errbuf *e)
+{
+    if (cg->added != 0) {
+        if (v2_switch(cg->own, cg->added, '-', e) != 0)
+            return -1; /* e.g. another group below own still uses them */
+        cg->added = 0;
+    }
+    if (!cg->leaf_used)
+        return 0;
+    if (move_all(cg->leaf, cg->own, e) != 0)
+        return -1;
+    if (rmdir(cg->leaf) != 0 && errno != ENOENT)
+        return errf_errno(e, "rmdir %s", cg->leaf);
+    cg->leaf_used = 0;
+    return 0;
+}
+
+/* ---- instance set-up and teardown --------------------------------------- */
+
+int cg_teardown_instance(struct cg_system *cg, struct errbuf *e)
+{
     int n = cg->version == CG_V2 ? 1 : CG_NCTRL;
-    if (cleanup_stale(cg, &e) != 0)
-        return;
+    if (!cg->ready)
+        return 0;
+    if (exists(cg->base[0]) && cleanup_stale(cg, e) != 0)
+        return -1;
     for (int i = 0; i < n; i++)
-        (void)rmdir(cg->base[i]);
+        if (rmdir(cg->base[i]) != 0 && errno != ENOENT)
+            return errf_errno(e, "rmdir %s", cg->base[i]);
+    if (cg->version == CG_V2 && v2_restore_own(cg, e) != 0)
+        return -1;
+    cg->ready = 0;
+    return 0;
+}
+
+/* On a failed set-up: undo what was done, keep the first error. */
+static int setup_failed(struct cg_system *cg)
+{
+    struct errbuf ignored;
+    (void)cg_teardown_instance(cg, &ignored);
+    return -1;
 }
 
 int cg_setup_instance(struct cg_system *cg, struct errbuf *e)
 {
+    cg->ready = 1;
     if (cg->version == CG_V1) {
         for (int i = 0; i < CG_NCTRL; i++)
             if (mkdir_ok(cg->base[i], e) != 0)
-                return -1;
-        return cleanup_stale(cg, e);
+                return setup_failed(cg);
+        return cleanup_stale(cg, e) == 0 ? 0 : setup_failed(cg);
     }
-
-    /* v2: enable controllers in our own group, then in the instance group.
-     * A group with processes cannot delegate controllers ("no internal
-     * processes"), so the backend first moves itself into a leaf. */
-    char own[PATH_MAX / 4], leaf[PATH_MAX / 4 + 32], pid[32];
-    snprintf(own, sizeof(own), "%s", cg->base[0]);
-    char *slash = strrchr(own, '/');
-    if (slash == NULL || slash == own)
-        return errf(e, "bad v2 base %s", cg->base[0]);
-    *slash = '\0';
-    struct errbuf busy;
-    if (write_file(own, "cgroup.subtree_control", "+memory +pids +cpu", &busy) != 0) {
-        if (errno != EBUSY)
-            return errf(e, "%s", busy.msg);
-        snprintf(leaf, sizeof(leaf), "%s.supervisor", cg->base[0]);
-        snprintf(pid, sizeof(pid), "%ld", (long)getpid());
-        if (mkdir_ok(leaf, e) != 0 || write_file(leaf, "cgroup.procs", pid, e) != 0 ||
-            write_file(own, "cgroup.subtree_control", "+memory +pids +cpu", e) != 0)
-            return -1;
-    }
-    if (mkdir_ok(cg->base[0], e) != 0 || write_file(cg->base[0], "cgroup.subtree_control", "+memory +pids +cpu", e) != 0)
-        return -1;
-    return cleanup_stale(cg, e);
+    if (v2_enable_own(cg, e) != 0 || mkdir_ok(cg->base[0], e) != 0 ||
+        write_file(cg->base[0], "cgroup.subtree_control", "+memory +pids +cpu", e) != 0 || cleanup_stale(cg, e) != 0)
+        return setup_failed(cg);
+    return 0;
 }
 
 /* ---- per box ---------------------------------------------------------- */

@@ -6,6 +6,8 @@
  * <own group>/<instance name>, never at the hierarchy root.  Box groups are
  * made fresh for each run (cg_box_create), so their counters start at zero,
  * and removed after it (cg_box_destroy) once every process is gone.
+ * cg_teardown_instance removes what cg_setup_instance made and, on v2, puts
+ * the own group back as it was found (cgroup.c says how).
  */
 #ifndef MOAT_CGROUP_H
 #define MOAT_CGROUP_H
@@ -26,6 +28,14 @@ struct cg_system {
     char fsroot[PATH_MAX / 4];         /* normally /sys/fs/cgroup */
     char base[CG_NCTRL][PATH_MAX / 4]; /* v2 uses base[0] only */
     int memsw;                         /* v1: memory.memsw.* present */
+    /* v2 only: the own group, and what cg_setup_instance changed in it for
+     * cg_teardown_instance to undo */
+    char own[PATH_MAX / 4];  /* the parent of base[0] */
+    char leaf[PATH_MAX / 4]; /* <own>/<name>.supervisor */
+    int leaf_used;           /* the own group's processes were moved into leaf */
+    int adopted;             /* started inside the leaf a killed run left */
+    int added;               /* controllers enabled in own by us (bit per controller) */
+    int ready;               /* something to tear down */
 };
 
 struct cg_box {
@@ -49,12 +59,16 @@ struct cg_usage {
 int cg_detect(struct cg_system *cg, const char *fsroot, const char *self_cgroup, const char *name, struct errbuf *e);
 
 /* Called once at start, after cg_detect: creates the instance groups,
- * enables v2 controllers, and removes groups left by a crashed run. */
+ * enables v2 controllers (moving the own group's processes into a leaf when
+ * v2 requires it), and removes groups left by a crashed run.  On failure
+ * nothing it changed is left. */
 int cg_setup_instance(struct cg_system *cg, struct errbuf *e);
 
 /* Called at shutdown, after every box is gone: removes the instance's
- * groups, so nothing of this backend is left in the hierarchy. */
-void cg_teardown_instance(struct cg_system *cg);
+ * groups and, on v2, disables the controllers cg_setup_instance enabled and
+ * moves the leaf's processes back, so nothing of this backend is left in the
+ * hierarchy.  Safe to call again (a no-op once done). */
+int cg_teardown_instance(struct cg_system *cg, struct errbuf *e);
 
 /* Called before each run. */
 int cg_box_create(const struct cg_system *cg, struct cg_box *box, const char *box_name, struct errbuf *e);

@@ -185,11 +185,35 @@ static void uid_unlock_all(struct box_uids *u)
     uid_range_unlock(&u->sessions);
 }
 
+/* Every way out after setup_cgroups (a fatal error too) removes the groups
+ * and, on v2, puts the own group back as it was; only in the backend itself,
+ * never in a child that exits. */
+static struct cg_system *exit_cg;
+static pid_t exit_cg_pid;
+
+static void teardown_cgroups(void)
+{
+    struct errbuf e;
+    struct cg_system *cg = exit_cg;
+    if (cg == NULL || getpid() != exit_cg_pid)
+        return;
+    exit_cg = NULL; /* one attempt: a failure is reported once */
+    if (cg_teardown_instance(cg, &e) != 0)
+        log_warnx("cgroups: left behind: %s", e.msg);
+}
+
 static void setup_cgroups(struct backend *b, const struct options *o)
 {
     struct errbuf e;
     if (cg_detect(&b->cg, "/sys/fs/cgroup", "/proc/self/cgroup", o->cg_name, &e) != 0 || cg_setup_instance(&b->cg, &e) != 0)
         fatalx("cgroups: %s", e.msg);
+    exit_cg = &b->cg;
+    exit_cg_pid = getpid();
+    if (atexit(teardown_cgroups) != 0)
+        fatalx("atexit failed");
+    if (b->cg.leaf_used)
+        log_info("cgroup v2: the processes of %s are in %s until exit (v2 allows none in a group that delegates)", b->cg.own,
+                 b->cg.leaf);
     log_info("cgroup v%d, boxes below %s", b->cg.version, b->cg.base[0]);
 }
 
@@ -416,7 +440,7 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     if (job_run(b, req, &res, &je) != 0) {
         fprintf(stderr, "moat-backend: run: %s\n", je.message);
         shutdown_slots(b);
-        cg_teardown_instance(&b->cg);
+        teardown_cgroups();
         uid_unlock_all(&uids);
         return 2;
     }
@@ -432,7 +456,7 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     json_decref(out);
     moat_exec_result_free(&res);
     shutdown_slots(b);
-    cg_teardown_instance(&b->cg);
+    teardown_cgroups();
     uid_unlock_all(&uids);
     return 0;
 }
@@ -622,7 +646,7 @@ static void shutdown_server(struct server *srv, struct backend *b, const struct 
         nanosleep(&ts, NULL);
     }
     shutdown_slots(b);
-    cg_teardown_instance(&b->cg);
+    teardown_cgroups();
     log_info("stopped");
 }
 

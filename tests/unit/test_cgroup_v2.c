@@ -138,8 +138,8 @@ static int teardown(void **state)
 
 /* A v2 tree: <fs>/cgroup.controllers and our own group /svc/backend with
  * its subtree_control, and the instance group <own>/moat pre-created with
- * its own control files. */
-static void make_v2_tree(const struct fx *f, struct cg_system *cg)
+ * its own control files.  own: where the own group's path goes, or NULL. */
+static void make_v2_tree(const struct fx *f, struct cg_system *cg, char own_out[PATH_MAX])
 {
     char own[PATH_MAX], base[PATH_MAX];
     struct errbuf e = {""};
@@ -148,6 +148,7 @@ static void make_v2_tree(const struct fx *f, struct cg_system *cg)
     join(own, sizeof(own), f->fs, "svc/backend");
     mkdirs(own);
     put(own, "cgroup.subtree_control", "");
+    put(own, "cgroup.controllers", "cpuset cpu io memory pids\n");
     put(own, "cgroup.procs", "");
     write_self(f, "0::/svc/backend\n");
     join(base, sizeof(base), own, "moat");
@@ -155,6 +156,8 @@ static void make_v2_tree(const struct fx *f, struct cg_system *cg)
     put(base, "cgroup.subtree_control", "");
     put(base, "cgroup.procs", "");
     assert_int_equal(cg_detect(cg, f->fs, f->self, "moat", &e), 0);
+    if (own_out != NULL)
+        snprintf(own_out, PATH_MAX, "%s", own);
 }
 
 /* The control files the kernel would create in a new v2 box group. */
@@ -305,7 +308,7 @@ static void test_v2_setup_instance(void **state)
     struct errbuf e = {""};
     char own[PATH_MAX];
 
-    make_v2_tree(f, &cg);
+    make_v2_tree(f, &cg, NULL);
     assert_int_equal(cg_setup_instance(&cg, &e), 0);
     join(own, sizeof(own), f->fs, "svc/backend");
     assert_string_equal(get(own, "cgroup.subtree_control"), "+memory +pids +cpu");
@@ -317,6 +320,123 @@ static void test_v2_setup_instance(void **state)
     assert_string_equal(get(own, "cgroup.procs"), "");
 }
 
+/* Removes the control files make_v2_tree put in the instance group, so
+ * that rmdir(2) can remove it as it would a real group. */
+static void empty_fake_group(const char *dir)
+{
+    char path[PATH_MAX];
+    static const char *const files[] = {"cgroup.subtree_control", "cgroup.procs"};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        join(path, sizeof(path), dir, files[i]);
+        (void)unlink(path);
+    }
+}
+
+static void test_v2_teardown_restores_own_group(void **state)
+{
+    struct fx *f = *state;
+    struct cg_system cg;
+    struct errbuf e = {""};
+    char own[PATH_MAX];
+
+    /* nothing set up yet: nothing to undo */
+    make_v2_tree(f, &cg, NULL);
+    assert_int_equal(cg_teardown_instance(&cg, &e), 0);
+    assert_true(is_dir(cg.base[0]));
+
+    /* memory was enabled before us: only pids and cpu are ours to undo */
+    join(own, sizeof(own), f->fs, "svc/backend");
+    put(own, "cgroup.subtree_control", "memory\n");
+    assert_int_equal(cg_setup_instance(&cg, &e), 0);
+    assert_string_equal(get(own, "cgroup.subtree_control"), "+pids +cpu");
+    empty_fake_group(cg.base[0]);
+    put(own, "cgroup.subtree_control", "");
+    assert_int_equal(cg_teardown_instance(&cg, &e), 0);
+    assert_false(is_dir(cg.base[0]));
+    assert_string_equal(get(own, "cgroup.subtree_control"), "-pids -cpu");
+    assert_false(is_dir(cg.leaf)); /* the own group was free: no leaf */
+
+    /* a second teardown is a no-op */
+    put(own, "cgroup.subtree_control", "memory\n");
+    assert_int_equal(cg_teardown_instance(&cg, &e), 0);
+    assert_string_equal(get(own, "cgroup.subtree_control"), "memory\n");
+}
+
+static void test_v2_teardown_stops_while_the_instance_group_stays(void **state)
+{
+    struct fx *f = *state;
+    struct cg_system cg;
+    struct errbuf e = {""};
+    char own[PATH_MAX];
+
+    /* the controllers cannot be disabled while the instance group uses them */
+    make_v2_tree(f, &cg, own);
+    assert_int_equal(cg_setup_instance(&cg, &e), 0);
+    put(own, "cgroup.subtree_control", "memory pids cpu\n");
+    assert_int_equal(cg_teardown_instance(&cg, &e), -1); /* the fake group is not empty */
+    assert_non_null(strstr(e.msg, "rmdir"));
+    assert_string_equal(get(own, "cgroup.subtree_control"), "memory pids cpu\n");
+}
+
+static void test_v2_controller_not_delegated(void **state)
+{
+    struct fx *f = *state;
+    struct cg_system cg;
+    struct errbuf e = {""};
+    char own[PATH_MAX];
+
+    make_v2_tree(f, &cg, own);
+    put(own, "cgroup.controllers", "memory pids\n");
+    assert_int_equal(cg_setup_instance(&cg, &e), -1);
+    assert_non_null(strstr(e.msg, "controller cpu not available"));
+    assert_non_null(strstr(e.msg, "Delegate=yes"));
+    /* nothing was written or made */
+    assert_string_equal(get(own, "cgroup.subtree_control"), "");
+    assert_false(is_dir(cg.leaf));
+}
+
+static void test_v2_adopts_the_leaf_a_killed_run_left(void **state)
+{
+    struct fx *f = *state;
+    struct cg_system cg;
+    struct errbuf e = {""};
+    char own[PATH_MAX], want[PATH_MAX];
+
+    /* started from the shell a killed run moved into its leaf */
+    make_v2_tree(f, &cg, own);
+    put(own, "cgroup.subtree_control", "memory pids cpu\n");
+    join(want, sizeof(want), own, "moat.supervisor");
+    mkdirs(want);
+    write_self(f, "0::/svc/backend/moat.supervisor\n");
+    assert_int_equal(cg_detect(&cg, f->fs, f->self, "moat", &e), 0);
+    assert_string_equal(cg.own, own);
+    assert_string_equal(cg.leaf, want);
+    join(want, sizeof(want), own, "moat");
+    assert_string_equal(cg.base[0], want);
+    assert_int_equal(cg.adopted, 1);
+    assert_int_equal(cg.leaf_used, 1);
+
+    /* what the killed run enabled is undone at teardown */
+    if (cg_setup_instance(&cg, &e) != 0)
+        fail_msg("cg_setup_instance: %s", e.msg);
+    empty_fake_group(cg.base[0]);
+    put(own, "cgroup.subtree_control", "");
+    if (cg_teardown_instance(&cg, &e) != 0)
+        fail_msg("cg_teardown_instance: %s", e.msg);
+    assert_string_equal(get(own, "cgroup.subtree_control"), "-memory -pids -cpu");
+    assert_false(is_dir(cg.leaf));
+
+    /* another instance's leaf, or one at the hierarchy root, is no leaf of ours */
+    write_self(f, "0::/svc/backend/other.supervisor\n");
+    assert_int_equal(cg_detect(&cg, f->fs, f->self, "moat", &e), 0);
+    assert_int_equal(cg.adopted, 0);
+    write_self(f, "0::/moat.supervisor\n");
+    assert_int_equal(cg_detect(&cg, f->fs, f->self, "moat", &e), 0);
+    assert_int_equal(cg.adopted, 0);
+    join(want, sizeof(want), f->fs, "moat.supervisor/moat");
+    assert_string_equal(cg.base[0], want);
+}
+
 static void test_v2_setup_instance_errors(void **state)
 {
     struct fx *f = *state;
@@ -325,8 +445,7 @@ static void test_v2_setup_instance_errors(void **state)
     char own[PATH_MAX], path[PATH_MAX];
 
     /* the own group cannot delegate: its subtree_control is missing */
-    make_v2_tree(f, &cg);
-    join(own, sizeof(own), f->fs, "svc/backend");
+    make_v2_tree(f, &cg, own);
     join(path, sizeof(path), own, "cgroup.subtree_control");
     assert_int_equal(unlink(path), 0);
     assert_int_equal(cg_setup_instance(&cg, &e), -1);
@@ -352,7 +471,7 @@ static void test_v2_box_lifecycle(void **state)
     struct errbuf e = {""};
     char want[PATH_MAX];
 
-    make_v2_tree(f, &cg);
+    make_v2_tree(f, &cg, NULL);
     assert_int_equal(cg_setup_instance(&cg, &e), 0);
 
     assert_int_equal(cg_box_create(&cg, &box, "slot0", &e), 0);
@@ -393,7 +512,7 @@ static void test_v2_set_limits_large_and_missing_files(void **state)
     struct errbuf e = {""};
     char path[PATH_MAX];
 
-    make_v2_tree(f, &cg);
+    make_v2_tree(f, &cg, NULL);
     assert_int_equal(cg_box_create(&cg, &box, "slot0", &e), 0);
     make_v2_box_files(box.path[0]);
 
@@ -440,7 +559,7 @@ static void test_v2_usage_fallbacks(void **state)
     struct errbuf e = {""};
     char path[PATH_MAX];
 
-    make_v2_tree(f, &cg);
+    make_v2_tree(f, &cg, NULL);
     assert_int_equal(cg_box_create(&cg, &box, "slot0", &e), 0);
     make_v2_box_files(box.path[0]);
 
@@ -700,7 +819,7 @@ static void test_kill_reads_long_pid_lists_whole(void **state)
     struct cg_box box;
     struct errbuf e = {""};
 
-    make_v2_tree(f, &cg);
+    make_v2_tree(f, &cg, NULL);
     assert_int_equal(cg_box_create(&cg, &box, "slot0", &e), 0);
     put(box.path[0], "cgroup.kill", "");
 
@@ -755,6 +874,10 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_bad_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_v2_setup_instance, setup, teardown),
         cmocka_unit_test_setup_teardown(test_v2_setup_instance_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_v2_teardown_restores_own_group, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_v2_teardown_stops_while_the_instance_group_stays, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_v2_controller_not_delegated, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_v2_adopts_the_leaf_a_killed_run_left, setup, teardown),
         cmocka_unit_test_setup_teardown(test_v2_box_lifecycle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_v2_set_limits_large_and_missing_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_v2_usage_fallbacks, setup, teardown),
