@@ -1,5 +1,6 @@
 add_executable(moat-audit ${CMAKE_CURRENT_LIST_DIR}/moat_audit_main.c)
 target_link_libraries(moat-audit PRIVATE moat_audit)
+install(TARGETS moat-audit RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 if(MOAT_TESTS)
     # The writer's core and the verifier: tests/unit/test_audit_log.c

@@ -23,6 +23,10 @@
  * connection closed); in-flight batch jobs finish (bounded by their own
  * limits) before exit.
  *
+ * Under systemd (Type=notify, backend/systemd/moat-backend.service) the
+ * backend says READY=1 once its socket accepts, and STOPPING=1 when a
+ * signal ends the accept loop (moat_notify.h; nothing outside systemd).
+ *
  * `moat-backend run` runs one job locally without a socket and prints the
  * result as JSON, for debugging and benchmarks.
  */
@@ -45,6 +49,7 @@
 #include "log.h"
 #include "moat_buf.h"
 #include "moat_io.h"
+#include "moat_notify.h"
 #include "server.h"
 #include "uid_range.h"
 
@@ -666,7 +671,9 @@ static int serve(struct backend *b, struct options *o)
     setup_socket(&srv, b, o);
     log_info("ready: %d slots, queue %d, %d session slots (%d warm)", o->slots, o->queue, o->sessions,
              o->sessions_warm < o->sessions ? o->sessions_warm : o->sessions);
+    moat_notify("READY=1"); /* the socket listens: a connection is accepted from now on */
     server_serve(&srv, sig_fd);
+    moat_notify("STOPPING=1");
     shutdown_server(&srv, b, o);
     uid_unlock_all(&uids); /* every box is gone: the uids are free */
     return 0;
@@ -703,5 +710,8 @@ int main(int argc, char **argv)
         return cmd_run(&b, &o, &req, argc, argv, optind);
     if (optind != argc)
         fatalx("unexpected argument %s (see --help)", argv[optind]);
+    char err[256];
+    if (moat_notify_open(err, sizeof(err)) != 0) /* before any thread: it unsets the variable */
+        fatalx("%s", err);
     return serve(&b, &o);
 }

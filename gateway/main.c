@@ -52,6 +52,7 @@
 #include "session_registry.h"
 #include "privsep.h"
 #include "log.h"
+#include "moat_notify.h"
 #include "privdrop.h"
 #include "server.h"
 #include "tls.h"
@@ -306,6 +307,10 @@ int main(int argc, char **argv)
         return 0;
     }
 
+    /* systemd's readiness socket, connected while root and before any
+     * fork or thread (server.c sends READY=1 once the workers listen) */
+    if (moat_notify_open(err, sizeof(err)) != 0)
+        fatalx("%s: %s", __func__, err);
     /* the server takes over config and ssl_ctx; path is kept for SIGHUP */
     if (gw_server_init(&server, &config, ssl_ctx, path) != 0)
         fatalx("%s: out of memory", __func__);

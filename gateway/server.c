@@ -25,6 +25,13 @@
  * once the new generation is published, so a change is live when moatctl
  * returns).
  *
+ * Under systemd (Type=notify, gateway/systemd/moat-gateway.service) the
+ * main thread says READY=1 once every worker's listener is on its loop
+ * (the workers and the main thread meet at the `started` barrier),
+ * RELOADING=1 ... READY=1 around a SIGHUP reload, and STOPPING=1 when a
+ * signal stops it (moat_notify.h; with the audit trail this is the
+ * supervisor's child, hence the unit's NotifyAccess=all).
+ *
  * On shutdown the workers stop the Judge0 submissions queue (nothing
  * waiting starts any more), stop accepting, ask h2o to wind down (GOAWAY on
  * HTTP/2, no more keep-alive on HTTP/1), drain, meet the main thread at a
@@ -39,6 +46,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "moat_io.h"
+#include "moat_notify.h"
 #include "pipeline.h"
 #include "fallback.h"
 #include "ratelimit_redis.h"
@@ -349,6 +357,7 @@ static void *worker_main(void *arg)
     if (w->index == 0)
         gw_metrics_serve(w); /* the metrics listener, when configured */
     log_debug("%s: worker %u running", __func__, w->index);
+    pthread_barrier_wait(&w->server->started);
 
     log_buffer_thread();
     while (!stopping()) {
@@ -686,7 +695,8 @@ int gw_server_run(struct gw_server *srv)
         errno = rc;
         fatal("%s: pthread_sigmask", __func__);
     }
-    if ((rc = pthread_barrier_init(&srv->drained, NULL, srv->nworkers + 1)) != 0) {
+    if ((rc = pthread_barrier_init(&srv->started, NULL, srv->nworkers + 1)) != 0 ||
+        (rc = pthread_barrier_init(&srv->drained, NULL, srv->nworkers + 1)) != 0) {
         errno = rc;
         fatal("%s: pthread_barrier_init", __func__);
     }
@@ -700,8 +710,10 @@ int gw_server_run(struct gw_server *srv)
             fatal("%s: pthread_create", __func__);
         }
     }
+    pthread_barrier_wait(&srv->started);
     log_info("%s: listening on %s port %u with %u workers", __func__, srv->listen_address, (unsigned)srv->listen_port,
              srv->nworkers);
+    moat_notify("READY=1");
     int sfd = signalfd(-1, &set, SFD_CLOEXEC);
     if (sfd < 0)
         fatal("%s: signalfd", __func__);
@@ -724,9 +736,12 @@ int gw_server_run(struct gw_server *srv)
             break;
         log_info("%s: SIGHUP received, reloading %s", __func__, srv->config_path);
         char err[1024];
+        moat_notify_reloading();
         gw_server_reload(srv, err, sizeof(err));
+        moat_notify("READY=1"); /* the new generation, or the running one if the reload failed */
     }
     log_info("%s: %s received, shutting down", __func__, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    moat_notify("STOPPING=1");
     __atomic_store_n(&gw_stopping, 1, __ATOMIC_RELEASE);
     pthread_barrier_wait(&srv->drained);
     log_info("%s: stopped", __func__);

@@ -95,6 +95,7 @@ struct gw_server {
     int audit_enabled;
     int *audit_fds;            /* one writer socket per worker, from the supervisor (privsep.c) */
     int audit_ctl;             /* the supervisor's ctl socket (privsep.h): writer sockets, reload and status requests; -1 none */
+    pthread_barrier_t started; /* workers + main thread, once every listener is on its loop */
     pthread_barrier_t drained; /* workers + main thread, after draining */
 };
 

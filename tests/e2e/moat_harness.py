@@ -25,6 +25,11 @@ GATEWAY = os.path.join(BUILD, "gateway", "moat-gateway")
 MOATCTL = os.path.join(BUILD, "gateway", "moatctl")
 MOAT_AUDIT = os.path.join(BUILD, "audit", "moat-audit")
 AUDIT_WRITER = os.path.join(BUILD, "audit", "moat-audit-writer")
+CALLBACK_SENDER = os.path.join(BUILD, "gateway", "moat-callback-sender")
+# The programs' defaults are the installed paths (README "Running in
+# production"); from the build tree every start names the checkout's
+# manifests (moat-backend -L) and the helpers (audit.writer, callbacks.sender).
+LANGUAGES = os.path.join(SOURCE, "backend", "languages")
 
 
 # ---- waiting for a condition, never for a fixed time ----------------------
@@ -89,7 +94,7 @@ def backend_run(code, language="python", extra=(), timeout=60, tag=None):
     """Runs one job with `moat-backend run` and returns the parsed result.
     Concurrent calls need distinct tags (run dir, cgroup name, box uids)."""
     tag = tag or "moat-t%d" % os.getpid()
-    cmd = [BACKEND, "run", "-r", "/run/" + tag, "-n", tag, "--uid-base", str(uid_base(tag)), "-l", language, "-c", code,
+    cmd = [BACKEND, "run", "-L", LANGUAGES, "-r", "/run/" + tag, "-n", tag, "--uid-base", str(uid_base(tag)), "-l", language, "-c", code,
            *extra]
     p = subprocess.run(cmd, capture_output=True, timeout=timeout)
     if p.returncode != 0:
@@ -238,7 +243,7 @@ workers: 2
     def start_backend(self):
         self.backend_log = open(os.path.join(self.tmp, "backend.log"), "ab")
         self.backend = subprocess.Popen(
-            [BACKEND, "-s", self.socket, "-r", self.run_dir, "-u", "moat", "-g", "moat", "-n", self.tag, "-j", "4",
+            [BACKEND, "-L", LANGUAGES, "-s", self.socket, "-r", self.run_dir, "-u", "moat", "-g", "moat", "-n", self.tag, "-j", "4",
              "--uid-base", str(self.uid_base), *self.backend_args],
             stdout=self.backend_log, stderr=subprocess.STDOUT)
         # up once its socket accepts; dead if it exited

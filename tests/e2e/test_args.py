@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import unittest
 
-from moat_harness import BACKEND, Stack, uid_base
+from moat_harness import BACKEND, LANGUAGES, Stack, uid_base
 
 # Arguments every tool here would take as its own option, @-file or end of options.
 OPTION_ARGS = ["-e", "--version", "@x", "-", "--", "-c", "-o", "--help", "-v"]
@@ -80,7 +80,7 @@ class Job:
     def run(self, language, args=(), extra=()):
         """(exit status, parsed result or None, stderr)"""
         tag = "moat-a%d" % os.getpid()
-        cmd = [BACKEND, "run", "-r", "/run/" + tag, "-n", tag, "--uid-base", str(uid_base(tag)), "-l", language, *extra]
+        cmd = [BACKEND, "run", "-L", LANGUAGES, "-r", "/run/" + tag, "-n", tag, "--uid-base", str(uid_base(tag)), "-l", language, *extra]
         cmd += ["--arg=" + a for a in args]
         # the paths are absolute: none reads as an option of moat-backend itself
         p = subprocess.run(cmd + self.paths, capture_output=True, timeout=300)

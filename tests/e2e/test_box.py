@@ -173,18 +173,18 @@ class BoxTest(unittest.TestCase):
         self.assertEqual(r["status"], "RE")
 
     def test_unknown_language(self):
-        from moat_harness import BACKEND, uid_base
+        from moat_harness import BACKEND, LANGUAGES, uid_base
         import subprocess
-        p = subprocess.run([BACKEND, "run", "-r", "/run/moat-tu", "-n", "moat-tu", "--uid-base", str(uid_base("moat-tu")),
+        p = subprocess.run([BACKEND, "run", "-L", LANGUAGES, "-r", "/run/moat-tu", "-n", "moat-tu", "--uid-base", str(uid_base("moat-tu")),
                             "-l", "cobol", "-c", "x"],
                            capture_output=True, text=True)
         self.assertEqual(p.returncode, 2)
         self.assertIn("cobol-* runtime is unknown", p.stderr)
 
     def test_limit_above_ceiling_is_refused(self):
-        from moat_harness import BACKEND, uid_base
+        from moat_harness import BACKEND, LANGUAGES, uid_base
         import subprocess
-        p = subprocess.run([BACKEND, "run", "-r", "/run/moat-tu", "-n", "moat-tu", "--uid-base", str(uid_base("moat-tu")),
+        p = subprocess.run([BACKEND, "run", "-L", LANGUAGES, "-r", "/run/moat-tu", "-n", "moat-tu", "--uid-base", str(uid_base("moat-tu")),
                             "-l", "python", "-c", "x",
                             "--run-timeout", "999999"], capture_output=True, text=True)
         self.assertEqual(p.returncode, 2)
@@ -211,10 +211,10 @@ LANGUAGES = {  # language: (program file, compiled)
 
 
 def run_file(language, name, stdin="moat\n", extra=()):
-    from moat_harness import BACKEND, uid_base
+    from moat_harness import BACKEND, LANGUAGES, uid_base
     import subprocess
     tag = "moat-t%d" % os.getpid()
-    p = subprocess.run([BACKEND, "run", "-r", "/run/" + tag, "-n", tag, "--uid-base", str(uid_base(tag)), "-l", language,
+    p = subprocess.run([BACKEND, "run", "-L", LANGUAGES, "-r", "/run/" + tag, "-n", tag, "--uid-base", str(uid_base(tag)), "-l", language,
                         "-i", stdin, *extra,
                         os.path.join(PROGRAMS, name)], capture_output=True, timeout=120)
     if p.returncode != 0:

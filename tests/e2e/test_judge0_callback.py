@@ -26,7 +26,7 @@ import threading
 import time
 import unittest
 
-from moat_harness import GATEWAY, SOURCE, Stack, wait_until
+from moat_harness import CALLBACK_SENDER, GATEWAY, SOURCE, Stack, wait_until
 
 BIG = "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\n"
 JUDGE0 = "endpoints: [execute, runtimes, submissions, languages]\n"
@@ -136,8 +136,8 @@ class CallbackTest(unittest.TestCase):
         tenants = [("hooks", BIG + JUDGE0 + hooks, ""), ("strict", BIG + JUDGE0 + strict, ""), ("nocb", BIG + JUDGE0, "")]
         # an attempt to the hole lasts timeout_ms: long enough that a
         # submission that waited for it would show
-        extra = ("callbacks:\n  ca_file: %s\n  retry_ms: 200\n  connect_timeout_ms: 60000\n  timeout_ms: 60000\n"
-                 "  max_tries: 3\n" % cls.ca)
+        extra = ("callbacks:\n  sender: %s\n  ca_file: %s\n  retry_ms: 200\n  connect_timeout_ms: 60000\n"
+                 "  timeout_ms: 60000\n  max_tries: 3\n" % (CALLBACK_SENDER, cls.ca))
         cls.stack = Stack(tenants=tenants, extra_config=extra).start()
 
     @classmethod
@@ -368,7 +368,8 @@ class QueueFullTest(unittest.TestCase):
         cls.hole.listen(64)
         cb = 'callbacks: {allow: ["https://127.0.0.1:%d/"], allow_private: true, secret_file: %s}\n' % (
             cls.hole.getsockname()[1], secret)
-        extra = "callbacks:\n  max_queue: 1\n  max_in_flight: 1\n  timeout_ms: 60000\n  connect_timeout_ms: 60000\n"
+        extra = ("callbacks:\n  sender: %s\n  max_queue: 1\n  max_in_flight: 1\n  timeout_ms: 60000\n"
+                 "  connect_timeout_ms: 60000\n" % CALLBACK_SENDER)
         cls.stack = Stack(tenants=[("q", BIG + JUDGE0 + cb, "")], extra_config=extra).start()
 
     @classmethod

@@ -13,7 +13,7 @@ import subprocess
 import threading
 import unittest
 
-from moat_harness import (BACKEND, DEADLINE_S, LONG_WALL_MS, Stack, backend_run, held_program, release_all, uid_base,
+from moat_harness import (BACKEND, DEADLINE_S, LANGUAGES, LONG_WALL_MS, Stack, backend_run, held_program, release_all, uid_base,
                           wait_held, wait_until)
 
 LONG_RUN = ("-o", "run_timeout=%d" % LONG_WALL_MS, "--run-timeout", str(LONG_WALL_MS))
@@ -23,7 +23,7 @@ def start_refused(args, tag):
     """Starts moat-backend with `args` (a server's, or "run" and a job's) under run tag `tag`
     where it must refuse to start; returns (exit status, its last stderr line)."""
     mode, args = (["run"], args[1:]) if args[:1] == ["run"] else ([], args)
-    cmd = [BACKEND, *mode, "-r", "/run/" + tag, "-n", tag, *args]
+    cmd = [BACKEND, *mode, "-L", LANGUAGES, "-r", "/run/" + tag, "-n", tag, *args]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=DEADLINE_S)
     lines = p.stderr.strip().splitlines()
     return p.returncode, lines[-1] if lines else ""
