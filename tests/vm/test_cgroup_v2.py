@@ -29,7 +29,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
-from moat_harness import (BACKEND, MSG_EXEC_RESULT, STATUS_ML, STATUS_OK, STATUS_TO, exec_request,  # noqa: E402
+from moat_harness import (BACKEND, LANGUAGES, MSG_EXEC_RESULT, STATUS_ML, STATUS_OK, STATUS_TO, exec_request,  # noqa: E402
                           read_frame, run_stage_of, uid_base, wait_until)
 
 CG = "/sys/fs/cgroup"
@@ -98,7 +98,7 @@ class Unit:
 
 
 def backend_cmd(tag, *args):
-    return [BACKEND, *args, "-r", "/run/" + tag, "-n", tag, "--uid-base", str(uid_base(tag))]
+    return [BACKEND, *args, "-L", LANGUAGES, "-r", "/run/" + tag, "-n", tag, "--uid-base", str(uid_base(tag))]
 
 
 def start_server(group, tag, *extra):
