@@ -136,7 +136,10 @@ static void setup_languages(struct backend *b, struct options *o)
     json_decref(o->limits); /* copied into the server limits */
     o->limits = NULL;
     if (languages_load(&b->langs, o->lang_dir, &e) != 0)
-        fatalx("%s", e.msg);
+        fatalx("%s%s", e.msg,
+               strcmp(o->lang_dir, MOAT_LANGUAGES_DIR) == 0 ? " (the installed manifests: cmake --install, or -L DIR; "
+                                                              "from a checkout -L backend/languages)"
+                                                            : "");
     if (b->langs.count == 0)
         fatalx("no usable language manifests in %s", o->lang_dir);
     for (size_t i = 0; i < b->langs.count; i++) {

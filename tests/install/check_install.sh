@@ -100,6 +100,9 @@ check_units() {
     need moat-gateway.service "SystemCallFilter=@system-service"
     need moat-gateway.service "ReadWritePaths=/var/lib/moat/audit"
     grep -q "^CapabilityBoundingSet=CAP_" "$stage$unitdir/moat-gateway.service" || fail "moat-gateway.service has no capability bounding set"
+    # the audit writer marks its logs append-only with the one capability it keeps
+    grep -q "^CapabilityBoundingSet=.*CAP_LINUX_IMMUTABLE" "$stage$unitdir/moat-gateway.service" ||
+        fail "moat-gateway.service's bounding set lacks CAP_LINUX_IMMUTABLE (the audit logs would lose chattr +a)"
     need moat-backend.service "Type=notify"
     need moat-backend.service "Delegate=yes"
     need moat-backend.service "NoNewPrivileges=yes"
