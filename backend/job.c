@@ -619,6 +619,17 @@ done:
     return rc;
 }
 
+/* How busy the pools are now: the gateway's metrics (moat_backend_*). */
+static void runtimes_load(struct backend *b, struct moat_backend_load *l)
+{
+    int slots, busy, queue_max, queued, sessions, sessions_busy, zero, none;
+
+    pool_load(&b->pool, &slots, &busy, &queue_max, &queued);
+    pool_load(&b->sessions, &sessions, &sessions_busy, &zero, &none);
+    *l = (struct moat_backend_load){
+        1, (uint64_t)slots, (uint64_t)busy, (uint64_t)queue_max, (uint64_t)queued, (uint64_t)sessions, (uint64_t)sessions_busy};
+}
+
 int job_runtimes(struct backend *b, struct moat_runtimes *rt)
 {
     memset(rt, 0, sizeof(*rt));
@@ -638,5 +649,6 @@ int job_runtimes(struct backend *b, struct moat_runtimes *rt)
         rt->items[i].noption_patterns = l->noption_patterns;
     }
     rt->count = n;
+    runtimes_load(b, &rt->load);
     return 0;
 }

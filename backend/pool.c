@@ -205,7 +205,8 @@ int pool_acquire(struct slot_pool *p, struct slot **out, struct errbuf *e)
         pthread_cond_signal(&p->dirty_cv);
         while (!o.done && !p->stopping)
             pthread_cond_wait(&p->order_cv, &p->mu);
-        if (!o.done) { /* shutting down: the order is void */
+        p->busy += o.done; /* a failed order goes back through pool_release */
+        if (!o.done) {     /* shutting down: the order is void */
             for (tail = &p->orders; *tail != NULL && *tail != &o; tail = &(*tail)->next)
                 ;
             if (*tail == &o)
@@ -227,6 +228,7 @@ int pool_acquire(struct slot_pool *p, struct slot **out, struct errbuf *e)
     while (p->nfree == 0)
         pthread_cond_wait(&p->free_cv, &p->mu);
     p->waiting--;
+    p->busy++;
     s = &p->slots[p->free_list[--p->nfree]];
     pthread_mutex_unlock(&p->mu);
     *out = s;
@@ -236,8 +238,22 @@ int pool_acquire(struct slot_pool *p, struct slot **out, struct errbuf *e)
 void pool_release(struct slot_pool *p, struct slot *s)
 {
     pthread_mutex_lock(&p->mu);
+    p->busy--;
     p->dirty_list[p->ndirty++] = slot_number(p, s);
     pthread_cond_signal(&p->dirty_cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void pool_load(struct slot_pool *p, int *nslots, int *busy, int *queue_max, int *waiting)
+{
+    *nslots = *busy = *queue_max = *waiting = 0;
+    if (p->slots == NULL)
+        return; /* not set up (--sessions 0) */
+    pthread_mutex_lock(&p->mu);
+    *nslots = p->nslots;
+    *busy = p->busy;
+    *queue_max = p->queue_max;
+    *waiting = p->waiting;
     pthread_mutex_unlock(&p->mu);
 }
 

@@ -45,6 +45,7 @@ struct slot_pool {
     int warm_max;  /* slots kept warm; released slots beyond go cold */
     int waiting;
     int queue_max;
+    int busy; /* slots handed out and not yet released (pool_load) */
     int stopping;
     const struct cg_system *cg;
     const struct seccomp_prog *seccomp;
@@ -75,6 +76,10 @@ int pool_init_sessions(struct slot_pool *p, int nslots, int warm, const struct u
 int pool_acquire(struct slot_pool *p, struct slot **out, struct errbuf *e);
 /* Hands a used slot to the maintenance thread. */
 void pool_release(struct slot_pool *p, struct slot *s);
+
+/* The pool's load now: its slots, those taken, its queue places and the
+ * requests waiting in them (RUNTIMES' load, for the gateway's metrics). */
+void pool_load(struct slot_pool *p, int *nslots, int *busy, int *queue_max, int *waiting);
 /* Stops the maintenance thread, discards every box and removes the slots'
  * directories (and drops the range pool_init took). */
 void pool_shutdown(struct slot_pool *p);

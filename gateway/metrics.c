@@ -30,12 +30,17 @@
  * on its own loop with h2o, plain HTTP/1.1 and a host table of its own
  * (gw_metrics_serve): nothing of the public pipeline (TLS, routes,
  * authentication, audit) is reachable there, and /metrics is not a route of
- * the public listener (404 like any unknown path).  A scrape sums the
- * workers' counters and reads the gauges that live elsewhere (sessions,
- * the submissions queue, the audit client of each worker, the limiter's
- * store) and writes the text exposition format 0.0.4.
+ * the public listener (404 like any unknown path).  A scrape first asks
+ * moat-backend for its runtimes, the readiness probe's query, whose reply
+ * carries the backend's load (its slots and queue, PROTOCOL.md RUNTIMES
+ * tag 2), then sums the workers' counters, reads the gauges that live
+ * elsewhere (sessions, the submissions queue, the audit client of each
+ * worker, the limiter's store) and writes the text exposition format 0.0.4.
+ * A backend that does not answer makes moat_backend_up 0, not a failed
+ * scrape (bounded by backend.timeout_ms).
  */
 #include "metrics.h"
+#include "backend_client.h"
 #include "config.h"
 #include "judge0_queue.h"
 #include "log.h"
@@ -371,13 +376,29 @@ static void render_connections(struct text *t)
             SUM(aborted));
 }
 
-char *gw_metrics_render(struct gw_server *srv, size_t *len)
+/* The backend's own account of its slots (RUNTIMES' load), asked at each scrape. */
+static void render_backend(struct text *t, const struct moat_backend_load *l)
+{
+    gauge(t, "moat_backend_up", "1 when moat-backend answered this scrape's query.", (unsigned long long)l->present);
+    if (!l->present)
+        return;
+    gauge(t, "moat_backend_slots", "moat-backend's batch slots (-j).", l->slots);
+    gauge(t, "moat_backend_slots_busy", "Batch slots running a job now.", l->busy);
+    gauge(t, "moat_backend_queue_max", "Requests that may wait for a batch slot (-q).", l->queue_max);
+    gauge(t, "moat_backend_queue_depth", "Requests waiting for a batch slot now.", l->queued);
+    gauge(t, "moat_backend_session_slots", "moat-backend's session slots (--sessions).", l->session_slots);
+    gauge(t, "moat_backend_session_slots_busy", "Session slots holding a live session now.", l->sessions_busy);
+}
+
+char *gw_metrics_render(struct gw_server *srv, const struct moat_backend_load *backend, size_t *len)
 {
     struct text t = {{0}, 0};
     struct jq_counts q;
 
     render_requests(&t);
     render_durations(&t);
+    if (backend != NULL)
+        render_backend(&t, backend);
     gauge(&t, "moat_backend_calls_in_flight", "Calls to moat-backend waiting for their answer (backend slots this gateway holds).",
           SUM(backend_in_flight));
     counter(&t, "moat_backend_busy_total", "Calls moat-backend refused because every slot was taken.", SUM(backend_busy));
@@ -434,12 +455,13 @@ int gw_metrics_listen(const struct gw_config *cfg, char *err, size_t errlen)
     return 0;
 }
 
-/* GET /metrics; anything else is a 404 (405 for another method). */
+static void respond(h2o_req_t *req, const struct moat_backend_load *backend);
+static void on_backend_load(void *data, enum backend_status status, const struct backend_reply *reply);
+
+/* GET /metrics (after a RUNTIMES query to the backend for its load);
+ * anything else is a 404 (405 for another method). */
 static int on_metrics_req(h2o_handler_t *self, h2o_req_t *req)
 {
-    char *body;
-    size_t len = 0;
-
     (void)self;
     if (!h2o_memis(req->path_normalized.base, req->path_normalized.len, H2O_STRLIT("/metrics"))) {
         h2o_send_error_generic(req, 404, "Not Found", "not found\n", 0);
@@ -450,9 +472,38 @@ static int on_metrics_req(h2o_handler_t *self, h2o_req_t *req)
         h2o_send_error_generic(req, 405, "Method Not Allowed", "method not allowed\n", 0);
         return 0;
     }
-    if ((body = gw_metrics_render(msrv, &len)) == NULL) {
-        h2o_send_error_generic(req, 500, "Internal Server Error", "out of memory\n", 0);
+    struct gw_worker *w = gw_worker_of(req->conn->ctx);
+    struct moat_buf frame = {NULL, 0, 0};
+    uint64_t job = backend_next_job_id();
+    const char *why = NULL;
+
+    if (moat_encode_runtimes_query(&frame, job, &why) != 0) {
+        static const struct moat_backend_load none;
+        moat_buf_free(&frame);
+        respond(req, &none);
         return 0;
+    }
+    /* the readiness probe's query; its reply (or its failure) answers the scrape */
+    backend_call(req, w->ctx.loop, &w->backend_timeout, w->cfg->backend_socket, &frame, job, on_backend_load, req);
+    return 0;
+}
+
+/* The scrape's answer, with the backend's load when it answered. */
+static void on_backend_load(void *data, enum backend_status status, const struct backend_reply *reply)
+{
+    struct moat_backend_load none = {0};
+
+    respond(data, status == BACKEND_OK && reply->hdr.type == MOAT_MSG_RUNTIMES ? &reply->u.runtimes.load : &none);
+}
+
+static void respond(h2o_req_t *req, const struct moat_backend_load *backend)
+{
+    char *body;
+    size_t len = 0;
+
+    if ((body = gw_metrics_render(msrv, backend, &len)) == NULL) {
+        h2o_send_error_generic(req, 500, "Internal Server Error", "out of memory\n", 0);
+        return;
     }
     req->res.status = 200;
     req->res.reason = "OK";
@@ -462,7 +513,6 @@ static int on_metrics_req(h2o_handler_t *self, h2o_req_t *req)
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-store"));
     h2o_send_inline(req, body, len); /* copies */
     free(body);
-    return 0;
 }
 
 static void on_metrics_accept(h2o_socket_t *listener, const char *err)

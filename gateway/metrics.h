@@ -81,7 +81,10 @@ void gw_metrics_serve(struct gw_worker *w);
 void gw_metrics_stop(struct gw_worker *w);
 
 /* The text exposition of every worker's counters and the gauges (malloc;
- * NULL when out of memory), *len its length. */
-char *gw_metrics_render(struct gw_server *srv, size_t *len);
+ * NULL when out of memory), *len its length.  backend: what moat-backend
+ * said of its load just now (present 0: it did not answer), or NULL to
+ * leave the backend's gauges out. */
+struct moat_backend_load;
+char *gw_metrics_render(struct gw_server *srv, const struct moat_backend_load *backend, size_t *len);
 
 #endif /* GW_METRICS_H */

@@ -67,6 +67,13 @@ enum {
     TAG_ERR_MESSAGE = 2,
     /* runtimes */
     TAG_RT_RUNTIME = 1,
+    TAG_RT_LOAD = 2,
+    TAG_LD_SLOTS = 1,
+    TAG_LD_BUSY = 2,
+    TAG_LD_QUEUE_MAX = 3,
+    TAG_LD_QUEUED = 4,
+    TAG_LD_SESSION_SLOTS = 5,
+    TAG_LD_SESSIONS_BUSY = 6,
     TAG_RTE_LANGUAGE = 1,
     TAG_RTE_VERSION = 2,
     TAG_RTE_ALIAS = 3,
@@ -443,6 +450,17 @@ int moat_encode_runtimes(struct moat_buf *out, uint64_t job_id, const struct moa
             w_fail(&w, "too many compiler option patterns");
         for (size_t j = 0; j < r->noption_patterns && !w.failed; j++)
             w_str(&w, TAG_RTE_OPTION_PATTERN, r->option_patterns[j], MOAT_MAX_COMPILER_OPTION_LEN);
+        w_nest_end(&w, n);
+    }
+    if (rt->load.present && !w.failed) {
+        const struct moat_backend_load *l = &rt->load;
+        size_t n = w_nest_begin(&w, TAG_RT_LOAD);
+        w_u64(&w, TAG_LD_SLOTS, l->slots);
+        w_u64(&w, TAG_LD_BUSY, l->busy);
+        w_u64(&w, TAG_LD_QUEUE_MAX, l->queue_max);
+        w_u64(&w, TAG_LD_QUEUED, l->queued);
+        w_u64(&w, TAG_LD_SESSION_SLOTS, l->session_slots);
+        w_u64(&w, TAG_LD_SESSIONS_BUSY, l->sessions_busy);
         w_nest_end(&w, n);
     }
     return frame_end(&w, at, why);
@@ -1322,6 +1340,37 @@ static int decode_runtime(const struct field *outer, struct moat_runtime *rt, co
     return 0;
 }
 
+/* RUNTIMES tag 2: every field once, none above its total. */
+static int decode_load(const struct field *outer, struct moat_backend_load *l, const char **why)
+{
+    struct reader r = {outer->val, outer->len, 0};
+    struct field f;
+    uint64_t *const dst[] = {NULL, &l->slots, &l->busy, &l->queue_max, &l->queued, &l->session_slots, &l->sessions_busy};
+    uint32_t seen = 0;
+    int rc;
+
+    while ((rc = r_next(&r, &f, why)) == 1) {
+        if (f.tag == 0 || f.tag > TAG_LD_SESSIONS_BUSY) {
+            *why = "unknown field in the backend's load";
+            return -1;
+        }
+        if (once(&seen, f.tag, why) != 0 || r_u64(&f, dst[f.tag], why) != 0)
+            return -1;
+    }
+    if (rc < 0)
+        return -1;
+    if (seen != 0x7eu) {
+        *why = "the backend's load is missing a field";
+        return -1;
+    }
+    if (l->busy > l->slots || l->queued > l->queue_max || l->sessions_busy > l->session_slots) {
+        *why = "the backend's load is out of range";
+        return -1;
+    }
+    l->present = 1;
+    return 0;
+}
+
 int moat_decode_runtimes(const uint8_t *payload, size_t len, struct moat_runtimes *out, const char **why)
 {
     struct reader r = {payload, len, 0};
@@ -1330,6 +1379,15 @@ int moat_decode_runtimes(const uint8_t *payload, size_t len, struct moat_runtime
 
     memset(out, 0, sizeof(*out));
     while ((rc = r_next(&r, &f, why)) == 1) {
+        if (f.tag == TAG_RT_LOAD) {
+            if (out->load.present) {
+                *why = "duplicate field";
+                goto fail;
+            }
+            if (decode_load(&f, &out->load, why) != 0)
+                goto fail;
+            continue;
+        }
         if (f.tag != TAG_RT_RUNTIME) {
             *why = "unknown field in runtimes";
             goto fail;

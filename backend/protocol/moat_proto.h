@@ -241,9 +241,19 @@ struct moat_runtime {
     size_t noption_patterns;
 };
 
+/* How busy the backend is now (RUNTIMES tag 2): its batch slots and the
+ * queue before them, its session slots.  present 0: not sent. */
+struct moat_backend_load {
+    int present;
+    uint64_t slots, busy;       /* batch slots, and those running a job */
+    uint64_t queue_max, queued; /* requests that may wait for a slot, and those waiting */
+    uint64_t session_slots, sessions_busy;
+};
+
 struct moat_runtimes {
     struct moat_runtime *items;
     size_t count;
+    struct moat_backend_load load;
 };
 
 /* SESSION_STDIN: 1..MOAT_SESSION_CHUNK_MAX bytes. */

@@ -11,11 +11,13 @@ import os
 import re
 import socket
 import subprocess
+import threading
 import unittest
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from moat_harness import GATEWAY, Stack, free_port, wait_until
+from moat_harness import (GATEWAY, LONG_WALL_MS, Stack, free_port, held_program, release_all, wait_held,
+                          wait_until)
 
 BURST = 2  # the tenant's requests that pass before its rate answers 429
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -50,7 +52,9 @@ class MetricsTest(unittest.TestCase):
     def setUpClass(cls):
         cls.mport = free_port()
         tenant_extra = "rate: {per_second: 0.001, burst: %d}\nmax_in_flight: 64\n" % BURST
-        cls.stack = Stack(tenants=[("demo", tenant_extra, "")],
+        runner_extra = Stack.DEFAULT_TENANT_EXTRA + "limits:\n  run_timeout_ms: %d\n" % LONG_WALL_MS
+        cls.stack = Stack(tenants=[("demo", tenant_extra, ""), ("runner", runner_extra, "")],
+                          backend_args=["-o", "run_timeout=%d" % LONG_WALL_MS],
                           extra_config="metrics: {address: 127.0.0.1, port: %d}\nlog: {format: json}\n" % cls.mport)
         cls.stack.start()
 
@@ -182,6 +186,33 @@ class MetricsTest(unittest.TestCase):
             rec = json.loads(line)  # no text line from the gateway in json mode
             self.assertRegex(rec["ts"], TS)
             self.assertIn(rec["level"], ("info", "warning", "debug", "fatal"))
+
+    def test_6_backend_slots(self):
+        # the backend's own account of its slots (RUNTIMES' load), asked at each scrape
+        smp = self.scrape_samples()
+        self.assertEqual(value(smp, "moat_backend_up"), 1)
+        self.assertEqual(value(smp, "moat_backend_slots"), 4)  # the harness's -j 4
+        self.assertEqual(value(smp, "moat_backend_queue_max"), 16)  # 4 places a slot by default
+        results = {}
+        body = {"language": "python", "version": "*", "files": [{"name": "main.py", "content": held_program()}],
+                "run_timeout": LONG_WALL_MS}
+
+        def run():
+            results["held"] = self.stack.request("POST", "/api/v2/execute", body, token=self.stack.tokens["runner"])
+
+        t = threading.Thread(target=run)
+        t.start()
+        try:
+            wait_held(self.stack.tag)
+            smp = self.scrape_samples()
+            self.assertEqual(value(smp, "moat_backend_slots_busy"), 1)
+            self.assertEqual(value(smp, "moat_backend_queue_depth"), 0)
+            self.assertEqual(value(smp, "moat_backend_calls_in_flight"), 1)  # the held run's call
+        finally:
+            release_all(self.stack.tag)
+            t.join()
+        self.assertEqual(results["held"][0], 200, results["held"])
+        wait_until(lambda: value(self.scrape_samples(), "moat_backend_slots_busy") == 0, "the slot to be given back")
 
 
 class MetricsConfigTest(unittest.TestCase):

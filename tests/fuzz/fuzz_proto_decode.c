@@ -325,6 +325,7 @@ static void do_runtimes(const uint8_t *p, size_t len, uint64_t job)
         CHECK(a.items[i].naliases <= MOAT_MAX_ALIASES);
         CHECK(a.items[i].compiled == 0 || a.items[i].compiled == 1);
     }
+    CHECK(a.load.busy <= a.load.slots && a.load.queued <= a.load.queue_max && a.load.sessions_busy <= a.load.session_slots);
     why = NULL;
     if (moat_encode_runtimes(&e1, job, &a, &why) != 0) {
         encode_failed(&e1, len, why);
@@ -333,6 +334,7 @@ static void do_runtimes(const uint8_t *p, size_t len, uint64_t job)
     const uint8_t *p1 = reparse(&e1, MOAT_MSG_RUNTIMES, job, &len1);
     CHECK(moat_decode_runtimes(p1, len1, &b, &why) == 0);
     CHECK(a.count == b.count);
+    CHECK(memcmp(&a.load, &b.load, sizeof(a.load)) == 0);
     for (size_t i = 0; i < a.count; i++) {
         const struct moat_runtime *x = &a.items[i], *y = &b.items[i];
         CHECK(str_eq(x->language, y->language));
@@ -755,7 +757,7 @@ static void make_seeds(fuzz_add_seed_fn *add)
     char pat0[] = "-O2", pat1[] = "-D{ident}={value}";
     char *pats[] = {pat0, pat1};
     struct moat_runtime items[] = {{lang, ver, pyal, 2, 0, NULL, 0}, {bash, bv, shal, 1, 1, pats, 2}};
-    struct moat_runtimes rt = {items, 2};
+    struct moat_runtimes rt = {items, 2, {1, 8, 3, 32, 2, 4, 1}};
     rc = moat_encode_runtimes(&b, 6, &rt, &why);
     add_frame(add, &b, rc, why);
 

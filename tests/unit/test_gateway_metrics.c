@@ -22,7 +22,7 @@ static struct gw_server srv; /* no workers of its own: the gauges read nothing *
 static char *scrape(void)
 {
     size_t len = 0;
-    char *text = gw_metrics_render(&srv, &len);
+    char *text = gw_metrics_render(&srv, NULL, &len);
 
     assert_non_null(text);
     assert_int_equal(strlen(text), len);

@@ -899,7 +899,7 @@ static void test_runtimes_roundtrip(void **state)
         {l0, v0, al0, 3, 0, NULL, 0},
         {l1, v1, NULL, 0, 1, pats, 2},
     };
-    struct moat_runtimes rt = {items, 2};
+    struct moat_runtimes rt = {items, 2, {1, 8, 3, 32, 2, 4, 1}};
     struct moat_buf out = {0};
     const char *why = NULL;
     size_t plen;
@@ -922,16 +922,33 @@ static void test_runtimes_roundtrip(void **state)
     assert_int_equal(d.items[1].noption_patterns, 2);
     assert_string_equal(d.items[1].option_patterns[0], "-O2");
     assert_string_equal(d.items[1].option_patterns[1], "-D{ident}={value}");
+    /* the backend's load (tag 2) */
+    assert_int_equal(d.load.present, 1);
+    assert_int_equal(d.load.slots, 8);
+    assert_int_equal(d.load.busy, 3);
+    assert_int_equal(d.load.queue_max, 32);
+    assert_int_equal(d.load.queued, 2);
+    assert_int_equal(d.load.session_slots, 4);
+    assert_int_equal(d.load.sessions_busy, 1);
     moat_runtimes_free(&d);
     moat_buf_free(&out);
 
+    /* a load that cannot be (more busy than there are slots) is refused */
+    rt.load.busy = 9;
+    assert_int_equal(moat_encode_runtimes(&out, 3, &rt, &why), 0);
+    p = frame_payload(&out, 0, MOAT_MSG_RUNTIMES, 3, &plen);
+    assert_int_equal(moat_decode_runtimes(p, plen, &d, &why), -1);
+    assert_string_equal(why, "the backend's load is out of range");
+    moat_buf_free(&out);
+
     /* no languages installed: an empty list */
-    struct moat_runtimes none = {NULL, 0};
+    struct moat_runtimes none = {NULL, 0, {0}};
     assert_int_equal(moat_encode_runtimes(&out, 4, &none, &why), 0);
     p = frame_payload(&out, 0, MOAT_MSG_RUNTIMES, 4, &plen);
     assert_int_equal(plen, 0);
     assert_int_equal(moat_decode_runtimes(p, plen, &d, &why), 0);
     assert_int_equal(d.count, 0);
+    assert_int_equal(d.load.present, 0); /* not sent: absent */
     moat_runtimes_free(&d);
     moat_buf_free(&out);
 }
@@ -1317,7 +1334,7 @@ static void test_unknown_and_duplicate_tags(void **state)
     raw_str(&r, ERR_MESSAGE, "m");
     reject_error(&r, "duplicate field");
     raw_free(&r);
-    raw_str(&r, 2, "x");
+    raw_str(&r, 3, "x"); /* tag 2 is the backend's load */
     reject_runtimes(&r, "unknown field in runtimes");
     raw_free(&r);
     at = raw_nest_begin(&r, RT_RUNTIME);
@@ -1762,7 +1779,7 @@ static void test_encoder_refusals(void **state)
     for (int i = 0; i < MOAT_MAX_ALIASES + 1; i++)
         aliases[i] = arg;
     struct moat_runtime item = {lang, ver, aliases, MOAT_MAX_ALIASES + 1, 0, NULL, 0};
-    struct moat_runtimes rt = {&item, 1};
+    struct moat_runtimes rt = {&item, 1, {0}};
     why = NULL;
     rc = moat_encode_runtimes(&out, 5, &rt, &why);
     refused_unchanged(&out, before, before_len, rc, why, "too many aliases");
