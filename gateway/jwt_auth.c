@@ -199,6 +199,13 @@ static json_t *b64url_json_object(const char *seg, size_t len)
     unsigned char *raw = b64url_decode(seg, len, &n);
     if (raw == NULL)
         return NULL;
+    /* No NUL byte at all: jansson 2.14 skips one that follows a number or a
+     * word ({"exp":1<NUL>} parses), so the bytes would not be the JSON read
+     * (found by fuzz_jwt_struct; libjwt's NUL-terminated parse refused them). */
+    if (memchr(raw, '\0', n) != NULL) {
+        free(raw);
+        return NULL;
+    }
     json_error_t jerr;
     /* No JSON_ALLOW_NUL, no JSON_DECODE_ANY, no JSON_DISABLE_EOF_CHECK: strict. */
     json_t *j = json_loadb((const char *)raw, n, JSON_REJECT_DUPLICATES, &jerr);

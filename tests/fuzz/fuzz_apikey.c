@@ -33,14 +33,6 @@
 #include "config.h"
 #include "moat_hex.h"
 
-#define CHECK(cond)                                                                                                                \
-    do {                                                                                                                           \
-        if (!(cond)) {                                                                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                                               \
-            abort();                                                                                                               \
-        }                                                                                                                          \
-    } while (0)
-
 #define ID_OFF     APIKEY_PREFIX_LEN
 #define SECRET_OFF (ID_OFF + APIKEY_ID_LEN + 1)
 #define SUM_OFF    (SECRET_OFF + APIKEY_SECRET_LEN + 1)

@@ -30,14 +30,6 @@
 #include "callback_policy.h"
 #include "callback_wire.h"
 
-#define CHECK(cond)                                                                                                                \
-    do {                                                                                                                           \
-        if (!(cond)) {                                                                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                                               \
-            abort();                                                                                                               \
-        }                                                                                                                          \
-    } while (0)
-
 enum { MODE_URL, MODE_MESSAGE };
 
 /* The path part (before any '?') has no empty, "." or ".." segment. */

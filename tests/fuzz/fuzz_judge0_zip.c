@@ -25,14 +25,6 @@
 #include "judge0_zip.h"
 #include "moat_path.h"
 
-#define CHECK(cond)                                                                                                                \
-    do {                                                                                                                           \
-        if (!(cond)) {                                                                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                                               \
-            abort();                                                                                                               \
-        }                                                                                                                          \
-    } while (0)
-
 static const struct judge0_zip_limits lim = {8, 64 * 1024};
 
 static void free_files(struct moat_file *fs, size_t n)

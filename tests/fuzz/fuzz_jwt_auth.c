@@ -3,7 +3,7 @@
  *
  * Arbitrary bytes are offered as a token to a fixed set of three issuers
  * (HS256 with a fixed secret, RS256 and ES256 with keys generated once per
- * process) at a fixed time.  The harness aborts if:
+ * process: jwt_fixture.c) at a fixed time.  The harness aborts if:
  *   - libjwt's jwt_decode() is ever called with a NULL or empty key (G3;
  *     linked with -Wl,--wrap=jwt_decode);
  *   - a token is accepted whose identity is not well formed, names a
@@ -19,7 +19,7 @@
  * fuzz_jwt_replay (see replay.c).  Both link with -Wl,--wrap=jwt_decode.
  */
 #include "fuzz_target.h"
-#include "jwt_auth.h"
+#include "jwt_fixture.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -27,11 +27,6 @@
 #include <string.h>
 
 #include <jwt.h>
-#include <openssl/bio.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-
-#define FUZZ_NOW ((time_t)1700000000)
 
 int __real_jwt_decode(jwt_t **jwt, const char *token, const unsigned char *key, int key_len);
 int __wrap_jwt_decode(jwt_t **jwt, const char *token, const unsigned char *key, int key_len);
@@ -46,95 +41,6 @@ int __wrap_jwt_decode(jwt_t **jwt, const char *token, const unsigned char *key, 
     }
     fuzz_decode_calls++;
     return __real_jwt_decode(jwt, token, key, key_len);
-}
-
-static unsigned char fuzz_hs_secret1[] = "fuzz-hs256-secret-one-0123456789abcdef";
-static unsigned char fuzz_hs_secret2[] = "fuzz-hs256-secret-two-0123456789abcdef";
-static char fuzz_kid_hs1[] = "hs-1", fuzz_kid_hs2[] = "hs-2", fuzz_kid_rs[] = "rs-1", fuzz_kid_es[] = "es-1";
-static char fuzz_name_hs[] = "fuzz-hs", fuzz_name_rs[] = "fuzz-rs", fuzz_name_es[] = "fuzz-es";
-static char fuzz_iss_hs[] = "https://hs.fuzz.moat", fuzz_iss_rs[] = "https://rs.fuzz.moat", fuzz_iss_es[] = "https://es.fuzz.moat";
-static char fuzz_aud[] = "moat", fuzz_tenant_claim[] = "tenant", fuzz_scopes_claim[] = "scope";
-static char fuzz_tenant_acme[] = "acme";
-static char *fuzz_tenants[] = {fuzz_tenant_acme};
-
-static struct jwt_key fuzz_hs_keys[2], fuzz_rs_keys[1], fuzz_es_keys[1];
-static struct jwt_issuer fuzz_issuers[3];
-/* Private halves, to sign the valid seeds. */
-static char *fuzz_rs_priv, *fuzz_es_priv;
-static size_t fuzz_rs_priv_len, fuzz_es_priv_len;
-
-static char *fuzz_pem(EVP_PKEY *pk, int priv, size_t *len)
-{
-    BIO *b = BIO_new(BIO_s_mem());
-    if (b == NULL)
-        abort();
-    int ok = priv ? PEM_write_bio_PrivateKey(b, pk, NULL, NULL, 0, NULL, NULL) : PEM_write_bio_PUBKEY(b, pk);
-    if (ok != 1)
-        abort();
-    char *p = NULL;
-    long n = BIO_get_mem_data(b, &p);
-    if (n <= 0)
-        abort();
-    char *out = malloc((size_t)n + 1);
-    if (out == NULL)
-        abort();
-    memcpy(out, p, (size_t)n);
-    out[n] = '\0';
-    BIO_free(b);
-    *len = (size_t)n;
-    return out;
-}
-
-/* Every issuer names tenant acme only, with a lifetime cap the seeds (iat - 10 .. + 3600) stay under. */
-static void fuzz_issuer(struct jwt_issuer *is, char *name, char *iss, enum jwt_alg_pin alg, struct jwt_key *keys, size_t nkeys,
-                        unsigned leeway_s)
-{
-    *is = (struct jwt_issuer){.name = name,
-                              .iss = iss,
-                              .aud = fuzz_aud,
-                              .alg = alg,
-                              .keys = keys,
-                              .nkeys = nkeys,
-                              .tenant_claim = fuzz_tenant_claim,
-                              .leeway_s = leeway_s,
-                              .tenants = fuzz_tenants,
-                              .ntenants = 1,
-                              .scopes_claim = fuzz_scopes_claim,
-                              .max_lifetime_s = 7200};
-}
-
-static void fuzz_init(void)
-{
-    static int done;
-    if (done)
-        return;
-    done = 1;
-
-    EVP_PKEY *rsa = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)2048);
-    EVP_PKEY *ec = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
-    if (rsa == NULL || ec == NULL)
-        abort();
-    size_t n = 0;
-    fuzz_rs_keys[0] = (struct jwt_key){fuzz_kid_rs, (unsigned char *)fuzz_pem(rsa, 0, &n), 0};
-    fuzz_rs_keys[0].len = n;
-    fuzz_es_keys[0] = (struct jwt_key){fuzz_kid_es, (unsigned char *)fuzz_pem(ec, 0, &n), 0};
-    fuzz_es_keys[0].len = n;
-    fuzz_rs_priv = fuzz_pem(rsa, 1, &fuzz_rs_priv_len);
-    fuzz_es_priv = fuzz_pem(ec, 1, &fuzz_es_priv_len);
-    EVP_PKEY_free(rsa);
-    EVP_PKEY_free(ec);
-
-    fuzz_hs_keys[0] = (struct jwt_key){fuzz_kid_hs1, fuzz_hs_secret1, sizeof(fuzz_hs_secret1) - 1};
-    fuzz_hs_keys[1] = (struct jwt_key){fuzz_kid_hs2, fuzz_hs_secret2, sizeof(fuzz_hs_secret2) - 1};
-    fuzz_issuer(&fuzz_issuers[0], fuzz_name_hs, fuzz_iss_hs, JWT_PIN_HS256, fuzz_hs_keys, 2, 60);
-    fuzz_issuer(&fuzz_issuers[1], fuzz_name_rs, fuzz_iss_rs, JWT_PIN_RS256, fuzz_rs_keys, 1, 60);
-    fuzz_issuer(&fuzz_issuers[2], fuzz_name_es, fuzz_iss_es, JWT_PIN_ES256, fuzz_es_keys, 1, 0);
-
-    char err[256];
-    if (jwt_issuers_check(fuzz_issuers, 3, err, sizeof(err)) != 0) {
-        fprintf(stderr, "fuzz issuer set invalid: %s\n", err);
-        abort();
-    }
 }
 
 static int fuzz_bounded_name(const char *s, size_t cap)
@@ -152,10 +58,10 @@ static int fuzz_bounded_name(const char *s, size_t cap)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    fuzz_init();
+    fuzz_jwt_init();
     struct jwt_identity id;
     const char *why = NULL;
-    int rc = jwt_verify(fuzz_issuers, 3, (const char *)data, size, FUZZ_NOW, &id, &why);
+    int rc = jwt_verify(fuzz_issuers, FUZZ_ISSUERS, (const char *)data, size, FUZZ_NOW, &id, &why);
     if (why == NULL)
         abort();
     if (rc == 0) {
@@ -203,8 +109,8 @@ static int accepts(const uint8_t *data, size_t size)
     struct jwt_identity id;
     const char *why = NULL;
 
-    fuzz_init();
-    return jwt_verify(fuzz_issuers, 3, (const char *)data, size, FUZZ_NOW, &id, &why) == 0;
+    fuzz_jwt_init();
+    return jwt_verify(fuzz_issuers, FUZZ_ISSUERS, (const char *)data, size, FUZZ_NOW, &id, &why) == 0;
 }
 
 static void make_seeds(fuzz_add_seed_fn *add)
@@ -225,12 +131,12 @@ static void make_seeds(fuzz_add_seed_fn *add)
     char claims[3][512];
     char *valid[4];
 
-    fuzz_init();
+    fuzz_jwt_init();
     for (int i = 0; i < 3; i++)
         snprintf(claims[i], sizeof(claims[i]), claims_fmt, isss[i], (long long)FUZZ_NOW + 3600, (long long)FUZZ_NOW - 10,
                  (long long)FUZZ_NOW - 10);
-    valid[0] = sign_token(JWT_ALG_HS256, fuzz_hs_secret1, sizeof(fuzz_hs_secret1) - 1, fuzz_kid_hs1, claims[0]);
-    valid[1] = sign_token(JWT_ALG_HS256, fuzz_hs_secret2, sizeof(fuzz_hs_secret2) - 1, fuzz_kid_hs2, claims[0]);
+    valid[0] = sign_token(JWT_ALG_HS256, fuzz_hs_secret1, fuzz_hs_secret_len, fuzz_kid_hs1, claims[0]);
+    valid[1] = sign_token(JWT_ALG_HS256, fuzz_hs_secret2, fuzz_hs_secret_len, fuzz_kid_hs2, claims[0]);
     valid[2] = sign_token(JWT_ALG_RS256, (const unsigned char *)fuzz_rs_priv, fuzz_rs_priv_len, fuzz_kid_rs, claims[1]);
     valid[3] = sign_token(JWT_ALG_ES256, (const unsigned char *)fuzz_es_priv, fuzz_es_priv_len, fuzz_kid_es, claims[2]);
 

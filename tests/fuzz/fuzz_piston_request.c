@@ -33,14 +33,6 @@
 #include "piston_json.h"
 #include "piston_tests.h"
 
-#define CHECK(cond)                                                                                                                \
-    do {                                                                                                                           \
-        if (!(cond)) {                                                                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                                               \
-            abort();                                                                                                               \
-        }                                                                                                                          \
-    } while (0)
-
 static int str_eq(const char *a, const char *b)
 {
     if (a == NULL || b == NULL)

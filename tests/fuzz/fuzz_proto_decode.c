@@ -27,14 +27,6 @@
 
 #include "moat_proto.h"
 
-#define CHECK(cond)                                                                                                                \
-    do {                                                                                                                           \
-        if (!(cond)) {                                                                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                                               \
-            abort();                                                                                                               \
-        }                                                                                                                          \
-    } while (0)
-
 /* Re-encoding may grow a message a little (absent optional stage fields are
  * written out); only near the frame cap may that make the encoder refuse. */
 #define REENCODE_SLACK 65536

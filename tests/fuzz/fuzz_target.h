@@ -16,8 +16,19 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* A target's own check: on failure, says which and aborts (a finding). */
+#define CHECK(cond)                                                                                                                \
+    do {                                                                                                                           \
+        if (!(cond)) {                                                                                                             \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                                               \
+            abort();                                                                                                               \
+        }                                                                                                                          \
+    } while (0)
 
 /* A seed the target's oracle must accept (see accepts below). */
 #define FUZZ_SEED_AUTHENTIC 1

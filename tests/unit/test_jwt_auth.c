@@ -701,6 +701,21 @@ static void test_header_payload_not_objects(void **state)
     expect_reject_early(forge_signed(HS, "HS256", std_hdr(HS), "null"), "payload is not");
 }
 
+/* A NUL byte in the header's or the payload's JSON text: jansson 2.14 alone
+ * would skip one after a number or a word ({"a":1<NUL>,...} parses). */
+static void test_json_with_nul_byte(void **state)
+{
+    (void)state;
+    static const char payload[] = "{\"exp\":1700000600\0,\"iss\":\"x\"}";
+    static const char header[] = "{\"alg\":\"HS256\",\"kid\":\"hs-1\",\"x\":true\0}";
+    char *input = fmt("%s.%s", b64s(std_hdr(HS)), b64url(payload, sizeof(payload) - 1));
+    char *tok = fmt("%s.%s", input, sign_input("HS256", input, hs_secret, sizeof(hs_secret) - 1, NULL));
+    expect_reject_early(tok, "payload is not");
+    input = fmt("%s.%s", b64url(header, sizeof(header) - 1), b64s(std_payload(HS)));
+    tok = fmt("%s.%s", input, sign_input("HS256", input, hs_secret, sizeof(hs_secret) - 1, NULL));
+    expect_reject_early(tok, "header is not");
+}
+
 /* ================================================================================ */
 /* Token shape                                                                          */
 /* ================================================================================ */
@@ -1491,6 +1506,7 @@ int main(void)
         cmocka_unit_test_teardown(test_typ, arena_free),
         cmocka_unit_test_teardown(test_duplicate_json_keys, arena_free),
         cmocka_unit_test_teardown(test_header_payload_not_objects, arena_free),
+        cmocka_unit_test_teardown(test_json_with_nul_byte, arena_free),
         cmocka_unit_test_teardown(test_segments, arena_free),
         cmocka_unit_test_teardown(test_non_base64url, arena_free),
         cmocka_unit_test_teardown(test_non_canonical_base64, arena_free),
