@@ -316,12 +316,27 @@ static int kill_listed(const char *dir, struct errbuf *e)
     return each_listed(dir, kill_one, NULL, e);
 }
 
+static int count_one(pid_t pid, const void *ctx, struct errbuf *e)
+{
+    (void)pid;
+    (void)ctx;
+    (void)e;
+    return 0;
+}
+
 static int kill_group(const struct cg_system *cg, char (*path)[PATH_MAX / 4], struct errbuf *e)
 {
     const char *procs_dir = cg->version == CG_V2 ? path[0] : path[CG_FREEZER];
     struct errbuf ignored;
     int frozen = 0;
 
+    /* An empty group stays empty: a process enters it only by a fork of a
+     * member or by root's attach, and we are the only one that attaches.  So
+     * an empty list needs no freezing (box_discard: the pid namespace, and
+     * with it every process of the box, is gone with its init). */
+    int listed = each_listed(procs_dir, count_one, NULL, e);
+    if (listed <= 0)
+        return listed;
     if (cg->version == CG_V2) {
         /* cgroup.kill (5.14+) kills the whole subtree atomically */
         (void)write_file(path[0], "cgroup.kill", "1", &ignored);

@@ -1,13 +1,24 @@
 /*
  * pool.c - the slot pools (batch and session; see pool.h).  Each slot has
  * its own uid (the held range's first + n), directory and clone stack, set
- * up once.  A warm slot holds one prepared box; the maintenance thread
+ * up once.  A warm slot holds one prepared box; a maintenance thread
  * replaces a used box after every job, or, beyond the pool's warm count,
  * only discards it and leaves the slot cold, so that cgroup creation, clone
  * and cgroup attachment are off a request's path wherever a warm slot is
  * kept.
  *
- * A cold slot's box is made when somebody takes it, and made by the
+ * Several maintenance threads (POOL_MAINTAINERS) serve one pool, because
+ * replacing a box is mostly waiting on the kernel (pool.h): while one waits
+ * for a pid namespace to go or an attach's grace period, another replaces
+ * the next slot.  A slot is always in exactly one place: a list (free,
+ * cold, dirty), a pending order, a taker's hands or one maintainer's, each
+ * move made under p->mu; so two threads never touch the same slot, its
+ * init_args copy or its clone stack.  The counters (preparing, nfree) are
+ * read and changed under p->mu too, so the warm count holds with any
+ * number of threads.  -v logs each replacement's two halves and each
+ * queued taker's wait (log_debug).
+ *
+ * A cold slot's box is made when somebody takes it, and made by a
  * maintenance thread too (an order the taker waits for), never on the
  * taker's thread: a box's init is a clone of this process and needs the
  * cloning thread's TLS, and connection threads keep their whole stack,
@@ -76,13 +87,16 @@ static void *maintainer_main(void *arg)
 
         struct errbuf e;
         int rc = 0;
+        uint64_t t0 = box_now_ms();
+        box_discard(s);
+        uint64_t t1 = box_now_ms();
         if (warm && (rc = box_prepare(p->cg, p->seccomp, s, &e)) != 0) {
             log_warnx("%s: slot %d: %s (retrying)", __func__, s->index, e.msg);
             struct timespec ts = {0, PREPARE_RETRY_MS * 1000000L};
             nanosleep(&ts, NULL);
-        } else if (!warm) {
-            box_discard(s);
         }
+        log_debug("%s: slot %d: discarded in %llu ms, %s in %llu ms", __func__, s->index, (unsigned long long)(t1 - t0),
+                  warm ? "prepared" : "left cold", (unsigned long long)(box_now_ms() - t1));
 
         pthread_mutex_lock(&p->mu);
         p->preparing -= warm;
@@ -225,12 +239,14 @@ int pool_acquire(struct slot_pool *p, struct slot **out, struct errbuf *e)
         return 0;
     }
     p->waiting++;
+    uint64_t t0 = box_now_ms();
     while (p->nfree == 0)
         pthread_cond_wait(&p->free_cv, &p->mu);
     p->waiting--;
     p->busy++;
     s = &p->slots[p->free_list[--p->nfree]];
     pthread_mutex_unlock(&p->mu);
+    log_debug("%s: slot %d after %llu ms in the queue", __func__, s->index, (unsigned long long)(box_now_ms() - t0));
     *out = s;
     return 0;
 }

@@ -8,8 +8,8 @@
  * and only `warm` slots kept warm; the others are cold (no cgroup, no init)
  * until a session takes one and prepares it on its own path, because a
  * session waits on stdin most of its life and hundreds of warm inits would
- * be memory spent on nothing.  In both, a maintenance thread discards used
- * boxes and prepares warm ones off the request path.  Slot n of a pool runs
+ * be memory spent on nothing.  In both, maintenance threads discard used
+ * boxes and prepare warm ones off the request path.  Slot n of a pool runs
  * as uid and gid first + n of a range the instance holds (uid_range.h).
  */
 #ifndef MOAT_POOL_H
@@ -20,9 +20,14 @@
 #include "box.h"
 #include "uid_range.h"
 
-/* Preparing a box waits on the kernel (a cgroup attach waits for an RCU
- * grace period on v1); several threads let those waits overlap. */
-#define POOL_MAINTAINERS 1
+/* Maintenance threads per pool (at most one a slot).  Replacing a box is
+ * mostly waiting on the kernel, not CPU: the pid namespace's teardown when
+ * init is killed, the mount namespace's RCU wait, and on cgroup v1 the
+ * attach's RCU grace period.  Measured on 2 vCPUs (cgroup v1): discard
+ * ~8 ms and prepare ~13 ms a slot, so one thread capped a pool at ~45 jobs/s
+ * whatever the CPUs could do; several threads overlap those waits (each
+ * works on a slot of its own, so nothing else is shared between them). */
+#define POOL_MAINTAINERS 4
 
 /* pool_acquire's refusal when every slot (and queue place) is taken. */
 #define POOL_BUSY 1
@@ -30,7 +35,7 @@
 struct slot_pool {
     pthread_mutex_t mu;
     pthread_cond_t free_cv;  /* a warm slot was added */
-    pthread_cond_t dirty_cv; /* a used slot needs preparing */
+    pthread_cond_t dirty_cv; /* a used slot needs preparing, or an order came */
     struct slot *slots;
     int nslots;
     int *free_list; /* warm slots */
@@ -41,7 +46,7 @@ struct slot_pool {
     pthread_cond_t order_cv;   /* an order was carried out */
     int *dirty_list;           /* used slots, to discard and prepare */
     int ndirty;
-    int preparing; /* dirty slots the maintainer is making warm now */
+    int preparing; /* dirty slots the maintainers are making warm now */
     int warm_max;  /* slots kept warm; released slots beyond go cold */
     int waiting;
     int queue_max;
@@ -74,13 +79,13 @@ int pool_init_sessions(struct slot_pool *p, int nslots, int warm, const struct u
  * the queue is full; -1 (e says why) when a cold slot could not be
  * prepared.  Waits in the queue otherwise. */
 int pool_acquire(struct slot_pool *p, struct slot **out, struct errbuf *e);
-/* Hands a used slot to the maintenance thread. */
+/* Hands a used slot to the maintenance threads. */
 void pool_release(struct slot_pool *p, struct slot *s);
 
 /* The pool's load now: its slots, those taken, its queue places and the
  * requests waiting in them (RUNTIMES' load, for the gateway's metrics). */
 void pool_load(struct slot_pool *p, int *nslots, int *busy, int *queue_max, int *waiting);
-/* Stops the maintenance thread, discards every box and removes the slots'
+/* Stops the maintenance threads, discards every box and removes the slots'
  * directories (and drops the range pool_init took). */
 void pool_shutdown(struct slot_pool *p);
 
