@@ -19,6 +19,15 @@
  * len bytes of answer, which stay in the socket's buffer until they have
  * all come (at most AUDIT_WIRE_MAX_ANSWER; more is a protocol error and
  * the writer is let go).  A cancelled fetch absorbs its answer unread.
+ *
+ * Every write to the writer starts inside the loop: from h2o's callbacks
+ * (on_write) or from a timer (on_zero, on_delay), never from the worker's
+ * code between loop turns (gw_audit_flush runs there).  libh2o 2.2.5's
+ * evloop polls a socket for writing while it has a write callback when the
+ * turn begins; a write that completes at once leaves its callback set until
+ * that turn's pending callbacks run, so one started between turns keeps the
+ * socket polled for writing after the callback is gone, and the next
+ * EPOLLOUT aborts the process (write_pending's assertion).
  */
 #include "audit_client.h"
 #include "metrics.h"
@@ -101,6 +110,8 @@ static void disconnect(struct gw_audit *a, const char *why)
 {
     if (h2o_timeout_is_linked(&a->delay_timer))
         h2o_timeout_unlink(&a->delay_timer);
+    if (h2o_timeout_is_linked(&a->zero_timer))
+        h2o_timeout_unlink(&a->zero_timer);
     a->out_waited = 0;
     if (a->sock != NULL) {
         a->sock->data = NULL;
@@ -241,6 +252,19 @@ static void on_delay(h2o_timeout_entry_t *entry)
     flush((struct gw_audit *)((char *)entry - offsetof(struct gw_audit, delay_timer)));
 }
 
+static void on_zero(h2o_timeout_entry_t *entry)
+{
+    flush((struct gw_audit *)((char *)entry - offsetof(struct gw_audit, zero_timer)));
+}
+
+/* Writes what has accumulated from the loop's next timer phase (this turn's,
+ * when called from a callback): see the theory above. */
+static void flush_soon(struct gw_audit *a)
+{
+    if (a->sock != NULL && !h2o_timeout_is_linked(&a->zero_timer))
+        h2o_timeout_link(a->loop, &a->zero, &a->zero_timer);
+}
+
 void gw_audit_init(struct gw_audit *a, h2o_loop_t *loop)
 {
     memset(a, 0, sizeof(*a));
@@ -250,6 +274,16 @@ void gw_audit_init(struct gw_audit *a, h2o_loop_t *loop)
     a->timer.cb = on_timer;
     h2o_timeout_init(loop, &a->delay, GW_AUDIT_DENIAL_DELAY_MS);
     a->delay_timer.cb = on_delay;
+    h2o_timeout_init(loop, &a->zero, 0);
+    a->zero_timer.cb = on_zero;
+}
+
+void gw_audit_dispose(struct gw_audit *a)
+{
+    disconnect(a, "the audit client was disposed");
+    h2o_timeout_dispose(a->loop, &a->timeout);
+    h2o_timeout_dispose(a->loop, &a->delay);
+    h2o_timeout_dispose(a->loop, &a->zero);
 }
 
 int gw_audit_attach(struct gw_audit *a, int fd)
@@ -275,7 +309,7 @@ int gw_audit_attach(struct gw_audit *a, int fd)
 static void submitted(struct gw_audit *a)
 {
     if (a->out.len >= GW_AUDIT_FLUSH_BYTES)
-        flush(a);
+        flush_soon(a);
 }
 
 static void note_dropped(struct gw_audit *a)
@@ -387,14 +421,15 @@ struct gw_audit_entry *gw_audit_fetch(struct gw_audit *a, const char *tenant, co
 void gw_audit_flush(struct gw_audit *a)
 {
     if (a->out_waited || a->out.len >= GW_AUDIT_FLUSH_BYTES)
-        flush(a);
+        flush_soon(a);
     else if (a->out.len > 0 && a->sock != NULL && !h2o_timeout_is_linked(&a->delay_timer))
         h2o_timeout_link(a->loop, &a->delay, &a->delay_timer);
 }
 
 void gw_audit_flush_all(struct gw_audit *a)
 {
-    flush(a);
+    if (a->out.len > 0)
+        flush_soon(a);
 }
 
 int gw_audit_connected(const struct gw_audit *a)

@@ -60,12 +60,17 @@ struct gw_audit {
     h2o_timeout_entry_t timer;
     h2o_timeout_t delay; /* GW_AUDIT_DENIAL_DELAY_MS */
     h2o_timeout_entry_t delay_timer;
+    h2o_timeout_t zero; /* writes start from the loop (audit_client.c) */
+    h2o_timeout_entry_t zero_timer;
     uint64_t dropped;   /* denial records lost while no writer was connected (metrics.c reads it) */
     uint64_t oldest_ms; /* the oldest record waiting for its ack was sent (loop time; 0: none; metrics.c) */
     uint64_t last_drop_log_ms;
 };
 
 void gw_audit_init(struct gw_audit *a, h2o_loop_t *loop);
+/* Lets the writer go (waiting records fail) and removes a's timeouts from
+ * its loop, which may then be destroyed. */
+void gw_audit_dispose(struct gw_audit *a);
 /* Uses fd (one end of the writer's socketpair), replacing a previous one
  * (whose waiting records fail). */
 int gw_audit_attach(struct gw_audit *a, int fd);
@@ -80,10 +85,11 @@ struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, siz
  * gw_audit_cancel, or NULL when cb was already called. */
 struct gw_audit_entry *gw_audit_fetch(struct gw_audit *a, const char *tenant, const char *request_id, gw_audit_fetch_cb cb,
                                       void *arg);
-/* Called by the worker once per event-loop turn: sends what was queued
- * (records nobody waits for: within GW_AUDIT_DENIAL_DELAY_MS). */
+/* Called by the worker once per event-loop turn, between turns: what was
+ * queued is sent from the next turn (records nobody waits for: within
+ * GW_AUDIT_DENIAL_DELAY_MS). */
 void gw_audit_flush(struct gw_audit *a);
-/* Sends everything queued now (at shutdown). */
+/* Sends everything queued from the next turn (at shutdown). */
 void gw_audit_flush_all(struct gw_audit *a);
 /* Is a writer connected (a record submitted now can be written)? */
 int gw_audit_connected(const struct gw_audit *a);

@@ -253,8 +253,7 @@ static void test_fetch_and_review(void **state)
     assert_int_equal(done, writer);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     writer = -1;
-    h2o_timeout_dispose(loop, &a.timeout);
-    h2o_timeout_dispose(loop, &a.delay);
+    gw_audit_dispose(&a);
     h2o_evloop_destroy(loop);
 }
 
