@@ -27,7 +27,9 @@
  *   2. A HEADERS or CONTINUATION frame is checked whole, before h2o keeps
  *      or decodes it: the block's encoded size so far (h2o's buffer of
  *      earlier fragments, _headers_unparsed, plus this frame) must stay
- *      within max_bytes, and at END_HEADERS hpack_scan.c reads what the
+ *      within max_bytes, an empty CONTINUATION must end the block (else a
+ *      stream of them would never reach that bound: the CONTINUATION
+ *      flood, so a block takes at most max_bytes frames), and at END_HEADERS hpack_scan.c reads what the
  *      block decodes to against the sizes of h2o's dynamic table as it is
  *      now (all earlier frames are processed): more fields or bytes than
  *      allowed, and the frame reader returns ENHANCE_YOUR_CALM, so h2o's
@@ -441,10 +443,18 @@ static ssize_t guard_continuation(h2o_http2_conn_t *conn, const uint8_t *src, si
     const char *ignored = NULL;
     ssize_t refused;
 
+    if (h2o_http2_decode_frame(&frame, src, len, &H2O_HTTP2_SETTINGS_HOST, &ignored) <= 0 ||
+        frame.type != H2O_HTTP2_FRAME_TYPE_CONTINUATION)
+        return call_h2o(EXPECT_CONTINUATION, conn, src, len, err_desc); /* h2o's own errors are left to it */
+    /* an empty fragment that does not end the block adds nothing to it, so
+     * the size bound never ends a stream of them (a CONTINUATION flood) */
+    if (frame.length == 0 && (frame.flags & H2O_HTTP2_FRAME_FLAG_END_HEADERS) == 0) {
+        *err_desc = "empty CONTINUATION frame";
+        return refuse(conn, H2O_HTTP2_ERROR_ENHANCE_YOUR_CALM, "empty CONTINUATION frame inside a header block", NULL);
+    }
     /* conn->_headers_unparsed: the block's earlier fragments, kept by h2o
      * until END_HEADERS (NULL only if h2o ignores the block) */
-    if (h2o_http2_decode_frame(&frame, src, len, &H2O_HTTP2_SETTINGS_HOST, &ignored) > 0 &&
-        frame.type == H2O_HTTP2_FRAME_TYPE_CONTINUATION && conn->_headers_unparsed != NULL &&
+    if (conn->_headers_unparsed != NULL &&
         (refused = check_fragment(conn, conn->_headers_unparsed, frame.payload, frame.length,
                                   (frame.flags & H2O_HTTP2_FRAME_FLAG_END_HEADERS) != 0, err_desc)) != 0)
         return refused;

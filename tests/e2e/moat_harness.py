@@ -136,6 +136,33 @@ def box_pids(tag):
     return pids
 
 
+def cgroup_count(tag):
+    """Groups below the backend's own groups of run tag `tag` (its -n name), summed over every
+    hierarchy (each v1 controller, and v2)."""
+    n = 0
+    for top in glob.glob("/sys/fs/cgroup/**/%s" % tag, recursive=True):
+        for _, dirs, _ in os.walk(top):
+            n += len(dirs)
+    return n
+
+
+def box_uid_pids(base):
+    """Pids of the processes whose real uid is in the box range starting at `base` (MAX_SLOTS uids):
+    boxes of a backend started with --uid-base base, wherever their cgroup is."""
+    pids = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/status" % entry) as f:
+                uid = int(next(l for l in f if l.startswith("Uid:")).split()[1])
+        except (OSError, StopIteration, ValueError):
+            continue
+        if base <= uid < base + UID_BLOCK:
+            pids.add(int(entry))
+    return pids
+
+
 def held_roots(tag):
     """The roots (/proc/<pid>/root) of the boxes of `tag` whose program is held, one per box."""
     roots, seen = [], set()
@@ -360,6 +387,38 @@ workers: 2
     def curl(self, *args):
         return subprocess.run(["curl", "-sS", "--cacert", self.ca, *args], capture_output=True, text=True,
                               timeout=60)
+
+
+# ---- an audit trail on a small disk of its own ----------------------------
+
+
+class SmallAuditDisk:
+    """A tmpfs of `size` mounted below a temporary directory of its own, holding an audit trail
+    (moat-audit init): stack(**kw) is a Stack (not started) that writes it; remove() stops that
+    stack, unmounts and removes everything."""
+
+    def __init__(self, size, prefix="moat-audit-small-"):
+        self.mnt = tempfile.mkdtemp(prefix=prefix)
+        os.chmod(self.mnt, 0o755)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s,mode=0755" % size, "tmpfs", self.mnt], check=True)
+        self.dir = os.path.join(self.mnt, "audit")
+        subprocess.run([MOAT_AUDIT, "init", self.dir], check=True, capture_output=True)
+        self.the_stack = None
+
+    def stack(self, reserve_bytes=None, **kw):
+        """A Stack whose audit section names this trail (and reserve_bytes, if given)."""
+        reserve = "" if reserve_bytes is None else "  reserve_bytes: %d\n" % reserve_bytes
+        extra = "audit:\n  dir: %s\n  writer: %s\n%s" % (self.dir, AUDIT_WRITER, reserve) + kw.pop("extra_config", "")
+        self.the_stack = Stack(audit=False, extra_config=extra, **kw)
+        self.the_stack.audit_dir = self.dir  # audit_records() and stop() use it
+        return self.the_stack
+
+    def remove(self):
+        if self.the_stack is not None:
+            self.the_stack.stop()
+        subprocess.run(["chattr", "-R", "-a", self.mnt], capture_output=True)
+        subprocess.run(["umount", "-l", self.mnt], capture_output=True)
+        shutil.rmtree(self.mnt, ignore_errors=True)
 
 
 # ---- the gateway <-> backend codec, for tests that speak to the backend ----

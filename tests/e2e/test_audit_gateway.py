@@ -18,16 +18,14 @@ import hashlib
 import json
 import os
 import pwd
-import shutil
 import signal
 import struct
 import subprocess
-import tempfile
 import threading
 import time
 import unittest
 
-from moat_harness import (AUDIT_WRITER, LONG_WALL_MS, MOAT_AUDIT, Stack, held_program, held_roots, release_all,
+from moat_harness import (LONG_WALL_MS, MOAT_AUDIT, SmallAuditDisk, Stack, held_program, held_roots, release_all,
                           wait_held, wait_until)
 
 BIG = "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\n"
@@ -651,21 +649,13 @@ class DiskFullTest(AuditStackMixin, unittest.TestCase):
     def setUp(self):
         if os.geteuid() != 0:
             self.skipTest("needs root")
-        self.mnt = tempfile.mkdtemp(prefix="moat-audit-full-")
-        os.chmod(self.mnt, 0o755)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", self.mnt], check=True)
-        self.adir = os.path.join(self.mnt, "audit")
-        p = audit_cli("init", self.adir)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        self.stack = Stack(audit=False, extra_config="audit:\n  dir: %s\n  writer: %s\n" % (self.adir, AUDIT_WRITER))
-        self.stack.audit_dir = self.adir  # audit_records() and stop() use it
+        self.disk = SmallAuditDisk("1m", prefix="moat-audit-full-")
+        self.mnt, self.adir = self.disk.mnt, self.disk.dir
+        self.stack = self.disk.stack()
         self.stack.start()
 
     def tearDown(self):
-        self.stack.stop()
-        subprocess.run(["chattr", "-R", "-a", self.mnt], capture_output=True)
-        subprocess.run(["umount", "-l", self.mnt], capture_output=True)
-        shutil.rmtree(self.mnt, ignore_errors=True)
+        self.disk.remove()
 
     def jobs_in_log(self):
         with open(os.path.join(self.stack.tmp, "backend.log"), errors="replace") as f:

@@ -8,12 +8,10 @@ Authenticated requests from the same address are never charged."""
 import http.client
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import unittest
 
-from moat_harness import AUDIT_WRITER, MOAT_AUDIT, MOATCTL, Stack, wait_until
+from moat_harness import MOAT_AUDIT, MOATCTL, SmallAuditDisk, Stack, wait_until
 
 FLOOD = 40
 BURST = 5
@@ -69,22 +67,14 @@ class SmallAuditDiskTest(unittest.TestCase):
     RESERVE = 1 << 20
 
     def setUp(self):
-        self.mnt = tempfile.mkdtemp(prefix="moat-audit-small-")
-        os.chmod(self.mnt, 0o755)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0755", "tmpfs", self.mnt], check=True)
-        self.adir = os.path.join(self.mnt, "audit")
-        subprocess.run([MOAT_AUDIT, "init", self.adir], check=True, capture_output=True)
+        self.disk = SmallAuditDisk("3m")
+        self.mnt, self.adir = self.disk.mnt, self.disk.dir
         # every refusal recorded one by one (no per-address rate here): the disk fills
-        self.stack = Stack(audit=False, extra_config="audit:\n  dir: %s\n  writer: %s\n  reserve_bytes: %d\n"
-                           % (self.adir, AUDIT_WRITER, self.RESERVE))
-        self.stack.audit_dir = self.adir
+        self.stack = self.disk.stack(reserve_bytes=self.RESERVE)
         self.stack.start()
 
     def tearDown(self):
-        self.stack.stop()
-        subprocess.run(["chattr", "-R", "-a", self.mnt], capture_output=True)
-        subprocess.run(["umount", "-l", self.mnt], capture_output=True)
-        shutil.rmtree(self.mnt, ignore_errors=True)
+        self.disk.remove()
 
     def free(self):
         st = os.statvfs(self.mnt)
