@@ -409,6 +409,17 @@ const char *gw_conn_peer(const struct gw_conn *gc)
     return gc->peer;
 }
 
+void gw_conn_client(const struct gw_conn *gc, char *text, size_t textlen, uint8_t key[16])
+{
+    size_t n = strlen(gc->peer);
+
+    if (n >= textlen)
+        n = textlen - 1;
+    memcpy(text, gc->peer, n);
+    text[n] = '\0';
+    memcpy(key, gc->key, 16);
+}
+
 const struct gw_addr *gw_conn_addr(const struct gw_conn *gc, int *trusted)
 {
     *trusted = gc->trusted;

@@ -36,6 +36,9 @@ void gw_conn_upgraded(struct gw_conn *gc);
 
 /* The client's address as text, taken at accept ("?" if unknown). */
 const char *gw_conn_peer(const struct gw_conn *gc);
+/* The client's address as text and its per-address key (proxies.h
+ * gw_addr_text, gw_addr_key), made once at accept: copied, not formatted. */
+void gw_conn_client(const struct gw_conn *gc, char *text, size_t textlen, uint8_t key[16]);
 /* The client's address, and whether it is a trusted proxy (whose
  * X-Forwarded-For names the client of each request). */
 const struct gw_addr *gw_conn_addr(const struct gw_conn *gc, int *trusted);

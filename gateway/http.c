@@ -159,12 +159,11 @@ static void put_uint(struct line *l, uint64_t v, int min)
     char d[24];
     int n = 0;
 
-    do {
-        d[n++] = (char)('0' + v % 10);
+    do { /* right to left, then one copy */
+        d[sizeof(d) - 1 - n++] = (char)('0' + v % 10);
         v /= 10;
     } while (v != 0 || n < min);
-    while (n > 0)
-        put(l, &d[--n], 1);
+    put(l, d + sizeof(d) - n, (size_t)n);
 }
 
 /* "ms=" of the text line and duration_ms of the JSON one: 1.234 */

@@ -584,25 +584,32 @@ void gw_request_client(struct gw_request *r)
     ssize_t i = -1;
     int trusted, rc;
 
-    snprintf(r->client, sizeof(r->client), "?");
-    if (r->conn == NULL)
+    if (r->conn == NULL) {
+        memcpy(r->client, "?", 2);
         return;
+    }
     r->has_client = 1;
     peer = gw_conn_addr(r->conn, &trusted);
-    client = *peer;
-    while ((i = h2o_find_header_by_str(&r->req->headers, H2O_STRLIT("x-forwarded-for"), i)) != -1) {
+    /* h2o keeps a known header name as its token: a pointer compare per header */
+    while ((i = h2o_find_header(&r->req->headers, H2O_TOKEN_X_FORWARDED_FOR, i)) != -1) {
         h2o_iovec_t v = r->req->headers.entries[i].value;
         xff = xff.base == NULL ? v : h2o_concat(&r->req->pool, xff, h2o_iovec_init(H2O_STRLIT(",")), v);
     }
-    if (xff.base != NULL && !trusted) {
+    if (xff.base == NULL || !trusted) {
+        /* the peer itself: its text and key were made once, at accept (conn.c) */
+        gw_conn_client(r->conn, r->client, sizeof(r->client), r->client_key);
+        if (xff.base == NULL)
+            return;
         uint64_t now = h2o_now(r->worker->ctx.loop);
         if (now >= r->worker->xff_logged_ms + 1000) {
             r->worker->xff_logged_ms = now;
             log_warnx("%s: id=%s: X-Forwarded-For from %s ignored: not in trusted_proxies", __func__, r->request_id,
                       gw_conn_peer(r->conn));
         }
-    } else if (xff.base != NULL &&
-               (rc = gw_forwarded_client(xff.base, xff.len, cfg->trusted_proxies, cfg->ntrusted_proxies, &client)) < 0) {
+        return;
+    }
+    client = *peer;
+    if ((rc = gw_forwarded_client(xff.base, xff.len, cfg->trusted_proxies, cfg->ntrusted_proxies, &client)) < 0) {
         log_warnx("%s: id=%s: X-Forwarded-For from %s has a hop that is not an address; the client is taken as %s", __func__,
                   r->request_id, gw_conn_peer(r->conn), "the last trusted hop");
     }

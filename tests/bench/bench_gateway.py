@@ -25,6 +25,19 @@ all of them POSTing the same small execute body to /api/v2/execute:
   429     gateway, tenant "limited", valid API key     (deny path)
   exec    gateway, tenant "bench": print(1) in python, fewer connections
   hpack   gateway, HTTP/2 header blocks (not a load run; see below)
+  idle    memory per idle TLS connection, gateway and raw_h2o (not a load
+          run; see below)
+
+The idle case runs first, per protocol on a freshly started gateway and
+raw_h2o (a heap that has served other connections would hide the growth):
+after a warm-up of a few connections opened and closed, it opens
+--idle-connections TLS connections (default 1,000; RLIMIT_NOFILE is raised
+for them), each completing its handshake and one request (gateway: GET
+/api/v2/runtimes with tenant "bench"'s key, 200; raw_h2o: GET /), holds
+them all open and idle, and reads each server's VmRSS (/proc/PID/status)
+before and after: KiB per connection, and against raw h2o (goal: <= 8 KiB).
+raw_h2o keeps idle connections 60 s, as the gateway's default idle timeout
+does; both run with stock h2o settings otherwise.
 
 The hpack case measures the gateway's CPU time per request (utime + stime
 of its process, /proc/PID/stat) for three kinds of unauthenticated HTTP/2
@@ -68,8 +81,10 @@ socket errors).  Missing the 0.7x goal is reported, not an error.
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -309,6 +324,140 @@ def hpack_bench(stack, pid, amplified_connections, plain_requests):
     return res
 
 
+# ---- idle: memory per idle TLS connection ------------------------------------
+
+IDLE_GOAL_KIB = 8.0
+
+
+def rss_kib(pid):
+    """VmRSS of a process, in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        return int(next(l for l in f if l.startswith("VmRSS:")).split()[1])
+
+
+def idle_h1(port, ca, path, token):
+    """One TLS connection (ALPN http/1.1) that has had one request answered: the socket,
+    left open.  Raises BenchError unless the response is a 200."""
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.set_alpn_protocols(["http/1.1"])
+    sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=30), server_hostname="localhost")
+    auth = "Authorization: Bearer %s\r\n" % token if token else ""
+    sock.sendall(("GET %s HTTP/1.1\r\nHost: localhost\r\n%s\r\n" % (path, auth)).encode())
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise BenchError("idle h1: the server closed the connection before answering")
+        buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    length = next((int(l.split(":", 1)[1]) for l in lines if l.lower().startswith("content-length:")), None)
+    if not lines[0].startswith("HTTP/1.1 200") or length is None:
+        raise BenchError("idle h1: unexpected response %r" % head[:200])
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise BenchError("idle h1: the server closed the connection mid-response")
+        rest += chunk
+    return sock
+
+
+def idle_h2(port, ca, path, token):
+    """As idle_h1, over HTTP/2 (ALPN h2): preface, SETTINGS both ways, one GET."""
+    import test_gateway_robustness as rob  # the e2e tests' HTTP/2 client
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.set_alpn_protocols(["h2"])
+    c = rob.H2(port, ctx, timeout=30)
+    st = c.get(path, headers=[("authorization", "Bearer " + token)] if token else [], timeout=30)
+    if st["status"] != 200 or not st["done"]:
+        raise BenchError("idle h2: unexpected response %r" % (st,))
+    return c
+
+
+def idle_rss(pid, opener, n, warmup):
+    """KiB of VmRSS per idle connection: n connections opened (each with one request
+    answered) on top of `warmup` opened and closed first, so that one-time allocations
+    (per-thread caches, the first TLS handshake's tables) are not counted.  Returns
+    (rss before KiB, rss after KiB, KiB per connection, KiB per connection over the
+    second half only)."""
+    for c in [opener() for _ in range(warmup)]:
+        c.close()
+    time.sleep(0.5)
+    before = rss_kib(pid)
+    conns = []
+    try:
+        for i in range(n):
+            conns.append(opener())
+            if i + 1 == n // 2:
+                time.sleep(0.2)
+                half = rss_kib(pid)
+        time.sleep(1.0)  # idle: whatever the server frees after a response is freed by now
+        after = rss_kib(pid)
+        for c in conns:  # all still open (a closed one would not count)
+            sock = getattr(c, "sock", c)
+            sock.setblocking(False)
+            try:
+                if sock.recv(1) == b"":
+                    raise BenchError("idle: the server closed an idle connection during the measurement")
+            except (ssl.SSLWantReadError, BlockingIOError):
+                pass
+            sock.setblocking(True)
+    finally:
+        for c in conns:
+            c.close()
+    return before, after, (after - before) / n, (after - half) / (n - n // 2)
+
+
+def raise_nofile(n):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard, max(soft, 4 * n + 1024))
+    if want < 2 * n + 256:
+        raise BenchError("RLIMIT_NOFILE hard limit %d is too low for %d connections" % (hard, n))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def idle_bench(stack, raw_bin, workers, n, protocols):
+    """Per protocol, on a fresh gateway and a fresh raw_h2o (a heap that served
+    earlier connections would hide the growth): KiB per idle TLS connection."""
+    import moat_harness  # sys.path and MOAT_BUILD_DIR are set by main()
+    res = {}
+    token = stack.tokens["bench"]
+    for proto in protocols:
+        opener = idle_h1 if proto == "h1" else idle_h2
+        stack.gateway.terminate()
+        stack.gateway.wait(timeout=30)
+        stack.gateway_log.close()
+        stack.start_gateway()
+        raw = RawH2o(raw_bin, stack.certs, workers, moat_harness.free_port())
+        try:
+            for name, port, pid, path, tok in (("gateway", stack.port, stack.gateway.pid, "/api/v2/runtimes", token),
+                                               ("raw", raw.port, raw.proc.pid, "/", None)):
+                r = idle_rss(pid, lambda: opener(port, stack.ca, path, tok), n, max(10, n // 50))
+                res[(name, proto)] = r
+                log("  idle  %-7s %s: VmRSS %.1f MiB -> %.1f MiB with %d idle TLS connections: %.2f KiB each"
+                    " (second half alone: %.2f KiB each)" % (name, proto, r[0] / 1024, r[1] / 1024, n, r[2], r[3]))
+        finally:
+            raw.stop()
+    return res
+
+
+def report_idle(idle, n):
+    if idle is None:
+        return
+    log("")
+    log("| idle TLS connections (%d, one request each) | proto | VmRSS before MiB | after MiB | KiB per connection | vs raw h2o |" % n)
+    log("|---|---|---|---|---|---|")
+    misses = []
+    for (name, proto), r in sorted(idle.items()):
+        base = idle.get(("raw", proto))
+        vs = "%.2fx" % (r[2] / base[2]) if name == "gateway" and base and base[2] > 0 else "-"
+        log("| %s | %s | %.1f | %.1f | %.2f | %s |" % (name, proto, r[0] / 1024, r[1] / 1024, r[2], vs))
+        if name == "gateway" and r[2] > IDLE_GOAL_KIB:
+            misses.append("%s %.2f KiB" % (proto, r[2]))
+    log("bench_gateway: memory per idle TLS connection %s the %.0f KiB goal%s"
+        % ("misses" if misses else "meets", IDLE_GOAL_KIB, (": " + ", ".join(misses)) if misses else ""))
+
+
 # ---- the benchmark ---------------------------------------------------------
 
 def main():
@@ -320,7 +469,9 @@ def main():
     ap.add_argument("--exec-connections", type=int, default=8, help="connections for exec (default 8)")
     ap.add_argument("--threads", type=int, default=2, help="load generator threads (default 2)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every case (default 3)")
-    ap.add_argument("--cases", default="raw,rawkey,401,429,exec,hpack", help="comma-separated subset")
+    ap.add_argument("--cases", default="idle,raw,rawkey,401,429,exec,hpack", help="comma-separated subset")
+    ap.add_argument("--idle-connections", type=int, default=1000,
+                    help="idle: TLS connections held open at once (default 1000)")
     ap.add_argument("--hpack-connections", type=int, default=500,
                     help="hpack: amplified blocks, one connection each (default 500; plain: 20x as many requests)")
     ap.add_argument("--protocols", default="h1,h2", help="h1 (wrk), h2 (h2load) or both")
@@ -342,11 +493,11 @@ def main():
 
     raw_bin = os.path.join(build, "tests", "bench", "raw_h2o")
     all_cases = args.cases.split(",")
-    cases = [c for c in all_cases if c != "hpack"]  # the load cases
+    cases = [c for c in all_cases if c not in ("hpack", "idle")]  # the load cases
     for tool in ("wrk", "h2load") if cases else ():
         if shutil.which(tool) is None:
             raise BenchError("%s not found (install nghttp2-client and wrk: .ci/install-deps)" % tool)
-    for b in ((raw_bin,) if cases else ()) + (moat_harness.BACKEND, moat_harness.GATEWAY, moat_harness.MOATCTL):
+    for b in ((raw_bin,) if cases or "idle" in all_cases else ()) + (moat_harness.BACKEND, moat_harness.GATEWAY, moat_harness.MOATCTL):
         if not os.access(b, os.X_OK):
             raise BenchError("%s not built" % b)
     if os.geteuid() != 0:
@@ -362,12 +513,19 @@ def main():
     raw = None
     results = {}
     hpack = None
+    idle = None
+    n_idle = 100 if args.smoke else args.idle_connections
+    if "idle" in all_cases:
+        raise_nofile(n_idle)  # the gateway and raw_h2o inherit it
     try:
         stack.start()
+        if "idle" in all_cases:
+            idle = idle_bench(stack, raw_bin, workers, n_idle, protocols)
         if "hpack" in all_cases:
             n = 50 if args.smoke else args.hpack_connections
             hpack = hpack_bench(stack, stack.gateway.pid, n, 20 * n)
         if not cases:
+            report_idle(idle, n_idle)
             return report_hpack(hpack)
         raw = RawH2o(raw_bin, stack.certs, workers, moat_harness.free_port())
         tmp = stack.tmp
@@ -470,6 +628,7 @@ def main():
         log(n)
     if args.rounds > 1:
         log("(medians over %d interleaved rounds; ratios are taken within each round)" % args.rounds)
+    report_idle(idle, n_idle)
     report_hpack(hpack)
     if args.smoke:
         log("bench_gateway: smoke run OK (figures of a %d s run mean nothing)" % args.duration)

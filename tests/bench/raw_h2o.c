@@ -42,7 +42,8 @@
 #define RAW_TLS13_SUITES "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
 #define RAW_TLS_GROUPS   "X25519:prime256v1:secp384r1"
 
-#define RAW_MAX_THREADS 256
+#define RAW_MAX_THREADS     256
+#define RAW_IDLE_TIMEOUT_MS 60000
 
 /* About the size of the gateway's error bodies. */
 static const char body[] = "{\"message\":\"fixed response\",\"request_id\":\"0000000000000000\"}";
@@ -199,6 +200,10 @@ int main(int argc, char **argv)
     make_ssl_ctx(cert, key);
     h2o_config_init(&config);
     config.server_name = h2o_iovec_init(H2O_STRLIT("moat"));
+    /* idle connections stay as long as the gateway's default idle_timeout_ms
+     * keeps them (h2o's own 10 s would end bench_gateway's idle case) */
+    config.http1.req_timeout = RAW_IDLE_TIMEOUT_MS;
+    config.http2.idle_timeout = RAW_IDLE_TIMEOUT_MS;
     h2o_hostconf_t *hostconf = h2o_config_register_host(&config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_handler_t *h = h2o_create_handler(h2o_config_register_path(hostconf, "/", 0), sizeof(*h));
     h->on_req = on_req;
