@@ -60,6 +60,8 @@
 #include <h2o/http2.h>
 #include <h2o/http2_internal.h>
 
+#include <openssl/ssl.h>
+
 #if H2O_VERSION_MAJOR != 2 || H2O_VERSION_MINOR != 2 || H2O_VERSION_PATCH != 5
 #error "h2o_compat.c was checked against libh2o 2.2.5's private state: check it against this version"
 #endif
@@ -459,4 +461,29 @@ static ssize_t guard_continuation(h2o_http2_conn_t *conn, const uint8_t *src, si
                                   (frame.flags & H2O_HTTP2_FRAME_FLAG_END_HEADERS) != 0, err_desc)) != 0)
         return refused;
     return call_h2o(EXPECT_CONTINUATION, conn, src, len, err_desc);
+}
+
+/* ---------------------------------------------------------------- idle TLS buffers */
+
+/*
+ * h2o 2.2.5's struct st_h2o_socket_ssl_t (lib/common/socket.c) starts with
+ * the SSL_CTX and the SSL, in every build (picotls' field comes after):
+ * h2o has no accessor for the SSL.  h2o hands OpenSSL whole records through
+ * its own BIO and reads until SSL_read wants more, so between requests both
+ * buffers are normally empty; SSL_free_buffers refuses when either holds
+ * bytes, and SSL_pending() == 0 also keeps it away from a record read but
+ * not yet taken (OpenSSL before 3.0.14 freed that one too: CVE-2024-4741).
+ */
+struct h2o_socket_ssl_head {
+    SSL_CTX *ssl_ctx;
+    SSL *ossl;
+};
+
+int gw_tls_release_buffers(h2o_socket_t *sock)
+{
+    const struct h2o_socket_ssl_head *tls = (const struct h2o_socket_ssl_head *)sock->ssl;
+
+    if (tls == NULL || tls->ossl == NULL || !SSL_is_init_finished(tls->ossl) || SSL_pending(tls->ossl) != 0)
+        return 0;
+    return SSL_free_buffers(tls->ossl);
 }

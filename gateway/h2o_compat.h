@@ -3,8 +3,9 @@
  *
  * The gateway needs a few things h2o 2.2.5 keeps in internal structs (the
  * HTTP/2 connection's stream counters, its write buffer for a GOAWAY, the
- * worker's list of HTTP/2 connections, the raw HTTP/1 request head, and
- * the HTTP/2 frame reader, which the header block guard wraps).  Every
+ * worker's list of HTTP/2 connections, the raw HTTP/1 request head, the
+ * HTTP/2 frame reader, which the header block guard wraps, and a TLS
+ * socket's OpenSSL object).  Every
  * such access is here, each with why and the version it was checked
  * against, so an h2o upgrade is one file to re-check.  Nothing else in the
  * gateway includes h2o/http2_internal.h.
@@ -69,5 +70,11 @@ uint64_t gw_h2_body_bytes_sent(h2o_conn_t *conn);
 
 /* Call fn for every HTTP/2 connection h2o has not freed on ctx's loop. */
 void gw_h2_foreach(h2o_context_t *ctx, void (*fn)(h2o_conn_t *conn, h2o_socket_t *sock, void *arg), void *arg);
+
+/* The TLS connection's OpenSSL read and write buffers (about 33 KB) go back
+ * to the heap if they hold nothing (SSL_free_buffers; OpenSSL allocates
+ * them again for the next record).  Only between requests, on the
+ * socket's worker thread.  1 if released (or none held), 0 if not now. */
+int gw_tls_release_buffers(h2o_socket_t *sock);
 
 #endif /* GW_H2O_COMPAT_H */

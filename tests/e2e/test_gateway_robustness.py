@@ -1045,7 +1045,7 @@ class SendTimeoutTest(StackPerClass):
                         break
                     self.assertTrue(data, "closed after %d of %d answers" % (answers, n))
                     answers += (tail + data).count(b"HTTP/1.1 200")
-                    tail = data[-12:]
+                    tail = data[-11:]  # one octet short of a match: one ending here is not counted again
                     got += len(data)
                 if time.time() - start < slow:
                     time.sleep(0.02)  # the slow client under test
