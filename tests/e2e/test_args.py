@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import unittest
 
-from moat_harness import BACKEND, LANGUAGES, Stack, uid_base
+from moat_harness import BACKEND, BUSY_MACHINE_WALL, LANGUAGES, Stack, uid_base
 
 # Arguments every tool here would take as its own option, @-file or end of options.
 OPTION_ARGS = ["-e", "--version", "@x", "-", "--", "-c", "-o", "--help", "-v"]
@@ -94,7 +94,7 @@ class Job:
 def run_job(language, files, args=()):
     job = Job(files)
     try:
-        return job.run(language, args)
+        return job.run(language, args, BUSY_MACHINE_WALL)
     finally:
         job.close()
 
