@@ -97,7 +97,7 @@ check_units() {
     need moat-gateway.service "PrivateTmp=yes"
     need moat-gateway.service "ProtectHome=yes"
     need moat-gateway.service "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK"
-    need moat-gateway.service "SystemCallFilter=@system-service"
+    need moat-gateway.service "SystemCallFilter=@system-service seccomp"
     need moat-gateway.service "ReadWritePaths=/var/lib/moat/audit"
     grep -q "^CapabilityBoundingSet=CAP_" "$stage$unitdir/moat-gateway.service" || fail "moat-gateway.service has no capability bounding set"
     # the audit writer marks its logs append-only with the one capability it keeps
