@@ -2,10 +2,10 @@
 """bench_e2e - end-to-end execution against bare exec and Isolate (issue 14, item 7).
 
     python3 tests/bench/bench_e2e.py [--build-dir build] [--rounds 5] [--jobs 40]
-        [--clients 16] [--conc-jobs 96] [--isolate-src DIR] [--no-audit] [--smoke]
+        [--clients 16] [--conc-jobs 96] [--isolate-src DIR] [--slots N] [--no-audit] [--smoke]
 
 Run as root (the backend runs boxes; the gateway drops to the `moat` user).
-It starts one moat-backend (default slot count: 2 a CPU) and one
+It starts one moat-backend (the default slot count, 2 a CPU, unless --slots) and one
 moat-gateway on 127.0.0.1, set up as the e2e tests do
 (tests/e2e/moat_harness.py: real TLS, audit trail on), and runs the same
 Python hello world (print("hello"), the python manifest's interpreter) in
@@ -399,11 +399,14 @@ def report(rounds, names):
     r = ratio("https", "bare", "tput")
     line("https jobs/s / bare jobs/s", r, ">= %.1fx" % GOAL_THROUGHPUT, r[0] >= GOAL_THROUGHPUT)
     line("socket jobs/s / bare jobs/s", ratio("socket", "bare", "tput"))
+    # what the throughput ratio would be if CPU alone bounded both (an idle machine)
+    line("bare CPU/job / https CPU/job (concurrent)", ratio("https", "bare", "conc_cpu", inverse=True))
     if "isolate" in names:
         line("https p50 / isolate p50 (time per job, one at a time)", ratio("https", "isolate", "p50"))
         r = ratio("https", "isolate", "tput", inverse=True)
         line("https time/job / isolate time/job (concurrent)", r, "<= %.1fx" % GOAL_ISOLATE, r[0] <= GOAL_ISOLATE)
         line("socket time/job / isolate time/job (concurrent)", ratio("socket", "isolate", "tput", inverse=True))
+        line("https CPU/job / isolate CPU/job (concurrent)", ratio("https", "isolate", "conc_cpu"))
 
 
 def main():
@@ -414,6 +417,7 @@ def main():
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--conc-jobs", type=int, default=96, help="jobs per series and round shared by the clients")
     ap.add_argument("--isolate-src", help="ioi/isolate git repository or source directory (v1.10.1)")
+    ap.add_argument("--slots", type=int, default=0, help="the backend's -j (default: its own default, 2 a CPU)")
     ap.add_argument("--no-audit", action="store_true", help="the gateway without its audit trail (to see the trail's share)")
     ap.add_argument("--smoke", action="store_true", help="a few jobs, one round: checks it runs, the figures mean nothing")
     args = ap.parse_args()
@@ -426,7 +430,7 @@ def main():
     argv0 = python_argv0()
     iso = None
     series = None
-    slots = 2 * (os.cpu_count() or 1)  # the backend's default (main.c), as the harness passes -j
+    slots = args.slots or 2 * (os.cpu_count() or 1)  # default: the backend's (main.c); the harness passes -j
     tenant = "rate: {per_second: 100000, burst: 100000}\nmax_in_flight: 256\ncpu_seconds_per_minute: 100000\n"
     stack = moat_harness.Stack(tenants=[("bench", tenant, "")], backend_args=("-j", str(slots)), audit=not args.no_audit)
     try:
