@@ -406,7 +406,9 @@ def run(args, moat_harness):
     sessions = max(1, args.connections - sum(conns.values()))
     stack = moat_harness.Stack(
         tenants=[("load", TENANT, ""), ("limited", LIMITED, "")],
+        # init_timeout_ms: a busy machine may take long to send a session's init; that is not under test
         extra_config="max_connections_per_address: 1000\nunauthenticated: {per_second: 200, burst: 1000}\n"
+                     "sessions: {init_timeout_ms: 60000}\n"
                      "submissions:\n  max_running: 4\n  queue_max: 256\n  queue_max_per_tenant: 256\n")
     fails = []
     try:
