@@ -38,9 +38,11 @@ descriptors, the cgroups under the backend's groups (its -n name, every v1 contr
 and the box processes (uids in the backend's box range).  At the end it prints the table and
 p50/p99 per kind, and checks that the last sample is "flat" against the first:
 
-  RSS      last <= first + max(10 %, 4 MiB)      (per process tree; first and last: the medians
-           of the first and of the last three samples, so that a process the backend forks for a
-           run at the moment of one sample does not decide)
+  RSS      end <= base + max(10 %, 4 MiB)        (per process tree; the first third of the
+           samples is the warm-up, in which the allocator's arenas and h2o's pools grow to their
+           working size; base: the median of the next three samples (minutes 4-6 of 10), end: of
+           the last three, so that a process the backend forks for a run at the moment of one sample
+           does not decide; a leak per request grows all along and fails it)
   fds      last <= first + 32 (connections and runs in flight come and go), and once the load
            has stopped, <= the idle count (before any load) + 8
   cgroups, box processes: back to the idle count within 60 s after the load
@@ -362,10 +364,11 @@ def median(values):
 
 
 def edges(loaded, key):
-    """(first, last): the medians of key over the first and over the last k samples under load (k = 3 of
-    10), so that a process the backend forks for a run at the moment of one sample does not decide."""
-    k = max(1, min(3, len(loaded) // 3))
-    return median([s[key] for s in loaded[:k]]), median([s[key] for s in loaded[-k:]])
+    """(base, end): the medians of key over the k samples after the first k (the warm-up: the allocator's
+    arenas and h2o's pools grow to their working size) and over the last k (k = 3 of 10), so that neither
+    the warm-up nor a process the backend forks for a run at the moment of one sample decides."""
+    k = max(1, len(loaded) // 3)
+    return median([s[key] for s in loaded[k:2 * k]]), median([s[key] for s in loaded[-k:]])
 
 
 def flat(idle, loaded, after, smoke):
@@ -453,8 +456,9 @@ def run(args, moat_harness):
         log("")
         for who, name in (("gw", "gateway"), ("be", "backend")):
             a, b = edges(loaded, who + "_rss_kib")
-            log("%s RSS at the end of the load against its start (medians of the first and last %d samples): "
-                "%.1f MiB / %.1f MiB = %.2fx" % (name, max(1, min(3, len(loaded) // 3)), b / 1024, a / 1024, b / max(1, a)))
+            k = max(1, len(loaded) // 3)
+            log("%s RSS at the end of the load against after its warm-up (medians of the last %d samples and of "
+                "samples %d-%d): %.1f MiB / %.1f MiB = %.2fx" % (name, k, k + 1, 2 * k, b / 1024, a / 1024, b / max(1, a)))
         log("\n%-10s %9s %8s %9s %9s %9s  %s" % ("kind", "requests", "req/s", "p50 ms", "p99 ms", "max ms",
                                                  "statuses (status code +retry-after: count)"))
         for kind, r in results.items():
