@@ -16,7 +16,8 @@
  *     apikey_valid_id agree with a plain definition, and decoding
  *     round-trips through moat_hex_encode;
  *   - auth_bearer, with a table holding one key, accepts exactly
- *     "Bearer" (any case) + one or more spaces + that key's token.
+ *     "Bearer" (any case) + one or more spaces + that key's token + any
+ *     trailing spaces and tabs.
  *
  * Built as the real fuzzer with -DMOAT_FUZZ=ON, and always as part of
  * fuzz_apikey_replay (see replay.c).  Violations abort().
@@ -147,11 +148,15 @@ static void setup(void)
     CHECK(gw_index_add(&known_config.tenant_index, gw_index_hash(known_tenant_name, strlen(known_tenant_name)), 0) == 0);
 }
 
-/* "Bearer" in any case, one or more spaces, then exactly the known token. */
+/* "Bearer" in any case, one or more spaces, then exactly the known token,
+ * then any spaces and tabs (a field value's trailing white space, which h2o
+ * keeps: RFC 9110 5.5). */
 static int bearer_ok(const uint8_t *v, size_t len)
 {
     size_t i = 6;
 
+    while (len > 0 && (v[len - 1] == ' ' || v[len - 1] == '\t'))
+        len--;
     if (len <= 6 || strncasecmp((const char *)v, "Bearer", 6) != 0 || v[6] != ' ')
         return 0;
     while (i < len && v[i] == ' ')
@@ -204,6 +209,8 @@ static void make_seeds(fuzz_add_seed_fn *add)
     snprintf(buf, sizeof(buf), "Bearer %s", known_token);
     add(buf, strlen(buf), 0);
     snprintf(buf, sizeof(buf), "bEARER    %s", known_token);
+    add(buf, strlen(buf), 0);
+    snprintf(buf, sizeof(buf), "Bearer %s \t ", known_token); /* trailing white space, trimmed */
     add(buf, strlen(buf), 0);
     /* right shape and checksum, unknown id */
     memcpy(buf, known_token, APIKEY_TOKEN_LEN);
