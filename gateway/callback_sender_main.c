@@ -74,6 +74,7 @@ static void on_signal(struct cb_sender *s, int sig)
     gw_config_free(&config);
     config = fresh;
     cb_sender_set_config(s, &config);
+    log_set_json(config.log_json); /* the gateway's log format, the same file */
     log_info("%s: %s: configuration reloaded", __func__, config_path);
 }
 
@@ -126,6 +127,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     if (gw_config_load(config_path, &config, err, sizeof(err)) != 0)
         fatalx("%s: %s", __func__, err);
+    log_set_json(config.log_json);
     if (user != NULL && gw_drop_privileges(user, err, sizeof(err)) != 0)
         fatalx("%s: privilege drop: %s", __func__, err);
     if (!config.callbacks.enabled)

@@ -841,6 +841,75 @@ static void test_log(void **state)
     assert_string_equal(dst, "");
 }
 
+/* Runs fn with stderr sent into a pipe; returns what it wrote, as it was. */
+static char *capture_raw(void (*fn)(void))
+{
+    static char out[8 * MOAT_LOG_LINE_MAX];
+    int p[2], saved = dup(STDERR_FILENO);
+
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(dup2(p[1], STDERR_FILENO), STDERR_FILENO);
+    close(p[1]);
+    fn();
+    assert_int_equal(dup2(saved, STDERR_FILENO), STDERR_FILENO);
+    close(saved);
+    ssize_t n = moat_read_full(p[0], out, sizeof(out) - 1);
+    close(p[0]);
+    out[n > 0 ? n : 0] = '\0';
+    return out;
+}
+
+static void log_json_lines(void)
+{
+    log_init("unit", 1);
+    log_set_json(1);
+    log_warnx("quote \" back \\ nl \n bad \xff end");
+    log_info("info %d", 1);
+    log_debug("dbg");
+    log_info_json("\"msg\":\"request\",\"status\":401", strlen("\"msg\":\"request\",\"status\":401"));
+    log_info_raw("raw \xc3\xa9", 6);
+    log_flush(); /* this thread buffers its info lines (test_log) */
+    log_set_json(0);
+    log_init("unit", 0);
+}
+
+/* log: {format: json}: every line one JSON object, whatever the message holds. */
+static void test_log_json(void **state)
+{
+    static const char *const levels[] = {"warning", "info", "debug", "info", "info"};
+    char *out = capture_raw(log_json_lines), *line = out, *nl;
+    size_t i = 0;
+
+    (void)state;
+    while ((nl = strchr(line, '\n')) != NULL) {
+        json_error_t jerr;
+        json_t *o = json_loadb(line, (size_t)(nl - line), 0, &jerr);
+        if (o == NULL)
+            fail_msg("not JSON (%s): %.*s", jerr.text, (int)(nl - line), line);
+        assert_true(i < 5);
+        const char *ts = json_string_value(json_object_get(o, "ts"));
+        assert_non_null(ts);
+        assert_int_equal(strlen(ts), 24);
+        assert_int_equal(ts[23], 'Z');
+        assert_string_equal(json_string_value(json_object_get(o, "program")), "unit");
+        assert_string_equal(json_string_value(json_object_get(o, "level")), levels[i]);
+        if (i == 0) /* invalid UTF-8: escaped as text, never a broken line */
+            assert_string_equal(json_string_value(json_object_get(o, "msg")), "quote \\x22 back \\x5c nl \\x0a bad \\xff end");
+        if (i == 3) {
+            assert_string_equal(json_string_value(json_object_get(o, "msg")), "request");
+            assert_int_equal(json_integer_value(json_object_get(o, "status")), 401);
+        }
+        if (i == 4)
+            assert_string_equal(json_string_value(json_object_get(o, "msg")), "raw \xc3\xa9");
+        json_decref(o);
+        line = nl + 1;
+        i++;
+    }
+    if (i != 5)
+        fail_msg("%zu lines:\n%s", i, out);
+    assert_string_equal(line, "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -851,6 +920,7 @@ int main(void)
         cmocka_unit_test(test_json_escape_bounds), cmocka_unit_test(test_io_short_writes),
         cmocka_unit_test(test_io_eof_and_errors),  cmocka_unit_test(test_io_pass_fds),
         cmocka_unit_test(test_buf_growth),         cmocka_unit_test(test_log),
+        cmocka_unit_test(test_log_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
