@@ -116,7 +116,7 @@ static void disconnect(struct gw_audit *a, const char *why)
     if (a->sock != NULL) {
         a->sock->data = NULL;
         h2o_socket_close(a->sock);
-        a->sock = NULL;
+        __atomic_store_n(&a->sock, NULL, __ATOMIC_RELAXED); /* a scrape and moatctl status read it */
     }
     a->out.len = 0;
     a->writing = 0;
@@ -294,7 +294,7 @@ int gw_audit_attach(struct gw_audit *a, int fd)
     int flags = fcntl(fd, F_GETFL);
     if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
         return -1;
-    a->sock = h2o_evloop_socket_create(a->loop, fd, 0);
+    __atomic_store_n(&a->sock, h2o_evloop_socket_create(a->loop, fd, 0), __ATOMIC_RELAXED);
     if (a->sock == NULL)
         return -1;
     a->sock->data = a;

@@ -207,7 +207,8 @@ struct rconn {
     unsigned gen;          /* connections made so far: the other part */
     redisAsyncContext *ac; /* NULL: down */
     int up;                /* the connect completed */
-    int lost;              /* has been down since the last success (log the recovery) */
+    int lost;              /* has been down since the last success (log the recovery); written
+                            * with __atomic_store_n: redis_state reads it from a scrape */
     char owner[RR_OWNER_MAX];
     char heartbeat[RR_KEY_MAX];
     uint64_t next_attempt, backoff_ms, connect_deadline, next_heartbeat;
@@ -363,7 +364,7 @@ static void conn_drop(struct rconn *c, const char *why)
     if (!c->lost)
         log_warnx("%s: Redis at %s: %s; decisions %s until it answers again", __func__, redis_name(c->r, name, sizeof(name)), why,
                   c->r->on_unavailable == RL_REDIS_LOCAL ? "made locally" : "refused (fail closed)");
-    c->lost = 1;
+    __atomic_store_n(&c->lost, 1, __ATOMIC_RELAXED);
     schedule_retry(c);
     redisAsyncFree(ac); /* deferred by hiredis when called from one of its callbacks */
 }
@@ -381,7 +382,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
         c->up = 0;
         if (!c->lost)
             log_warnx("%s: Redis at %s: %s", __func__, redis_name(c->r, name, sizeof(name)), ac->errstr);
-        c->lost = 1;
+        __atomic_store_n(&c->lost, 1, __ATOMIC_RELAXED);
         schedule_retry(c);
         return;
     }
@@ -399,7 +400,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     c->up = 0;
     if (!c->lost)
         log_warnx("%s: the connection to Redis was lost: %s", __func__, ac->errstr != NULL && ac->err ? ac->errstr : "closed");
-    c->lost = 1;
+    __atomic_store_n(&c->lost, 1, __ATOMIC_RELAXED);
     schedule_retry(c);
 }
 
@@ -420,7 +421,7 @@ static void on_setup_reply(redisAsyncContext *ac, void *reply, void *step)
             c->backoff_ms = GW_REDIS_BACKOFF_MIN_MS;
             if (c->lost)
                 log_info("%s: Redis at %s answers again", __func__, redis_name(c->r, why, sizeof(why)));
-            c->lost = 0;
+            __atomic_store_n(&c->lost, 0, __ATOMIC_RELAXED);
         }
         return;
     }
@@ -446,7 +447,7 @@ static void conn_start(struct rconn *c)
         if (!c->lost)
             log_warnx("%s: Redis at %s: %s", __func__, redis_name(r, name, sizeof(name)),
                       ac != NULL && ac->err ? ac->errstr : "out of memory");
-        c->lost = 1;
+        __atomic_store_n(&c->lost, 1, __ATOMIC_RELAXED);
         if (ac != NULL)
             redisAsyncFree(ac);
         schedule_retry(c);
@@ -749,7 +750,7 @@ static void redis_destroy(struct rl_limiter *l)
 
     for (c = r->conns; c != NULL; c = next) {
         next = c->next;
-        c->lost = 1; /* nothing to warn about */
+        __atomic_store_n(&c->lost, 1, __ATOMIC_RELAXED); /* nothing to warn about */
         conn_drop(c, "the limiter is going away");
         h2o_timeout_unlink(&c->tick);
         h2o_timeout_dispose(c->loop, &c->cmd_timeout);

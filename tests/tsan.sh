@@ -14,7 +14,8 @@
 #      shared primitives;
 #   3. run e2e tests against the TSan gateway (MOAT_BUILD_DIR=BUILD_DIR):
 #      worker threads (test_gateway), the Redis heartbeat thread and shared
-#      state (test_redis_shared), the audit client (test_audit_gateway).
+#      state (test_redis_shared), the audit client (test_audit_gateway),
+#      scrapes reading every worker's counters (test_metrics).
 # TSan stops a program at its first report (halt_on_error, exit status 66)
 # and writes the report to a file in a directory every user may write (the
 # gateway runs as `moat`); any report file fails the stage, whether or not
@@ -28,7 +29,7 @@ units=(test_ratelimit test_ratelimit_redis test_gateway_judge0_queue test_gatewa
     test_gateway_confine test_audit_fetch test_common)
 tests='gateway_ratelimit|gateway_ratelimit_redis|gateway_judge0_queue|gateway_sessions|gateway_metrics|gateway_confine|audit_fetch|common'
 programs=(moat-backend moat-gateway moatctl moat-audit moat-audit-writer moat-callback-sender)
-e2e=(test_gateway test_redis_shared test_audit_gateway)
+e2e=(test_gateway test_redis_shared test_audit_gateway test_metrics)
 
 die() { echo "tsan: $*" >&2; exit 1; }
 
