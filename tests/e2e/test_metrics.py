@@ -9,12 +9,16 @@ import http.client
 import json
 import os
 import re
+import shutil
 import socket
+import tempfile
 import subprocess
 import threading
 import unittest
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from test_redis_limits import HAVE_REDIS, Redis, limiter
 
 from moat_harness import (GATEWAY, LONG_WALL_MS, Stack, free_port, held_program, release_all, wait_held,
                           wait_until)
@@ -213,6 +217,42 @@ class MetricsTest(unittest.TestCase):
             t.join()
         self.assertEqual(results["held"][0], 200, results["held"])
         wait_until(lambda: value(self.scrape_samples(), "moat_backend_slots_busy") == 0, "the slot to be given back")
+
+
+@unittest.skipUnless(HAVE_REDIS, "redis-server is not installed (Debian: apt-get install redis-server)")
+class LimiterStateTest(unittest.TestCase):
+    """moat_limiter_store_state follows a real Redis going away and coming back."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="moat-e2e-metrics-redis-")
+        os.chmod(self.dir, 0o755)
+        self.redis = Redis(self.dir)
+        self.redis.start()
+        self.mport = free_port()
+        self.stack = Stack(audit=False, extra_config=limiter(self.redis) + "metrics: {port: %d}\n" % self.mport).start()
+
+    def tearDown(self):
+        self.stack.stop()
+        self.redis.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def state(self):
+        smp = samples(scrape(self.mport)[2])
+        return [st for st in ("up", "down", "fallback")
+                if value(smp, "moat_limiter_store_state", store="redis", state=st) == 1]
+
+    def in_state(self, want, status):
+        # a decision on fresh connections (the kernel spreads them over the workers)
+        # is what makes a worker notice
+        st = self.stack.request("GET", "/api/v2/runtimes")[0]
+        return st == status and self.state() == [want]
+
+    def test_down_then_up(self):
+        wait_until(lambda: self.in_state("up", 200), "the limiter to answer through Redis")
+        self.redis.kill()
+        wait_until(lambda: self.in_state("down", 503), "the store to show down (fail closed)")
+        self.redis.start()
+        wait_until(lambda: self.in_state("up", 200) and self.state() == ["up"], "the store to show up again")
 
 
 class MetricsConfigTest(unittest.TestCase):
