@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import tempfile
 import subprocess
@@ -253,6 +254,38 @@ class LimiterStateTest(unittest.TestCase):
         wait_until(lambda: self.in_state("down", 503), "the store to show down (fail closed)")
         self.redis.start()
         wait_until(lambda: self.in_state("up", 200) and self.state() == ["up"], "the store to show up again")
+
+
+class ReloadTest(unittest.TestCase):
+    """SIGHUP applies log.format and keeps the running metrics listener."""
+
+    def test_reload(self):
+        mport, other = free_port(), free_port()
+        stack = Stack(audit=False, extra_config="metrics: {port: %d}\n" % mport)
+        try:
+            # readable by the gateway's user after the drop, as a reload needs
+            os.chown(stack.config, 0, grp.getgrnam("moat").gr_gid)
+            os.chmod(stack.config, 0o640)
+            stack.start()
+            self.assertEqual(scrape(mport)[0], 200)
+            with open(stack.config) as f:
+                text = f.read()
+            with open(stack.config, "w") as f:
+                f.write(text.replace("metrics: {port: %d}\n" % mport, "metrics: {port: %d}\nlog: {format: json}\n" % other))
+            stack.gateway.send_signal(signal.SIGHUP)
+            line = wait_until(lambda: next((l for l in stack.log("gateway").splitlines()
+                                            if l.startswith("{") and "configuration reloaded" in l), None),
+                              "the reload's line, in JSON")
+            self.assertEqual(json.loads(line)["level"], "info")
+            self.assertIn("the metrics section changed", stack.log("gateway"))
+            self.assertEqual(scrape(mport)[0], 200)  # the running listener stays
+            with self.assertRaises(OSError):
+                scrape(other)
+            rid = stack.request("GET", "/healthz", token=None)[1]["x-request-id"]
+            wait_until(lambda: any(l.startswith("{") and json.loads(l).get("request_id") == rid
+                                   for l in stack.log("gateway").splitlines()), "the request's JSON line")
+        finally:
+            stack.stop()
 
 
 class MetricsConfigTest(unittest.TestCase):
