@@ -42,7 +42,9 @@ p50/p99 per kind, and checks that the last sample is "flat" against the first:
            samples is the warm-up, in which the allocator's arenas and h2o's pools grow to their
            working size; base: the median of the next three samples (minutes 4-6 of 10), end: of
            the last three, so that a process the backend forks for a run at the moment of one sample
-           does not decide; a leak per request grows all along and fails it)
+           does not decide; a leak per request grows all along and fails it once it passes
+           4 MiB in the four minutes between the two: about 1 MiB a minute, some 16 bytes per
+           request at this campaign's rate)
   fds      last <= first + 32 (connections and runs in flight come and go), and once the load
            has stopped, <= the idle count (before any load) + 8
   cgroups, box processes: back to the idle count within 60 s after the load
