@@ -121,6 +121,9 @@ static void puts_(struct line *l, const char *s)
     put(l, s, strlen(s));
 }
 
+/* a string literal: its length known at compile time */
+#define put_lit(l, lit) put((l), (lit), sizeof(lit) - 1)
+
 /* The path as the log may show it: a query string keeps its names, never
  * its values ("?access_token=*&lang=*"), since clients put credentials
  * there. */
@@ -180,9 +183,9 @@ static void put_json(struct line *l, const char *name, const char *v, size_t len
 {
     size_t off;
 
-    puts_(l, ",\"");
+    put_lit(l, ",\"");
     puts_(l, name);
-    puts_(l, "\":\"");
+    put_lit(l, "\":\"");
     off = l->len;
     if (moat_json_escape(l->buf, sizeof(l->buf) - 8, &off, v, len, MOAT_JSON_ASCII_ONLY) == 0)
         l->len = off;
@@ -197,15 +200,15 @@ static void log_request_json(const struct gw_request *r, int status, uint64_t us
 
     l.len = path.len = 0;
     put_path(&path, r->req);
-    puts_(&l, "\"msg\":\"request\"");
+    put_lit(&l, "\"msg\":\"request\"");
     put_json(&l, "request_id", r->request_id, strlen(r->request_id));
     put_json(&l, "tenant", r->tenant != NULL ? r->tenant : "", r->tenant != NULL ? strlen(r->tenant) : 0);
     put_json(&l, "route", r->route != NULL ? r->route->path : "other", strlen(r->route != NULL ? r->route->path : "other"));
     put_json(&l, "method", method, strlen(method));
     put_json(&l, "path", path.buf, path.len);
-    puts_(&l, ",\"status\":");
+    put_lit(&l, ",\"status\":");
     put_uint(&l, (uint64_t)status, 1);
-    puts_(&l, ",\"duration_ms\":");
+    put_lit(&l, ",\"duration_ms\":");
     put_ms(&l, us);
     put_json(&l, "client", r->client[0] != '\0' ? r->client : "?", r->client[0] != '\0' ? strlen(r->client) : 1);
     put_json(&l, "key", r->key_id, strlen(r->key_id));
@@ -233,28 +236,28 @@ void gw_log_request(const struct gw_request *r, int status)
         return;
     }
     l.len = 0;
-    puts_(&l, "request: ");
+    put_lit(&l, "request: ");
     puts_(&l, method);
-    puts_(&l, " ");
+    put_lit(&l, " ");
     put_path(&l, req);
-    puts_(&l, " ");
+    put_lit(&l, " ");
     puts_(&l, st);
-    puts_(&l, " ms=");
+    put_lit(&l, " ms=");
     put_ms(&l, us);
-    puts_(&l, " id=");
+    put_lit(&l, " id=");
     puts_(&l, r->request_id);
-    puts_(&l, " tenant=");
+    put_lit(&l, " tenant=");
     puts_(&l, r->tenant != NULL ? r->tenant : "-");
-    puts_(&l, " key=");
+    put_lit(&l, " key=");
     puts_(&l, r->key_id[0] != '\0' ? r->key_id : "-");
-    puts_(&l, " client=");
+    put_lit(&l, " client=");
     puts_(&l, r->client[0] != '\0' ? r->client : "?");
     if (status >= 400 && gw_reason_name(r->reason) != NULL) {
-        puts_(&l, " reason=");
+        put_lit(&l, " reason=");
         puts_(&l, gw_reason_name(r->reason));
     }
     if (r->note) {
-        puts_(&l, ": ");
+        put_lit(&l, ": ");
         puts_(&l, r->note);
     }
     log_info_raw(l.buf, l.len);

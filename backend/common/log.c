@@ -310,6 +310,11 @@ void fatalx(const char *fmt, ...)
     exit(1);
 }
 
+static int plain(unsigned char c)
+{
+    return c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+}
+
 void log_escape(char *dst, size_t dstlen, const char *src, size_t srclen, size_t max)
 {
     static const char hex[] = "0123456789abcdef";
@@ -319,9 +324,13 @@ void log_escape(char *dst, size_t dstlen, const char *src, size_t srclen, size_t
         return;
     if (srclen > max)
         srclen = max;
-    for (size_t i = 0; i < srclen; i++) {
+    /* the common case first: a run that needs no escape, copied at once */
+    while (o < srclen && o + 1 < dstlen && plain((unsigned char)src[o]))
+        o++;
+    memcpy(dst, src, o);
+    for (size_t i = o; i < srclen; i++) {
         unsigned char c = (unsigned char)src[i];
-        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+        if (plain(c)) {
             if (o + 1 >= dstlen)
                 break;
             dst[o++] = (char)c;
