@@ -68,6 +68,7 @@
 #include "conn.h"
 #include "apikey.h"
 #include "gw_limits.h"
+#include "judge0_queue.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -714,6 +715,10 @@ static void on_watchdog(h2o_timeout_entry_t *entry)
     h2o_linklist_t *node;
 
     gw_worker_refresh(w);
+    /* queued submissions start where a run ends or one is queued; this catches a reload that raised
+     * max_running while all is quiet.  Here, inside the loop: a backend call started between loop
+     * turns would begin a socket write there, which h2o 2.2.5 does not allow (see audit_client.c) */
+    judge0_queue_pump(judge0_queue_default(), w, (unsigned)w->cfg->submissions.max_running);
     __atomic_store_n(&w->beat_ms, now, __ATOMIC_RELAXED); /* moatctl status: this worker's loop turns */
     /* HTTP/2 first: h2o's own list holds only connections it has not freed */
     struct watch_h2 arg = {w, now};

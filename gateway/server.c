@@ -362,9 +362,6 @@ static void *worker_main(void *arg)
     log_buffer_thread();
     while (!stopping()) {
         h2o_evloop_run(loop, GW_LOOP_WAKE_MS);
-        /* queued submissions start where a run ends or one is queued; this
-         * catches a reload that raised max_running while all is quiet */
-        judge0_queue_pump(judge0_queue_default(), w, (unsigned)w->cfg->submissions.max_running);
         gw_audit_flush(&w->audit);
         log_flush();
         int fd = __atomic_exchange_n(&w->audit_pending_fd, -1, __ATOMIC_ACQ_REL);
