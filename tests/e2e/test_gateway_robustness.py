@@ -447,7 +447,7 @@ class TimeoutTest(unittest.TestCase):
             other.join()
         self.assertIsNotNone(took, "slowloris connection never closed")
         self.assertGreater(took, 1.0)
-        self.assertLess(took, 3.0)  # header_ms 1500 (+ watchdog tick); h2o alone: 8 s
+        self.assertLess(took, 6.0)  # header_ms 1500 (+ watchdog tick, + a busy machine); h2o alone: 8 s
         self.assertLess(results[0], 1000, "another client was not served meanwhile")
 
     def test_slow_body(self):
@@ -462,7 +462,7 @@ class TimeoutTest(unittest.TestCase):
             other.join()
         self.assertIsNotNone(took, "slow-body connection never closed")
         self.assertGreater(took, 1.0)
-        self.assertLess(took, 3.0)  # body_ms 1500
+        self.assertLess(took, 6.0)  # body_ms 1500 (+ a busy machine); h2o alone: 8 s
         self.assertLess(results[0], 1000)
 
     def test_idle_keepalive(self):
