@@ -634,9 +634,9 @@ def main():
     if args.smoke:
         log("bench_gateway: smoke run OK (figures of a %d s run mean nothing)" % args.duration)
     elif below:
-        log("bench_gateway: deny path below the %.1fx goal: %s" % (GOAL, ", ".join(below)))
+        log("bench_gateway: deny path below the %.2fx goal: %s" % (GOAL, ", ".join(below)))
     elif "raw" in cases and ("401" in cases or "429" in cases):
-        log("bench_gateway: deny path meets the %.1fx goal" % GOAL)
+        log("bench_gateway: deny path meets the %.2fx goal" % GOAL)
     return 0
 
 
