@@ -23,10 +23,11 @@
 /* Maintenance threads per pool (at most one a slot).  Replacing a box is
  * mostly waiting on the kernel, not CPU: the pid namespace's teardown when
  * init is killed, the mount namespace's RCU wait, and on cgroup v1 the
- * attach's RCU grace period.  Measured on 2 vCPUs (cgroup v1): discard
- * ~8 ms and prepare ~13 ms a slot, so one thread capped a pool at ~45 jobs/s
- * whatever the CPUs could do; several threads overlap those waits (each
- * works on a slot of its own, so nothing else is shared between them). */
+ * attach's RCU grace period.  Measured on a busy 2-vCPU machine (cgroup
+ * v1): discard ~8 ms and prepare ~13 ms a slot, one slot at a time per
+ * thread.  Several threads overlap those waits (each works on a slot of its
+ * own, so nothing else is shared between them): with 16 clients of a cheap
+ * job, four did 1.47x the jobs/s of one (tests/bench/RESULTS.md). */
 #define POOL_MAINTAINERS 4
 
 /* pool_acquire's refusal when every slot (and queue place) is taken. */
