@@ -210,6 +210,26 @@ class H2:
 # ---------------------------------------------------------------------------
 
 
+def rapid_reset_flood(h2, path="/healthz", rounds=40):
+    """HEADERS + RST_STREAM pairs, 50 at a time, reading what comes back in between, until the
+    gateway sends GOAWAY or closes (or `rounds` batches went out)."""
+    block, sid = header_block("GET", path), 1
+    for _ in range(rounds):
+        batch = b""
+        for _ in range(50):
+            batch += frame(HEADERS, END_HEADERS | END_STREAM, sid, block)
+            batch += frame(RST_STREAM, 0, sid, struct.pack(">I", CANCEL))
+            sid += 2
+        try:
+            h2.send(batch)
+        except OSError:
+            return
+        while h2.read_frame(0.01) is not None:
+            pass
+        if h2.closed or h2.goaway:
+            return
+
+
 def set_config_lines(stack, replace=None, tls_extra=""):
     """Rewrites the harness's gateway.conf: replace maps old line -> new line; tls_extra
     adds lines to the tls: mapping."""
@@ -712,22 +732,7 @@ class RapidResetTest(unittest.TestCase):
         stack = start_stack("", workers=1)
         try:
             h2 = H2(stack.port, h2_ctx(stack))
-            block = header_block("GET", "/healthz")
-            sid = 1
-            for _ in range(40):  # 50 pairs at a time, reading what comes back in between
-                batch = b""
-                for _ in range(50):
-                    batch += frame(HEADERS, END_HEADERS | END_STREAM, sid, block)
-                    batch += frame(RST_STREAM, 0, sid, struct.pack(">I", CANCEL))
-                    sid += 2
-                try:
-                    h2.send(batch)
-                except OSError:
-                    break
-                while h2.read_frame(0.01) is not None:
-                    pass
-                if h2.closed or h2.goaway:
-                    break
+            rapid_reset_flood(h2)
             self.assertTrue(h2.wait_closed(5), "the flooding connection was not closed")
             self.assertIsNotNone(h2.goaway)
             self.assertEqual(h2.goaway[1], ENHANCE_YOUR_CALM)

@@ -12,7 +12,6 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import tempfile
 import subprocess
 import threading
@@ -20,8 +19,7 @@ import unittest
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from test_gateway_robustness import (CANCEL, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, H2, HEADERS, RST_STREAM, frame,
-                                     header_block)
+from test_gateway_robustness import ENHANCE_YOUR_CALM, H2, rapid_reset_flood
 from test_redis_limits import HAVE_REDIS, Redis, limiter
 
 from moat_harness import (GATEWAY, LONG_WALL_MS, Stack, free_port, held_program, release_all, wait_held,
@@ -225,22 +223,8 @@ class MetricsTest(unittest.TestCase):
     def test_7_rapid_reset_goaway_counted(self):
         base = value(self.scrape_samples(), "moat_http2_goaways_total", reason="reset_budget")
         h2 = H2(self.stack.port, self.stack.ssl_context(alpn=("h2",)))
-        block, sid = header_block("GET", "/healthz"), 1
         try:
-            for _ in range(40):  # HEADERS + RST_STREAM pairs until the gateway says enough
-                batch = b""
-                for _ in range(50):
-                    batch += frame(HEADERS, END_HEADERS | END_STREAM, sid, block)
-                    batch += frame(RST_STREAM, 0, sid, struct.pack(">I", CANCEL))
-                    sid += 2
-                try:
-                    h2.send(batch)
-                except OSError:
-                    break
-                while h2.read_frame(0.01) is not None:
-                    pass
-                if h2.closed or h2.goaway:
-                    break
+            rapid_reset_flood(h2)  # until the gateway says enough
             self.assertTrue(h2.wait_closed(30), "the flooding connection was not closed")
             self.assertEqual(h2.goaway[1], ENHANCE_YOUR_CALM)
         finally:

@@ -766,11 +766,10 @@ static char *strip_stamps(char *s)
     return s;
 }
 
-/* Runs fn with stderr sent into a pipe; returns what it wrote, each line's
- * time checked and taken off. */
-static char *capture_stderr(void (*fn)(void))
+/* Runs fn with stderr sent into a pipe; returns what it wrote, as it was. */
+static char *capture_raw(void (*fn)(void))
 {
-    static char out[4 * MOAT_LOG_LINE_MAX];
+    static char out[8 * MOAT_LOG_LINE_MAX];
     int p[2], saved = dup(STDERR_FILENO);
 
     assert_int_equal(pipe(p), 0);
@@ -782,7 +781,14 @@ static char *capture_stderr(void (*fn)(void))
     ssize_t n = moat_read_full(p[0], out, sizeof(out) - 1);
     close(p[0]);
     out[n > 0 ? n : 0] = '\0';
-    return strip_stamps(out);
+    return out;
+}
+
+/* Runs fn with stderr sent into a pipe; returns what it wrote, each line's
+ * time checked and taken off. */
+static char *capture_stderr(void (*fn)(void))
+{
+    return strip_stamps(capture_raw(fn));
 }
 
 static void log_lines(void)
@@ -839,24 +845,6 @@ static void test_log(void **state)
     assert_string_equal(dst, "abc");
     log_escape(dst, 4, "\x01", 1, 6);
     assert_string_equal(dst, "");
-}
-
-/* Runs fn with stderr sent into a pipe; returns what it wrote, as it was. */
-static char *capture_raw(void (*fn)(void))
-{
-    static char out[8 * MOAT_LOG_LINE_MAX];
-    int p[2], saved = dup(STDERR_FILENO);
-
-    assert_int_equal(pipe(p), 0);
-    assert_int_equal(dup2(p[1], STDERR_FILENO), STDERR_FILENO);
-    close(p[1]);
-    fn();
-    assert_int_equal(dup2(saved, STDERR_FILENO), STDERR_FILENO);
-    close(saved);
-    ssize_t n = moat_read_full(p[0], out, sizeof(out) - 1);
-    close(p[0]);
-    out[n > 0 ? n : 0] = '\0';
-    return out;
 }
 
 static void log_json_lines(void)
