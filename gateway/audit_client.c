@@ -324,18 +324,31 @@ static void note_dropped(struct gw_audit *a)
     }
 }
 
-static int append_request(struct gw_audit *a, const struct audit_wire_req *rq, const char *body, const void *packet)
+/* Appends rq, body, and the packet written in place by its filler. */
+static int append_request(struct gw_audit *a, const struct audit_wire_req *rq, const char *body,
+                          const struct gw_audit_filler *packet)
 {
-    if (out_append(&a->out, rq, sizeof(*rq)) != 0 || out_append(&a->out, body, rq->body_len) != 0 ||
-        (rq->packet_len && out_append(&a->out, packet, rq->packet_len) != 0))
-        return -1;
+    size_t at = a->out.len;
+
+    if (out_append(&a->out, rq, sizeof(*rq)) != 0 || out_append(&a->out, body, rq->body_len) != 0)
+        goto fail;
+    if (rq->packet_len > 0) {
+        if (moat_buf_reserve(&a->out, rq->packet_len) != 0 ||
+            packet->fill(packet->arg, a->out.data + a->out.len, rq->packet_len) != 0)
+            goto fail;
+        a->out.len += rq->packet_len;
+    }
     return 0;
+fail:
+    a->out.len = at; /* nothing of it was queued */
+    return -1;
 }
 
 /* Queues rq (its tag set here), body and packet with an entry waiting for
  * its ack: the entry, or NULL when out of memory (the writer is let go;
  * nothing was queued). */
-static struct gw_audit_entry *queue_waited(struct gw_audit *a, struct audit_wire_req *rq, const char *body, const void *packet)
+static struct gw_audit_entry *queue_waited(struct gw_audit *a, struct audit_wire_req *rq, const char *body,
+                                           const struct gw_audit_filler *packet)
 {
     struct gw_audit_entry *e = calloc(1, sizeof(*e));
     if (e == NULL)
@@ -360,9 +373,24 @@ static struct gw_audit_entry *queue_waited(struct gw_audit *a, struct audit_wire
     return e;
 }
 
+static int copy_packet(void *arg, uint8_t *dst, size_t len)
+{
+    memcpy(dst, arg, len);
+    return 0;
+}
+
 struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, size_t body_len, const void *packet, size_t packet_len,
                                        gw_audit_cb cb, void *arg)
 {
+    struct gw_audit_filler f = {packet_len, copy_packet, (void *)(uintptr_t)packet};
+
+    return gw_audit_submit_filled(a, body, body_len, packet_len > 0 ? &f : NULL, cb, arg);
+}
+
+struct gw_audit_entry *gw_audit_submit_filled(struct gw_audit *a, const char *body, size_t body_len,
+                                              const struct gw_audit_filler *packet, gw_audit_cb cb, void *arg)
+{
+    size_t packet_len = packet != NULL ? packet->len : 0;
     struct audit_wire_req rq = {AUDIT_WIRE_MAGIC, (uint32_t)body_len, (uint32_t)packet_len, 0, 0};
     struct gw_audit_entry *e;
 

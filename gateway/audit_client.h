@@ -80,6 +80,18 @@ int gw_audit_attach(struct gw_audit *a, int fd);
  * failure. */
 struct gw_audit_entry *gw_audit_submit(struct gw_audit *a, const char *body, size_t body_len, const void *packet, size_t packet_len,
                                        gw_audit_cb cb, void *arg);
+/* A packet written straight into the queue, so that no whole copy of it is
+ * made first (a session's, audit_records.c): len bytes, which fill writes
+ * to dst; fill returns 0, or -1 when it cannot (the record is not queued,
+ * and fails as when memory runs out). */
+struct gw_audit_filler {
+    size_t len;
+    int (*fill)(void *arg, uint8_t *dst, size_t len);
+    void *arg;
+};
+/* gw_audit_submit with the packet from a filler (NULL: none). */
+struct gw_audit_entry *gw_audit_submit_filled(struct gw_audit *a, const char *body, size_t body_len,
+                                              const struct gw_audit_filler *packet, gw_audit_cb cb, void *arg);
 /* Asks the writer for one execution of tenant: its records and its packet
  * (audit/FORMAT.md "Reading an execution back").  Returns a handle for
  * gw_audit_cancel, or NULL when cb was already called. */

@@ -292,23 +292,125 @@ static json_t *transcript_event(const struct gw_tr_event *e)
     return o;
 }
 
-char *gw_audit_session_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const json_t *metadata,
-                              json_t *limits, const struct gw_transcript *t, const char *result_json, size_t *len)
-{
-    json_t *p = packet_object(who, q, metadata, result_json), *events = json_array();
+/*
+ * A session's packet is written in two passes over its transcript, the
+ * first counting bytes (dst NULL), the second writing them where the audit
+ * client queues the record: the output is never held twice (as a JSON tree
+ * and its text, then the queue's copy), only once raw in the transcript
+ * and once in the queue as base64.  The bytes are those jansson would dump
+ * (JSON_COMPACT | JSON_PRESERVE_ORDER): the members before the transcript
+ * are its dump, and a data event's fixed members and base64 need no
+ * escaping.
+ */
+struct packet_out {
+    uint8_t *dst; /* NULL: count only */
+    size_t off, cap;
+    int failed;
+};
 
-    if (p == NULL || events == NULL) {
-        json_decref(p);
-        json_decref(events);
-        return NULL;
+static void out_put(struct packet_out *w, const void *p, size_t n)
+{
+    if (w->failed)
+        return;
+    if (w->dst != NULL) {
+        if (n > w->cap - w->off) {
+            w->failed = 1;
+            return;
+        }
+        memcpy(w->dst + w->off, p, n);
     }
+    w->off += n;
+}
+
+static void out_event(struct packet_out *w, const struct gw_tr_event *e)
+{
+    char head[128];
+    char *text;
+    json_t *o;
+    int n;
+    size_t b64len = MOAT_BASE64_ENCODED_LEN(e->len);
+
+    if (e->kind != GW_TR_DATA) {
+        o = transcript_event(e);
+        text = o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(o);
+        if (text == NULL)
+            w->failed = 1;
+        else
+            out_put(w, text, strlen(text));
+        free(text);
+        return;
+    }
+    n = snprintf(head, sizeof(head), "{\"at_ms\":%" JSON_INTEGER_FORMAT ",\"event\":\"data\",\"stream\":\"%s\",\"data_base64\":\"",
+                 (json_int_t)e->at_ms, tr_streams[e->stream <= GW_TR_STDERR ? e->stream : 0]);
+    out_put(w, head, (size_t)n);
+    if (w->failed)
+        return;
+    if (w->dst != NULL) {
+        if (b64len + 1 > w->cap - w->off) { /* its NUL lands where the closing quote goes */
+            w->failed = 1;
+            return;
+        }
+        moat_base64_encode(e->data != NULL ? e->data : (const uint8_t *)"", e->len, (char *)w->dst + w->off);
+    }
+    w->off += b64len;
+    out_put(w, "\"}", 2);
+}
+
+/* The packet: its members but the last, then "transcript":[events]. */
+static void out_packet(struct packet_out *w, const struct gw_session_packet *p)
+{
+    static const char open[] = ",\"transcript\":[";
+
+    out_put(w, p->head, p->head_len - 1); /* without its closing brace */
+    out_put(w, open, sizeof(open) - 1);
     /* only the session's own thread appends, and this is that thread: no lock */
-    for (size_t i = 0; i < t->n; i++)
-        json_array_append_new(events, transcript_event(&t->ev[i]));
+    for (size_t i = 0; i < p->t->n && !w->failed; i++) {
+        if (i > 0)
+            out_put(w, ",", 1);
+        out_event(w, &p->t->ev[i]);
+    }
+    out_put(w, "]}", 2);
+}
+
+int gw_audit_session_packet(struct gw_session_packet *sp, const struct gw_audit_who *who, const struct moat_exec_request *q,
+                            const json_t *metadata, json_t *limits, const struct gw_transcript *t, const char *result_json)
+{
+    json_t *p = packet_object(who, q, metadata, result_json);
+    struct packet_out count = {0};
+
+    memset(sp, 0, sizeof(*sp));
+    if (p == NULL)
+        return -1;
     json_object_set_new(p, "kind", json_string("session"));
     json_object_set(p, "limits", limits != NULL ? limits : json_null());
-    json_object_set_new(p, "transcript", events);
-    return packet_dump(p, len);
+    if ((sp->head = packet_dump(p, &sp->head_len)) == NULL || sp->head_len < 2) {
+        gw_audit_session_packet_free(sp);
+        return -1;
+    }
+    sp->t = t;
+    out_packet(&count, sp);
+    if (count.failed) {
+        gw_audit_session_packet_free(sp);
+        return -1;
+    }
+    sp->len = count.off;
+    return 0;
+}
+
+int gw_audit_session_packet_write(void *arg, uint8_t *dst, size_t len)
+{
+    const struct gw_session_packet *sp = arg;
+    struct packet_out w = {dst, 0, len, 0};
+
+    out_packet(&w, sp);
+    return w.failed || w.off != len ? -1 : 0;
+}
+
+void gw_audit_session_packet_free(struct gw_session_packet *sp)
+{
+    free(sp->head);
+    memset(sp, 0, sizeof(*sp));
 }
 
 /* Appends raw bytes; -1 when they do not fit. */

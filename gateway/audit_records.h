@@ -37,10 +37,27 @@ json_t *gw_audit_limits(const struct moat_exec_request *q);
  * the result (the Piston JSON sent to the client). */
 char *gw_audit_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const json_t *metadata,
                       const char *result_json, size_t *len);
-/* A live session's packet: the request, its limits, every event of its
- * transcript in order, and the result.  Call on the session's thread. */
-char *gw_audit_session_packet(const struct gw_audit_who *who, const struct moat_exec_request *q, const json_t *metadata,
-                              json_t *limits, const struct gw_transcript *t, const char *result_json, size_t *len);
+/*
+ * A live session's packet: the request, its limits, every event of its
+ * transcript in order, and the result.  It is not made here but planned
+ * (the members before the transcript, and the whole length), then written
+ * by gw_audit_session_packet_write straight into the audit client's queue
+ * (as a struct gw_audit_filler's fill, with sp as its arg), so the output
+ * is not copied whole on its way.  Call on the session's thread; t must
+ * not change until the packet is written.  0, or -1 when memory ran out.
+ */
+struct gw_session_packet {
+    char *head; /* the packet's JSON without the transcript */
+    size_t head_len;
+    const struct gw_transcript *t;
+    size_t len; /* the whole packet */
+};
+int gw_audit_session_packet(struct gw_session_packet *sp, const struct gw_audit_who *who, const struct moat_exec_request *q,
+                            const json_t *metadata, json_t *limits, const struct gw_transcript *t, const char *result_json);
+/* Writes the packet's len bytes to dst: 0, or -1 (len is not sp->len, or
+ * memory ran out). */
+int gw_audit_session_packet_write(void *sp, uint8_t *dst, size_t len);
+void gw_audit_session_packet_free(struct gw_session_packet *sp);
 char *gw_audit_dump(json_t *body, size_t *len);
 
 /* ---- reading an execution back, and reviews (audit/FORMAT.md "Reviews") ---- */

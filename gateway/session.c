@@ -261,11 +261,6 @@ static const char *stage_name(uint8_t stage)
     return stage == MOAT_STAGE_COMPILE ? "compile" : "run";
 }
 
-static const char *stream_name(int stream)
-{
-    return stream == GW_TR_STDERR ? "stderr" : stream == GW_TR_STDOUT ? "stdout" : "stdin";
-}
-
 /* The error event, once: {"type":"error","message","code","request_id"}. */
 static void emit_error(struct gw_session *s)
 {
@@ -318,49 +313,66 @@ static size_t complete_prefix(const uint8_t *p, size_t len)
     return len;
 }
 
-/* A data event of stream's bytes (after its carry); NULL when all of them
- * wait for the rest of a character. */
-static json_t *data_event(struct gw_session *s, int stream, const uint8_t *data, size_t len, int flush)
+/* Byte i of a data event's pre then data. */
+static uint8_t joined_byte(const struct gw_tr_event *ev, size_t i)
 {
-    uint8_t *joined = NULL;
-    const uint8_t *p = data;
-    size_t n = len, keep;
-    json_t *o;
+    return i < ev->pre_len ? ev->pre[i] : ev->data[i - ev->pre_len];
+}
 
-    if (s->carry_len[stream] > 0) {
-        if ((joined = malloc(s->carry_len[stream] + len)) == NULL)
-            return NULL;
-        memcpy(joined, s->carry[stream], s->carry_len[stream]);
-        memcpy(joined + s->carry_len[stream], data, len);
-        p = joined;
-        n = s->carry_len[stream] + len;
-        s->carry_len[stream] = 0;
-    }
-    keep = flush ? n : complete_prefix(p, n);
-    memcpy(s->carry[stream], p + keep, n - keep);
+/*
+ * Which of stream's bytes a data event's message carries (ev->pre: what the
+ * stream's carry held, then ev->data), and what waits in the carry for
+ * the rest of its character; flush: nothing waits.  The message is made
+ * from these bytes when it is sent (gw_transcript_message), so the event
+ * holds the chunk once.
+ */
+static void split_carry(struct gw_session *s, int stream, struct gw_tr_event *ev, int flush)
+{
+    uint8_t tail[3] = {0};
+    size_t n, t, keep;
+
+    memcpy(ev->pre, s->carry[stream], s->carry_len[stream]);
+    ev->pre_len = (uint8_t)s->carry_len[stream];
+    n = ev->pre_len + ev->len;
+    t = n < sizeof(tail) ? n : sizeof(tail); /* complete_prefix looks at the last 3 bytes only */
+    for (size_t i = 0; i < t; i++)
+        tail[i] = joined_byte(ev, n - t + i);
+    keep = flush ? n : n - t + complete_prefix(tail, t);
     s->carry_len[stream] = n - keep;
-    if (keep == 0) {
-        free(joined);
-        return NULL;
-    }
-    if ((o = event("data")) != NULL) {
-        json_object_set_new(o, "stream", json_string(stream_name(stream)));
-        json_object_set_new(o, "data", piston_json_bytes(p, keep));
-    }
-    free(joined);
-    return o;
+    for (size_t i = keep; i < n; i++)
+        s->carry[stream][i - keep] = joined_byte(ev, i);
+    ev->msg_len = keep;
+}
+
+/* Output to the client, then into the transcript (which takes ev's bytes):
+ * the client's message is made as its watchers' will be. */
+static void emit_output(struct gw_session *s, struct gw_tr_event *ev)
+{
+    size_t len;
+    char *text = gw_transcript_message(ev, &len);
+
+    if (text != NULL && s->sink != NULL)
+        s->sink->send(s->sink_data, text, len);
+    else if (text == NULL && len != 0)
+        log_warnx("%s: id=%s: out of memory for an output message", __func__, s->request_id);
+    free(text);
+    emit(s, NULL, 0, ev);
 }
 
 /* What a stage left in the carry goes out (as replacement characters). */
 static void flush_carry(struct gw_session *s)
 {
     for (int k = GW_TR_STDOUT; k <= GW_TR_STDERR; k++) {
+        struct gw_tr_event ev = {.kind = GW_TR_DATA, .stream = (uint8_t)k};
+        size_t len;
+        char *text;
         if (s->carry_len[k] == 0)
             continue;
         /* the bytes are in the transcript already: the client's copy only */
-        json_t *o = data_event(s, k, (const uint8_t *)"", 0, 1);
-        if (o != NULL)
-            emit(s, o, 0, NULL);
+        split_carry(s, k, &ev, 1);
+        if ((text = gw_transcript_message(&ev, &len)) != NULL && s->sink != NULL)
+            s->sink->send(s->sink_data, text, len);
+        free(text);
     }
 }
 
@@ -370,8 +382,9 @@ struct stage_acc {
     struct moat_buf out, err, both;
 };
 
-/* The run's result as execute gives it, from the transcript. */
-static void build_result(struct gw_session *s, struct moat_exec_result *res, struct stage_acc acc[2])
+/* The run's result as execute gives it, from the transcript; its output
+ * only with acc (a stream's last line needs it, the packet does not). */
+static void build_result(struct gw_session *s, struct moat_exec_result *res, struct stage_acc *acc)
 {
     uint8_t stage = 0;
 
@@ -388,7 +401,7 @@ static void build_result(struct gw_session *s, struct moat_exec_result *res, str
             (stage == MOAT_STAGE_COMPILE ? &res->compile : &res->run)->present = 1;
             break;
         case GW_TR_DATA:
-            if (e->stream == GW_TR_STDIN || stage == 0)
+            if (acc == NULL || e->stream == GW_TR_STDIN || stage == 0)
                 break;
             (void)moat_buf_append(e->stream == GW_TR_STDOUT ? &acc[k].out : &acc[k].err, e->data, e->len);
             (void)moat_buf_append(&acc[k].both, e->data, e->len);
@@ -409,7 +422,7 @@ static void build_result(struct gw_session *s, struct moat_exec_result *res, str
             break;
         }
     }
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; acc != NULL && k < 2; k++) {
         struct moat_stage_result *st = k == 0 ? &res->compile : &res->run;
         st->stdout_data = acc[k].out.data;
         st->stdout_len = acc[k].out.len;
@@ -495,38 +508,61 @@ static void on_result_durable(void *arg, int ok, uint64_t seq)
     tell_end(s, end_code(s));
 }
 
+/* The result without its output (acc's, freed). */
+static void drop_output(struct moat_exec_result *res, struct stage_acc acc[2])
+{
+    for (int k = 0; k < 2; k++) {
+        struct moat_stage_result *st = k == 0 ? &res->compile : &res->run;
+        st->stdout_data = st->stderr_data = st->output_data = NULL;
+        st->stdout_len = st->stderr_len = st->output_len = 0;
+        moat_buf_free(&acc[k].out);
+        moat_buf_free(&acc[k].err);
+        moat_buf_free(&acc[k].both);
+    }
+}
+
+/* A stream's last line: the whole result, as execute answers, with
+ * "type":"result" first.  The result's text is made once and turned into
+ * the line in place. */
+static void send_stream_result(struct gw_session *s, struct moat_exec_result *res, struct stage_acc acc[2])
+{
+    static const char head[] = "{\"type\":\"result\",";
+    char *text = piston_exec_result_json(res), *line;
+    size_t n;
+
+    drop_output(res, acc);
+    if (text == NULL || (n = strlen(text)) < 3 || text[0] != '{' || (line = realloc(text, n + sizeof(head))) == NULL) {
+        free(text);
+        log_warnx("%s: id=%s: out of memory for the result line", __func__, s->request_id);
+        return;
+    }
+    memmove(line + sizeof(head) - 1, line + 1, n); /* the members and the NUL */
+    memcpy(line, head, sizeof(head) - 1);
+    s->sink->send(s->sink_data, line, n + sizeof(head) - 2);
+    free(line);
+}
+
 /* 6. One result record, with the transcript as its packet. */
 static void record_result(struct gw_session *s)
 {
     struct moat_exec_result res;
     struct stage_acc acc[2];
     struct gw_audit_who who;
-    char *result_json, *packet = NULL, *text = NULL;
-    size_t plen = 0, len = 0;
+    struct gw_session_packet packet;
+    struct gw_audit_filler fill = {0, gw_audit_session_packet_write, &packet};
+    struct gw_audit_entry *entry;
+    char *result_json, *text = NULL;
+    size_t len = 0;
     json_t *b, *limits, *extra;
+    int line = s->kind == GW_SESSION_STREAM && s->sink != NULL && s->outcome == OUT_COMPLETED, have_packet;
 
     memset(acc, 0, sizeof(acc));
-    build_result(s, &res, acc);
+    build_result(s, &res, line ? acc : NULL);
     s->cpu_ms = res.compile.cpu_ms + res.run.cpu_ms;
-    result_json = piston_exec_result_json(&res);
-    if (s->kind == GW_SESSION_STREAM && s->sink != NULL && result_json != NULL && s->outcome == OUT_COMPLETED) {
-        /* the stream's last line: the whole result, as execute answers */
-        json_error_t jerr;
-        json_t *o = json_loads(result_json, 0, &jerr);
-        if (o != NULL) {
-            json_t *line = event("result");
-            json_object_update(line, o);
-            json_decref(o);
-            emit(s, line, 0, NULL);
-        }
-    }
+    if (line)
+        send_stream_result(s, &res, acc);
+    drop_output(&res, acc);
     if (!audited(s) || !s->decision_recorded) {
-        free(result_json);
-        for (int k = 0; k < 2; k++) {
-            moat_buf_free(&acc[k].out);
-            moat_buf_free(&acc[k].err);
-            moat_buf_free(&acc[k].both);
-        }
         tell_end(s, end_code(s));
         return;
     }
@@ -535,13 +571,10 @@ static void record_result(struct gw_session *s)
     /* the packet's result without the output: the transcript holds every
      * byte of it once, which keeps a session's packet near 4/3 of its
      * stdin and output (audit packet_max_bytes, README) */
-    free(result_json);
-    for (int k = 0; k < 2; k++) {
-        struct moat_stage_result *st = k == 0 ? &res.compile : &res.run;
-        st->stdout_len = st->stderr_len = st->output_len = 0;
-    }
     result_json = piston_exec_result_json(&res);
-    packet = gw_audit_session_packet(&who, &s->ereq, s->metadata, limits, s->tr, result_json, &plen);
+    have_packet = gw_audit_session_packet(&packet, &who, &s->ereq, s->metadata, limits, s->tr, result_json) == 0;
+    fill.len = packet.len;
+    free(result_json);
     if ((b = gw_audit_base(&who, "result")) != NULL) {
         if (s->outcome == OUT_COMPLETED)
             gw_audit_add_decision(b, "allowed", NULL, NULL, 200, NULL);
@@ -563,21 +596,19 @@ static void record_result(struct gw_session *s)
         json_decref(b);
     }
     json_decref(limits);
-    free(result_json);
-    for (int k = 0; k < 2; k++) {
-        moat_buf_free(&acc[k].out);
-        moat_buf_free(&acc[k].err);
-        moat_buf_free(&acc[k].both);
-    }
     s->state = S_RESULT;
     if (text == NULL) {
-        free(packet);
+        gw_audit_session_packet_free(&packet);
         on_result_durable(s, 0, 0);
         return;
     }
-    s->audit_entry = gw_audit_submit(&s->worker->audit, text, len, packet, packet != NULL ? plen : 0, on_result_durable, s);
+    /* the packet is written into the queue here; a failure calls back now
+     * (and may free s) */
+    entry = gw_audit_submit_filled(&s->worker->audit, text, len, have_packet ? &fill : NULL, on_result_durable, s);
     free(text);
-    free(packet);
+    gw_audit_session_packet_free(&packet);
+    if (entry != NULL)
+        s->audit_entry = entry;
 }
 
 /* 5. The session is over; records its result once. */
@@ -738,13 +769,10 @@ static void on_output(struct gw_session *s, const uint8_t *payload, size_t len)
     }
     s->out_unacked += (uint32_t)out.len;
     s->out_total[stream] += out.len;
-    json_t *o = data_event(s, stream, out.data, out.len, 0);
     struct gw_tr_event ev = {.kind = GW_TR_DATA, .stream = (uint8_t)stream, .data = out.data, .len = out.len};
     out.data = NULL; /* the transcript takes the bytes */
-    if (o != NULL)
-        emit(s, o, 1, &ev);
-    else
-        emit(s, NULL, 0, &ev);
+    split_carry(s, stream, &ev, 0);
+    emit_output(s, &ev);
     moat_session_output_free(&out);
     send_credit(s);
 }
@@ -935,6 +963,7 @@ static void on_decision_durable(void *arg, int ok, uint64_t seq)
 static void record_decision(struct gw_session *s, const struct moat_buf *canonical)
 {
     struct gw_audit_who who;
+    struct gw_audit_entry *entry;
     json_t *b;
     char *text = NULL;
     size_t len = 0;
@@ -957,8 +986,10 @@ static void record_decision(struct gw_session *s, const struct moat_buf *canonic
         return;
     }
     s->decision_recorded = 1;
-    s->audit_entry = gw_audit_submit(&s->worker->audit, text, len, NULL, 0, on_decision_durable, s);
+    entry = gw_audit_submit(&s->worker->audit, text, len, NULL, 0, on_decision_durable, s);
     free(text);
+    if (entry != NULL) /* NULL: it failed, and its callback ran (and may have freed s) */
+        s->audit_entry = entry;
 }
 
 /* The SESSION_OPEN of the request: its ceilings are the tenant's, a

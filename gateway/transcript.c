@@ -9,12 +9,20 @@
  * a reader copies what it takes (the array may move when it grows) and
  * writes nothing to the transcript but its own cursor.  Memory is bounded
  * by the session's caps: stdin_bytes, and output_bytes per stream, each
- * held once as raw bytes and once as its watcher message.
+ * held once, as raw bytes.  A data event's message (what its watchers and
+ * its client read) is made from those bytes each time it is sent: a chunk
+ * is at most MOAT_SESSION_CHUNK_MAX, and a watcher reads about
+ * GW_WATCH_HIGH at a time, so the text made lives briefly and is small.
+ * The audit packet is written from the raw bytes too (audit_records.c).
  */
 #include "transcript.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
+
+#include "piston_json.h"
 
 struct gw_transcript *gw_transcript_new(void)
 {
@@ -90,6 +98,72 @@ void gw_transcript_end(struct gw_transcript *t, int code)
     pthread_mutex_unlock(&t->mu);
 }
 
+static const char *const stream_names[] = {"stdin", "stdout", "stderr"};
+
+/* A data event's message: the first msg_len bytes of pre then data. */
+static char *data_message(const struct gw_tr_event *e, size_t *len)
+{
+    uint8_t *joined = NULL;
+    const uint8_t *p = e->data;
+    json_t *o = json_object(), *text;
+    char *out = NULL;
+
+    if (e->pre_len > 0) {
+        size_t from_data = e->msg_len > e->pre_len ? e->msg_len - e->pre_len : 0;
+        if ((joined = malloc(e->pre_len + from_data)) == NULL) {
+            json_decref(o);
+            return NULL;
+        }
+        memcpy(joined, e->pre, e->pre_len);
+        if (from_data > 0)
+            memcpy(joined + e->pre_len, e->data, from_data);
+        p = joined;
+    }
+    text = piston_json_bytes(p != NULL ? p : (const uint8_t *)"", e->msg_len);
+    free(joined);
+    if (o != NULL && text != NULL && json_object_set_new(o, "type", json_string("data")) == 0 &&
+        json_object_set_new(o, "stream", json_string(stream_names[e->stream <= GW_TR_STDERR ? e->stream : 0])) == 0 &&
+        json_object_set_new(o, "data", text) == 0) {
+        text = NULL;
+        out = json_dumps(o, JSON_COMPACT);
+    }
+    json_decref(text);
+    json_decref(o);
+    if (out != NULL)
+        *len = strlen(out);
+    return out;
+}
+
+char *gw_transcript_message(const struct gw_tr_event *e, size_t *len)
+{
+    char *out;
+
+    *len = 0;
+    if (e->kind == GW_TR_DATA) {
+        if (e->msg_len == 0)
+            return NULL;
+        out = data_message(e, len);
+    } else {
+        if (e->message == NULL)
+            return NULL;
+        if ((out = malloc(e->message_len + 1)) != NULL) {
+            memcpy(out, e->message, e->message_len + 1);
+            *len = e->message_len;
+        }
+    }
+    if (out == NULL)
+        *len = 1; /* out of memory */
+    return out;
+}
+
+/* Has e a message, and about how long is it (a data event's: its bytes)? */
+static size_t message_size(const struct gw_tr_event *e)
+{
+    if (e->kind == GW_TR_DATA)
+        return e->msg_len;
+    return e->message != NULL ? e->message_len : 0;
+}
+
 int gw_transcript_read(struct gw_transcript *t, size_t *cursor, size_t max_bytes, char ***out, size_t **lens, size_t *nout,
                        int *ended, int *end_code)
 {
@@ -102,9 +176,9 @@ int gw_transcript_read(struct gw_transcript *t, size_t *cursor, size_t max_bytes
     *ended = 0;
     pthread_mutex_lock(&t->mu);
     for (i = *cursor; i < t->n && (want == 0 || bytes < max_bytes); i++)
-        if (t->ev[i].message != NULL) {
+        if (message_size(&t->ev[i]) > 0) {
             want++;
-            bytes += t->ev[i].message_len;
+            bytes += message_size(&t->ev[i]);
         }
     if (want > 0) {
         *out = calloc(want, sizeof(**out));
@@ -114,16 +188,15 @@ int gw_transcript_read(struct gw_transcript *t, size_t *cursor, size_t max_bytes
     }
     for (i = *cursor; rc == 0 && i < t->n; i++) {
         const struct gw_tr_event *e = &t->ev[i];
-        if (e->message == NULL)
+        if (message_size(e) == 0)
             continue;
         if (n == want)
             break; /* the next read starts here */
-        if (((*out)[n] = malloc(e->message_len + 1)) == NULL) {
+        if (((*out)[n] = gw_transcript_message(e, &(*lens)[n])) == NULL) {
             rc = -1;
             break;
         }
-        memcpy((*out)[n], e->message, e->message_len + 1);
-        (*lens)[n++] = e->message_len;
+        n++;
     }
     if (rc == 0) {
         *cursor = i;

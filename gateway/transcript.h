@@ -6,6 +6,10 @@
  * thread) read the events a watcher may see from a cursor on.  One mutex
  * guards the list; the transcript is reference counted, so a watcher that
  * outlives its session still reads a valid (ended) transcript.
+ *
+ * Each chunk of data is held once, as its raw bytes: the message a watcher
+ * (and the session's client) is sent for it is made from them when it is
+ * sent (gw_transcript_message), never kept.
  */
 #ifndef GW_TRANSCRIPT_H
 #define GW_TRANSCRIPT_H
@@ -39,8 +43,14 @@ struct gw_tr_event {
     uint64_t at_ms; /* since the session started (the gateway's clock) */
     uint8_t *data;  /* DATA: the bytes */
     size_t len;
+    /* DATA: its message carries the first msg_len bytes of pre (the end of
+     * a character an earlier chunk of the stream split) then data; 0: no
+     * message (stdin, or every byte waits for the rest of a character) */
+    uint8_t pre[3];
+    uint8_t pre_len;
+    size_t msg_len;
     struct moat_stage_result exit; /* EXIT: the status (no output) */
-    char *message;                 /* what a watcher is sent (JSON), or NULL: not for watchers */
+    char *message;                 /* not DATA: what a watcher is sent (JSON), or NULL: not for watchers */
     size_t message_len;
 };
 
@@ -61,6 +71,12 @@ void gw_transcript_release(struct gw_transcript *t);
 /* Appends ev, taking its data, message and exit.message (freed on
  * failure too).  0, or -1 when memory ran out. */
 int gw_transcript_append(struct gw_transcript *t, struct gw_tr_event *ev);
+
+/* The message e is sent as, malloc'ed, its length in *len: a DATA event's
+ * {"type":"data","stream","data"} (the bytes as UTF-8 text), made here; any
+ * other's the one it holds.  NULL when e has none (*len 0) or memory ran
+ * out (*len 1). */
+char *gw_transcript_message(const struct gw_tr_event *e, size_t *len);
 
 /* No more events; watchers close with code. */
 void gw_transcript_end(struct gw_transcript *t, int code);

@@ -1,8 +1,10 @@
 /*
  * test_gateway_sessions.c - the live sessions' shared state, through the
  * real session_registry.c and transcript.c: per-tenant and gateway-wide
- * counts, watch tokens (issue, join, watcher cap, expiry, revocation) and a
- * watcher's reads of a transcript.
+ * counts, watch tokens (issue, join, watcher cap, expiry, revocation), a
+ * watcher's reads of a transcript (data messages made from the raw bytes),
+ * and a session's audit packet written in place (audit_records.c) against
+ * jansson's own dump of it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +14,9 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
+#include "audit_records.h"
 #include "session_registry.h"
 #include "transcript.h"
 
@@ -91,6 +95,8 @@ static void test_watch_tokens(void **state)
     gw_transcript_release(t); /* the last reference: ASan sees anything left */
 }
 
+/* An event: a DATA event's message (when message is non-NULL) is made from
+ * its bytes, on stdout; any other's is message. */
 static void add(struct gw_transcript *t, uint8_t kind, const char *data, const char *message)
 {
     struct gw_tr_event ev;
@@ -102,7 +108,10 @@ static void add(struct gw_transcript *t, uint8_t kind, const char *data, const c
         ev.data = malloc(ev.len);
         memcpy(ev.data, data, ev.len);
     }
-    if (message != NULL) {
+    if (kind == GW_TR_DATA && message != NULL) {
+        ev.stream = GW_TR_STDOUT;
+        ev.msg_len = ev.len;
+    } else if (message != NULL) {
         ev.message = strdup(message);
         ev.message_len = strlen(message);
     }
@@ -122,8 +131,8 @@ static void test_transcript_reads(void **state)
     (void)state;
     add(t, GW_TR_STAGE, NULL, "{\"type\":\"stage\"}");
     add(t, GW_TR_DATA, "secret stdin", NULL); /* no message: never a watcher's */
-    add(t, GW_TR_DATA, "out1", "{\"type\":\"data\",\"data\":\"out1\"}");
-    add(t, GW_TR_DATA, "out2", "{\"type\":\"data\",\"data\":\"out2\"}");
+    add(t, GW_TR_DATA, "out1", "");
+    add(t, GW_TR_DATA, "out2", "");
     assert_int_equal(t->data_bytes, 20);
 
     assert_int_equal(gw_transcript_read(t, &cursor, 1, &msgs, &lens, &n, &ended, &code), 0);
@@ -135,8 +144,8 @@ static void test_transcript_reads(void **state)
     free(lens);
     assert_int_equal(gw_transcript_read(t, &cursor, 1 << 20, &msgs, &lens, &n, &ended, &code), 0);
     assert_int_equal(n, 2);
-    assert_string_equal(msgs[0], "{\"type\":\"data\",\"data\":\"out1\"}");
-    assert_string_equal(msgs[1], "{\"type\":\"data\",\"data\":\"out2\"}");
+    assert_string_equal(msgs[0], "{\"type\":\"data\",\"stream\":\"stdout\",\"data\":\"out1\"}");
+    assert_string_equal(msgs[1], "{\"type\":\"data\",\"stream\":\"stdout\",\"data\":\"out2\"}");
     assert_int_equal(lens[1], strlen(msgs[1]));
     assert_false(ended);
     for (size_t i = 0; i < n; i++)
@@ -169,12 +178,102 @@ static void test_transcript_reads(void **state)
     gw_transcript_release(t);
 }
 
+/* A data message carries the end of a character an earlier chunk split
+ * (pre), then the first of its own bytes; what it leaves out is not sent. */
+static void test_data_message(void **state)
+{
+    uint8_t bytes[] = {0xA9, 'x', 0xE2};
+    struct gw_tr_event e = {.kind = GW_TR_DATA, .stream = GW_TR_STDERR, .data = bytes, .len = sizeof(bytes)};
+    size_t len;
+    char *m;
+
+    (void)state;
+    e.pre[0] = 0xC3;
+    e.pre_len = 1;
+    e.msg_len = 3; /* the 0xE2 waits for the rest of its character */
+    m = gw_transcript_message(&e, &len);
+    assert_non_null(m);
+    assert_string_equal(m, "{\"type\":\"data\",\"stream\":\"stderr\",\"data\":\"\xC3\xA9x\"}");
+    assert_int_equal(len, strlen(m));
+    free(m);
+    e.msg_len = 0; /* everything waits: no message */
+    assert_null(gw_transcript_message(&e, &len));
+    assert_int_equal(len, 0);
+}
+
+/* The packet written in place is the bytes jansson dumps for the same
+ * object (JSON_COMPACT | JSON_PRESERVE_ORDER), with every event; a write
+ * of another length fails. */
+static void test_session_packet(void **state)
+{
+    struct gw_transcript *t = gw_transcript_new();
+    struct gw_audit_who who = {"0123456789abcdef", "acme", "k1", "127.0.0.1", "GET", 3, "/api/v2/connect", 15};
+    struct moat_exec_request q;
+    struct gw_session_packet sp;
+    struct gw_tr_event ev;
+    json_t *limits = json_pack("{s:i}", "wall_ms", 1000), *parsed, *tr;
+    char *again;
+    uint8_t *buf;
+    json_error_t jerr;
+
+    (void)state;
+    memset(&q, 0, sizeof(q));
+    q.language = strdup("python");
+    q.version = strdup("3.11.2");
+    add(t, GW_TR_STAGE, NULL, "{}");
+    t->ev[0].stage = MOAT_STAGE_RUN;
+    add(t, GW_TR_DATA, "name? \xff/+", "");
+    add(t, GW_TR_DATA, "ada\n", NULL); /* stdin: in the packet, not for watchers */
+    t->ev[2].stream = GW_TR_STDIN;
+    t->ev[2].at_ms = 503;
+    add(t, GW_TR_DATA, "", "");
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = GW_TR_SIGNAL;
+    ev.signal = 2;
+    ev.at_ms = 510;
+    assert_int_equal(gw_transcript_append(t, &ev), 0);
+    add(t, GW_TR_STDIN_CLOSE, NULL, NULL);
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = GW_TR_EXIT;
+    ev.stage = MOAT_STAGE_RUN;
+    ev.at_ms = 61000;
+    ev.exit.has_code = 1;
+    assert_int_equal(gw_transcript_append(t, &ev), 0);
+
+    assert_int_equal(gw_audit_session_packet(&sp, &who, &q, NULL, limits, t, "{\"language\":\"python\"}"), 0);
+    buf = malloc(sp.len + 1);
+    assert_int_equal(gw_audit_session_packet_write(&sp, buf, sp.len - 1), -1);
+    assert_int_equal(gw_audit_session_packet_write(&sp, buf, sp.len), 0);
+    buf[sp.len] = '\0';
+    parsed = json_loadb((const char *)buf, sp.len, JSON_REJECT_DUPLICATES, &jerr);
+    assert_non_null(parsed);
+    again = json_dumps(parsed, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    assert_string_equal(again, (const char *)buf);
+    assert_string_equal(json_string_value(json_object_get(parsed, "kind")), "session");
+    tr = json_object_get(parsed, "transcript");
+    assert_int_equal(json_array_size(tr), 7);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(tr, 1), "data_base64")), "bmFtZT8g/y8r");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(tr, 2), "stream")), "stdin");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(tr, 2), "at_ms")), 503);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(tr, 3), "data_base64")), "");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(tr, 4), "signal")), "SIGINT");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(tr, 6), "event")), "exit");
+    assert_true(json_is_integer(json_object_get(json_array_get(tr, 6), "code")));
+    free(again);
+    json_decref(parsed);
+    free(buf);
+    gw_audit_session_packet_free(&sp);
+    json_decref(limits);
+    free(q.language);
+    free(q.version);
+    gw_transcript_release(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_watch_tokens),
-        cmocka_unit_test(test_transcript_reads),
+        cmocka_unit_test(test_counts),       cmocka_unit_test(test_watch_tokens),   cmocka_unit_test(test_transcript_reads),
+        cmocka_unit_test(test_data_message), cmocka_unit_test(test_session_packet),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
