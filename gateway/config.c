@@ -65,6 +65,7 @@ static int set_defaults(struct gw_config *cfg)
     cfg->unauth_burst = GW_DEFAULT_UNAUTH_BURST;
     cfg->unauth_summary_ms = GW_DEFAULT_UNAUTH_SUMMARY_MS;
     cfg->backend_timeout_ms = GW_DEFAULT_BACKEND_TIMEOUT_MS;
+    cfg->metrics.backend_timeout_ms = GW_DEFAULT_METRICS_BACKEND_TIMEOUT_MS;
     cfg->max_request_entity_size = GW_DEFAULT_MAX_ENTITY;
     cfg->header_timeout_ms = GW_DEFAULT_HEADER_TIMEOUT_MS;
     cfg->body_timeout_ms = GW_DEFAULT_BODY_TIMEOUT_MS;

@@ -120,9 +120,10 @@ struct gw_limiter_config {
 /* The metrics section (config_observe.c): the Prometheus listener, off
  * when the section is absent (address NULL). */
 struct gw_metrics_config {
-    char *address;          /* numeric; loopback unless allow_non_loopback */
-    uint16_t port;          /* never the public listener's */
-    int allow_non_loopback; /* the operator says another address is private */
+    char *address;               /* numeric; loopback unless allow_non_loopback */
+    uint16_t port;               /* never the public listener's */
+    int allow_non_loopback;      /* the operator says another address is private */
+    uint64_t backend_timeout_ms; /* a scrape's wait for the backend's load; a reload applies it */
 };
 
 struct gw_config {

@@ -5,6 +5,7 @@
  *     address: 127.0.0.1        # numeric; default 127.0.0.1
  *     port: 9464                # default 9464; never the public listener's port
  *     allow_non_loopback: false # another address must be said to be meant
+ *     backend_timeout_ms: 1000  # a scrape's wait for the backend's load
  *
  *   log:
  *     format: text              # text (default) | json
@@ -15,7 +16,10 @@
  * operator put it on a private network, and never on the public port
  * (cfg_metrics_finish, after MOAT_PORT is applied).  It is bound at start
  * only: a reload that changes the section warns and keeps the running one
- * (server.c).  The log format is applied at start and by every reload.
+ * (server.c).  backend_timeout_ms bounds the scrape's question to the
+ * backend (its load), short and apart from backend.timeout_ms so that a
+ * hung backend does not stall the scraper: a reload applies it.  The log
+ * format is applied at start and by every reload.
  */
 #include "config_parse.h"
 #include "gw_limits.h"
@@ -65,6 +69,8 @@ static int metrics_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, 
     }
     if (strcmp(key, "allow_non_loopback") == 0)
         return cfg_bool(pc, v, "metrics.allow_non_loopback", &m->allow_non_loopback);
+    if (strcmp(key, "backend_timeout_ms") == 0)
+        return cfg_uint(pc, v, "metrics.backend_timeout_ms", 1, GW_MAX_METRICS_BACKEND_TIMEOUT_MS, &m->backend_timeout_ms);
     return 1;
 }
 

@@ -236,4 +236,8 @@
 #define GW_LOG_PATH_MAX              256 /* request path bytes written to the log */
 #define GW_ERR_MSG_MAX               256 /* 400 messages built by the JSON parser */
 
+/* a /metrics scrape waits this long for the backend's load (metrics.backend_timeout_ms), then answers without it */
+#define GW_DEFAULT_METRICS_BACKEND_TIMEOUT_MS 1000
+#define GW_MAX_METRICS_BACKEND_TIMEOUT_MS     60000
+
 #endif /* GW_LIMITS_H */

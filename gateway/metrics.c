@@ -37,7 +37,9 @@
  * elsewhere (sessions, the submissions queue, the audit client of each
  * worker, the limiter's store) and writes the text exposition format 0.0.4.
  * A backend that does not answer makes moat_backend_up 0, not a failed
- * scrape (bounded by backend.timeout_ms).
+ * scrape: the question waits metrics.backend_timeout_ms (1 s by default),
+ * not backend.timeout_ms (a minute), so a hung backend does not stall
+ * the scraper past its own timeout.
  */
 #include "metrics.h"
 #include "backend_client.h"
@@ -484,7 +486,7 @@ static int on_metrics_req(h2o_handler_t *self, h2o_req_t *req)
         return 0;
     }
     /* the readiness probe's query; its reply (or its failure) answers the scrape */
-    backend_call(req, w->ctx.loop, &w->backend_timeout, w->cfg->backend_socket, &frame, job, on_backend_load, req);
+    backend_call(req, w->ctx.loop, &w->metrics_timeout, w->cfg->backend_socket, &frame, job, on_backend_load, req);
     return 0;
 }
 

@@ -157,6 +157,7 @@ static void apply_generation(struct gw_worker *w)
     w->ctx.http1.req_timeout.timeout = w->h2o.http1.req_timeout;
     w->ctx.http2.idle_timeout.timeout = w->h2o.http2.idle_timeout;
     w->backend_timeout.timeout = cfg->backend_timeout_ms;
+    w->metrics_timeout.timeout = cfg->metrics.backend_timeout_ms;
     w->group_timeout.timeout = cfg->backend_timeout_ms + MOAT_MAX_TESTS_WALL_MS;
 }
 
@@ -337,6 +338,7 @@ static void *worker_main(void *arg)
     w->gen = generation_current(w->server);
     h2o_context_init(&w->ctx, loop, &w->h2o);
     h2o_timeout_init(loop, &w->backend_timeout, w->gen->cfg.backend_timeout_ms);
+    h2o_timeout_init(loop, &w->metrics_timeout, w->gen->cfg.metrics.backend_timeout_ms);
     h2o_timeout_init(loop, &w->group_timeout, w->gen->cfg.backend_timeout_ms + MOAT_MAX_TESTS_WALL_MS);
     h2o_timeout_init(loop, &w->session_tick, GW_SESSION_TICK_MS);
     h2o_timeout_init(loop, &w->watch_tick, GW_WATCH_POLL_MS);
@@ -442,9 +444,11 @@ static int keep_fixed_settings(struct gw_server *srv, struct gw_config *cfg, con
     }
     if (!same_string(cfg->metrics.address, running->metrics.address) || cfg->metrics.port != running->metrics.port ||
         cfg->metrics.allow_non_loopback != running->metrics.allow_non_loopback) {
+        uint64_t scrape_wait = cfg->metrics.backend_timeout_ms; /* not the listener's: applied */
         log_warnx("%s: %s: the metrics section changed; the running metrics listener stays until a restart", __func__, path);
         free(cfg->metrics.address);
         cfg->metrics = running->metrics;
+        cfg->metrics.backend_timeout_ms = scrape_wait;
         if (running->metrics.address != NULL && (cfg->metrics.address = strdup(running->metrics.address)) == NULL)
             return -1;
     }

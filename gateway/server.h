@@ -56,6 +56,7 @@ struct gw_worker {
     h2o_globalconf_t h2o;
     h2o_accept_ctx_t accept_ctx;
     h2o_timeout_t backend_timeout; /* backend.timeout_ms, on this loop */
+    h2o_timeout_t metrics_timeout; /* metrics.backend_timeout_ms: a scrape's question to the backend */
     h2o_timeout_t group_timeout;   /* backend.timeout_ms + MOAT_MAX_TESTS_WALL_MS: a Judge0 batch's job compiled once */
     h2o_timeout_t session_tick;    /* GW_SESSION_TICK_MS: sessions' init deadlines, WebSockets' close grace */
     h2o_timeout_t watch_tick;      /* GW_WATCH_POLL_MS: watchers read their session's transcript */

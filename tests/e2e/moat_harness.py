@@ -429,6 +429,45 @@ class SmallAuditDisk:
         shutil.rmtree(self.mnt, ignore_errors=True)
 
 
+class SilentBackend:
+    """A real Unix socket listener at stack.socket in moat-backend's place:
+    it accepts every connection and holds it open; answer(conn), when given,
+    runs on a thread of its own per connection and says what it says (a
+    silent backend says nothing).  close() lets them all go."""
+
+    def __init__(self, stack, answer=None):
+        import threading
+        self.stack, self.answer, self.held = stack, answer, []
+        os.makedirs(stack.run_dir, mode=0o755, exist_ok=True)
+        self.listener = socket.socket(socket.AF_UNIX)
+        self.listener.bind(stack.socket)
+        os.chmod(stack.socket, 0o666)  # the gateway connects as its own user
+        self.listener.listen(16)
+        self.listener.settimeout(0.2)  # serve() looks at stopping this often
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.serve, args=(threading,), daemon=True)
+        self.thread.start()
+
+    def serve(self, threading):
+        while not self.stopping.is_set():
+            try:
+                c, _ = self.listener.accept()
+            except OSError:
+                continue  # the timeout
+            c.settimeout(None)
+            self.held.append(c)
+            if self.answer is not None:
+                threading.Thread(target=self.answer, args=(c,), daemon=True).start()
+
+    def close(self):
+        self.stopping.set()
+        self.thread.join(timeout=10)
+        self.listener.close()
+        for c in self.held:
+            c.close()
+        shutil.rmtree(self.stack.run_dir, ignore_errors=True)
+
+
 # ---- the gateway <-> backend codec, for tests that speak to the backend ----
 # (a deliberately independent implementation of backend/protocol/PROTOCOL.md)
 

@@ -15,6 +15,7 @@ import socket
 import tempfile
 import subprocess
 import threading
+import time
 import unittest
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_gateway_robustness import ENHANCE_YOUR_CALM, H2, rapid_reset_flood
 from test_redis_limits import HAVE_REDIS, Redis, limiter
 
-from moat_harness import (GATEWAY, LONG_WALL_MS, Stack, free_port, held_program, release_all, wait_held,
+from moat_harness import (GATEWAY, LONG_WALL_MS, SilentBackend, Stack, free_port, held_program, release_all, wait_held,
                           wait_until)
 
 BURST = 2  # the tenant's requests that pass before its rate answers 429
@@ -300,6 +301,36 @@ class ReloadTest(unittest.TestCase):
             stack.stop()
 
 
+class HungBackendTest(unittest.TestCase):
+    """A scrape against a backend that accepts and never answers waits
+    metrics.backend_timeout_ms, not backend.timeout_ms (30 s here), and
+    answers moat_backend_up 0.  The backend is a real Unix socket listener
+    that takes connections and stays silent."""
+
+    BOUND_MS = 500
+
+    def setUp(self):
+        self.mport = free_port()
+        self.stack = Stack(audit=False, extra_config="metrics: {port: %d, backend_timeout_ms: %d}\n"
+                           % (self.mport, self.BOUND_MS))
+        self.backend = SilentBackend(self.stack)
+        self.stack.start_gateway()
+
+    def tearDown(self):
+        self.stack.stop()
+        self.backend.close()
+
+    def test_scrape_is_bounded(self):
+        t0 = time.monotonic()
+        st, _, text = scrape(self.mport)
+        took = time.monotonic() - t0
+        self.assertEqual(st, 200, text)
+        self.assertEqual(value(samples(text), "moat_backend_up"), 0)
+        # generous: the bound is 0.5 s, the backend's timeout 30 s
+        self.assertLess(took, 5 * self.BOUND_MS / 1000.0, "the scrape took %.1f s" % took)
+        wait_until(lambda: self.backend.held, "the scrape's connection to the silent backend")
+
+
 class MetricsConfigTest(unittest.TestCase):
     """gateway -n refuses a metrics section that would expose it, naming why."""
 
@@ -336,7 +367,8 @@ class MetricsConfigTest(unittest.TestCase):
     def test_bad_keys_refused(self):
         for extra, why in (("metrics: {address: localhost}\n", "numeric"), ("metrics: {port: 0}\n", "metrics.port"),
                            ("metrics: {colour: blue}\n", "colour"), ("log: {format: xml}\n", "log.format"),
-                           ("log: {level: debug}\n", "level")):
+                           ("log: {level: debug}\n", "level"),
+                           ("metrics: {backend_timeout_ms: 0}\n", "metrics.backend_timeout_ms")):
             rc, out, _ = self.check(extra)
             self.assertNotEqual(rc, 0, extra)
             self.assertIn(why, out, extra)

@@ -19,7 +19,8 @@ import unittest
 
 import websockets
 
-from moat_harness import DEADLINE_S, MOAT_AUDIT, SOURCE, Stack, box_pids, frame, read_frame, wait_until
+from moat_harness import (DEADLINE_S, MOAT_AUDIT, SOURCE, SilentBackend, Stack, box_pids, frame, read_frame,
+                          wait_until)
 from test_audit_gateway import writer_pid
 from ws_client import connect, events_until_close, init_message, recv_event, run, stream_text, wait_for_event
 
@@ -669,19 +670,11 @@ class SilentBackendTest(unittest.TestCase):
     after backend.timeout_ms with an error, like an execute's 504."""
 
     def setUp(self):
-        import socket
-        import threading
         self.stack = Stack(tenants=[("demo", RATE + LONG, "")])
         with open(self.stack.config) as f:
             text = f.read().replace("timeout_ms: 30000", "timeout_ms: 1000")
         with open(self.stack.config, "w") as f:
             f.write(text)
-        os.makedirs(self.stack.run_dir, exist_ok=True)
-        self.listener = socket.socket(socket.AF_UNIX)
-        self.listener.bind(self.stack.socket)
-        os.chmod(self.stack.socket, 0o666)
-        self.listener.listen(16)
-        self.held = []
 
         def answer(c):
             # the runtime table gets an empty list; a session gets nothing at all
@@ -689,24 +682,12 @@ class SilentBackendTest(unittest.TestCase):
             if f is not None and f[0] == 4:
                 c.sendall(frame(5, f[1], b""))
 
-        def serve():
-            while True:
-                try:
-                    c, _ = self.listener.accept()
-                except OSError:
-                    return
-                self.held.append(c)
-                threading.Thread(target=answer, args=(c,), daemon=True).start()
-
-        threading.Thread(target=serve, daemon=True).start()
+        self.backend = SilentBackend(self.stack, answer)
         self.stack.start_gateway()
 
     def tearDown(self):
-        self.listener.close()
-        for c in self.held:
-            c.close()
         self.stack.stop()
-        shutil.rmtree(self.stack.run_dir, ignore_errors=True)
+        self.backend.close()
 
     def test_no_ready_in_time(self):
         async def go():
