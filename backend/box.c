@@ -323,6 +323,7 @@ int box_start(struct slot *s, const struct box_job *job, struct errbuf *e)
     if (!w->ready)
         return errf(e, "slot %d has no warm box", s->index);
     w->ready = 0;
+    w->isolation = job->isolation;
     for (int k = 0; k < BOX_NSTAGES; k++)
         if (job->stages[k].present)
             mask |= 1u << k;
@@ -333,6 +334,15 @@ int box_start(struct slot *s, const struct box_job *job, struct errbuf *e)
     put_u32(&b, (uint32_t)job->nro);
     put_u32(&b, (uint32_t)job->nfiles);
     put_u32(&b, mask);
+    put_u32(&b, job->isolation);
+    if (job->isolation == MOAT_ISOLATION_GVISOR) {
+        if (job->runsc == NULL || job->runsc[0] != '/' || job->platform == NULL) {
+            moat_buf_free(&b.buf);
+            return errf(e, "gVisor job without runsc");
+        }
+        put_str(&b, job->runsc);
+        put_str(&b, job->platform);
+    }
     for (size_t i = 0; i < job->nro; i++)
         put_str(&b, job->ro[i].path);
     for (size_t i = 0; i < job->nfiles; i++) {
@@ -827,7 +837,8 @@ int box_run_stage_io(struct slot *s, int stage, const struct box_stage *st, cons
         errf_errno(e, "timerfd_create");
         goto out;
     }
-    int set = cg_box_set_limits(&w->cgb, st->lim.memory_bytes, st->lim.pids, e);
+    uint32_t pids = st->lim.pids + (w->isolation == MOAT_ISOLATION_GVISOR ? GVISOR_PIDS_HEADROOM : 0);
+    int set = cg_box_set_limits(&w->cgb, st->lim.memory_bytes, pids, e);
     if (set == CG_OVER_LIMIT) {
         over_limit_before_start(w, stage, st, res);
         rc = 0;

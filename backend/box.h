@@ -61,8 +61,16 @@ struct box_job {
     size_t nfiles;
     const uint8_t *file_exec; /* per file: 1 mode 0755, 0 mode 0644; NULL: all 0644 */
     uint64_t box_bytes;       /* size of the job's /box tmpfs */
+    uint8_t isolation;        /* enum moat_isolation, for every stage (box_gvisor.c) */
+    const char *runsc;        /* MOAT_ISOLATION_GVISOR: runsc's absolute path */
+    const char *platform;     /* MOAT_ISOLATION_GVISOR: "ptrace" or "kvm" */
     struct box_stage stages[BOX_NSTAGES];
 };
+
+/* Threads and processes a gVisor stage gets above its own pids limit: the
+ * sentry's, the gofer's and runsc's, all in the box's cgroup.  The
+ * program's own count holds inside gVisor (RLIMIT_NPROC). */
+#define GVISOR_PIDS_HEADROOM 512
 
 /* The stage's output streams, as struct box_io names them. */
 enum { BOX_STDOUT = 0, BOX_STDERR = 1 };
@@ -133,8 +141,9 @@ struct box_result {
 
 /* The host's handles on a warm box. */
 struct warm_box {
-    int ready;  /* prepared and not yet used */
-    int broken; /* a stage was killed: later stages must not run */
+    int ready;         /* prepared and not yet used */
+    int broken;        /* a stage was killed: later stages must not run */
+    uint8_t isolation; /* the plan's (enum moat_isolation) */
     pid_t init_pid;
     int ctl;                 /* stream socket: plan and "go" to init, reports back */
     int out_rd[BOX_NSTAGES]; /* per-stage stdout, read end */

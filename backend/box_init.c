@@ -84,6 +84,8 @@ struct stage_plan {
 struct parsed_plan {
     uint64_t box_bytes;
     uint32_t nro, nfiles;
+    uint32_t isolation;     /* enum moat_isolation */
+    char *runsc, *platform; /* MOAT_ISOLATION_GVISOR */
     char **ro;
     char **file_names;
     const uint8_t **file_data;
@@ -427,9 +429,15 @@ static void read_plan(struct parsed_plan *pp)
     struct cursor c = {body, hdr[1], 0};
 
     memset(pp, 0, sizeof(*pp));
-    if (take(&c, &pp->box_bytes, 8) || take(&c, &pp->nro, 4) || take(&c, &pp->nfiles, 4) || take(&c, &stage_mask, 4)) {
+    if (take(&c, &pp->box_bytes, 8) || take(&c, &pp->nro, 4) || take(&c, &pp->nfiles, 4) || take(&c, &stage_mask, 4) ||
+        take(&c, &pp->isolation, 4) || pp->isolation > MOAT_ISOLATION_MAX) {
         errno = EINVAL;
         child_die("plan: truncated");
+    }
+    if (pp->isolation == MOAT_ISOLATION_GVISOR &&
+        ((pp->runsc = take_str(&c)) == NULL || pp->runsc[0] != '/' || (pp->platform = take_str(&c)) == NULL)) {
+        errno = EINVAL;
+        child_die("plan: bad gVisor set-up");
     }
     pp->ro = take_strv(&c, pp->nro);
     /* a request's files, or a test case's: what a compile stage left (box_pack) */
@@ -581,12 +589,25 @@ static void write_box_files(const struct slot *s, const struct parsed_plan *pp)
     close(boxfd);
 }
 
+/* A gVisor box: runsc itself, where the runtime binds have not put it. */
+static void bind_runsc(const struct slot *s, const char *runsc)
+{
+    char dst[PATH_MAX];
+    struct stat st;
+
+    if (lstat(in_root(dst, sizeof(dst), s, runsc), &st) == 0)
+        return;
+    bind_ro(s, runsc);
+}
+
 static void setup_job_mounts(const struct slot *s, const struct parsed_plan *pp)
 {
     char dst[PATH_MAX], opts[128];
 
     for (uint32_t i = 0; i < pp->nro; i++)
         bind_ro(s, pp->ro[i]);
+    if (pp->isolation == MOAT_ISOLATION_GVISOR)
+        bind_runsc(s, pp->runsc);
 
     /* /box: the job's files, shared by its stages, owned by the slot's uid */
     mkdir_below_root(s, "/box");
@@ -680,8 +701,42 @@ static void setup_signals(int errfd, int stage)
         exec_die(errfd, stage, "sigprocmask");
 }
 
-static __attribute__((noreturn)) void run_program(const struct init_args *a, const struct stage_plan *st, int stage, int errfd)
+/*
+ * A gVisor stage (box_gvisor.c): runsc, as root of the box, with the
+ * stage's limits and credentials in its bundle for the program inside.
+ * runsc keeps no rlimit but RLIMIT_CORE (its sentry's memory file is a
+ * large sparse file: RLIMIT_FSIZE would kill it), and no seccomp or
+ * Landlock of ours: it sets up its own sandbox, whose sentry filter takes
+ * their place.  The stage's pipes are its 0-2 and the program's.
+ */
+static __attribute__((noreturn)) void exec_runsc(const struct init_args *a, const struct parsed_plan *pp, int stage, int errfd)
 {
+    const struct stage_plan *st = &pp->stages[stage];
+    struct gvisor_stage g = {"/box",       st->argv,  st->envp,  a->slot->uid,
+                             a->slot->gid, st->fsize, st->stack, (st->cpu_ms + 999) / 1000 + 1,
+                             st->nofile,   st->pids};
+    struct runsc_cmd cmd;
+    const char *what;
+
+    RLIM(RLIMIT_CORE, 0);
+    if (gvisor_write_bundle(GVISOR_DIR "/bundle/config.json", &g, &what) != 0)
+        exec_die(errfd, stage, what);
+    if (chdir(GVISOR_DIR) != 0)
+        exec_die(errfd, stage, "chdir " GVISOR_DIR);
+    /* keep 0-2 and the close-on-exec error pipe only */
+    if (errfd > 3)
+        syscall(SYS_close_range, 3, errfd - 1, 0);
+    syscall(SYS_close_range, errfd + 1, ~0U, 0);
+    gvisor_runsc_cmd(&cmd, pp->runsc, pp->platform, GVISOR_DIR, stage == BOX_STAGE_COMPILE ? "compile" : "run");
+    static char path_env[] = "PATH=/usr/bin:/bin";
+    char *const env[] = {path_env, NULL};
+    execve(cmd.argv[0], cmd.argv, env);
+    exec_die(errfd, stage, "execve runsc");
+}
+
+static __attribute__((noreturn)) void run_program(const struct init_args *a, const struct parsed_plan *pp, int stage, int errfd)
+{
+    const struct stage_plan *st = &pp->stages[stage];
     if (stage == BOX_STAGE_COMPILE) {
         int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (null < 0 || dup2(null, 0) != 0 || dup2(FD_COMPILE_OUT, 1) != 1 || dup2(FD_COMPILE_ERR, 2) != 2)
@@ -692,6 +747,8 @@ static __attribute__((noreturn)) void run_program(const struct init_args *a, con
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
         exec_die(errfd, stage, "PR_SET_PDEATHSIG");
     setup_signals(errfd, stage);
+    if (pp->isolation == MOAT_ISOLATION_GVISOR)
+        exec_runsc(a, pp, stage, errfd);
     setup_rlimits(st, errfd, stage);
     setup_credentials(a->slot, errfd, stage);
     if (chdir("/box") != 0)
@@ -775,7 +832,6 @@ static int wait_stage(int sig_fd, pid_t prog)
 
 static void run_stage(const struct init_args *a, const struct parsed_plan *pp, int sig_fd, int stage)
 {
-    const struct stage_plan *st = &pp->stages[stage];
     int errpipe[2];
 
     if (pipe2(errpipe, O_CLOEXEC) != 0)
@@ -786,7 +842,7 @@ static void run_stage(const struct init_args *a, const struct parsed_plan *pp, i
         child_die("fork program");
     if (prog == 0) {
         close(errpipe[0]);
-        run_program(a, st, stage, errpipe[1]);
+        run_program(a, pp, stage, errpipe[1]);
     }
     close(errpipe[1]);
     /* this stage's pipes now belong to the program alone */
@@ -811,6 +867,8 @@ static void run_stage(const struct init_args *a, const struct parsed_plan *pp, i
     }
 
     int status = wait_stage(sig_fd, prog);
+    if (pp->isolation == MOAT_ISOLATION_GVISOR)
+        status = gvisor_wait_status(status);
     /* nothing a stage started outlives it: pid 1 may signal every other
      * process of its namespace */
     kill(-1, SIGKILL);
@@ -1017,6 +1075,8 @@ int box_init_main(void *arg)
     setup_job_mounts(a->slot, &pp);
     setup_pivot(a->slot);
     setup_uts();
+    if (pp.isolation == MOAT_ISOLATION_GVISOR && gvisor_make_dirs() != 0)
+        child_die("gVisor: make " GVISOR_DIR);
 
     for (;;) {
         char go;

@@ -9,6 +9,8 @@
  *               between stages CTL_PACK: init packs /box (below).
  *               The plan is "MOAT", u32 body length, body:
  *   u64 box_bytes, u32 nro, u32 nfiles, u32 stage_mask,
+ *   u32 isolation (enum moat_isolation: every stage of the box),
+ *   with MOAT_ISOLATION_GVISOR: str runsc (absolute path), str platform,
  *   nro x str (runtime path), nfiles x (str name, u32 exec, blob content),
  *   per present stage: u64 fsize, u64 cpu_ms, u32 nofile, u32 pids,
  *                      u32 argc, u32 envc, argc x str, envc x str
@@ -78,6 +80,36 @@ struct init_args {
     char etc_passwd[256];
     char etc_group[128];
 };
+
+/* ---- gVisor stages (box_gvisor.c), in init's stage child ---- */
+
+/* runsc's state and the OCI bundle: in the box's /tmp, root only; the
+ * sandboxed program has a /tmp of its own and never sees it. */
+#define GVISOR_DIR      "/tmp/.moat-gvisor"
+#define GVISOR_ARGV_MAX 12
+
+struct gvisor_stage {
+    const char *box; /* bound read-write at /box, the cwd; NULL: none, cwd / */
+    char *const *argv;
+    char *const *envp;
+    unsigned long long uid, gid;
+    unsigned long long fsize, stack, cpu_s, nofile, pids;
+};
+
+/* After the pivot: GVISOR_DIR and its state and bundle dirs.  0 or -1. */
+int gvisor_make_dirs(void);
+/* config.json for the stage at path.  0, or -1 with errno and *what.
+ * Also the backend's platform probe (gvisor.c), without a box. */
+int gvisor_write_bundle(const char *path, const struct gvisor_stage *g, const char **what);
+/* runsc's command line: "run" the bundle <dir>/bundle as container id,
+ * its state in <dir>/state.  Also the backend's platform probe. */
+struct runsc_cmd {
+    char *argv[GVISOR_ARGV_MAX];
+    char root[288], platform[32], bundle[288], id[32];
+};
+void gvisor_runsc_cmd(struct runsc_cmd *c, const char *runsc, const char *platform, const char *dir, const char *id);
+/* runsc's wait status as the program's: exit 128+N becomes "killed by N". */
+int gvisor_wait_status(int status);
 
 /* The box's pid 1; runs in the cloned child and never returns. */
 int box_init_main(void *arg);

@@ -319,6 +319,27 @@ void job_plan_free(struct job_plan *plan)
     plan->argv_compile = plan->argv_run = NULL;
 }
 
+/*
+ * The walls the job runs in: the stronger of the tenant's (the request's,
+ * set by the gateway from its configuration) and the language's.  gVisor
+ * on a backend that cannot run it is refused, never run with fewer walls.
+ */
+static int plan_isolation(struct backend *b, const struct moat_exec_request *req, const struct language *lang, struct box_job *job,
+                          struct job_error *je)
+{
+    const char *why;
+
+    if (req->isolation > MOAT_ISOLATION_MAX)
+        return job_fail(je, MOAT_ERR_BAD_REQUEST, "isolation %u is unknown", (unsigned)req->isolation);
+    job->isolation = req->isolation > lang->isolation ? req->isolation : lang->isolation;
+    if (job->isolation != MOAT_ISOLATION_GVISOR)
+        return 0;
+    if (gvisor_get(&b->gvisor, &job->runsc, &job->platform, &why) != 0)
+        return job_fail(je, MOAT_ERR_UNAVAILABLE, "%s requires gVisor isolation but %s",
+                        req->isolation == MOAT_ISOLATION_GVISOR ? "this tenant" : "this language", why);
+    return 0;
+}
+
 int job_plan_init(struct backend *b, const struct moat_exec_request *req, const struct session_limits *ceilings,
                   struct job_plan *plan, struct job_error *je)
 {
@@ -354,6 +375,8 @@ int job_plan_init(struct backend *b, const struct moat_exec_request *req, const 
     }
 
     struct box_job *job = &plan->job;
+    if (plan_isolation(b, req, lang, job, je) != 0)
+        return -1;
     job->ro = lang->ro;
     job->nro = lang->nro;
     job->files = view->files;
@@ -647,6 +670,9 @@ int job_runtimes(struct backend *b, struct moat_runtimes *rt)
         rt->items[i].compiled = l->compile_argv != NULL;
         rt->items[i].option_patterns = l->option_patterns;
         rt->items[i].noption_patterns = l->noption_patterns;
+        /* what this backend can run the language in: never less than its manifest asks */
+        rt->items[i].isolations = (uint8_t)((l->isolation == MOAT_ISOLATION_NAMESPACES ? 1u << MOAT_ISOLATION_NAMESPACES : 0) |
+                                            (gvisor_installed(&b->gvisor) ? 1u << MOAT_ISOLATION_GVISOR : 0));
     }
     rt->count = n;
     runtimes_load(b, &rt->load);

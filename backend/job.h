@@ -11,6 +11,7 @@
 #include "cgroup.h"
 #include "language.h"
 #include "moat_proto.h"
+#include "gvisor.h"
 #include "pool.h"
 
 struct backend {
@@ -19,6 +20,7 @@ struct backend {
     struct slot_pool pool;     /* batch slots (-j) */
     struct slot_pool sessions; /* session slots (--sessions), apart from the batch ones */
     struct seccomp_prog seccomp;
+    struct gvisor gvisor;
 };
 
 struct job_error {
@@ -40,7 +42,7 @@ struct job_plan {
     struct moat_file renamed[MOAT_MAX_FILES];
     char entry[MOAT_MAX_NAME_LEN + 16]; /* the entry file's name with the language's extension */
     char **argv_compile, **argv_run;
-    struct box_job job;
+    struct box_job job;            /* job.isolation: the stronger of the request's and the language's */
     struct session_limits session; /* when planned with ceilings */
 };
 

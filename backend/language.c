@@ -232,8 +232,8 @@ static void default_limits(struct language *lang)
 /* Every top-level field must be one this code reads: a typo is an error, not a default. */
 static int manifest_fields_known(json_t *root, const char *path, struct errbuf *e)
 {
-    static const char *const known[] = {"language", "version", "version_package", "aliases",   "compile",         "run",
-                                        "runtime",  "env",     "limits",          "extension", "compiler_options"};
+    static const char *const known[] = {"language", "version", "version_package", "aliases",   "compile",          "run",
+                                        "runtime",  "env",     "limits",          "extension", "compiler_options", "isolation"};
     const char *key;
     json_t *v;
 
@@ -417,6 +417,22 @@ static int manifest_env(struct language *lang, json_t *root, const char *path, s
     return 0;
 }
 
+/* isolation (optional): "namespaces" (the default) or "gvisor": this
+ * language always runs under gVisor, whatever the tenant's. */
+static int manifest_isolation(struct language *lang, json_t *root, const char *path, struct errbuf *e)
+{
+    json_t *v = json_object_get(root, "isolation");
+    int iso;
+
+    lang->isolation = MOAT_ISOLATION_NAMESPACES;
+    if (v == NULL)
+        return 0;
+    if (!json_is_string(v) || (iso = moat_isolation_parse(json_string_value(v))) < 0)
+        return errf(e, "%s: isolation must be \"namespaces\" or \"gvisor\"", path);
+    lang->isolation = (uint8_t)iso;
+    return 0;
+}
+
 int language_parse(struct language *lang, const char *path, struct errbuf *e)
 {
     json_error_t jerr;
@@ -431,7 +447,7 @@ int language_parse(struct language *lang, const char *path, struct errbuf *e)
         manifest_extension(lang, root, path, e) != 0 || manifest_aliases(lang, root, path, e) != 0 ||
         manifest_stages(lang, root, e) != 0 || manifest_placeholders(lang, path, e) != 0 ||
         manifest_runtime(lang, root, path, e) != 0 || manifest_env(lang, root, path, e) != 0 ||
-        manifest_compiler_options(lang, root, path, e) != 0 ||
+        manifest_compiler_options(lang, root, path, e) != 0 || manifest_isolation(lang, root, path, e) != 0 ||
         limits_apply(json_object_get(root, "limits"), &lang->run_limits, &lang->compile_limits, &lang->session_limits, e) != 0) {
         json_decref(root);
         language_free(lang);

@@ -31,6 +31,7 @@ struct language {
     struct stage_limits compile_limits;
     struct stage_limits run_limits;
     struct session_limits session_limits; /* a live session's defaults */
+    uint8_t isolation;                    /* enum moat_isolation: the least this language runs in */
 };
 
 struct language_set {

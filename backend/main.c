@@ -82,8 +82,10 @@ struct options {
     int queue;
     int verbose;
     long idle_ms;
-    json_t *limits; /* --limit KEY=VALUE pairs */
-    long uid_base;  /* slot n runs as uid and gid uid_base + n */
+    json_t *limits;      /* --limit KEY=VALUE pairs */
+    long uid_base;       /* slot n runs as uid and gid uid_base + n */
+    const char *runsc;   /* --runsc */
+    int gvisor_platform; /* enum gvisor_platform_choice */
 };
 
 static void usage(FILE *f)
@@ -114,6 +116,11 @@ static void usage(FILE *f)
                "                         session_stdin=1048576 session_output=1048576\n"
                "      --idle-timeout MS  kill a box after MS without output or input (default: off;\n"
                "                         a manifest's run_idle_timeout/compile_idle_timeout wins)\n"
+               "      --runsc PATH       gVisor's runsc (default " GVISOR_DEFAULT_RUNSC "; gVisor jobs are\n"
+               "                         refused when it is missing)\n"
+               "      --gvisor-platform auto|ptrace|kvm\n"
+               "                         runsc's platform (default auto: kvm where /dev/kvm exists and a\n"
+               "                         trivial sandbox runs on it, else ptrace; probed when first needed)\n"
                "  -v, --verbose          debug logging\n"
                "  -h, --help             this text\n"
                "\n"
@@ -123,7 +130,8 @@ static void usage(FILE *f)
                "  -c, --code TEXT        program text instead of FILE\n"
                "  -i, --stdin TEXT       standard input\n"
                "  -a, --arg ARG          program argument (repeatable)\n"
-               "      --run-timeout MS   --run-memory BYTES   --compile-timeout MS   --compile-memory BYTES\n");
+               "      --run-timeout MS   --run-memory BYTES   --compile-timeout MS   --compile-memory BYTES\n"
+               "      --isolation namespaces|gvisor   the walls the job needs (a tenant's isolation)\n");
 }
 
 /* ---- setup steps ---------------------------------------------------------- */
@@ -225,6 +233,32 @@ static void setup_cgroups(struct backend *b, const struct options *o)
     log_info("cgroup v%d, boxes below %s", b->cg.version, b->cg.base[0]);
 }
 
+/* After setup_languages: runsc and its platform (gvisor.h).  A language
+ * whose manifest asks for gVisor on a backend without runsc is logged and
+ * dropped, as one whose runtime is missing; if one remains, the platform is
+ * probed now rather than at its first job. */
+static void setup_gvisor(struct backend *b, const struct options *o)
+{
+    size_t kept = 0, gvisor_langs = 0;
+
+    gvisor_setup(&b->gvisor, o->runsc, o->gvisor_platform, o->run_dir);
+    for (size_t i = 0; i < b->langs.count; i++) {
+        struct language *l = &b->langs.items[i];
+        if (l->isolation == MOAT_ISOLATION_GVISOR && !gvisor_installed(&b->gvisor)) {
+            log_warnx("language %s %s: its manifest asks for gVisor and runsc is not installed: skipped", l->name, l->version);
+            language_free(l);
+            continue;
+        }
+        gvisor_langs += l->isolation == MOAT_ISOLATION_GVISOR;
+        b->langs.items[kept++] = *l;
+    }
+    b->langs.count = kept;
+    if (kept == 0)
+        fatalx("no usable language manifests in %s", o->lang_dir);
+    if (gvisor_langs > 0)
+        gvisor_probe_now(&b->gvisor);
+}
+
 static void setup_seccomp(struct backend *b)
 {
     struct errbuf e;
@@ -322,7 +356,10 @@ enum {
     OPT_IDLE_TIMEOUT,
     OPT_UID_BASE,
     OPT_SESSIONS,
-    OPT_SESSIONS_WARM
+    OPT_SESSIONS_WARM,
+    OPT_RUNSC,
+    OPT_GVISOR_PLATFORM,
+    OPT_ISOLATION
 };
 
 static const struct option long_opts[] = {
@@ -350,6 +387,9 @@ static const struct option long_opts[] = {
     {"uid-base", required_argument, NULL, OPT_UID_BASE},
     {"sessions", required_argument, NULL, OPT_SESSIONS},
     {"sessions-warm", required_argument, NULL, OPT_SESSIONS_WARM},
+    {"runsc", required_argument, NULL, OPT_RUNSC},
+    {"gvisor-platform", required_argument, NULL, OPT_GVISOR_PLATFORM},
+    {"isolation", required_argument, NULL, OPT_ISOLATION},
     {NULL, 0, NULL, 0},
 };
 
@@ -440,6 +480,7 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
         req->nfiles++;
     }
     setup_languages(b, o);
+    setup_gvisor(b, o);
     setup_uid_locks(&uids, o, 0); /* one batch job: no session slots */
     setup_cgroups(b, o);
     setup_uid_check(&uids);
@@ -447,6 +488,7 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     setup_slots(b, o, &uids, 0);
     if (job_run(b, req, &res, &je) != 0) {
         fprintf(stderr, "moat-backend: run: %s\n", je.message);
+        gvisor_shutdown(&b->gvisor);
         shutdown_slots(b);
         teardown_cgroups();
         uid_unlock_all(&uids);
@@ -463,6 +505,7 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     fputc('\n', stdout);
     json_decref(out);
     moat_exec_result_free(&res);
+    gvisor_shutdown(&b->gvisor);
     shutdown_slots(b);
     teardown_cgroups();
     uid_unlock_all(&uids);
@@ -548,6 +591,13 @@ static int server_option(struct options *o, int ch, char *arg)
             fatalx("--sessions-warm: expected 0..%d, got \"%s\"", MAX_SESSIONS, arg);
         o->sessions_warm = (int)n;
         return 0;
+    case OPT_RUNSC:
+        o->runsc = arg;
+        return 0;
+    case OPT_GVISOR_PLATFORM:
+        if (gvisor_parse_platform(arg, &o->gvisor_platform) != 0)
+            fatalx("--gvisor-platform: expected auto, ptrace or kvm, got \"%s\"", arg);
+        return 0;
     }
     return 1;
 }
@@ -591,6 +641,13 @@ static int run_option(struct moat_exec_request *req, int ch, char *arg)
     case OPT_COMPILE_MEMORY:
         req->compile_memory_bytes = parse_limit_opt("compile-memory", arg);
         return 0;
+    case OPT_ISOLATION: {
+        int iso = moat_isolation_parse(arg);
+        if (iso < 0)
+            fatalx("--isolation: expected namespaces or gvisor, got \"%s\"", arg);
+        req->isolation = (uint8_t)iso;
+        return 0;
+    }
     }
     return 1;
 }
@@ -653,6 +710,7 @@ static void shutdown_server(struct server *srv, struct backend *b, const struct 
         struct timespec ts = {0, 100000000L};
         nanosleep(&ts, NULL);
     }
+    gvisor_shutdown(&b->gvisor);
     shutdown_slots(b);
     teardown_cgroups();
     log_info("stopped");
@@ -666,6 +724,7 @@ static int serve(struct backend *b, struct options *o)
     int sig_fd = setup_signals();
 
     setup_languages(b, o);
+    setup_gvisor(b, o);
     setup_uid_locks(&uids, o, o->sessions);
     setup_cgroups(b, o);
     setup_uid_check(&uids);

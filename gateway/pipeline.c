@@ -372,6 +372,9 @@ enum gw_flow gw_backend_failure(struct gw_request *r, enum backend_status status
         return gw_deny_copy(r, 503, GW_REASON_BACKEND, msg);
     case MOAT_ERR_INTERNAL:
         return gw_deny_copy(r, 500, GW_REASON_BACKEND, msg);
+    case MOAT_ERR_UNAVAILABLE:
+        r->code = "isolation_unavailable";
+        return gw_deny_copy(r, 503, GW_REASON_BACKEND, msg);
     default:
         log_warnx("%s: id=%s: backend error code %u unknown", __func__, r->request_id, reply->u.error.code);
         return gw_deny_copy(r, 502, GW_REASON_BACKEND, msg);

@@ -841,6 +841,10 @@ static void on_error_frame(struct gw_session *s, const uint8_t *payload, size_t 
         status = 500;
         code = "backend_failed";
         break;
+    case MOAT_ERR_UNAVAILABLE:
+        status = 503;
+        code = "isolation_unavailable";
+        break;
     default:
         break;
     }

@@ -35,6 +35,7 @@ enum {
     TAG_REQ_RUN_PROCESSES = 15,
     TAG_REQ_RUN_FILE_SIZE = 16,
     TAG_REQ_COMPILER_OPTION = 17, /* repeated */
+    TAG_REQ_ISOLATION = 18,       /* u8 enum moat_isolation; absent: namespaces */
     /* test case (nested in TAG_REQ_TEST) */
     TAG_TC_STDIN = 1,
     TAG_TC_ARG = 2,
@@ -79,6 +80,7 @@ enum {
     TAG_RTE_ALIAS = 3,
     TAG_RTE_COMPILED = 4,
     TAG_RTE_OPTION_PATTERN = 5, /* repeated */
+    TAG_RTE_ISOLATIONS = 6,     /* u8: bit n set when isolation n can run; absent: namespaces only */
     /* session stdin */
     TAG_SIN_DATA = 1,
     /* session signal */
@@ -326,6 +328,10 @@ static void encode_request_fields(struct writer *w, const struct moat_exec_reque
         else
             w_str(w, TAG_REQ_COMPILER_OPTION, req->compiler_options[i], MOAT_MAX_COMPILER_OPTION_LEN);
     }
+    if (req->isolation > MOAT_ISOLATION_MAX)
+        w_fail(w, "isolation out of range");
+    else if (req->isolation != MOAT_ISOLATION_NAMESPACES)
+        w_u8(w, TAG_REQ_ISOLATION, req->isolation);
 }
 
 /* The test cases and their wall budget: EXEC_REQUEST's alone. */
@@ -450,6 +456,10 @@ int moat_encode_runtimes(struct moat_buf *out, uint64_t job_id, const struct moa
             w_fail(&w, "too many compiler option patterns");
         for (size_t j = 0; j < r->noption_patterns && !w.failed; j++)
             w_str(&w, TAG_RTE_OPTION_PATTERN, r->option_patterns[j], MOAT_MAX_COMPILER_OPTION_LEN);
+        if (r->isolations & ~MOAT_ISOLATIONS_ALL)
+            w_fail(&w, "unknown isolation in a runtime");
+        if (r->isolations != 0 && r->isolations != 1u << MOAT_ISOLATION_NAMESPACES)
+            w_u8(&w, TAG_RTE_ISOLATIONS, r->isolations);
         w_nest_end(&w, n);
     }
     if (rt->load.present && !w.failed) {
@@ -960,6 +970,14 @@ static int decode_request_field(const struct field *f, struct moat_exec_request 
     case TAG_REQ_COMPILER_OPTION:
         return r_str_item(f, &out->compiler_options, &out->ncompiler_options, MOAT_MAX_COMPILER_OPTIONS,
                           MOAT_MAX_COMPILER_OPTION_LEN, "too many compiler options", why);
+    case TAG_REQ_ISOLATION:
+        if (r_u8(f, &out->isolation, why) != 0)
+            return -1;
+        if (out->isolation == MOAT_ISOLATION_NAMESPACES || out->isolation > MOAT_ISOLATION_MAX) {
+            *why = "isolation out of range"; /* namespaces is never sent: the tag's absence */
+            return -1;
+        }
+        return 0;
     default:
         return 1;
     }
@@ -1287,6 +1305,7 @@ static int decode_runtime(const struct field *outer, struct moat_runtime *rt, co
     uint8_t compiled;
     int rc;
 
+    rt->isolations = 1u << MOAT_ISOLATION_NAMESPACES;
     while ((rc = r_next(&r, &f, why)) == 1) {
         if (f.tag != TAG_RTE_ALIAS && f.tag != TAG_RTE_OPTION_PATTERN && once(&seen, f.tag, why) != 0)
             return -1;
@@ -1325,6 +1344,14 @@ static int decode_runtime(const struct field *outer, struct moat_runtime *rt, co
             if (r_str_item(&f, &rt->option_patterns, &rt->noption_patterns, MOAT_MAX_OPTION_PATTERNS, MOAT_MAX_COMPILER_OPTION_LEN,
                            "too many compiler option patterns", why) != 0)
                 return -1;
+            break;
+        case TAG_RTE_ISOLATIONS:
+            if (r_u8(&f, &rt->isolations, why) != 0)
+                return -1;
+            if (rt->isolations == 0 || (rt->isolations & ~MOAT_ISOLATIONS_ALL) != 0) {
+                *why = "runtime isolations out of range";
+                return -1;
+            }
             break;
         default:
             *why = "unknown field in runtime";
@@ -1898,4 +1925,20 @@ const char *moat_clock_name(uint8_t clock)
 {
     static const char *const names[] = {NULL, "wall", "idle", "cpu"};
     return clock <= MOAT_CLOCK_MAX ? names[clock] : NULL;
+}
+
+static const char *const isolation_names[] = {"namespaces", "gvisor"};
+_Static_assert(sizeof(isolation_names) / sizeof(isolation_names[0]) == MOAT_ISOLATION_MAX + 1, "a name per isolation");
+
+const char *moat_isolation_name(uint8_t isolation)
+{
+    return isolation <= MOAT_ISOLATION_MAX ? isolation_names[isolation] : NULL;
+}
+
+int moat_isolation_parse(const char *name)
+{
+    for (int i = 0; i <= MOAT_ISOLATION_MAX; i++)
+        if (strcmp(name, isolation_names[i]) == 0)
+            return i;
+    return -1;
 }

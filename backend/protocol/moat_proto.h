@@ -102,6 +102,21 @@ enum moat_signal {
     MOAT_SIG_TERM = 15,
 };
 
+/* The walls a job runs in (EXEC_REQUEST / SESSION_OPEN tag "isolation",
+ * RUNTIMES tag "isolations"): the gateway sets it from the tenant's
+ * configuration, never from a request body; the backend runs the stronger
+ * of it and the language manifest's.  Ordered: a larger value is stronger. */
+enum moat_isolation {
+    MOAT_ISOLATION_NAMESPACES = 0, /* the plain box: namespaces, seccomp, rlimits, cgroup */
+    MOAT_ISOLATION_GVISOR = 1,     /* the plain box running runsc: the program meets gVisor's kernel */
+};
+#define MOAT_ISOLATION_MAX  MOAT_ISOLATION_GVISOR
+#define MOAT_ISOLATIONS_ALL ((1u << (MOAT_ISOLATION_MAX + 1)) - 1) /* every bit of a runtime's isolations */
+/* "namespaces", "gvisor"; NULL for an unknown value. */
+const char *moat_isolation_name(uint8_t isolation);
+/* The value of a name (as moat_isolation_name spells it), or -1. */
+int moat_isolation_parse(const char *name);
+
 /* Result status of one stage (compile or run). */
 enum moat_status {
     MOAT_STATUS_OK = 0, /* Piston: null */
@@ -122,8 +137,9 @@ enum moat_error_code {
     MOAT_ERR_LIMIT = 3,            /* a limit above the server ceiling */
     MOAT_ERR_BUSY = 4,             /* every slot and queue place taken */
     MOAT_ERR_INTERNAL = 5,         /* the backend failed */
+    MOAT_ERR_UNAVAILABLE = 6,      /* the backend cannot give the job the walls it needs (no runsc) */
 };
-#define MOAT_ERR_MAX MOAT_ERR_INTERNAL
+#define MOAT_ERR_MAX MOAT_ERR_UNAVAILABLE
 
 struct moat_frame_header {
     uint8_t version;
@@ -187,6 +203,10 @@ struct moat_exec_request {
      * against the language's allow-list (moat_options.h). */
     char **compiler_options;
     size_t ncompiler_options;
+    /* The walls the job needs (enum moat_isolation): the tenant's, from the
+     * gateway's configuration, never from a request body.  The backend
+     * runs the stronger of it and the language's. */
+    uint8_t isolation;
 };
 
 struct moat_stage_result {
@@ -239,6 +259,10 @@ struct moat_runtime {
      * moat_options.h patterns); none: no option is accepted. */
     char **option_patterns;
     size_t noption_patterns;
+    /* The isolations this backend can run the language in: bit n for enum
+     * moat_isolation n (0 from a caller: namespaces only; a decoded one has
+     * at least one bit). */
+    uint8_t isolations;
 };
 
 /* How busy the backend is now (RUNTIMES tag 2): its batch slots and the

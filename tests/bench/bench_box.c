@@ -145,8 +145,8 @@ static int run_moat(void)
     static char lang[] = "python", ver[] = "*", name[] = "main.py";
     static uint8_t code[] = "pass\n";
     struct moat_file file = {name, code, sizeof(code) - 1};
-    struct moat_exec_request req = {lang, ver, &file, 1,    NULL, 0,  NULL, 0,  -1, -1,   -1,
-                                    -1,   -1,  -1,    NULL, 0,    -1, -1,   -1, -1, NULL, 0};
+    struct moat_exec_request req = {lang, ver, &file, 1, NULL, 0,  NULL, 0,  -1,   -1, -1, -1,
+                                    -1,   -1,  NULL,  0, -1,   -1, -1,   -1, NULL, 0,  0};
     struct moat_exec_result res;
     struct job_error je;
     if (job_run(&backend, &req, &res, &je) != 0) {

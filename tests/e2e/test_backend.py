@@ -80,7 +80,7 @@ class BackendSocketTest(unittest.TestCase):
         cases = {
             "field length exceeds message": struct.pack(">HI", 1, 100) + b"py",
             "unknown field": tlv(99, b"x"),
-            "unknown field in exec request": tlv(18, b"x"),  # 12 and 13 are the test cases', 14-17 the run rlimits and compiler options
+            "unknown field in exec request": tlv(19, b"x"),  # 12 and 13 are the test cases', 14-17 the run rlimits and compiler options, 18 the isolation
             "duplicate field": tlv(1, b"python") + tlv(1, b"python") + tlv(2, b"*"),
             "NUL byte in string field": tlv(1, b"py\x00thon") + tlv(2, b"*"),
             "exec request needs at least one file": tlv(1, b"python") + tlv(2, b"*"),

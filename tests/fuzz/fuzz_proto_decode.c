@@ -748,7 +748,7 @@ static void make_seeds(fuzz_add_seed_fn *add)
     char *pyal[] = {a_py, a_py3}, *shal[] = {a_sh};
     char pat0[] = "-O2", pat1[] = "-D{ident}={value}";
     char *pats[] = {pat0, pat1};
-    struct moat_runtime items[] = {{lang, ver, pyal, 2, 0, NULL, 0}, {bash, bv, shal, 1, 1, pats, 2}};
+    struct moat_runtime items[] = {{lang, ver, pyal, 2, 0, NULL, 0, 0}, {bash, bv, shal, 1, 1, pats, 2, 3}};
     struct moat_runtimes rt = {items, 2, {1, 8, 3, 32, 2, 4, 1}};
     rc = moat_encode_runtimes(&b, 6, &rt, &why);
     add_frame(add, &b, rc, why);

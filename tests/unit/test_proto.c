@@ -41,6 +41,7 @@ enum {
     REQ_RUN_PROCESSES = 15,
     REQ_RUN_FILE_SIZE = 16,
     REQ_COMPILER_OPTION = 17,
+    REQ_ISOLATION = 18,
     TC_STDIN = 1,
     TC_ARG = 2,
     TC_RUN_TIMEOUT = 3,
@@ -423,6 +424,66 @@ static void test_request_rlimits_and_options_roundtrip(void **state)
     assert_int_equal(moat_encode_exec_request(&out, 9, &req, &why), -1);
     assert_string_equal(why, "too many compiler options");
     moat_buf_free(&out);
+}
+
+/* Tag 18: the tenant's isolation.  Absent is namespaces (never sent); gVisor
+ * round-trips; 0, an unknown value, a wrong width or a repeat is refused. */
+static void test_request_isolation(void **state)
+{
+    struct raw r = {0};
+    struct moat_exec_request d;
+    const char *why = NULL;
+
+    (void)state;
+    raw_min_request(&r);
+    assert_int_equal(moat_decode_exec_request(r.b, r.n, &d, &why), 0);
+    assert_int_equal(d.isolation, MOAT_ISOLATION_NAMESPACES);
+    moat_exec_request_free(&d);
+    raw_uint(&r, REQ_ISOLATION, MOAT_ISOLATION_GVISOR, 1);
+    assert_int_equal(moat_decode_exec_request(r.b, r.n, &d, &why), 0);
+    assert_int_equal(d.isolation, MOAT_ISOLATION_GVISOR);
+    moat_exec_request_free(&d);
+    raw_uint(&r, REQ_ISOLATION, MOAT_ISOLATION_GVISOR, 1);
+    reject_request(&r, "duplicate field");
+    raw_free(&r);
+    const uint64_t bad[] = {MOAT_ISOLATION_NAMESPACES, MOAT_ISOLATION_MAX + 1, 255};
+    for (size_t i = 0; i < 3; i++) {
+        raw_min_request(&r);
+        raw_uint(&r, REQ_ISOLATION, bad[i], 1);
+        reject_request(&r, "isolation out of range");
+        raw_free(&r);
+    }
+    raw_min_request(&r);
+    raw_uint(&r, REQ_ISOLATION, MOAT_ISOLATION_GVISOR, 2);
+    assert_int_equal(moat_decode_exec_request(r.b, r.n, &d, &why), -1);
+    raw_free(&r);
+
+    /* the encoder sends gVisor, nothing for namespaces, refuses the unknown */
+    char lang[] = "python", ver[] = "3", name[] = "a.py";
+    uint8_t content[] = "1";
+    struct moat_file f = {name, content, 1};
+    struct moat_exec_request req = {.language = lang, .version = ver, .files = &f, .nfiles = 1, .isolation = MOAT_ISOLATION_GVISOR};
+    struct moat_buf out = {0};
+    size_t plen;
+    assert_int_equal(moat_encode_exec_request(&out, 1, &req, &why), 0);
+    const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_EXEC_REQUEST, 1, &plen);
+    assert_int_equal(moat_decode_exec_request(p, plen, &d, &why), 0);
+    assert_int_equal(d.isolation, MOAT_ISOLATION_GVISOR);
+    moat_exec_request_free(&d);
+    moat_buf_free(&out);
+    req.isolation = MOAT_ISOLATION_NAMESPACES;
+    assert_int_equal(moat_encode_exec_request(&out, 1, &req, &why), 0);
+    p = frame_payload(&out, 0, MOAT_MSG_EXEC_REQUEST, 1, &plen);
+    assert_false(has_tag(p, plen, REQ_ISOLATION));
+    moat_buf_free(&out);
+    req.isolation = MOAT_ISOLATION_MAX + 1;
+    assert_int_equal(moat_encode_exec_request(&out, 1, &req, &why), -1);
+    assert_string_equal(why, "isolation out of range");
+    moat_buf_free(&out);
+    assert_string_equal(moat_isolation_name(MOAT_ISOLATION_GVISOR), "gvisor");
+    assert_int_equal(moat_isolation_parse("namespaces"), MOAT_ISOLATION_NAMESPACES);
+    assert_int_equal(moat_isolation_parse("none"), -1);
+    assert_null(moat_isolation_name(MOAT_ISOLATION_MAX + 1));
 }
 
 static void test_request_rlimits_and_options_refusals(void **state)
@@ -896,8 +957,8 @@ static void test_runtimes_roundtrip(void **state)
     char p0[] = "-O2", p1[] = "-D{ident}={value}";
     char *pats[] = {p0, p1};
     struct moat_runtime items[] = {
-        {l0, v0, al0, 3, 0, NULL, 0},
-        {l1, v1, NULL, 0, 1, pats, 2},
+        {l0, v0, al0, 3, 0, NULL, 0, 0},
+        {l1, v1, NULL, 0, 1, pats, 2, 3},
     };
     struct moat_runtimes rt = {items, 2, {1, 8, 3, 32, 2, 4, 1}};
     struct moat_buf out = {0};
@@ -922,6 +983,9 @@ static void test_runtimes_roundtrip(void **state)
     assert_int_equal(d.items[1].noption_patterns, 2);
     assert_string_equal(d.items[1].option_patterns[0], "-O2");
     assert_string_equal(d.items[1].option_patterns[1], "-D{ident}={value}");
+    /* isolations (tag 6): absent is namespaces only; sent as a bit set */
+    assert_int_equal(d.items[0].isolations, 1u << MOAT_ISOLATION_NAMESPACES);
+    assert_int_equal(d.items[1].isolations, (1u << MOAT_ISOLATION_NAMESPACES) | (1u << MOAT_ISOLATION_GVISOR));
     /* the backend's load (tag 2) */
     assert_int_equal(d.load.present, 1);
     assert_int_equal(d.load.slots, 8);
@@ -1211,7 +1275,7 @@ static void test_unknown_and_duplicate_tags(void **state)
     struct raw r = {0};
 
     raw_min_request(&r);
-    raw_str(&r, 18, "x"); /* 12 and 13 are the test cases', 14-17 the run rlimits and options */
+    raw_str(&r, 19, "x"); /* 12 and 13 are the test cases', 14-17 the run rlimits and options, 18 the isolation */
     reject_request(&r, "unknown field in exec request");
     raw_free(&r);
     raw_min_request(&r);
@@ -1340,7 +1404,7 @@ static void test_unknown_and_duplicate_tags(void **state)
     at = raw_nest_begin(&r, RT_RUNTIME);
     raw_str(&r, RTE_LANGUAGE, "c");
     raw_str(&r, RTE_VERSION, "1");
-    raw_str(&r, 6, "x"); /* 5 is the compiler option patterns */
+    raw_str(&r, 7, "x"); /* 5 is the compiler option patterns, 6 the isolations */
     raw_nest_end(&r, at);
     reject_runtimes(&r, "unknown field in runtime");
     raw_free(&r);
@@ -1778,7 +1842,7 @@ static void test_encoder_refusals(void **state)
     char *aliases[MOAT_MAX_ALIASES + 1];
     for (int i = 0; i < MOAT_MAX_ALIASES + 1; i++)
         aliases[i] = arg;
-    struct moat_runtime item = {lang, ver, aliases, MOAT_MAX_ALIASES + 1, 0, NULL, 0};
+    struct moat_runtime item = {lang, ver, aliases, MOAT_MAX_ALIASES + 1, 0, NULL, 0, 0};
     struct moat_runtimes rt = {&item, 1, {0}};
     why = NULL;
     rc = moat_encode_runtimes(&out, 5, &rt, &why);
@@ -2985,6 +3049,7 @@ int main(void)
         cmocka_unit_test(test_request_defaults_omitted),
         cmocka_unit_test(test_request_rlimits_and_options_roundtrip),
         cmocka_unit_test(test_request_rlimits_and_options_refusals),
+        cmocka_unit_test(test_request_isolation),
         cmocka_unit_test(test_runtime_option_patterns_refusals),
         cmocka_unit_test(test_options_allow_list),
         cmocka_unit_test(test_request_caps_accepted_at_limit),

@@ -1,0 +1,261 @@
+/*
+ * box_gvisor.c - a stage under gVisor: what a box's init does differently
+ * when the job's isolation is MOAT_ISOLATION_GVISOR.
+ *
+ * Theory of operation
+ * -------------------
+ * A gVisor box is an ordinary box first: the same namespaces, cgroup,
+ * read-only runtime binds, /box tmpfs and pivot (box_init.c).  Only the
+ * stage program differs.  Init's stage child stays root (in the box's
+ * namespaces, never the host's user namespace: the box has none) and
+ * execs runsc, Debian's gVisor runtime, with
+ *
+ *   runsc --root=<GVISOR_DIR>/state --network=none --platform=P
+ *         --ignore-cgroups run --bundle <GVISOR_DIR>/bundle stageN
+ *
+ * and an OCI config.json written here (gvisor_write_bundle): root "/" (the
+ * box's own root: the runtime, read-only), /box bound read-write, a fresh
+ * tmpfs /tmp and gVisor's own /proc, the process as the slot's uid and gid
+ * with no capabilities, noNewPrivileges, the stage's argv, env and rlimits
+ * (RLIMIT_NPROC is enforced by gVisor's kernel, so a fork bomb stops at the
+ * stage's process count), no network namespace path (runsc makes its own,
+ * and --network=none leaves it with loopback only).
+ *
+ * What holds as for a plain box, and why:
+ * - memory, pids and CPU: runsc, its gofer and its sentry are all processes
+ *   of the box, so of the slot's cgroup (--ignore-cgroups: runsc makes none
+ *   of its own); what the program does is done by the sentry, so charged
+ *   there.  The sentry's own memory and threads are charged too: the
+ *   backend gives a gVisor stage GVISOR_PIDS_HEADROOM more pids (the
+ *   program's own count is its RLIMIT_NPROC inside gVisor); memory has no
+ *   headroom: the sentry's footprint counts against the stage's limit.
+ * - the three clocks and the output caps: the program's stdin, stdout and
+ *   stderr are the stage's pipes (runsc passes its own descriptors 0-2
+ *   through, terminal false), so box.c's supervision loop is unchanged.
+ * - statuses: runsc run exits with the program's code, or 128+N when a
+ *   signal N ended it; gvisor_wait_status turns 129..128+64 back into a
+ *   signal death (so a program that itself exits 129..192 reads as
+ *   signalled: documented in the README).  ML is the cgroup's OOM count,
+ *   as for any box.
+ * - the runsc state dir and bundle live in the box's /tmp (root only,
+ *   0700), which the sandboxed program never sees: its /tmp is gVisor's.
+ *
+ * What does not apply: the backend's seccomp allow-list and Landlock cannot
+ * wrap runsc (it mounts, ptraces and sets up its own sandbox); the
+ * sentry's own seccomp filter replaces them and the program talks to
+ * gVisor's kernel, not the host's.
+ *
+ * Runs in init's forked child (no malloc: the buffer is mmap'ed; see
+ * box_init.c).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "box_internal.h"
+
+/* ---- a JSON writer into a fixed buffer ----------------------------------------- */
+
+struct jbuf {
+    char *p;
+    size_t len, cap;
+    int overflow;
+};
+
+static void jput(struct jbuf *b, const char *s, size_t n)
+{
+    if (b->overflow || n > b->cap - b->len) {
+        b->overflow = 1;
+        return;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+
+static void jraw(struct jbuf *b, const char *s)
+{
+    jput(b, s, strlen(s));
+}
+
+/* key (raw JSON, e.g. ",\"gid\":"), then v in decimal */
+static void jnum(struct jbuf *b, const char *key, unsigned long long v)
+{
+    char tmp[24];
+    int n = snprintf(tmp, sizeof(tmp), "%llu", v);
+    jraw(b, key);
+    jput(b, tmp, (size_t)n);
+}
+
+/* A JSON string: quote, backslash and control bytes escaped; other bytes as
+ * they are (the backend took them from UTF-8-checked request fields). */
+static void jstr(struct jbuf *b, const char *s)
+{
+    jput(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            char esc[2] = {'\\', (char)c};
+            jput(b, esc, 2);
+        } else if (c < 0x20 || c == 0x7f) {
+            static const char hex[] = "0123456789abcdef";
+            char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            jput(b, esc, sizeof(esc));
+        } else {
+            jput(b, (const char *)&c, 1);
+        }
+    }
+    jput(b, "\"", 1);
+}
+
+static void jstrv(struct jbuf *b, char *const *v)
+{
+    jput(b, "[", 1);
+    for (size_t i = 0; v[i]; i++) {
+        if (i)
+            jput(b, ",", 1);
+        jstr(b, v[i]);
+    }
+    jput(b, "]", 1);
+}
+
+static void jrlimit(struct jbuf *b, const char *type, unsigned long long v, int last)
+{
+    jraw(b, "{\"type\":\"");
+    jraw(b, type);
+    jnum(b, "\",\"hard\":", v);
+    jnum(b, ",\"soft\":", v);
+    jraw(b, "}");
+    if (!last)
+        jput(b, ",", 1);
+}
+
+static size_t strv_bytes(char *const *v)
+{
+    size_t n = 0;
+    for (size_t i = 0; v[i]; i++)
+        n += strlen(v[i]) + 3;
+    return n;
+}
+
+/* ---- the bundle -------------------------------------------------------------------- */
+
+static void write_config(struct jbuf *b, const struct gvisor_stage *g)
+{
+    jraw(b, "{\"ociVersion\":\"1.0.0\",\"process\":{\"terminal\":false,");
+    jnum(b, "\"user\":{\"uid\":", g->uid);
+    jnum(b, ",\"gid\":", g->gid);
+    jraw(b, "},\"args\":");
+    jstrv(b, g->argv);
+    jraw(b, ",\"env\":");
+    jstrv(b, g->envp);
+    jraw(b, g->box ? ",\"cwd\":\"/box\"" : ",\"cwd\":\"/\"");
+    jraw(b, ",\"noNewPrivileges\":true,"
+            "\"capabilities\":{\"bounding\":[],\"effective\":[],\"inheritable\":[],\"permitted\":[],\"ambient\":[]},"
+            "\"rlimits\":[");
+    jrlimit(b, "RLIMIT_CORE", 0, 0);
+    jrlimit(b, "RLIMIT_FSIZE", g->fsize, 0);
+    jrlimit(b, "RLIMIT_NOFILE", g->nofile, 0);
+    jrlimit(b, "RLIMIT_STACK", g->stack, 0);
+    jrlimit(b, "RLIMIT_MEMLOCK", 0, 0);
+    jrlimit(b, "RLIMIT_MSGQUEUE", 0, 0);
+    jrlimit(b, "RLIMIT_CPU", g->cpu_s, 0);
+    jrlimit(b, "RLIMIT_NPROC", g->pids, 1);
+    jraw(b, "]},\"root\":{\"path\":\"/\",\"readonly\":true},\"hostname\":\"box\","
+            "\"mounts\":["
+            "{\"destination\":\"/proc\",\"type\":\"proc\",\"source\":\"proc\"},"
+            "{\"destination\":\"/tmp\",\"type\":\"tmpfs\",\"source\":\"tmpfs\",\"options\":[\"nosuid\",\"nodev\",\"mode=1777\"]}");
+    if (g->box) {
+        jraw(b, ",{\"destination\":\"/box\",\"type\":\"bind\",\"source\":");
+        jstr(b, g->box);
+        jraw(b, ",\"options\":[\"rbind\",\"rw\",\"nosuid\",\"nodev\"]}");
+    }
+    jraw(b, "],\"linux\":{\"namespaces\":[{\"type\":\"pid\"},{\"type\":\"network\"},{\"type\":\"ipc\"},{\"type\":\"uts\"},"
+            "{\"type\":\"mount\"}]}}\n");
+}
+
+int gvisor_write_bundle(const char *path, const struct gvisor_stage *g, const char **what)
+{
+    size_t cap = 8192 + 6 * (strv_bytes(g->argv) + strv_bytes(g->envp) + (g->box ? strlen(g->box) : 0));
+    struct jbuf b = {NULL, 0, cap, 0};
+    int rc = -1;
+
+    *what = "gVisor bundle: mmap";
+    b.p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (b.p == MAP_FAILED)
+        return -1;
+    write_config(&b, g);
+    *what = "gVisor bundle: config too large";
+    if (b.overflow) {
+        errno = E2BIG;
+        goto out;
+    }
+    *what = "gVisor bundle: create config.json";
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        goto out;
+    size_t off = 0;
+    while (off < b.len) {
+        ssize_t n = write(fd, b.p + off, b.len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            *what = "gVisor bundle: write config.json";
+            close(fd);
+            goto out;
+        }
+        off += (size_t)n;
+    }
+    close(fd);
+    rc = 0;
+out:
+    munmap(b.p, cap);
+    return rc;
+}
+
+void gvisor_runsc_cmd(struct runsc_cmd *c, const char *runsc, const char *platform, const char *dir, const char *id)
+{
+    size_t n = 0;
+
+    snprintf(c->root, sizeof(c->root), "--root=%s/state", dir);
+    snprintf(c->platform, sizeof(c->platform), "--platform=%s", platform);
+    snprintf(c->bundle, sizeof(c->bundle), "%s/bundle", dir);
+    snprintf(c->id, sizeof(c->id), "%s", id);
+    c->argv[n++] = (char *)(uintptr_t)runsc;
+    c->argv[n++] = c->root;
+    c->argv[n++] = (char *)(uintptr_t) "--network=none";
+    c->argv[n++] = c->platform;
+    c->argv[n++] = (char *)(uintptr_t) "--ignore-cgroups";
+    c->argv[n++] = (char *)(uintptr_t) "run";
+    c->argv[n++] = (char *)(uintptr_t) "--bundle";
+    c->argv[n++] = c->bundle;
+    c->argv[n++] = c->id;
+    c->argv[n] = NULL;
+}
+
+int gvisor_make_dirs(void)
+{
+    static const char *const dirs[] = {GVISOR_DIR, GVISOR_DIR "/state", GVISOR_DIR "/bundle"};
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+        if (mkdir(dirs[i], 0700) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int gvisor_wait_status(int status)
+{
+    if (!WIFEXITED(status))
+        return status; /* runsc itself was killed (a limit, the host) */
+    int code = WEXITSTATUS(status);
+    if (code > 128 && code < 128 + 65) {
+        int sig = code - 128;
+        return sig & 0x7f; /* a wait status "ended by signal sig" */
+    }
+    return status;
+}

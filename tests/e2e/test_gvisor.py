@@ -1,0 +1,181 @@
+"""gVisor stages (issue 15 item 2): the box running its program under Debian's
+runsc, through `moat-backend run` and through the real gateway.
+
+Skipped with the reason when runsc is not installed.  Every job runs on the
+ptrace platform (--gvisor-platform ptrace: the kvm probe is a start-up
+decision with its own test) under BUSY_MACHINE_WALL's wall clocks: ptrace
+is slow, and a wall clock measures the machine's load.  Every moat-backend
+started here has a hard timeout that kills its whole process group (runsc,
+its sentry and gofer are in the boxes' pid namespaces, which die with their
+init)."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import unittest
+
+from moat_harness import BACKEND, BUSY_MACHINE_WALL, LANGUAGES, uid_base
+
+RUNSC = shutil.which("runsc") or "/usr/bin/runsc"
+HAVE_RUNSC = os.access(RUNSC, os.X_OK)
+GVISOR = ("--isolation", "gvisor", "--runsc", RUNSC, "--gvisor-platform", "ptrace")
+JOB_TIMEOUT_S = 240
+
+
+def backend_run_raw(code, language="python", extra=(), tag="moat-gv-t%d" % os.getpid(), languages=LANGUAGES):
+    """`moat-backend run` in a process group of its own, killed whole at JOB_TIMEOUT_S.
+    Returns (exit status, stdout, stderr)."""
+    cmd = [BACKEND, "run", "-L", languages, "-r", "/run/" + tag, "-n", tag, "--uid-base", str(uid_base(tag)), "-l", language,
+           "-c", code, *extra]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=JOB_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise AssertionError("moat-backend run did not finish in %d s" % JOB_TIMEOUT_S)
+    return p.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def gv_run(code, language="python", *extra, isolation=GVISOR):
+    rc, out, err = backend_run_raw(code, language, (*isolation, *BUSY_MACHINE_WALL, *extra))
+    if rc != 0:
+        raise AssertionError("moat-backend run failed (%d): %s" % (rc, err))
+    return json.loads(out)
+
+
+@unittest.skipUnless(HAVE_RUNSC, "runsc is not installed (Debian: apt-get install runsc)")
+class GVisorBoxTest(unittest.TestCase):
+    def test_program_meets_gvisors_kernel(self):
+        # the probe: what the program sees as its kernel is gVisor's, not the host's; the same
+        # program in a plain box sees the host's (so this fails if runsc is not in the way)
+        probe = "import os\nprint(open('/proc/version').read().strip())\nprint(os.uname().release)\n"
+        with open("/proc/version") as f:
+            host_version = f.read().strip()
+        r = gv_run(probe)["run"]
+        self.assertIsNone(r["status"], r)
+        version, release = r["stdout"].splitlines()
+        self.assertNotEqual(version, host_version)
+        self.assertNotEqual(release, os.uname().release)
+        plain = gv_run(probe, isolation=())["run"]
+        self.assertEqual(plain["stdout"].splitlines()[0], host_version)
+
+    def test_python_hello(self):
+        r = gv_run('import sys\nprint("hello")\nprint(sys.stdin.read())', "python", "-i", "from stdin")["run"]
+        self.assertEqual(r["stdout"], "hello\nfrom stdin\n")
+        self.assertEqual(r["code"], 0)
+        self.assertIsNone(r["status"])
+
+    def test_c_compile_and_run_share_box(self):
+        # the compile stage's binary in /box is what the run stage executes, both under gVisor
+        res = gv_run('#include <stdio.h>\n#include <sys/utsname.h>\n'
+                     'int main(void){struct utsname u; uname(&u); printf("hello %s\\n", u.release); return 0;}', "c")
+        self.assertIsNone(res["compile"]["status"], res["compile"])
+        self.assertEqual(res["run"]["code"], 0, res["run"])
+        self.assertTrue(res["run"]["stdout"].startswith("hello "))
+        self.assertNotEqual(res["run"]["stdout"].split()[1], os.uname().release)
+
+    def test_exit_code_is_re(self):
+        r = gv_run("import sys; sys.exit(3)")["run"]
+        self.assertEqual(r["status"], "RE")
+        self.assertEqual(r["code"], 3)
+        self.assertIsNone(r["signal"])
+
+    def test_signal_is_sg(self):
+        r = gv_run("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")["run"]
+        self.assertEqual(r["status"], "SG")
+        self.assertEqual(r["signal"], "SIGSEGV")
+        self.assertIsNone(r["code"])
+
+    def test_memory_limit_is_ml(self):
+        r = gv_run("a = bytearray(400 * 1024 * 1024)\nprint(len(a))", "python", "--run-memory", str(128 * 1024 * 1024))["run"]
+        self.assertEqual(r["status"], "ML", r)
+        self.assertEqual(r["stdout"], "")
+        self.assertLessEqual(r["memory"], 128 * 1024 * 1024)
+
+    def test_fork_bomb_is_held(self):
+        # the stage's process limit (64 by default) holds inside gVisor: fork fails, the
+        # program goes on and reports where it stopped
+        r = gv_run("import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(60)\n"
+                   "            os._exit(0)\n        n += 1\nexcept OSError as e:\n    print('stopped', n, e.errno)\n")["run"]
+        self.assertIsNone(r["status"], r)
+        words = r["stdout"].split()
+        self.assertEqual(words[0], "stopped")
+        self.assertLess(int(words[1]), 64)
+        self.assertEqual(int(words[2]), 11)  # EAGAIN
+
+    def test_busy_loop_hits_cpu_clock(self):
+        r = gv_run("while True: pass", "python", "--limit", "run_cpu_time=1000")["run"]
+        self.assertEqual(r["status"], "TO")
+        self.assertEqual(r["message"], "cpu-time limit exceeded")
+        self.assertGreaterEqual(r["cpu_time"], 1000)
+
+    def test_sleep_hits_wall_clock(self):
+        # a wall limit the job asks for below the busy-machine ceiling; the sleep outlasts it 30 times
+        rc, out, err = backend_run_raw("import time; time.sleep(60)", "python", (*GVISOR, "--run-timeout", "2000"))
+        self.assertEqual(rc, 0, err)
+        r = json.loads(out)["run"]
+        self.assertEqual(r["status"], "TO")
+        self.assertEqual(r["message"], "wall-time limit exceeded")
+        self.assertLess(r["cpu_time"], 2000)
+
+    def test_output_flood_is_ol(self):
+        r = gv_run("import sys\nwhile True: sys.stdout.write('x' * 65536)")["run"]
+        self.assertEqual(r["status"], "OL")
+        self.assertLessEqual(len(r["stdout"]), 64 * 1024)
+
+    def test_no_network(self):
+        r = gv_run("import socket\ns = socket.socket()\ns.settimeout(5)\ntry:\n    s.connect(('1.1.1.1', 80))\n"
+                   "    print('connected')\nexcept OSError as e:\n    print('refused', e.errno)\n"
+                   "print(sorted(n for _, n in socket.if_nameindex()))\n")["run"]
+        self.assertIsNone(r["status"], r)
+        lines = r["stdout"].splitlines()
+        self.assertTrue(lines[0].startswith("refused"), r["stdout"])
+        self.assertEqual(lines[1], "['lo']")
+
+    def test_box_writable_runtime_read_only(self):
+        r = gv_run("import os\nfor p in ('/box/made', '/usr/bin/made', '/etc/made', '/made'):\n    try:\n"
+                   "        open(p, 'w').write('x')\n        print(p, 'written')\n    except OSError as e:\n"
+                   "        print(p, 'refused')\nprint(os.getuid() != 0)\n")["run"]
+        self.assertEqual(r["stdout"].splitlines(),
+                         ["/box/made written", "/usr/bin/made refused", "/etc/made refused", "/made refused", "True"])
+
+    def test_runsc_missing_is_a_clear_error(self):
+        rc, out, err = backend_run_raw("print(1)", "python", ("--isolation", "gvisor", "--runsc", "/nonexistent/runsc"))
+        self.assertEqual(rc, 2)
+        self.assertEqual(out, "")
+        self.assertIn("requires gVisor isolation but runsc is not installed on the backend", err)
+        # and a plain job on the same backend runs
+        rc, out, err = backend_run_raw("print(1)", "python", ("--runsc", "/nonexistent/runsc"))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(json.loads(out)["run"]["stdout"], "1\n")
+
+    def test_language_manifest_asks_for_gvisor(self):
+        # a manifest's "isolation": "gvisor" runs the language under gVisor whatever the job asks
+        tmp = tempfile.mkdtemp(prefix="moat-gv-langs-")
+        try:
+            src = os.path.join(LANGUAGES, "python-3.11")
+            dst = os.path.join(tmp, "python-3.11")
+            shutil.copytree(src, dst)
+            with open(os.path.join(dst, "manifest.json")) as f:
+                manifest = json.load(f)
+            manifest["isolation"] = "gvisor"
+            with open(os.path.join(dst, "manifest.json"), "w") as f:
+                json.dump(manifest, f)
+            probe = "import os; print(os.uname().release)"
+            rc, out, err = backend_run_raw(probe, "python", ("--gvisor-platform", "ptrace", *BUSY_MACHINE_WALL), languages=tmp)
+            self.assertEqual(rc, 0, err)
+            self.assertNotEqual(json.loads(out)["run"]["stdout"].strip(), os.uname().release)
+            # without runsc the language is skipped at start, never run with one wall
+            rc, out, err = backend_run_raw(probe, "python", ("--runsc", "/nonexistent/runsc"), languages=tmp)
+            self.assertNotEqual(rc, 0)
+            self.assertIn("asks for gVisor and runsc is not installed", err)
+        finally:
+            shutil.rmtree(tmp)
+
+
+if __name__ == "__main__":
+    unittest.main()
