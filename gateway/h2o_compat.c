@@ -50,7 +50,9 @@
 #include "metrics.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -486,4 +488,227 @@ int gw_tls_release_buffers(h2o_socket_t *sock)
     if (tls == NULL || tls->ossl == NULL || !SSL_is_init_finished(tls->ossl) || SSL_pending(tls->ossl) != 0)
         return 0;
     return SSL_free_buffers(tls->ossl);
+}
+
+/* ------------------------------------------------- response header blocks */
+
+/*
+ * Every response carries its own x-request-id, and h2o 2.2.5's HPACK
+ * encoder (lib/http2/hpack.c, encode_header) inserts every header that is
+ * not a token with dont_compress (only cookie and set-cookie are) into the
+ * connection's output table.  A value that never repeats fills the table's
+ * 32 entries with request ids, so each response's header is looked up by a
+ * linear scan of 32 entries (a memcmp for each id), allocates and frees two
+ * entries, and pushes the headers that do repeat (content-type,
+ * cache-control, www-authenticate) out to be sent and inserted again: about
+ * 4,000 instructions per HTTP/2 response, a fifth of a 401's.
+ *
+ * So the gateway's definition of h2o_hpack_flatten_response takes the place
+ * of libh2o's: the shared library calls it through its PLT (checked in
+ * Debian 12's libh2o-evloop.so.0.13.5: stream.c's one call site), and the
+ * dynamic linker binds that to the executable's symbol first.  It calls
+ * libh2o's own (dlsym RTLD_NEXT) with the x-request-id fields left out, so
+ * h2o encodes and indexes everything else as before, then appends each
+ * x-request-id as a literal without indexing (RFC 7541 6.2.2: new name, raw
+ * strings), which leaves the dynamic table, and so the peer's copy of it,
+ * untouched.  The block stays one HEADERS frame when the field fits in its
+ * last frame (always, below 16 KB of headers); else it gets a CONTINUATION
+ * of its own.  A libh2o built so that it does not call through the PLT
+ * never calls this, and encodes as it always did.
+ *
+ * A status without an entry in HPACK's static table (401, 429, 503: most of
+ * the gateway's refusals) h2o writes with sprintf, 680 instructions.  When
+ * the block surely fits one frame, h2o encodes it as a 200 (one octet,
+ * static index 8) and that octet becomes the same literal h2o would have
+ * written: without indexing, name index 8, three digits.
+ */
+typedef void (*flatten_response_fn)(h2o_buffer_t **buf, h2o_hpack_header_table_t *header_table, uint32_t stream_id,
+                                    size_t max_frame_size, h2o_res_t *res, h2o_timestamp_t *ts, const h2o_iovec_t *server_name,
+                                    size_t content_length);
+
+#define REQUEST_ID_NAME      "x-request-id"
+#define FLATTEN_MAX_HEADERS  64   /* more than that, and h2o encodes the response as it is */
+#define FLATTEN_MAX_APPENDED 1024 /* octets of appended fields at most (request ids are 16) */
+
+static flatten_response_fn h2o_flatten_response;
+static pthread_once_t flatten_once = PTHREAD_ONCE_INIT;
+
+static void flatten_resolve(void)
+{
+    h2o_flatten_response = (flatten_response_fn)dlsym(RTLD_NEXT, "h2o_hpack_flatten_response");
+}
+
+int gw_h2_encoder_init(void)
+{
+    pthread_once(&flatten_once, flatten_resolve);
+    return h2o_flatten_response != NULL ? 0 : -1;
+}
+
+/* An HPACK integer with a 7-bit prefix (a string's length, not Huffman-coded). */
+static size_t hpack_length(uint8_t *dst, size_t v)
+{
+    size_t n = 0;
+
+    if (v < 127) {
+        dst[n++] = (uint8_t)v;
+        return n;
+    }
+    dst[n++] = 127;
+    for (v -= 127; v >= 128; v >>= 7)
+        dst[n++] = (uint8_t)(0x80 | (v & 0x7f));
+    dst[n++] = (uint8_t)v;
+    return n;
+}
+
+/* The field as a literal without indexing, new name: its size (dst NULL) or its bytes. */
+static size_t literal_field(uint8_t *dst, const h2o_iovec_t *value)
+{
+    uint8_t len[2 * 10]; /* two lengths: up to 10 bytes each for a size_t */
+    size_t nl = hpack_length(len, sizeof(REQUEST_ID_NAME) - 1), vl = hpack_length(len + nl, value->len);
+    size_t total = 1 + nl + sizeof(REQUEST_ID_NAME) - 1 + vl + value->len;
+
+    if (dst == NULL)
+        return total;
+    *dst++ = 0x00;
+    memcpy(dst, len, nl);
+    dst += nl;
+    memcpy(dst, REQUEST_ID_NAME, sizeof(REQUEST_ID_NAME) - 1);
+    dst += sizeof(REQUEST_ID_NAME) - 1;
+    memcpy(dst, len + nl, vl);
+    dst += vl;
+    memcpy(dst, value->base, value->len);
+    return total;
+}
+
+static int is_request_id(const h2o_header_t *h)
+{
+    return h2o_memis(h->name->base, h->name->len, H2O_STRLIT(REQUEST_ID_NAME));
+}
+
+/* Append the fields to the header block h2o wrote from start_at (frames of
+ * at most max_frame_size; the last one has END_HEADERS and ends the buffer). */
+static void append_fields(h2o_buffer_t **buf, size_t start_at, uint32_t stream_id, size_t max_frame_size, const h2o_header_t *ids,
+                          size_t nids, size_t extra)
+{
+    size_t last = start_at, len;
+    uint8_t *dst;
+
+    for (;;) {
+        const uint8_t *f = (const uint8_t *)(*buf)->bytes + last;
+        len = (size_t)f[0] << 16 | (size_t)f[1] << 8 | f[2];
+        if ((f[4] & H2O_HTTP2_FRAME_FLAG_END_HEADERS) != 0 || last + H2O_HTTP2_FRAME_HEADER_SIZE + len >= (*buf)->size)
+            break;
+        last += H2O_HTTP2_FRAME_HEADER_SIZE + len;
+    }
+    if (len + extra <= max_frame_size) {
+        dst = (uint8_t *)h2o_buffer_reserve(buf, extra).base;
+        uint8_t *f = (uint8_t *)(*buf)->bytes + last;
+        len += extra;
+        f[0] = (uint8_t)(len >> 16);
+        f[1] = (uint8_t)(len >> 8);
+        f[2] = (uint8_t)len;
+    } else {
+        dst = (uint8_t *)h2o_buffer_reserve(buf, H2O_HTTP2_FRAME_HEADER_SIZE + extra).base;
+        ((uint8_t *)(*buf)->bytes)[last + 4] &= (uint8_t)~H2O_HTTP2_FRAME_FLAG_END_HEADERS;
+        dst = h2o_http2_encode_frame_header(dst, extra, H2O_HTTP2_FRAME_TYPE_CONTINUATION, H2O_HTTP2_FRAME_FLAG_END_HEADERS,
+                                            (int32_t)stream_id);
+        (*buf)->size += H2O_HTTP2_FRAME_HEADER_SIZE;
+    }
+    for (size_t i = 0; i < nids; i++)
+        dst += literal_field(dst, &ids[i].value);
+    (*buf)->size += extra;
+}
+
+/* h2o's encode_status writes these as one indexed octet (lib/http2/hpack.c). */
+static int status_is_static(int status)
+{
+    switch (status) {
+    case 200:
+    case 204:
+    case 206:
+    case 304:
+    case 400:
+    case 404:
+    case 500:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* An upper bound of the block h2o writes for res (its own estimate, calc_capacity, is smaller). */
+static size_t block_bound(const h2o_res_t *res, const h2o_iovec_t *server_name)
+{
+    size_t n = 64 + server_name->len + 64 + 64; /* status, server, date, content-length */
+
+    for (size_t i = 0; i < res->headers.size; i++)
+        n += res->headers.entries[i].name->len + res->headers.entries[i].value.len + 24;
+    return n;
+}
+
+/* Replace the indexed :status 200 that starts the one frame at start_at by status as a literal. */
+static void put_status(h2o_buffer_t **buf, size_t start_at, int status)
+{
+    uint8_t *f, *payload;
+    size_t len;
+
+    h2o_buffer_reserve(buf, 4);
+    f = (uint8_t *)(*buf)->bytes + start_at;
+    payload = f + H2O_HTTP2_FRAME_HEADER_SIZE;
+    len = (size_t)f[0] << 16 | (size_t)f[1] << 8 | f[2];
+    if (payload[0] != 0x88)
+        abort(); /* h2o writes :status first: checked in the unit test */
+    memmove(payload + 5, payload + 1, len - 1);
+    payload[0] = 0x08; /* literal without indexing, name :status (static index 8) */
+    payload[1] = 3;
+    payload[2] = (uint8_t)('0' + status / 100);
+    payload[3] = (uint8_t)('0' + status / 10 % 10);
+    payload[4] = (uint8_t)('0' + status % 10);
+    len += 4;
+    f[0] = (uint8_t)(len >> 16);
+    f[1] = (uint8_t)(len >> 8);
+    f[2] = (uint8_t)len;
+    (*buf)->size += 4;
+}
+
+void h2o_hpack_flatten_response(h2o_buffer_t **buf, h2o_hpack_header_table_t *header_table, uint32_t stream_id,
+                                size_t max_frame_size, h2o_res_t *res, h2o_timestamp_t *ts, const h2o_iovec_t *server_name,
+                                size_t content_length)
+{
+    h2o_header_t kept[FLATTEN_MAX_HEADERS], ids[FLATTEN_MAX_HEADERS];
+    size_t nkept = 0, nids = 0, extra = 0, start_at;
+    h2o_headers_t all = res->headers;
+    int status = res->status, own_status;
+
+    if (gw_h2_encoder_init() != 0)
+        abort(); /* cannot happen: the gateway checks at start (server.c) */
+    if (all.size > FLATTEN_MAX_HEADERS) {
+        h2o_flatten_response(buf, header_table, stream_id, max_frame_size, res, ts, server_name, content_length);
+        return;
+    }
+    for (size_t i = 0; i < all.size; i++) {
+        if (is_request_id(&all.entries[i])) {
+            size_t n = literal_field(NULL, &all.entries[i].value);
+            if (extra + n <= FLATTEN_MAX_APPENDED) {
+                ids[nids++] = all.entries[i];
+                extra += n;
+                continue;
+            }
+        }
+        kept[nkept++] = all.entries[i];
+    }
+    start_at = (*buf)->size;
+    res->headers.entries = kept;
+    res->headers.size = nkept;
+    own_status =
+        status >= 100 && status <= 999 && !status_is_static(status) && block_bound(res, server_name) + 4 + extra <= max_frame_size;
+    if (own_status)
+        res->status = 200;
+    h2o_flatten_response(buf, header_table, stream_id, max_frame_size, res, ts, server_name, content_length);
+    res->headers = all;
+    res->status = status;
+    if (own_status)
+        put_status(buf, start_at, status);
+    if (nids != 0)
+        append_fields(buf, start_at, stream_id, max_frame_size, ids, nids, extra);
 }

@@ -77,4 +77,9 @@ void gw_h2_foreach(h2o_context_t *ctx, void (*fn)(h2o_conn_t *conn, h2o_socket_t
  * socket's worker thread.  1 if released (or none held), 0 if not now. */
 int gw_tls_release_buffers(h2o_socket_t *sock);
 
+/* Find libh2o's HPACK response encoder, which the gateway's keeps request
+ * ids out of the dynamic table around (see h2o_compat.c); before the
+ * workers start.  0, or -1 when the library has none. */
+int gw_h2_encoder_init(void);
+
 #endif /* GW_H2O_COMPAT_H */

@@ -231,6 +231,10 @@ int gw_server_init(struct gw_server *srv, struct gw_config *cfg, SSL_CTX *ssl_ct
 
     memset(srv, 0, sizeof(*srv));
     gw_h2_guard_init(h2_header_limits);
+    if (gw_h2_encoder_init() != 0) {
+        log_warnx("%s: libh2o has no h2o_hpack_flatten_response", __func__);
+        return -1;
+    }
     srv->audit_ctl = -1;
     srv->audit_enabled = cfg->audit_enabled;
     srv->config_path = config_path;

@@ -109,7 +109,7 @@ class H2:
     def new_stream(self):
         sid = self.next_id
         self.next_id += 2
-        self.streams[sid] = {"status": None, "body": b"", "rst": None, "done": False}
+        self.streams[sid] = {"status": None, "block": b"", "body": b"", "rst": None, "done": False}
         return sid
 
     def send(self, data):
@@ -176,6 +176,7 @@ class H2:
             block = payload[(1 if flags & 0x8 else 0) + (5 if flags & 0x20 else 0):len(payload) - pad]
             if s["status"] is None:
                 s["status"] = status_of(block)
+                s["block"] = block
             if flags & END_STREAM:
                 s["done"] = True
         elif ftype == DATA and s is not None:
@@ -920,6 +921,31 @@ class HpackAmplificationTest(StackPerClass):
             s.settimeout(30)
             data = s.recv(65536)
         self.assertTrue(data.startswith(b"HTTP/1.1 400"), data[:64])
+
+
+class ResponseHeaderBlockTest(StackPerClass):
+    """Over HTTP/2 each response's x-request-id goes out as an HPACK literal without indexing
+    (h2o_compat.c, in place of h2o 2.2.5's encoder, which indexed every unique id and so
+    churned the connection's table): the same on the wire for every response, never a
+    reference, and the id the JSON body names."""
+
+    def test_request_ids_not_indexed(self):
+        h2 = H2(self.stack.port, h2_ctx(self.stack))
+        try:
+            sids = [h2.request("POST", "/api/v2/execute", [("content-type", "application/json")], b"{}")
+                    for _ in range(20)]
+            ids = set()
+            for st in h2.wait(sids):
+                self.assertEqual(st["status"], 401, st)
+                rid = json.loads(st["body"])["request_id"]
+                # literal without indexing, new name, raw strings (RFC 7541 6.2.2)
+                self.assertIn(b"\x00\x0cx-request-id" + bytes([len(rid)]) + rid.encode(), st["block"])
+                # 401 as h2o writes a status outside the static table: name index 8, 3 digits
+                self.assertEqual(st["block"][:5], b"\x08\x03401")
+                ids.add(rid)
+            self.assertEqual(len(ids), len(sids))
+        finally:
+            h2.close()
 
 
 class HpackLimitsConfiguredTest(unittest.TestCase):

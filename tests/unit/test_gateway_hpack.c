@@ -5,6 +5,11 @@
  * decoder (h2o_hpack_parse_headers), which must agree on the fields, their
  * size and the dynamic table afterwards.  The test reads h2o's dynamic
  * table (http2_internal.h), as gateway/h2o_compat.c does.
+ *
+ * Also the response side (h2o_compat.c's h2o_hpack_flatten_response, which
+ * wraps h2o's): request ids are sent without indexing, so they never enter
+ * the output table, statuses are written as h2o writes them, and h2o's
+ * decoder reads every block back, whole or split into CONTINUATION frames.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "h2o_compat.h"
 #include "hpack_scan.h"
 
 #include <h2o.h>
@@ -275,6 +281,18 @@ static size_t random_field(uint8_t *p, size_t entries)
     return n + put_string(p + n, s, random_string(s, sizeof(s)));
 }
 
+/* h2o's decoder on a block, into req's headers (req->pool to be cleared).  Its answer. */
+static int h2o_decode(h2o_req_t *req, h2o_hpack_header_table_t *h, const uint8_t *block, size_t len)
+{
+    int pseudo = 0;
+    size_t content_length;
+    const char *err = NULL;
+
+    memset(req, 0, sizeof(*req));
+    h2o_mem_init_pool(&req->pool);
+    return h2o_hpack_parse_headers(req, h, block, len, &pseudo, &content_length, NULL, &err);
+}
+
 static void seed_from(struct hpack_sizes *t, h2o_hpack_header_table_t *h)
 {
     assert_int_equal(hpack_sizes_reset(t, h->hpack_capacity, h->hpack_max_capacity), 0);
@@ -314,12 +332,7 @@ static void test_random_blocks_agree_with_h2o(void **state)
         enum hpack_verdict v = hpack_scan(&t, block, len, NULL, 0, NO_LIMIT, 100000, &r);
 
         h2o_req_t req;
-        int pseudo = 0;
-        size_t content_length;
-        const char *err = NULL;
-        memset(&req, 0, sizeof(req));
-        h2o_mem_init_pool(&req.pool);
-        int ret = h2o_hpack_parse_headers(&req, &h, block, len, &pseudo, &content_length, NULL, &err);
+        int ret = h2o_decode(&req, &h, block, len);
         if (ret != 0 && ret != H2O_HTTP2_ERROR_INVALID_HEADER_CHAR) {
             assert_int_equal(v, HPACK_MALFORMED);
             refused++;
@@ -340,6 +353,125 @@ static void test_random_blocks_agree_with_h2o(void **state)
     assert_true(refused > 100);
 }
 
+/* ---------------------------------------------------------------- responses */
+
+/* The header block of the response that starts at buf[0]: HEADERS, then
+ * CONTINUATIONs up to END_HEADERS, each at most max_frame, for stream 1;
+ * the payloads joined into block.  Its length. */
+static size_t reassemble(const h2o_buffer_t *buf, size_t max_frame, uint8_t *block, size_t *frames)
+{
+    size_t off = 0, len = 0;
+
+    *frames = 0;
+    for (;;) {
+        const uint8_t *f = (const uint8_t *)buf->bytes + off;
+        size_t n = (size_t)f[0] << 16 | (size_t)f[1] << 8 | f[2];
+        assert_true(off + H2O_HTTP2_FRAME_HEADER_SIZE + n <= buf->size);
+        assert_true(n <= max_frame);
+        assert_int_equal(f[3], *frames == 0 ? H2O_HTTP2_FRAME_TYPE_HEADERS : H2O_HTTP2_FRAME_TYPE_CONTINUATION);
+        assert_int_equal((uint32_t)f[5] << 24 | (uint32_t)f[6] << 16 | (uint32_t)f[7] << 8 | f[8], 1);
+        memcpy(block + len, f + H2O_HTTP2_FRAME_HEADER_SIZE, n);
+        len += n;
+        off += H2O_HTTP2_FRAME_HEADER_SIZE + n;
+        ++*frames;
+        if (f[4] & H2O_HTTP2_FRAME_FLAG_END_HEADERS)
+            break;
+        assert_int_equal(f[4], 0);
+    }
+    assert_int_equal(off, buf->size); /* nothing after the block */
+    return len;
+}
+
+static const h2o_iovec_t *header_value(const h2o_headers_t *hs, const char *name)
+{
+    for (size_t i = 0; i < hs->size; i++)
+        if (h2o_memis(hs->entries[i].name->base, hs->entries[i].name->len, name, strlen(name)))
+            return &hs->entries[i].value;
+    return NULL;
+}
+
+static void test_request_ids_stay_out_of_the_output_table(void **state)
+{
+    static const size_t max_frames[] = {16384, 16384, 16384, 120, 40};
+    static uint8_t block[65536];
+    h2o_hpack_header_table_t enc, dec;
+    h2o_timestamp_string_t ts_str;
+    h2o_timestamp_t ts = {{0, 0}, &ts_str};
+    h2o_iovec_t no_server = {NULL, 0};
+    size_t split = 0;
+
+    assert_int_equal(gw_h2_encoder_init(), 0);
+    memset(&enc, 0, sizeof(enc));
+    memset(&dec, 0, sizeof(dec));
+    enc.hpack_capacity = enc.hpack_max_capacity = H2O_HTTP2_SETTINGS_DEFAULT.header_table_size;
+    dec.hpack_capacity = dec.hpack_max_capacity = H2O_HTTP2_SETTINGS_DEFAULT.header_table_size;
+    memcpy(ts_str.rfc1123, "Wed, 02 Dec 2026 01:00:00 GMT", H2O_TIMESTR_RFC1123_LEN + 1);
+    for (int round = 0; round < 500; round++) {
+        static const int statuses[] = {200, 401, 429, 404, 503, 401, 429};
+        size_t max_frame = max_frames[round % 5], frames;
+        int status = statuses[round % 7];
+        char id[17], big[600];
+        h2o_mem_pool_t pool;
+        h2o_res_t res;
+        h2o_buffer_t *buf;
+
+        h2o_mem_init_pool(&pool);
+        memset(&res, 0, sizeof(res));
+        res.status = status;
+        snprintf(id, sizeof(id), "%016llx", (unsigned long long)rng ^ (unsigned long long)round);
+        memset(big, 'a' + round % 26, sizeof(big));
+        h2o_add_header(&pool, &res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+        h2o_add_header_by_str(&pool, &res.headers, H2O_STRLIT("x-request-id"), 0, NULL, id, strlen(id));
+        h2o_add_header(&pool, &res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-store"));
+        if (round % 3 == 0) /* a field h2o indexes anew each time, and a block of several frames */
+            h2o_add_header_by_str(&pool, &res.headers, H2O_STRLIT("x-big"), 0, NULL, big, 100 + (size_t)rnd(sizeof(big) - 100));
+        h2o_buffer_init(&buf, &h2o_socket_buffer_prototype);
+        h2o_hpack_flatten_response(&buf, &enc, 1, max_frame, &res, &ts, &no_server, SIZE_MAX);
+        assert_int_equal(res.headers.size, round % 3 == 0 ? 4 : 3); /* the response is as it was */
+        assert_int_equal(res.status, status);
+
+        size_t len = reassemble(buf, max_frame, block, &frames);
+        split += frames > 1;
+        /* :status first (h2o's request decoder takes none): indexed, or a
+         * literal without indexing with name index 8, as h2o writes it */
+        size_t skip = 1;
+        if (status == 200) {
+            assert_int_equal(block[0], 0x88);
+        } else {
+            char digits[4];
+            snprintf(digits, sizeof(digits), "%d", status);
+            assert_int_equal(block[0], status == 404 ? 0x80 | 13 : 0x08);
+            if (status != 404) {
+                assert_int_equal(block[1], 3);
+                assert_memory_equal(block + 2, digits, 3);
+                skip = 5;
+            }
+        }
+        h2o_req_t req;
+        assert_int_equal(h2o_decode(&req, &dec, block + skip, len - skip), 0);
+        const h2o_iovec_t *got = header_value(&req.headers, "x-request-id");
+        assert_non_null(got);
+        assert_memory_equal(got->base, id, 16);
+        assert_int_equal(got->len, 16);
+        assert_non_null(header_value(&req.headers, "cache-control"));
+        assert_non_null(header_value(&req.headers, "date"));
+
+        /* the peer's table is the encoder's, and holds no request id */
+        assert_int_equal(dec.num_entries, enc.num_entries);
+        assert_int_equal(dec.hpack_size, enc.hpack_size);
+        for (size_t i = 0; i < enc.num_entries; i++) {
+            const h2o_hpack_header_table_entry_t *e = h2o_hpack_header_table_get(&enc, i);
+            assert_false(h2o_memis(e->name->base, e->name->len, H2O_STRLIT("x-request-id")));
+        }
+        h2o_mem_clear_pool(&req.pool);
+        h2o_buffer_dispose(&buf);
+        h2o_mem_clear_pool(&pool);
+    }
+    assert_true(split > 10); /* CONTINUATION frames were made, and read back */
+    h2o_hpack_dispose_header_table(&enc);
+    h2o_hpack_dispose_header_table(&dec);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -350,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_split_anywhere),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_random_blocks_agree_with_h2o),
+        cmocka_unit_test(test_request_ids_stay_out_of_the_output_table),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
