@@ -13,6 +13,7 @@
  */
 #include "config_parse.h"
 #include "gw_limits.h"
+#include "moat_proto.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -198,7 +199,7 @@ static int valid_tenant_name(const char *s)
 }
 
 struct tenant_seen {
-    yaml_node_t *name, *keys, *endpoints, *languages, *limits, *rate, *max_in_flight, *cpu, *rules, *sessions;
+    yaml_node_t *name, *keys, *endpoints, *languages, *limits, *rate, *max_in_flight, *cpu, *rules, *sessions, *isolation;
     yaml_node_t *callbacks; /* config_callbacks.c */
 };
 
@@ -215,9 +216,27 @@ static int tenant_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, v
         {"cpu_seconds_per_minute", offsetof(struct tenant_seen, cpu)},
         {"content_rules", offsetof(struct tenant_seen, rules)},
         {"sessions", offsetof(struct tenant_seen, sessions)},
+        {"isolation", offsetof(struct tenant_seen, isolation)},
         {"callbacks", offsetof(struct tenant_seen, callbacks)},
     };
     return cfg_note(slots, sizeof(slots) / sizeof(slots[0]), arg, key, v);
+}
+
+/* isolation: namespaces (the default: the plain box) or gvisor (every job
+ * of the tenant under gVisor; a backend without runsc refuses them). */
+static int parse_isolation(struct parse_ctx *pc, yaml_node_t *n, struct tenant_policy *p)
+{
+    char *s = NULL;
+    int iso;
+
+    if (cfg_string(pc, n, "isolation", 32, &s) != 0)
+        return -1;
+    iso = moat_isolation_parse(s);
+    free(s);
+    if (iso < 0)
+        return cfg_fail(pc, n, "isolation must be namespaces or gvisor");
+    p->isolation = (uint8_t)iso;
+    return 0;
 }
 
 /* Everything of a tenant but its name and keys. */
@@ -258,6 +277,8 @@ static int parse_policy(struct parse_ctx *pc, const struct tenant_seen *ts, stru
     if (ts->rules != NULL && parse_rules(pc, ts->rules, p) != 0)
         return -1;
     if (ts->sessions != NULL && cfg_parse_tenant_sessions(pc, ts->sessions, &p->sessions) != 0)
+        return -1;
+    if (ts->isolation != NULL && parse_isolation(pc, ts->isolation, p) != 0)
         return -1;
     if (policy_validate(p, err, sizeof(err)) != 0)
         return cfg_fail(pc, node, "tenant %s: %s", t->name, err);

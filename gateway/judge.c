@@ -108,5 +108,7 @@ int gw_judge_exec(struct gw_worker *w, const struct tenant_policy *p, unsigned e
     ereq->run_stack_kib = v->run_stack_kib;
     ereq->run_processes = v->run_processes;
     ereq->run_file_size_kib = v->run_file_size_kib;
+    /* the tenant's walls, on every request the tenant sends: no request body field reaches this */
+    ereq->isolation = p->isolation;
     return 0;
 }

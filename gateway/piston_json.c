@@ -733,6 +733,13 @@ char *piston_runtimes_json(const struct moat_runtimes *rt)
         for (j = 0; !failed && j < r->naliases; j++)
             if (json_array_append_new(aliases, json_bytes(r->aliases[j], r->aliases[j] != NULL ? strlen(r->aliases[j]) : 0)) != 0)
                 failed = 1;
+        /* the walls this backend can run the runtime in (moat's own field; none said: the plain box) */
+        json_t *walls = json_array();
+        unsigned bits = r->isolations ? r->isolations : 1u << MOAT_ISOLATION_NAMESPACES;
+        put(o, "isolation", walls, &failed);
+        for (uint8_t k = 0; !failed && k <= MOAT_ISOLATION_MAX; k++)
+            if ((bits & (1u << k)) && json_array_append_new(walls, json_string(moat_isolation_name(k))) != 0)
+                failed = 1;
         if (failed) {
             json_decref(arr);
             return NULL;

@@ -232,6 +232,8 @@ struct tenant_policy {
     uint64_t cpu_ms_per_minute;            /* rate limiter: CPU-time budget (not judged here) */
     struct policy_rule *rules;             /* content deny rules, all compiled */
     size_t nrules;                         /* entries in rules */
+    uint8_t isolation;                     /* the walls every job of the tenant runs in (enum moat_isolation; not judged
+                                            * here: gw_judge_exec puts it on every request it allows) */
 };
 
 /* One submitted file, borrowed from the parsed request. */

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import unittest
 
-from moat_harness import BACKEND, BUSY_MACHINE_WALL, LANGUAGES, uid_base
+from moat_harness import BACKEND, BUSY_MACHINE_WALL, LANGUAGES, Stack, uid_base
 
 RUNSC = shutil.which("runsc") or "/usr/bin/runsc"
 HAVE_RUNSC = os.access(RUNSC, os.X_OK)
@@ -175,6 +175,99 @@ class GVisorBoxTest(unittest.TestCase):
             self.assertIn("asks for gVisor and runsc is not installed", err)
         finally:
             shutil.rmtree(tmp)
+
+
+BIG = "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\nlimits:\n  run_timeout_ms: 60000\n"
+JUDGE0 = "endpoints: [execute, runtimes, submissions, languages]\n"
+TENANTS = [("walled", BIG + JUDGE0 + "isolation: gvisor\n", ""), ("plain", BIG + JUDGE0, "")]
+BACKEND_ARGS = ("--runsc", RUNSC, "--gvisor-platform", "ptrace", "--limit", "run_timeout=60000")
+PROBE = "import os; print(os.uname().release)"
+
+
+@unittest.skipUnless(HAVE_RUNSC, "runsc is not installed (Debian: apt-get install runsc)")
+class GVisorGatewayTest(unittest.TestCase):
+    """A tenant's `isolation: gvisor` through the real gateway."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = Stack(tenants=TENANTS, backend_args=BACKEND_ARGS).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def execute(self, tenant, code=PROBE, **extra):
+        body = {"language": "python", "version": "*", "files": [{"name": "main.py", "content": code}]}
+        body.update(extra)
+        return self.stack.request("POST", "/api/v2/execute", body, token=self.stack.tokens[tenant], timeout=JOB_TIMEOUT_S)
+
+    def test_tenant_runs_under_gvisor_and_plain_tenant_does_not(self):
+        st, _, walled = self.execute("walled")
+        self.assertEqual(st, 200, walled)
+        self.assertNotEqual(walled["run"]["stdout"].strip(), os.uname().release)
+        st, _, plain = self.execute("plain")
+        self.assertEqual(st, 200, plain)
+        self.assertEqual(plain["run"]["stdout"].strip(), os.uname().release)
+
+    def test_request_body_cannot_lower_the_wall(self):
+        # a body field named isolation (any spelling of a weaker wall) is not the tenant's setting:
+        # either refused or ignored, never obeyed
+        for value in ("namespaces", "none", 0, {"isolation": "namespaces"}):
+            st, _, data = self.execute("walled", isolation=value)
+            if st == 200:
+                self.assertNotEqual(data["run"]["stdout"].strip(), os.uname().release, value)
+            else:
+                self.assertEqual(st, 400, data)
+        st, _, data = self.stack.request("POST", "/submissions?wait=true&base64_encoded=false",
+                                         {"source_code": PROBE, "language_id": 71, "isolation": "namespaces"},
+                                         token=self.stack.tokens["walled"], timeout=JOB_TIMEOUT_S)
+        if st == 201:
+            self.assertNotEqual(data["stdout"].strip(), os.uname().release, data)
+        else:
+            self.assertIn(st, (400, 422), data)
+
+    def test_judge0_submission_runs_under_gvisor(self):
+        st, _, data = self.stack.request("POST", "/submissions?wait=true&base64_encoded=false",
+                                         {"source_code": PROBE, "language_id": 71}, token=self.stack.tokens["walled"],
+                                         timeout=JOB_TIMEOUT_S)
+        self.assertEqual(st, 201, data)
+        self.assertNotEqual(data["stdout"].strip(), os.uname().release)
+
+    def test_runtimes_list_isolation(self):
+        st, _, data = self.stack.request("GET", "/api/v2/runtimes", token=self.stack.tokens["plain"])
+        self.assertEqual(st, 200, data)
+        python = [r for r in data if r["language"] == "python"]
+        self.assertTrue(python)
+        self.assertEqual(python[0]["isolation"], ["namespaces", "gvisor"])
+
+
+class GVisorMissingGatewayTest(unittest.TestCase):
+    """No runsc on the backend: the gVisor tenant's jobs are refused with a clear error (never run in a plain
+    box), the runtimes list only the plain box.  Runs without runsc installed too."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = Stack(tenants=TENANTS, backend_args=("--runsc", "/nonexistent/runsc", "--limit", "run_timeout=60000")).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def test_refused_with_503(self):
+        body = {"language": "python", "version": "*", "files": [{"name": "main.py", "content": PROBE}]}
+        st, _, data = self.stack.request("POST", "/api/v2/execute", body, token=self.stack.tokens["walled"])
+        self.assertEqual(st, 503, data)
+        self.assertEqual(data["code"], "isolation_unavailable")
+        self.assertIn("this tenant requires gVisor isolation but runsc is not installed on the backend", data["message"])
+        self.assertTrue(data["request_id"])
+        st, _, data = self.stack.request("POST", "/api/v2/execute", body, token=self.stack.tokens["plain"])
+        self.assertEqual(st, 200, data)
+
+    def test_runtimes_list_only_the_plain_box(self):
+        st, _, data = self.stack.request("GET", "/api/v2/runtimes", token=self.stack.tokens["plain"])
+        self.assertEqual(st, 200, data)
+        for r in data:
+            self.assertEqual(r["isolation"], ["namespaces"], r)
 
 
 if __name__ == "__main__":

@@ -399,7 +399,17 @@ static void test_runtimes_and_error_json(void **state)
     items[0].naliases = 2;
     text = piston_runtimes_json(&rt);
     assert_non_null(text);
-    assert_string_equal(text, "[{\"language\":\"python\",\"version\":\"3.11.0\",\"aliases\":[\"py\",\"py3\"]}]");
+    assert_string_equal(text, "[{\"language\":\"python\",\"version\":\"3.11.0\",\"aliases\":[\"py\",\"py3\"],"
+                              "\"isolation\":[\"namespaces\"]}]");
+    free(text);
+    items[0].isolations = (1u << MOAT_ISOLATION_NAMESPACES) | (1u << MOAT_ISOLATION_GVISOR);
+    text = piston_runtimes_json(&rt);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "\"isolation\":[\"namespaces\",\"gvisor\"]"));
+    free(text);
+    items[0].isolations = 1u << MOAT_ISOLATION_GVISOR; /* a language whose manifest asks for gVisor */
+    text = piston_runtimes_json(&rt);
+    assert_non_null(strstr(text, "\"isolation\":[\"gvisor\"]"));
     free(text);
 
     text = piston_error_json("bad \"thing\"", "invalid_request", "0123456789abcdef");
