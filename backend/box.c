@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "box_internal.h"
+#include "landlock.h"
 #include "log.h"
 #include "moat_buf.h"
 #include "moat_io.h"
@@ -181,10 +182,18 @@ static struct init_args *slot_init_args(const struct slot *s, const struct secco
     memset(a, 0, sizeof(*a));
     a->slot = s;
     a->seccomp = seccomp;
+    a->landlock_abi = landlock_abi();
     snprintf(a->etc_passwd, sizeof(a->etc_passwd), "root:x:0:0:root:/:/usr/sbin/nologin\nbox:x:%u:%u:box:/box:/bin/sh\n",
              (unsigned)s->uid, (unsigned)s->gid);
     snprintf(a->etc_group, sizeof(a->etc_group), "root:x:0:\nbox:x:%u:\n", (unsigned)s->gid);
     return a;
+}
+
+const char *box_walls(uint8_t isolation)
+{
+    if (isolation == MOAT_ISOLATION_GVISOR) /* runsc brings its own filter in place of ours (box_init.c exec_runsc) */
+        return "namespaces+gvisor";
+    return landlock_abi() > 0 ? "namespaces+seccomp+landlock" : "namespaces+seccomp";
 }
 
 int box_prepare(const struct cg_system *cg, const struct seccomp_prog *seccomp, struct slot *s, struct errbuf *e)

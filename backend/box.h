@@ -170,6 +170,16 @@ struct slot {
 int slot_init(struct slot *s, int index, const char *cg_name, const char *run_dir, uid_t uid, struct errbuf *e);
 
 /* Called off the request path: make the slot's next box warm. */
+/*
+ * The walls that hold this backend's boxes for a job of the given isolation
+ * (enum moat_isolation), for results, audit records and readiness:
+ * "namespaces+seccomp", then "+landlock" when the kernel has it and it is
+ * not switched off (landlock_setup); a gVisor job's are "namespaces+gvisor"
+ * (runsc instead of our seccomp filter and Landlock).  The one place that
+ * names them.  A static string.
+ */
+const char *box_walls(uint8_t isolation);
+
 int box_prepare(const struct cg_system *cg, const struct seccomp_prog *seccomp, struct slot *s, struct errbuf *e);
 /* Called per job: hand the warm box its plan. */
 int box_start(struct slot *s, const struct box_job *job, struct errbuf *e);

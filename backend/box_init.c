@@ -16,10 +16,12 @@
  *   attached us by now) -> setup_job_mounts (read-only runtime binds, /box
  *   with the job's files; a nested name's directories are made below /box's
  *   descriptor one component at a time, never following a link:
- *   open_parent_dir) -> setup_pivot -> setup_uts.
+ *   open_parent_dir) -> setup_pivot -> setup_uts -> setup_landlock (the
+ *   job's Landlock ruleset, built once from the box's own paths and kept
+ *   for its stages; landlock.c).
  * Per "go" byte:  run_stage forks the program, which does setup_session ->
  *   setup_signals -> setup_rlimits -> setup_credentials -> close fds ->
- *   no_new_privs -> seccomp -> execve; init waits for it (wait_stage),
+ *   no_new_privs -> Landlock -> seccomp -> execve; init waits for it (wait_stage),
  *   reaps it, kills whatever it left behind, closes the stage's output pipes
  *   and reports the wait status.
  *
@@ -64,6 +66,7 @@
 #include <unistd.h>
 
 #include "box_internal.h"
+#include "landlock.h"
 #include "moat_io.h"
 #include "moat_limits.h"
 #include "moat_path.h"
@@ -92,6 +95,7 @@ struct parsed_plan {
     uint32_t *file_len;
     uint32_t *file_exec;
     struct stage_plan stages[BOX_NSTAGES];
+    int landlock_fd; /* the job's ruleset (setup_landlock); -1 without the wall */
 };
 
 /* ---- reporting --------------------------------------------------------- */
@@ -640,6 +644,38 @@ static void setup_uts(void)
         child_die("set hostname");
 }
 
+/* After the pivot, so each rule holds the box's own inode (its /box, its
+ * /tmp, its runtime binds).  A box the host made without the wall (ABI 0:
+ * the kernel lacks it, or --no-landlock) has none, nor has a gVisor job
+ * (runsc sets up its own sandbox: exec_runsc). */
+static void setup_landlock(const struct init_args *a, struct parsed_plan *pp)
+{
+    const char *what = NULL;
+    pp->landlock_fd = -1;
+    if (a->landlock_abi <= 0 || pp->isolation == MOAT_ISOLATION_GVISOR)
+        return;
+    if ((pp->landlock_fd = landlock_build(a->landlock_abi, pp->ro, pp->nro, &what)) < 0)
+        child_die(what);
+}
+
+/* Every descriptor from 3 up but keep1 and keep2 (-1: none). */
+static void close_all_but(int keep1, int keep2)
+{
+    int lo = keep1 < keep2 ? keep1 : keep2, hi = keep1 < keep2 ? keep2 : keep1;
+    int from = 3;
+    if (lo >= 3) {
+        if (lo > from)
+            syscall(SYS_close_range, from, lo - 1, 0);
+        from = lo + 1;
+    }
+    if (hi >= 3 && hi != lo) {
+        if (hi > from)
+            syscall(SYS_close_range, from, hi - 1, 0);
+        from = hi + 1;
+    }
+    syscall(SYS_close_range, from, ~0U, 0);
+}
+
 /* ---- the program ------------------------------------------------------------ */
 
 static __attribute__((noreturn)) void exec_die(int errfd, int stage, const char *what)
@@ -753,12 +789,14 @@ static __attribute__((noreturn)) void run_program(const struct init_args *a, con
     setup_credentials(a->slot, errfd, stage);
     if (chdir("/box") != 0)
         exec_die(errfd, stage, "chdir /box");
-    /* keep 0-2 and the close-on-exec error pipe only */
-    if (errfd > 3)
-        syscall(SYS_close_range, 3, errfd - 1, 0);
-    syscall(SYS_close_range, errfd + 1, ~0U, 0);
+    /* keep 0-2, the close-on-exec error pipe and the ruleset only */
+    close_all_but(errfd, pp->landlock_fd);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         exec_die(errfd, stage, "PR_SET_NO_NEW_PRIVS");
+    /* needs no_new_privs (the uid is dropped: no CAP_SYS_ADMIN); before
+     * the filter, which denies the Landlock calls */
+    if (pp->landlock_fd >= 0 && landlock_enforce(pp->landlock_fd) != 0)
+        exec_die(errfd, stage, "landlock_restrict_self");
     if (a->seccomp && a->seccomp->len) {
         struct sock_fprog prog = {a->seccomp->len, a->seccomp->insns};
         if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0)
@@ -1077,6 +1115,7 @@ int box_init_main(void *arg)
     setup_uts();
     if (pp.isolation == MOAT_ISOLATION_GVISOR && gvisor_make_dirs() != 0)
         child_die("gVisor: make " GVISOR_DIR);
+    setup_landlock(a, &pp);
 
     for (;;) {
         char go;

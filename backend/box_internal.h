@@ -76,6 +76,7 @@ enum {
 struct init_args {
     const struct slot *slot;
     const struct seccomp_prog *seccomp;
+    int landlock_abi;       /* landlock_abi() at start-up; 0: no Landlock wall */
     int fds[FD_FIRST_FREE]; /* host descriptor numbers, by fixed number */
     char etc_passwd[256];
     char etc_group[128];

@@ -587,6 +587,16 @@ out:
     return rc;
 }
 
+/* What ran the job: its language and version, and the walls that held its
+ * boxes (box_walls).  0, or -1 out of memory. */
+static int result_names(struct moat_exec_result *res, const struct job_plan *plan)
+{
+    if ((res->language = strdup(plan->lang->name)) == NULL || (res->version = strdup(plan->lang->version)) == NULL ||
+        (res->walls = strdup(box_walls(plan->job.isolation))) == NULL)
+        return -1;
+    return 0;
+}
+
 int job_run(struct backend *b, const struct moat_exec_request *req, struct moat_exec_result *res, struct job_error *je)
 {
     struct job_plan plan;
@@ -599,7 +609,7 @@ int job_run(struct backend *b, const struct moat_exec_request *req, struct moat_
         return -1;
     if (req->ntests > 0) {
         rc = run_tests(b, &plan, req, res, je);
-        if (rc == 0 && ((res->language = strdup(plan.lang->name)) == NULL || (res->version = strdup(plan.lang->version)) == NULL))
+        if (rc == 0 && result_names(res, &plan) != 0)
             rc = job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
         job_plan_free(&plan);
         if (rc != 0)
@@ -627,7 +637,7 @@ int job_run(struct backend *b, const struct moat_exec_request *req, struct moat_
         if (run_stage(s, BOX_STAGE_RUN, &job->stages[BOX_STAGE_RUN], &plan.view, &res->run, je) != 0)
             goto out;
     }
-    if ((res->language = strdup(lang->name)) == NULL || (res->version = strdup(lang->version)) == NULL) {
+    if (result_names(res, &plan) != 0) {
         job_fail(je, MOAT_ERR_INTERNAL, "out of memory");
         goto out;
     }

@@ -11,7 +11,9 @@
  * before it touches anything shared), detect cgroup v1 or v2 and create
  * this instance's groups below the backend's own (removing what a crashed
  * run left), check that nothing else on the host uses the box uids, compile
- * the seccomp allow-list, prepare the box slots (one uid, directory and
+ * the seccomp allow-list, detect Landlock (its ABI logged; a kernel without
+ * it, or --no-landlock, runs boxes with one wall fewer, said loudly and in
+ * every result's walls), prepare the box slots (one uid, directory and
  * clone stack each), then bind the socket.  The main thread accepts; each
  * connection gets a worker thread that reads typed frames (moat_proto),
  * validates them again, takes a slot and runs the compile and run stages in
@@ -46,6 +48,7 @@
 #include <unistd.h>
 
 #include "job.h"
+#include "landlock.h"
 #include "log.h"
 #include "moat_buf.h"
 #include "moat_io.h"
@@ -86,6 +89,7 @@ struct options {
     long uid_base;       /* slot n runs as uid and gid uid_base + n */
     const char *runsc;   /* --runsc */
     int gvisor_platform; /* enum gvisor_platform_choice */
+    int no_landlock;     /* --no-landlock: boxes without the Landlock wall */
 };
 
 static void usage(FILE *f)
@@ -121,6 +125,8 @@ static void usage(FILE *f)
                "      --gvisor-platform auto|ptrace|kvm\n"
                "                         runsc's platform (default auto: kvm where /dev/kvm exists and a\n"
                "                         trivial sandbox runs on it, else ptrace; probed when first needed)\n"
+               "      --no-landlock      boxes without the Landlock wall (for comparisons; logged as a\n"
+               "                         warning, and every result's walls then lack \"landlock\")\n"
                "  -v, --verbose          debug logging\n"
                "  -h, --help             this text\n"
                "\n"
@@ -266,6 +272,18 @@ static void setup_seccomp(struct backend *b)
         fatalx("%s", e.msg);
 }
 
+/* Before the slots: every box made from now on gets the ABI found here. */
+static void setup_landlock(const struct options *o)
+{
+    char why[128];
+    int abi = landlock_setup(!o->no_landlock, why, sizeof(why));
+    if (abi > 0)
+        log_info("landlock: ABI %d", abi);
+    else
+        log_warnx("landlock: not available (%s) - one wall missing", why);
+    log_info("walls: %s", box_walls(MOAT_ISOLATION_NAMESPACES));
+}
+
 static void setup_slots(struct backend *b, const struct options *o, const struct box_uids *u, int sessions)
 {
     struct errbuf e;
@@ -359,7 +377,8 @@ enum {
     OPT_SESSIONS_WARM,
     OPT_RUNSC,
     OPT_GVISOR_PLATFORM,
-    OPT_ISOLATION
+    OPT_ISOLATION,
+    OPT_NO_LANDLOCK
 };
 
 static const struct option long_opts[] = {
@@ -390,6 +409,7 @@ static const struct option long_opts[] = {
     {"runsc", required_argument, NULL, OPT_RUNSC},
     {"gvisor-platform", required_argument, NULL, OPT_GVISOR_PLATFORM},
     {"isolation", required_argument, NULL, OPT_ISOLATION},
+    {"no-landlock", no_argument, NULL, OPT_NO_LANDLOCK},
     {NULL, 0, NULL, 0},
 };
 
@@ -485,6 +505,7 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     setup_cgroups(b, o);
     setup_uid_check(&uids);
     setup_seccomp(b);
+    setup_landlock(o);
     setup_slots(b, o, &uids, 0);
     if (job_run(b, req, &res, &je) != 0) {
         fprintf(stderr, "moat-backend: run: %s\n", je.message);
@@ -497,6 +518,7 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     json_t *out = json_object();
     json_object_set_new(out, "language", json_string(res.language));
     json_object_set_new(out, "version", json_string(res.version));
+    json_object_set_new(out, "walls", json_string(res.walls));
     if (res.compile.present)
         json_object_set_new(out, "compile", stage_json(&res.compile));
     if (res.run.present)
@@ -597,6 +619,9 @@ static int server_option(struct options *o, int ch, char *arg)
     case OPT_GVISOR_PLATFORM:
         if (gvisor_parse_platform(arg, &o->gvisor_platform) != 0)
             fatalx("--gvisor-platform: expected auto, ptrace or kvm, got \"%s\"", arg);
+        return 0;
+    case OPT_NO_LANDLOCK:
+        o->no_landlock = 1;
         return 0;
     }
     return 1;
@@ -729,11 +754,14 @@ static int serve(struct backend *b, struct options *o)
     setup_cgroups(b, o);
     setup_uid_check(&uids);
     setup_seccomp(b);
+    setup_landlock(o);
     setup_slots(b, o, &uids, o->sessions);
     setup_socket(&srv, b, o);
     log_info("ready: %d slots, queue %d, %d session slots (%d warm)", o->slots, o->queue, o->sessions,
              o->sessions_warm < o->sessions ? o->sessions_warm : o->sessions);
-    moat_notify("READY=1"); /* the socket listens: a connection is accepted from now on */
+    char status[128];
+    snprintf(status, sizeof(status), "READY=1\nSTATUS=walls %s", box_walls(MOAT_ISOLATION_NAMESPACES));
+    moat_notify(status); /* the socket listens: a connection is accepted from now on */
     server_serve(&srv, sig_fd);
     moat_notify("STOPPING=1");
     shutdown_server(&srv, b, o);

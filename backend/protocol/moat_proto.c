@@ -48,6 +48,7 @@ enum {
     /* exec result */
     TAG_RES_LANGUAGE = 1,
     TAG_RES_VERSION = 2,
+    TAG_RES_WALLS = 3,
     TAG_RES_COMPILE = 16,
     TAG_RES_RUN = 17,
     TAG_RES_TEST = 18, /* repeated */
@@ -394,6 +395,17 @@ static void encode_stage(struct writer *w, uint16_t tag, const struct moat_stage
     w_nest_end(w, at);
 }
 
+int moat_walls_valid(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > MOAT_MAX_WALLS_LEN || s[0] == '+' || s[n - 1] == '+')
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] == '+' && s[i + 1] != '+')))
+            return 0;
+    return 1;
+}
+
 int moat_encode_exec_result(struct moat_buf *out, uint64_t job_id, const struct moat_exec_result *res, const char **why)
 {
     struct writer w = {out, 0, NULL};
@@ -405,6 +417,9 @@ int moat_encode_exec_result(struct moat_buf *out, uint64_t job_id, const struct 
         w_fail(&w, "too many test case results");
     w_str(&w, TAG_RES_LANGUAGE, res->language, MOAT_MAX_NAME_LEN);
     w_str(&w, TAG_RES_VERSION, res->version, MOAT_MAX_NAME_LEN);
+    if (res->walls != NULL && !moat_walls_valid(res->walls))
+        w_fail(&w, "walls: names of [a-z] joined by '+'");
+    w_str(&w, TAG_RES_WALLS, res->walls, MOAT_MAX_WALLS_LEN);
     if (res->compile.present)
         encode_stage(&w, TAG_RES_COMPILE, &res->compile);
     if (res->run.present)
@@ -1231,6 +1246,14 @@ int moat_decode_exec_result(const uint8_t *payload, size_t len, struct moat_exec
             if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &out->version, why) != 0)
                 goto fail;
             break;
+        case TAG_RES_WALLS:
+            if (r_str(&f, MOAT_MAX_WALLS_LEN, 0, &out->walls, why) != 0)
+                goto fail;
+            if (!moat_walls_valid(out->walls)) {
+                *why = "walls: names of [a-z] joined by '+'";
+                goto fail;
+            }
+            break;
         case TAG_RES_COMPILE:
             if (decode_stage(&f, &out->compile, why) != 0)
                 goto fail;
@@ -1845,6 +1868,7 @@ void moat_exec_result_free(struct moat_exec_result *r)
 {
     free(r->language);
     free(r->version);
+    free(r->walls);
     stage_free(&r->compile);
     stage_free(&r->run);
     for (size_t i = 0; r->tests && i < r->ntests; i++)

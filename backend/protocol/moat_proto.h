@@ -27,6 +27,7 @@
 #define MOAT_MAX_ARGS                64
 #define MOAT_MAX_NAME_LEN            255    /* language, version, file name */
 #define MOAT_MAX_ARG_LEN             4096   /* one argv element */
+#define MOAT_MAX_WALLS_LEN           64     /* an exec result's walls */
 #define MOAT_MAX_MESSAGE_LEN         1024   /* human readable message */
 #define MOAT_MAX_TESTS               64     /* test cases of one exec request */
 #define MOAT_MAX_TESTS_WALL_MS       120000 /* the backend's ceiling (and default) of a request's tests_wall_ms */
@@ -232,6 +233,9 @@ struct moat_stage_result {
 struct moat_exec_result {
     char *language;
     char *version;
+    /* The walls that held the job's boxes, e.g. "namespaces+seccomp+landlock"
+     * (box_walls); optional (NULL: not said). */
+    char *walls;
     struct moat_stage_result compile; /* present only for compiled languages */
     struct moat_stage_result run;     /* absent only when the compile stage failed, or with tests */
     /* With test cases: one run stage per case, in the request's order; fewer
@@ -349,6 +353,10 @@ int moat_frame_parse_header(const uint8_t *buf, size_t len, struct moat_frame_he
  * out.  Nothing is appended on failure.
  */
 int moat_encode_exec_request(struct moat_buf *out, uint64_t job_id, const struct moat_exec_request *req, const char **why);
+/* 1 if s is a walls string: 1..MOAT_MAX_WALLS_LEN bytes, names of [a-z]
+ * joined by single '+' ("namespaces+seccomp+landlock"); 0 if not. */
+int moat_walls_valid(const char *s);
+
 int moat_encode_exec_result(struct moat_buf *out, uint64_t job_id, const struct moat_exec_result *res, const char **why);
 int moat_encode_error(struct moat_buf *out, uint64_t job_id, uint16_t code, const char *message, const char **why);
 int moat_encode_runtimes_query(struct moat_buf *out, uint64_t job_id, const char **why);

@@ -90,6 +90,16 @@ def uid_base(tag):
     return TEST_UID_BASE + block * UID_BLOCK
 
 
+def landlock_abi():
+    """This kernel's Landlock ABI (landlock_create_ruleset with the VERSION flag), 0 without Landlock:
+    what the backend's boxes get unless it runs with --no-landlock."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    abi = libc.syscall(ctypes.c_long(444), ctypes.c_void_p(None), ctypes.c_long(0), ctypes.c_long(1))
+    return abi if abi > 0 else 0
+
+
 def backend_run(code, language="python", extra=(), timeout=60, tag=None):
     """Runs one job with `moat-backend run` and returns the parsed result.
     Concurrent calls need distinct tags (run dir, cgroup name, box uids)."""

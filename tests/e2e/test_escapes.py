@@ -12,8 +12,8 @@ import tempfile
 import threading
 import unittest
 
-from moat_harness import (DEADLINE_S, LONG_WALL_MS, UID_BLOCK, backend_run, held_program, release_all, uid_base,
-                          wait_held)
+from moat_harness import (DEADLINE_S, LONG_WALL_MS, UID_BLOCK, backend_run, held_program, landlock_abi, release_all,
+                          uid_base, wait_held)
 
 PRELUDE = r"""
 import ctypes, errno, json, os
@@ -463,6 +463,61 @@ out = {
 }
 print(json.dumps(out, sort_keys=True))
 """
+
+
+class LandlockTest(unittest.TestCase):
+    """S32, S33: what only Landlock refuses.  Each probe runs twice, in a box with Landlock and in
+    one whose backend runs with --no-landlock: the mounts, namespaces and seccomp are the same, so
+    a difference is Landlock's alone."""
+
+    def compare(self, body, min_abi):
+        abi = landlock_abi()
+        if abi < min_abi:
+            self.skipTest("this kernel's Landlock ABI is %d, the check needs %d" % (abi, min_abi))
+        on = backend_run(PRELUDE + body + "\nprint(json.dumps(out))")
+        off = backend_run(PRELUDE + body + "\nprint(json.dumps(out))", extra=("--no-landlock",))
+        self.assertEqual((on["walls"], off["walls"]), ("namespaces+seccomp+landlock", "namespaces+seccomp"))
+        for r in (on, off):
+            self.assertEqual(r["run"]["code"], 0, r)
+        return json.loads(on["run"]["stdout"]), json.loads(off["run"]["stdout"])
+
+    def test_s32_proc_writes_only_landlock_refuses(self):
+        # /proc is mounted read-write (the box's own); its uid owns its /proc/self files
+        on, off = self.compare("""
+out = {}
+for p, data in (('/proc/self/mem', None), ('/proc/self/oom_score_adj', b'1000')):
+    try:
+        with open(p, 'r+b', buffering=0) as f:
+            if data:
+                f.write(data)
+        out[p] = 'written'
+    except OSError as e:
+        out[p] = e.errno
+out['read'] = len(open('/proc/self/status').read()) > 0
+out['box'] = open('/box/x', 'w').write('x') == 1
+""", 1)
+        self.assertEqual(on, {"/proc/self/mem": 13, "/proc/self/oom_score_adj": 13, "read": True, "box": True})
+        self.assertEqual(off, {"/proc/self/mem": "written", "/proc/self/oom_score_adj": "written", "read": True, "box": True})
+
+    def test_s33_tcp_bind_and_connect_only_landlock_refuses(self):
+        # the namespace's loopback is down: a bind works there, a connect finds no route
+        on, off = self.compare("""
+import socket
+out = {}
+s = socket.socket()
+try:
+    s.bind(('127.0.0.1', 0)); out['bind'] = 0
+except OSError as e:
+    out['bind'] = e.errno
+try:
+    socket.socket().connect(('127.0.0.1', 9)); out['connect'] = 0
+except OSError as e:
+    out['connect'] = e.errno
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(('127.0.0.1', 0)); out['udp'] = 0
+""", 4)
+        self.assertEqual(on, {"bind": 13, "connect": 13, "udp": 0})
+        self.assertEqual(off, {"bind": 0, "connect": 101, "udp": 0})
 
 
 class ProbeDiffTest(unittest.TestCase):

@@ -105,7 +105,10 @@ class BackendNotifyTest(unittest.TestCase):
         ns = NotifySocket(abstract=abstract)
         p = self.start(ns.address)
         try:
-            self.assertEqual(ns.next_state(p, "READY=1"), {"READY": "1"})
+            ready = ns.next_state(p, "READY=1")
+            # STATUS= names the walls its boxes get (README: walls)
+            self.assertEqual(ready.get("READY"), "1")
+            self.assertRegex(ready.get("STATUS", ""), r"^walls namespaces\+seccomp(\+landlock)?$")
             with socket.socket(socket.AF_UNIX) as s:
                 s.connect(self.socket)  # at once: READY=1 means the socket accepts
             p.send_signal(signal.SIGTERM)

@@ -858,6 +858,66 @@ static void test_result_roundtrip_compile_and_run(void **state)
     moat_buf_free(&out);
 }
 
+/* Tag 3: the walls that held the job; optional, names of [a-z] joined by '+'. */
+static void test_result_walls(void **state)
+{
+    (void)state;
+    char lang[] = "python", ver[] = "3.11.2", walls[] = "namespaces+seccomp+landlock";
+    struct moat_exec_result res = {.language = lang, .version = ver, .walls = walls, .run = {.present = 1}};
+    struct moat_buf out = {0};
+    const char *why = NULL;
+    struct moat_exec_result d;
+    size_t plen;
+
+    assert_int_equal(moat_encode_exec_result(&out, 5, &res, &why), 0);
+    const uint8_t *p = frame_payload(&out, 0, MOAT_MSG_EXEC_RESULT, 5, &plen);
+    assert_true(has_tag(p, plen, 3));
+    assert_int_equal(moat_decode_exec_result(p, plen, &d, &why), 0);
+    assert_string_equal(d.walls, walls);
+    moat_exec_result_free(&d);
+    moat_buf_free(&out);
+
+    /* absent: NULL, as before walls existed */
+    res.walls = NULL;
+    assert_int_equal(moat_encode_exec_result(&out, 6, &res, &why), 0);
+    p = frame_payload(&out, 0, MOAT_MSG_EXEC_RESULT, 6, &plen);
+    assert_false(has_tag(p, plen, 3));
+    assert_int_equal(moat_decode_exec_result(p, plen, &d, &why), 0);
+    assert_null(d.walls);
+    moat_exec_result_free(&d);
+    moat_buf_free(&out);
+
+    static const char *const good[] = {"seccomp", "a+b", "namespaces+seccomp+landlock+gvisor"};
+    static const char *const bad[] = {"",         "+seccomp", "seccomp+", "a++b",       "Seccomp",
+                                      "sec comp", "a+b\n",    "a,b",      "landlock-7", "x+\xc3\xa9"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        assert_true(moat_walls_valid(good[i]));
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct raw r = {0};
+        assert_false(moat_walls_valid(bad[i]));
+        raw_str(&r, RES_LANGUAGE, "c");
+        raw_str(&r, RES_VERSION, "1");
+        raw_str(&r, 3, bad[i]);
+        size_t at = raw_nest_begin(&r, RES_RUN);
+        raw_uint(&r, ST_STATUS, 0, 1);
+        raw_nest_end(&r, at);
+        reject_result(&r, bad[i][0] ? "walls: names of [a-z] joined by '+'" : "empty string field");
+        raw_free(&r);
+        char *w = (char *)(uintptr_t)bad[i];
+        struct moat_exec_result e = {.language = lang, .version = ver, .walls = w, .run = {.present = 1}};
+        assert_int_equal(moat_encode_exec_result(&out, 7, &e, &why), -1);
+        moat_buf_free(&out);
+    }
+    /* 64 bytes, the cap, pass; 65 do not */
+    char long_walls[MOAT_MAX_WALLS_LEN + 2];
+    memset(long_walls, 'w', sizeof(long_walls) - 1);
+    long_walls[MOAT_MAX_WALLS_LEN] = '\0';
+    assert_true(moat_walls_valid(long_walls));
+    long_walls[MOAT_MAX_WALLS_LEN] = 'w';
+    long_walls[MOAT_MAX_WALLS_LEN + 1] = '\0';
+    assert_false(moat_walls_valid(long_walls));
+}
+
 static void test_result_single_stages(void **state)
 {
     char lang[] = "python", ver[] = "3.11.2";
@@ -1357,7 +1417,7 @@ static void test_unknown_and_duplicate_tags(void **state)
     /* exec result: unknown top-level, unknown in stage, duplicate stage */
     raw_str(&r, RES_LANGUAGE, "c");
     raw_str(&r, RES_VERSION, "1");
-    raw_str(&r, 3, "x");
+    raw_str(&r, 4, "x"); /* 3 is the walls */
     reject_result(&r, "unknown field in exec result");
     raw_free(&r);
     raw_str(&r, RES_LANGUAGE, "c");
@@ -3055,6 +3115,7 @@ int main(void)
         cmocka_unit_test(test_request_caps_accepted_at_limit),
         cmocka_unit_test(test_result_roundtrip_compile_and_run),
         cmocka_unit_test(test_result_single_stages),
+        cmocka_unit_test(test_result_walls),
         cmocka_unit_test(test_result_all_statuses),
         cmocka_unit_test(test_error_roundtrip),
         cmocka_unit_test(test_runtimes_roundtrip),
