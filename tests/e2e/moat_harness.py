@@ -495,7 +495,7 @@ def frame(msg_type, job_id, payload, version=1, flags=0, length=None):
     return struct.pack(">BBHIQ", version, msg_type, flags, n, job_id) + payload
 
 
-def exec_request(job_id, language, code, version="*", stdin=b"", args=(), run_timeout=None):
+def exec_request(job_id, language, code, version="*", stdin=b"", args=(), run_timeout=None, isolation=None):
     p = tlv(1, language.encode()) + tlv(2, version.encode())
     p += tlv(3, tlv(1, b"main.code") + tlv(2, code.encode() if isinstance(code, str) else code))
     if stdin:
@@ -504,6 +504,8 @@ def exec_request(job_id, language, code, version="*", stdin=b"", args=(), run_ti
         p += tlv(5, a.encode())
     if run_timeout is not None:
         p += tlv(6, struct.pack(">Q", run_timeout))
+    if isolation is not None:  # tag 18: 1 is gVisor
+        p += tlv(18, bytes([isolation]))
     return frame(MSG_EXEC_REQUEST, job_id, p)
 
 
