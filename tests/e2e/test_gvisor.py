@@ -18,6 +18,7 @@ import tempfile
 import unittest
 
 from moat_harness import BACKEND, BUSY_MACHINE_WALL, LANGUAGES, Stack, uid_base
+from test_escapes import PRELUDE as ESCAPES_PRELUDE
 
 RUNSC = shutil.which("runsc") or "/usr/bin/runsc"
 HAVE_RUNSC = os.access(RUNSC, os.X_OK)
@@ -55,13 +56,17 @@ class GVisorBoxTest(unittest.TestCase):
         probe = "import os\nprint(open('/proc/version').read().strip())\nprint(os.uname().release)\n"
         with open("/proc/version") as f:
             host_version = f.read().strip()
-        r = gv_run(probe)["run"]
+        res = gv_run(probe)
+        r = res["run"]
         self.assertIsNone(r["status"], r)
+        # the result says which walls held it: gVisor's in place of the backend's seccomp and Landlock
+        self.assertEqual(res["walls"], "namespaces+gvisor")
         version, release = r["stdout"].splitlines()
         self.assertNotEqual(version, host_version)
         self.assertNotEqual(release, os.uname().release)
-        plain = gv_run(probe, isolation=())["run"]
-        self.assertEqual(plain["stdout"].splitlines()[0], host_version)
+        plain = gv_run(probe, isolation=())
+        self.assertEqual(plain["run"]["stdout"].splitlines()[0], host_version)
+        self.assertTrue(plain["walls"].startswith("namespaces+seccomp"), plain["walls"])
 
     def test_python_hello(self):
         r = gv_run('import sys\nprint("hello")\nprint(sys.stdin.read())', "python", "-i", "from stdin")["run"]
@@ -175,6 +180,102 @@ class GVisorBoxTest(unittest.TestCase):
             self.assertIn("asks for gVisor and runsc is not installed", err)
         finally:
             shutil.rmtree(tmp)
+
+
+# The escape suite's probes (test_escapes.py) that apply to a gVisor stage: what the program must not
+# reach holds under gVisor as in the plain box.  What does not apply: the backend's seccomp allow-list
+# and Landlock (runsc replaces them with gVisor's kernel; their errnos are gVisor's), the plain box's
+# /dev, /proc masks and mount table (gVisor's own), and the host side channels (the program's calls
+# reach the sentry, not the host's kernel).
+PRELUDE = ESCAPES_PRELUDE + r"""
+def s(b):
+    return ctypes.addressof(ctypes.create_string_buffer(b))
+"""
+# x86-64 numbers of calls that would reach past the box if they worked; each must fail
+HOST_CALLS = {
+    "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "setns": 308, "bpf": 321, "perf_event_open": 298,
+    "init_module": 175, "finit_module": 313, "delete_module": 176, "kexec_load": 246, "kexec_file_load": 320,
+    "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163, "settimeofday": 164, "clock_settime": 227, "adjtimex": 159,
+    "iopl": 172, "ioperm": 173, "quotactl": 179, "open_by_handle_at": 304, "syslog": 103, "fsopen": 430, "open_tree": 428,
+}
+
+
+def gv_probe(body):
+    r = gv_run(PRELUDE + body + "\nprint(json.dumps(out))")["run"]
+    if r["code"] != 0:
+        raise AssertionError("probe failed: %r" % r)
+    return json.loads(r["stdout"])
+
+
+@unittest.skipUnless(HAVE_RUNSC, "runsc is not installed (Debian: apt-get install runsc)")
+class GVisorEscapeTest(unittest.TestCase):
+    def test_s18_host_calls_fail(self):
+        # arguments that would act if the call were allowed: a real mount of a tmpfs, chroot to /tmp, ...
+        out = gv_probe("out = {}\nfor name, nr in %r.items():\n    out[name] = sc(nr)\n"
+                       "out['mount_tmpfs'] = sc(165, s(b'none'), s(b'/tmp'), s(b'tmpfs'), 0, 0)\n"
+                       "out['chroot_tmp'] = sc(161, s(b'/tmp'))\n" % HOST_CALLS)
+        for name, (ret, err) in out.items():
+            self.assertEqual(ret, -1, name)
+            self.assertNotEqual(err, 0, name)
+
+    def test_s7_runtime_and_exe_not_writable(self):
+        out = gv_probe("out = {}\nfor p in ('/proc/self/exe', '/usr/bin/python3.11', '/usr/lib/python3.11/os.py', '/etc/passwd'):\n"
+                       "    try:\n        open(p, 'r+b'); out[p] = 'opened'\n    except OSError as e:\n        out[p] = e.errno\n")
+        self.assertNotIn("opened", out.values())
+
+    def test_s9_no_cgroupfs(self):
+        out = gv_probe("os.makedirs('/tmp/cg', exist_ok=True)\n"
+                       "out = {'mount': sc(165, s(b'cgroup'), s(b'/tmp/cg'), s(b'cgroup'), 0, s(b'memory'))[0]}\n")
+        self.assertEqual(out, {"mount": -1})
+
+    def test_s1_s2_planted_links_and_fifos_do_not_reach_the_host(self):
+        plant = ("import os\nos.symlink('/etc/shadow', '/box/x')\nos.symlink('/proc/1/root', '/box/y')\n"
+                 "os.mkfifo('/box/fifo')\nprint('planted')\n")
+        with open("/etc/shadow", "rb") as f:
+            before = f.read()
+        for _ in range(2):
+            self.assertEqual(gv_run(plant)["run"]["stdout"], "planted\n")
+        self.assertEqual(gv_run("import os; print(sorted(os.listdir('/box')))")["run"]["stdout"], "['main.code']\n")
+        with open("/etc/shadow", "rb") as f:
+            self.assertEqual(f.read(), before)
+
+    def test_s16_disk_fill_stops(self):
+        # gVisor's /tmp is its own tmpfs, in the sentry's memory: the file size limit (10 MB) stops it
+        r = gv_run("n = 0\ntry:\n    with open('/tmp/fill', 'wb') as f:\n        while True:\n"
+                   "            f.write(b'x' * (1 << 20)); f.flush(); n += 1\nexcept OSError as e:\n    print(n, e.errno)\n")["run"]
+        n, err = r["stdout"].split()
+        self.assertIn(int(err), (27, 28))  # EFBIG or ENOSPC
+        self.assertLessEqual(int(n), 64)
+
+    def test_s5_environment(self):
+        os.environ["MOAT_SECRET_TOKEN"] = "must-not-leak"
+        out = gv_probe("out = dict(os.environ)")
+        self.assertNotIn("MOAT_SECRET_TOKEN", out)
+        self.assertEqual(out["HOME"], "/box")
+
+    def test_s30_host_kernel_facts_not_seen(self):
+        # what the host's /proc would tell (its boot command line, its kernel's symbols) is gVisor's here
+        out = gv_probe("out = {}\nfor p in ('/proc/cmdline', '/proc/kallsyms', '/proc/modules'):\n    try:\n"
+                       "        out[p] = open(p).read()[:4096]\n    except OSError as e:\n        out[p] = e.errno\n")
+        for p, seen in out.items():
+            try:
+                with open(p) as f:
+                    host = f.read()[:4096]
+            except OSError:
+                continue
+            if host:
+                self.assertNotEqual(seen, host, p)
+
+    def test_s23_identity(self):
+        out = gv_probe("import socket\nout = {'uid': os.getuid(), 'gid': os.getgid(), 'groups': os.getgroups(), "
+                       "'hostname': socket.gethostname(), 'pid1': open('/proc/1/cmdline').read().split('\\0')[0], "
+                       "'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigit())}\n")
+        self.assertNotEqual(out["uid"], 0)
+        self.assertEqual(out["gid"], out["uid"])
+        self.assertEqual(out["groups"], [])
+        self.assertEqual(out["hostname"], "box")
+        # the program is alone: gVisor's init is the program itself, no runsc, no host process
+        self.assertEqual(out["pids"], [1])
 
 
 BIG = "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\nlimits:\n  run_timeout_ms: 60000\n"
