@@ -476,8 +476,9 @@ static int session_take_slot(struct session *ss)
 static int session_start(struct session *ss)
 {
     const struct session_limits *lim = &ss->plan.session;
-    struct moat_session_ready ready = {ss->plan.lang->name, ss->plan.lang->version, lim->wall_ms,     lim->idle_ms,
-                                       lim->cpu_ms,         lim->stdin_bytes,       lim->output_bytes};
+    struct moat_session_ready ready = {
+        ss->plan.lang->name, ss->plan.lang->version, lim->wall_ms,      lim->idle_ms,
+        lim->cpu_ms,         lim->stdin_bytes,       lim->output_bytes, (char *)(uintptr_t)box_walls(ss->plan.job.isolation)};
     const char *why = NULL;
     struct errbuf e;
 

@@ -163,6 +163,8 @@ void gw_audit_add_result(json_t *b, const struct moat_exec_request *q, const str
 {
     if (q != NULL)
         json_object_set_new(b, "limits", gw_audit_limits(q));
+    if (res->walls != NULL) /* checked by the decoder: [a-z] names joined by '+' */
+        json_object_set_new(b, "walls", json_string(res->walls));
     if (res->compile.present)
         json_object_set_new(b, "compile", stage(&res->compile));
     if (res->run.present)

@@ -111,6 +111,7 @@ struct gw_session {
     struct gw_bstream *bs;
     int ready;
     char *language, *version; /* from SESSION_READY */
+    char *walls;              /* from SESSION_READY; NULL if the backend did not say */
     uint64_t lim_wall_ms, lim_idle_ms, lim_cpu_ms, lim_stdin_bytes, lim_output_bytes;
     uint8_t stage;        /* the stage running (enum moat_stage), 0 between stages */
     unsigned exits;       /* SESSION_EXITs received */
@@ -196,6 +197,7 @@ static void session_free(struct gw_session *s)
     json_decref(s->metadata);
     free(s->language);
     free(s->version);
+    free(s->walls);
     gw_generation_release(s->gen);
     free(s);
 }
@@ -391,6 +393,7 @@ static void build_result(struct gw_session *s, struct moat_exec_result *res, str
     memset(res, 0, sizeof(*res));
     res->language = s->language;
     res->version = s->version;
+    res->walls = s->walls;
     for (size_t i = 0; i < s->tr->n; i++) {
         const struct gw_tr_event *e = &s->tr->ev[i];
         int k = stage == MOAT_STAGE_COMPILE ? 0 : 1;
@@ -706,7 +709,8 @@ static void on_ready(struct gw_session *s, const uint8_t *payload, size_t len)
         h2o_timeout_unlink(&s->init_timer);
     s->language = r.language;
     s->version = r.version;
-    r.language = r.version = NULL;
+    s->walls = r.walls;
+    r.language = r.version = r.walls = NULL;
     s->lim_wall_ms = r.wall_ms;
     s->lim_idle_ms = r.idle_ms;
     s->lim_cpu_ms = r.cpu_ms;
@@ -716,6 +720,8 @@ static void on_ready(struct gw_session *s, const uint8_t *payload, size_t len)
     if ((o = event("runtime")) != NULL) {
         json_object_set_new(o, "language", json_string(s->language));
         json_object_set_new(o, "version", json_string(s->version));
+        if (s->walls != NULL)
+            json_object_set_new(o, "walls", json_string(s->walls));
         json_object_set_new(o, "request_id", json_string(s->request_id));
         if ((limits = limits_json(s)) != NULL)
             json_object_set_new(o, "limits", limits);

@@ -114,6 +114,7 @@ enum {
     TAG_SR_CPU = 5,
     TAG_SR_STDIN = 6,
     TAG_SR_OUTPUT = 7,
+    TAG_SR_WALLS = 8,
 };
 
 #define TLV_HEADER_SIZE 6 /* u16 tag, u32 length */
@@ -629,6 +630,9 @@ int moat_encode_session_ready(struct moat_buf *out, uint64_t job_id, const struc
     w_u64(&w, TAG_SR_CPU, r->cpu_ms);
     w_u64(&w, TAG_SR_STDIN, r->stdin_bytes);
     w_u64(&w, TAG_SR_OUTPUT, r->output_bytes);
+    if (r->walls != NULL && !moat_walls_valid(r->walls))
+        w_fail(&w, "walls: names of [a-z] joined by '+'");
+    w_str(&w, TAG_SR_WALLS, r->walls, MOAT_MAX_WALLS_LEN);
     return frame_end(&w, at, why);
 }
 
@@ -776,6 +780,20 @@ static int r_bounded_limit(const struct field *f, uint64_t max, int64_t *v, cons
 }
 
 /* One element of a repeated string field: 1 .. max_len bytes, at most max_count of them. */
+/* A walls string (moat_walls_valid), copied. */
+static int r_walls(const struct field *f, char **out, const char **why)
+{
+    if (r_str(f, MOAT_MAX_WALLS_LEN, 0, out, why) != 0)
+        return -1;
+    if (!moat_walls_valid(*out)) {
+        free(*out);
+        *out = NULL;
+        *why = "walls: names of [a-z] joined by '+'";
+        return -1;
+    }
+    return 0;
+}
+
 static int r_str_item(const struct field *f, char ***items, size_t *n, size_t max_count, size_t max_len, const char *too_many,
                       const char **why)
 {
@@ -1247,12 +1265,8 @@ int moat_decode_exec_result(const uint8_t *payload, size_t len, struct moat_exec
                 goto fail;
             break;
         case TAG_RES_WALLS:
-            if (r_str(&f, MOAT_MAX_WALLS_LEN, 0, &out->walls, why) != 0)
+            if (r_walls(&f, &out->walls, why) != 0)
                 goto fail;
-            if (!moat_walls_valid(out->walls)) {
-                *why = "walls: names of [a-z] joined by '+'";
-                goto fail;
-            }
             break;
         case TAG_RES_COMPILE:
             if (decode_stage(&f, &out->compile, why) != 0)
@@ -1799,6 +1813,9 @@ int moat_decode_session_ready(const uint8_t *payload, size_t len, struct moat_se
         case TAG_SR_OUTPUT:
             rc = r_session_limit(&f, &out->output_bytes, &limits, why);
             break;
+        case TAG_SR_WALLS:
+            rc = r_walls(&f, &out->walls, why);
+            break;
         default:
             *why = "unknown field in session ready";
             rc = -1;
@@ -1928,6 +1945,7 @@ void moat_session_ready_free(struct moat_session_ready *r)
 {
     free(r->language);
     free(r->version);
+    free(r->walls);
     memset(r, 0, sizeof(*r));
 }
 

@@ -334,6 +334,7 @@ struct moat_session_ready {
     uint64_t cpu_ms;
     uint64_t stdin_bytes;
     uint64_t output_bytes;
+    char *walls; /* optional, as an exec result's (box_walls) */
 };
 
 /* Encoders append to a struct moat_buf (moat_buf.h, in moat_common): start

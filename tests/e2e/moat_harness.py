@@ -100,6 +100,11 @@ def landlock_abi():
     return abi if abi > 0 else 0
 
 
+def expected_walls():
+    """The walls a plain box of a backend started by these tests reports (README "Walls")."""
+    return "namespaces+seccomp+landlock" if landlock_abi() > 0 else "namespaces+seccomp"
+
+
 def backend_run(code, language="python", extra=(), timeout=60, tag=None):
     """Runs one job with `moat-backend run` and returns the parsed result.
     Concurrent calls need distinct tags (run dir, cgroup name, box uids)."""

@@ -25,8 +25,8 @@ import threading
 import time
 import unittest
 
-from moat_harness import (LONG_WALL_MS, MOAT_AUDIT, SmallAuditDisk, Stack, held_program, held_roots, release_all,
-                          wait_held, wait_until)
+from moat_harness import (LONG_WALL_MS, MOAT_AUDIT, SmallAuditDisk, Stack, expected_walls, held_program, held_roots,
+                          release_all, wait_held, wait_until)
 
 BIG = "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\n"
 
@@ -454,6 +454,9 @@ class DenyAndAllowTest(AuditStackMixin, unittest.TestCase):
         p = audit_cli("show", self.stack.audit_dir, rid)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn(res["packet"].encode(), p.stdout)
+        # the walls that held the job: in the answer, the record, and what show prints
+        self.assertEqual((data["walls"], res["walls"]), (expected_walls(), expected_walls()))
+        self.assertIn(expected_walls().encode(), p.stdout)
 
     # ---- 6. concurrent writers under load ---------------------------------------------------
 

@@ -9,7 +9,7 @@ import ssl
 import unittest
 import warnings
 
-from moat_harness import Stack, wait_until
+from moat_harness import Stack, expected_walls, wait_until
 
 
 class GatewayTest(unittest.TestCase):
@@ -158,6 +158,7 @@ class GatewayTest(unittest.TestCase):
         self.assertEqual(status, 200, data)
         self.assertEqual(data["language"], "python")
         self.assertEqual(data["version"], "3.11.2")
+        self.assertEqual(data["walls"], expected_walls())  # moat's: which walls held the box
         run = data["run"]
         self.assertEqual(run["stdout"], "hello, world\n")
         self.assertEqual(run["code"], 0)

@@ -19,8 +19,8 @@ import unittest
 
 import websockets
 
-from moat_harness import (DEADLINE_S, MOAT_AUDIT, SOURCE, SilentBackend, Stack, box_pids, frame, read_frame,
-                          wait_until)
+from moat_harness import (DEADLINE_S, MOAT_AUDIT, SOURCE, SilentBackend, Stack, box_pids, expected_walls, frame,
+                          read_frame, wait_until)
 from test_audit_gateway import writer_pid
 from ws_client import connect, events_until_close, init_message, recv_event, run, stream_text, wait_for_event
 
@@ -72,6 +72,7 @@ class SessionTest(unittest.TestCase):
             self.assertEqual(runtime["type"], "runtime")
             self.assertEqual(runtime["language"], "python")
             self.assertTrue(runtime["version"].startswith("3."))
+            self.assertEqual(runtime["walls"], expected_walls())
             prompt, before = await wait_for_event(ws, lambda e: e["type"] == "data")
             self.assertEqual([e["type"] for e in before], ["stage"])
             self.assertEqual(before[0]["stage"], "run")
@@ -538,6 +539,7 @@ class SessionTest(unittest.TestCase):
         # the upgrade, the init's decision (before the box), the result with the transcript
         self.assertEqual(kinds, [("request", "allowed"), ("request", "allowed"), ("result", "allowed")])
         self.assertIn("packet", recs[-1])
+        self.assertEqual(recs[-1]["walls"], expected_walls())  # SESSION_READY's, kept for the result
 
 
     # ---- fail closed ----------------------------------------------------------------

@@ -235,6 +235,7 @@ static void do_result(const uint8_t *p, size_t len, uint64_t job)
         return;
     }
     CHECK(a.language != NULL && a.version != NULL);
+    CHECK(a.walls == NULL || moat_walls_valid(a.walls));
     CHECK(a.run.present || a.compile.present || a.ntests > 0);
     CHECK(a.ntests <= MOAT_MAX_TESTS);
     stage_invariants(&a.compile);
@@ -252,6 +253,7 @@ static void do_result(const uint8_t *p, size_t len, uint64_t job)
     CHECK(moat_decode_exec_result(p1, len1, &b, &why) == 0);
     CHECK(str_eq(a.language, b.language));
     CHECK(str_eq(a.version, b.version));
+    CHECK(str_eq(a.walls, b.walls));
     stage_equal(&a.compile, &b.compile);
     stage_equal(&a.run, &b.run);
     CHECK(a.ntests == b.ntests);
@@ -522,7 +524,7 @@ static int ready_equal(const struct moat_session_ready *a, const struct moat_ses
 {
     return str_eq(a->language, b->language) && str_eq(a->version, b->version) && a->wall_ms == b->wall_ms &&
            a->idle_ms == b->idle_ms && a->cpu_ms == b->cpu_ms && a->stdin_bytes == b->stdin_bytes &&
-           a->output_bytes == b->output_bytes;
+           a->output_bytes == b->output_bytes && str_eq(a->walls, b->walls);
 }
 
 static void do_session_ready(const uint8_t *p, size_t len, uint64_t job)
@@ -537,6 +539,7 @@ static void do_session_ready(const uint8_t *p, size_t len, uint64_t job)
     }
     CHECK(a.language != NULL && a.version != NULL);
     CHECK(strlen(a.language) <= MOAT_MAX_NAME_LEN && strlen(a.version) <= MOAT_MAX_NAME_LEN);
+    CHECK(a.walls == NULL || moat_walls_valid(a.walls));
     SESSION_ROUNDTRIP(MOAT_MSG_SESSION_READY, job, moat_encode_session_ready(&e1, job, &a, &why),
                       moat_decode_session_ready(p1, len1, &b, &why), moat_encode_session_ready(&e2, job, &b, &why),
                       ready_equal(&a, &b));
@@ -683,11 +686,12 @@ static void make_seeds(fuzz_add_seed_fn *add)
     add_frame(add, &b, rc, why);
 
     /* exec result: both stages */
-    char rl[] = "c", rv[] = "10.2.1", msg[] = "memory limit";
+    char rl[] = "c", rv[] = "10.2.1", msg[] = "memory limit", rw[] = "namespaces+seccomp";
     uint8_t out[] = {'o', 'k', 0xff, 0}, err[] = "warn\n";
     struct moat_exec_result res = {
         .language = rl,
         .version = rv,
+        .walls = rw,
         .compile = {.present = 1,
                     .stderr_data = err,
                     .stderr_len = 5,
@@ -796,7 +800,8 @@ static void make_seeds(fuzz_add_seed_fn *add)
     rc = moat_encode_session_open(&b, 10, &so_min, &why);
     add_frame(add, &b, rc, why);
     /* session ready */
-    struct moat_session_ready ready = {lang, ver, 900000, 60000, 30000, 1 << 20, 1 << 20};
+    char walls[] = "namespaces+seccomp+landlock";
+    struct moat_session_ready ready = {lang, ver, 900000, 60000, 30000, 1 << 20, 1 << 20, walls};
     rc = moat_encode_session_ready(&b, 9, &ready, &why);
     add_frame(add, &b, rc, why);
 }

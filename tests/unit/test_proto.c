@@ -2766,7 +2766,8 @@ static void test_session_open_refusals(void **state)
 static void test_session_ready_roundtrip_and_refusals(void **state)
 {
     char lang[] = "python", ver[] = "3.11.2";
-    struct moat_session_ready rd = {lang, ver, 900000, 60000, 30000, 1 << 20, UINT64_MAX}, d;
+    char walls[] = "namespaces+seccomp+landlock";
+    struct moat_session_ready rd = {lang, ver, 900000, 60000, 30000, 1 << 20, UINT64_MAX, walls}, d;
     struct moat_buf out = {0};
     const char *why = NULL;
     size_t plen;
@@ -2779,6 +2780,7 @@ static void test_session_ready_roundtrip_and_refusals(void **state)
     assert_string_equal(d.version, "3.11.2");
     assert_true(d.wall_ms == 900000 && d.idle_ms == 60000 && d.cpu_ms == 30000);
     assert_true(d.stdin_bytes == 1 << 20 && d.output_bytes == UINT64_MAX);
+    assert_string_equal(d.walls, walls);
     moat_session_ready_free(&d);
     assert_true(is_zero(&d, sizeof(d)));
     /* the longest names still fit the control-frame cap */
@@ -2811,12 +2813,16 @@ static void test_session_ready_roundtrip_and_refusals(void **state)
     for (uint16_t tag = SR_WALL; tag <= SR_OUTPUT; tag++)
         raw_uint(&r, tag, 1, 8);
     assert_int_equal(moat_decode_session_ready(r.b, r.n, &d, &why), 0);
+    assert_null(d.walls); /* optional */
     moat_session_ready_free(&d);
     raw_uint(&r, SR_WALL, 1, 8);
     reject_ready(&r, "duplicate field");
     raw_free(&r);
-    raw_str(&r, 8, "x");
+    raw_str(&r, 9, "x"); /* 8 is the walls */
     reject_ready(&r, "unknown field in session ready");
+    raw_free(&r);
+    raw_str(&r, 8, "namespaces++seccomp");
+    reject_ready(&r, "walls: names of [a-z] joined by '+'");
     raw_free(&r);
     raw_str(&r, SR_LANGUAGE, "");
     reject_ready(&r, "empty string field");
@@ -2849,10 +2855,15 @@ static void test_session_open_ready_encoder_refusals(void **state)
     rc = moat_encode_session_open(&out, 2, &o, &why);
     refused_unchanged(&out, before, before_len, rc, why, "file count out of range");
 
-    struct moat_session_ready rd = {lang, NULL, 1, 1, 1, 1, 1};
+    struct moat_session_ready rd = {lang, NULL, 1, 1, 1, 1, 1, NULL};
     why = NULL;
     rc = moat_encode_session_ready(&out, 3, &rd, &why);
     refused_unchanged(&out, before, before_len, rc, why, "language and version are required");
+    char badwalls[] = "Landlock";
+    struct moat_session_ready rw = {lang, lang, 1, 1, 1, 1, 1, badwalls};
+    why = NULL;
+    rc = moat_encode_session_ready(&out, 3, &rw, &why);
+    refused_unchanged(&out, before, before_len, rc, why, "walls: names of [a-z] joined by '+'");
     char toolong[MOAT_MAX_NAME_LEN + 2];
     memset(toolong, 'x', sizeof(toolong) - 1);
     toolong[sizeof(toolong) - 1] = '\0';
