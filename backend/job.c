@@ -686,5 +686,6 @@ int job_runtimes(struct backend *b, struct moat_runtimes *rt)
     }
     rt->count = n;
     runtimes_load(b, &rt->load);
+    rt->walls = (char *)(uintptr_t)box_walls(MOAT_ISOLATION_NAMESPACES); /* borrowed, as the names */
     return 0;
 }

@@ -7,12 +7,17 @@
  *                 writer is connected (when the trail is on) and the
  *                 backend answers a runtimes query.  200, or 503 naming the
  *                 part that is not ready (with Retry-After, like every 503).
+ *                 The 200 names the walls of the backend's boxes when its
+ *                 answer did ("walls": "namespaces+seccomp+landlock"; a
+ *                 kernel without Landlock: "namespaces+seccomp").
  *                 A success is remembered for GW_READY_CACHE_MS per worker,
  *                 so a flood of probes costs the backend nothing.
  */
 #include "pipeline.h"
 #include "runtime_table.h"
 
+#include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,10 +52,16 @@ static enum gw_flow answer_ready(struct gw_request *r, const struct backend_repl
 
     if (reply != NULL && reply->hdr.type != MOAT_MSG_RUNTIMES)
         return gw_deny(r, 503, GW_REASON_BACKEND, "not ready: bad reply from backend");
-    if (reply != NULL)
+    if (reply != NULL) {
+        const char *walls = reply->u.runtimes.walls; /* checked by the decoder: [a-z] names joined by '+' */
         w->ready_ms = h2o_now(w->ctx.loop);
-    r->body = strdup(w->audit.enabled ? "{\"status\":\"ready\",\"backend\":\"ok\",\"audit\":\"ok\"}"
-                                      : "{\"status\":\"ready\",\"backend\":\"ok\",\"audit\":\"off\"}");
+        snprintf(w->ready_walls, sizeof(w->ready_walls), "%s", walls != NULL ? walls : "");
+    }
+    json_t *o = json_pack("{s:s, s:s, s:s}", "status", "ready", "backend", "ok", "audit", w->audit.enabled ? "ok" : "off");
+    if (o != NULL && w->ready_walls[0] != '\0')
+        json_object_set_new(o, "walls", json_string(w->ready_walls));
+    r->body = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
     if (r->body == NULL)
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
     return GW_NEXT;

@@ -23,7 +23,7 @@ static enum gw_flow answer(struct gw_request *r, const struct backend_reply *rep
 {
     const struct moat_runtimes *all = &reply->u.runtimes;
     struct moat_runtime kept[MOAT_MAX_RUNTIMES];
-    struct moat_runtimes mine = {kept, 0, {0}};
+    struct moat_runtimes mine = {kept, 0, {0}, NULL};
 
     if (reply->hdr.type != MOAT_MSG_RUNTIMES) {
         log_warnx("%s: id=%s: unexpected reply type %u", __func__, r->request_id, reply->hdr.type);

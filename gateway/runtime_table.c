@@ -49,7 +49,7 @@ int gw_runtime_table_fresh(struct gw_worker *w)
 
 void gw_runtime_table_store(struct gw_worker *w, const struct moat_runtimes *rt)
 {
-    struct moat_runtimes t = {NULL, 0, {0}};
+    struct moat_runtimes t = {NULL, 0, {0}, NULL};
 
     if (rt->count > 0 && (t.items = calloc(rt->count, sizeof(*t.items))) == NULL)
         return;

@@ -71,14 +71,15 @@ struct gw_worker {
     size_t inflight; /* requests not yet disposed; touched by this thread only */
     unsigned index;
     pthread_t tid;
-    struct gw_audit audit;         /* this worker's connection to the audit writer */
-    struct moat_runtimes runtimes; /* the backend's runtime table, as last listed (runtime_table.c) */
-    uint64_t runtimes_ms;          /* when (loop time); 0: never */
-    struct gw_denials denials;     /* summaries of refusals past their address's rate (denials.c) */
-    uint64_t ready_ms;             /* the last /readyz that found the backend answering (loop time); 0: never */
-    uint64_t xff_logged_ms;        /* an ignored X-Forwarded-For was last logged (loop time) */
-    int audit_pending_fd;          /* a replacement writer socket from the main thread (atomic; -1 none) */
-    uint64_t beat_ms;              /* the watchdog's last run (loop time; __atomic): moatctl status */
+    struct gw_audit audit;                    /* this worker's connection to the audit writer */
+    struct moat_runtimes runtimes;            /* the backend's runtime table, as last listed (runtime_table.c) */
+    uint64_t runtimes_ms;                     /* when (loop time); 0: never */
+    struct gw_denials denials;                /* summaries of refusals past their address's rate (denials.c) */
+    uint64_t ready_ms;                        /* the last /readyz that found the backend answering (loop time); 0: never */
+    char ready_walls[MOAT_MAX_WALLS_LEN + 1]; /* the walls its answer named (RUNTIMES tag 3); "" if none */
+    uint64_t xff_logged_ms;                   /* an ignored X-Forwarded-For was last logged (loop time) */
+    int audit_pending_fd;                     /* a replacement writer socket from the main thread (atomic; -1 none) */
+    uint64_t beat_ms;                         /* the watchdog's last run (loop time; __atomic): moatctl status */
 };
 
 struct gw_server {

@@ -70,6 +70,7 @@ enum {
     /* runtimes */
     TAG_RT_RUNTIME = 1,
     TAG_RT_LOAD = 2,
+    TAG_RT_WALLS = 3,
     TAG_LD_SLOTS = 1,
     TAG_LD_BUSY = 2,
     TAG_LD_QUEUE_MAX = 3,
@@ -489,6 +490,9 @@ int moat_encode_runtimes(struct moat_buf *out, uint64_t job_id, const struct moa
         w_u64(&w, TAG_LD_SESSIONS_BUSY, l->sessions_busy);
         w_nest_end(&w, n);
     }
+    if (rt->walls != NULL && !moat_walls_valid(rt->walls))
+        w_fail(&w, "walls: names of [a-z] joined by '+'");
+    w_str(&w, TAG_RT_WALLS, rt->walls, MOAT_MAX_WALLS_LEN);
     return frame_end(&w, at, why);
 }
 
@@ -1452,6 +1456,15 @@ int moat_decode_runtimes(const uint8_t *payload, size_t len, struct moat_runtime
                 goto fail;
             continue;
         }
+        if (f.tag == TAG_RT_WALLS) {
+            if (out->walls != NULL) {
+                *why = "duplicate field";
+                goto fail;
+            }
+            if (r_walls(&f, &out->walls, why) != 0)
+                goto fail;
+            continue;
+        }
         if (f.tag != TAG_RT_RUNTIME) {
             *why = "unknown field in runtimes";
             goto fail;
@@ -1914,6 +1927,7 @@ void moat_runtimes_free(struct moat_runtimes *rt)
         free(r->option_patterns);
     }
     free(rt->items);
+    free(rt->walls);
     memset(rt, 0, sizeof(*rt));
 }
 

@@ -282,6 +282,7 @@ struct moat_runtimes {
     struct moat_runtime *items;
     size_t count;
     struct moat_backend_load load;
+    char *walls; /* optional: the walls of the backend's plain boxes (box_walls) */
 };
 
 /* SESSION_STDIN: 1..MOAT_SESSION_CHUNK_MAX bytes. */

@@ -214,7 +214,7 @@ class BackendOutageTest(unittest.TestCase):
         status, _, data = self.stack.execute("python", "print(1)")
         self.assertEqual(status, 200, data)
         status, _, data = self.stack.request("GET", "/readyz", token=None)
-        self.assertEqual((status, data.get("backend")), (200, "ok"), data)
+        self.assertEqual((status, data.get("backend"), data.get("walls")), (200, "ok", expected_walls()), data)
         self.stack.stop_backend()
         for _ in range(3):
             status, headers, data = self.stack.execute("python", "print(1)")

@@ -329,6 +329,8 @@ static void do_runtimes(const uint8_t *p, size_t len, uint64_t job)
     CHECK(moat_decode_runtimes(p1, len1, &b, &why) == 0);
     CHECK(a.count == b.count);
     CHECK(memcmp(&a.load, &b.load, sizeof(a.load)) == 0);
+    CHECK(a.walls == NULL || moat_walls_valid(a.walls));
+    CHECK(str_eq(a.walls, b.walls));
     for (size_t i = 0; i < a.count; i++) {
         const struct moat_runtime *x = &a.items[i], *y = &b.items[i];
         CHECK(str_eq(x->language, y->language));
@@ -753,7 +755,8 @@ static void make_seeds(fuzz_add_seed_fn *add)
     char pat0[] = "-O2", pat1[] = "-D{ident}={value}";
     char *pats[] = {pat0, pat1};
     struct moat_runtime items[] = {{lang, ver, pyal, 2, 0, NULL, 0, 0}, {bash, bv, shal, 1, 1, pats, 2, 3}};
-    struct moat_runtimes rt = {items, 2, {1, 8, 3, 32, 2, 4, 1}};
+    char rtw[] = "namespaces+seccomp+landlock";
+    struct moat_runtimes rt = {items, 2, {1, 8, 3, 32, 2, 4, 1}, rtw};
     rc = moat_encode_runtimes(&b, 6, &rt, &why);
     add_frame(add, &b, rc, why);
 

@@ -389,7 +389,7 @@ static void test_runtimes_and_error_json(void **state)
 {
     char *aliases[] = {(char *)(uintptr_t) "py", (char *)(uintptr_t) "py3"};
     struct moat_runtime items[1];
-    struct moat_runtimes rt = {items, 1, {0}};
+    struct moat_runtimes rt = {items, 1, {0}, NULL};
     char *text;
 
     memset(items, 0, sizeof(items));

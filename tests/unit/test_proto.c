@@ -1020,7 +1020,8 @@ static void test_runtimes_roundtrip(void **state)
         {l0, v0, al0, 3, 0, NULL, 0, 0},
         {l1, v1, NULL, 0, 1, pats, 2, 3},
     };
-    struct moat_runtimes rt = {items, 2, {1, 8, 3, 32, 2, 4, 1}};
+    char rtw[] = "namespaces+seccomp+landlock";
+    struct moat_runtimes rt = {items, 2, {1, 8, 3, 32, 2, 4, 1}, rtw};
     struct moat_buf out = {0};
     const char *why = NULL;
     size_t plen;
@@ -1054,8 +1055,31 @@ static void test_runtimes_roundtrip(void **state)
     assert_int_equal(d.load.queued, 2);
     assert_int_equal(d.load.session_slots, 4);
     assert_int_equal(d.load.sessions_busy, 1);
+    /* the walls of the backend's boxes (tag 3) */
+    assert_string_equal(d.walls, rtw);
     moat_runtimes_free(&d);
     moat_buf_free(&out);
+    /* walls: once, and [a-z] names joined by '+' */
+    for (int k = 0; k < 2; k++) {
+        struct raw r = {0};
+        if (k == 0)
+            raw_str(&r, 3, "seccomp");
+        raw_str(&r, 3, k == 0 ? "seccomp" : "");
+        const char *want = k == 0 ? "duplicate field" : "empty string field";
+        struct moat_runtimes q;
+        assert_int_equal(moat_decode_runtimes(r.b, r.n, &q, &why), -1);
+        assert_string_equal(why, want);
+        raw_free(&r);
+    }
+    {
+        struct raw r = {0};
+        struct moat_runtimes q;
+        raw_str(&r, 3, "seccomp+");
+        assert_int_equal(moat_decode_runtimes(r.b, r.n, &q, &why), -1);
+        assert_string_equal(why, "walls: names of [a-z] joined by '+'");
+        assert_true(is_zero(&q, sizeof(q)));
+        raw_free(&r);
+    }
 
     /* a load that cannot be (more busy than there are slots) is refused */
     rt.load.busy = 9;
@@ -1066,7 +1090,7 @@ static void test_runtimes_roundtrip(void **state)
     moat_buf_free(&out);
 
     /* no languages installed: an empty list */
-    struct moat_runtimes none = {NULL, 0, {0}};
+    struct moat_runtimes none = {NULL, 0, {0}, NULL};
     assert_int_equal(moat_encode_runtimes(&out, 4, &none, &why), 0);
     p = frame_payload(&out, 0, MOAT_MSG_RUNTIMES, 4, &plen);
     assert_int_equal(plen, 0);
@@ -1458,7 +1482,7 @@ static void test_unknown_and_duplicate_tags(void **state)
     raw_str(&r, ERR_MESSAGE, "m");
     reject_error(&r, "duplicate field");
     raw_free(&r);
-    raw_str(&r, 3, "x"); /* tag 2 is the backend's load */
+    raw_str(&r, 4, "x"); /* tag 2 is the backend's load, 3 its walls */
     reject_runtimes(&r, "unknown field in runtimes");
     raw_free(&r);
     at = raw_nest_begin(&r, RT_RUNTIME);
@@ -1903,7 +1927,7 @@ static void test_encoder_refusals(void **state)
     for (int i = 0; i < MOAT_MAX_ALIASES + 1; i++)
         aliases[i] = arg;
     struct moat_runtime item = {lang, ver, aliases, MOAT_MAX_ALIASES + 1, 0, NULL, 0, 0};
-    struct moat_runtimes rt = {&item, 1, {0}};
+    struct moat_runtimes rt = {&item, 1, {0}, NULL};
     why = NULL;
     rc = moat_encode_runtimes(&out, 5, &rt, &why);
     refused_unchanged(&out, before, before_len, rc, why, "too many aliases");
