@@ -570,7 +570,8 @@ def u64(v):
     return struct.pack(">Q", v)
 
 
-def session_open(job_id, language, code, version="*", stdin=b"", args=(), run_timeout=None, omit=(), **ceilings):
+def session_open(job_id, language, code, version="*", stdin=b"", args=(), run_timeout=None, omit=(), isolation=None,
+                 **ceilings):
     """A SESSION_OPEN frame: an exec request (file main.code) and the ceilings (SESSION_CEILINGS, overridden
     by keyword; names in `omit` are left out)."""
     p = tlv(1, language.encode()) + tlv(2, version.encode())
@@ -581,6 +582,8 @@ def session_open(job_id, language, code, version="*", stdin=b"", args=(), run_ti
         p += tlv(5, a.encode())
     if run_timeout is not None:
         p += tlv(6, u64(run_timeout))
+    if isolation is not None:  # tag 18: 1 is gVisor
+        p += tlv(18, bytes([isolation]))
     limits = dict(SESSION_CEILINGS, **ceilings)
     for tag, name in enumerate(("wall_ms", "idle_ms", "cpu_ms", "stdin_bytes", "output_bytes"), start=20):
         if name not in omit:

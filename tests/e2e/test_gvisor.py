@@ -17,7 +17,8 @@ import subprocess
 import tempfile
 import unittest
 
-from moat_harness import BACKEND, BUSY_MACHINE_WALL, LANGUAGES, Stack, uid_base
+from moat_harness import (BACKEND, BUSY_MACHINE_WALL, LANGUAGES, STATUS_OK, STATUS_SG, BackendSession, Stack, session_signal,
+                          uid_base, wait_until)
 from test_escapes import PRELUDE as ESCAPES_PRELUDE
 
 RUNSC = shutil.which("runsc") or "/usr/bin/runsc"
@@ -158,6 +159,30 @@ class GVisorBoxTest(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertEqual(json.loads(out)["run"]["stdout"], "1\n")
 
+    def test_platform_is_chosen_and_logged(self):
+        # auto: kvm where /dev/kvm exists and a trivial sandbox runs on it within 10 s, else ptrace, and the
+        # log says which and why; the job waits for the probe, never hangs on a kvm that does (as on a
+        # nested host), and the probe's runsc is gone once the backend is
+        tag = "moat-gv-auto%d" % os.getpid()
+        rc, out, err = backend_run_raw("import os; print(os.uname().release)", "python",
+                                       ("--isolation", "gvisor", "--runsc", RUNSC, "--gvisor-platform", "auto", *BUSY_MACHINE_WALL),
+                                       tag=tag)
+        self.assertEqual(rc, 0, err)
+        self.assertNotEqual(json.loads(out)["run"]["stdout"].strip(), os.uname().release)
+        if os.access("/dev/kvm", os.R_OK | os.W_OK):
+            self.assertRegex(err, r"gVisor: (runsc on kvm ran a trivial sandbox in \d+ ms: using kvm|"
+                                  r"runsc on kvm did not finish a trivial sandbox in \d+ ms \(killed\): using ptrace|"
+                                  r"runsc on kvm failed a trivial sandbox \(wait status \d+\): using ptrace)")
+        else:
+            self.assertIn("platform ptrace (auto: no /dev/kvm)", err)
+        left = subprocess.run(["pgrep", "-f", "/run/%s/gvisor-probe" % tag], capture_output=True, text=True).stdout
+        shutil.rmtree("/run/" + tag, ignore_errors=True)
+        self.assertEqual(left, "")
+        # an explicit platform is the operator's, logged as such
+        rc, out, err = backend_run_raw("print(1)", "python", GVISOR)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("platform ptrace (--gvisor-platform)", err)
+
     def test_language_manifest_asks_for_gvisor(self):
         # a manifest's "isolation": "gvisor" runs the language under gVisor whatever the job asks
         tmp = tempfile.mkdtemp(prefix="moat-gv-langs-")
@@ -278,6 +303,45 @@ class GVisorEscapeTest(unittest.TestCase):
         self.assertEqual(out["pids"], [1])
 
 
+
+@unittest.skipUnless(HAVE_RUNSC, "runsc is not installed (Debian: apt-get install runsc)")
+class GVisorSessionTest(unittest.TestCase):
+    """A live session under gVisor (SESSION_OPEN tag 18): stdin as it arrives, output as it is written, a signal
+    relayed to the program."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = Stack(audit=False, backend_args=("--runsc", RUNSC, "--gvisor-platform", "ptrace"))
+        cls.stack.start_backend()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def test_conversation(self):
+        code = "import os\nprint('name?', flush=True)\nprint('hello', input(), os.uname().release)\n"
+        with BackendSession(self.stack.socket, 7, timeout=JOB_TIMEOUT_S) as s:
+            s.open("python", code, isolation=1)
+            events = s.output_until(b"name?")
+            s.write(b"ada\n")
+            events += s.rest()
+        out = b"".join(e["data"] for e in events if e["type"] == "output").decode()
+        self.assertTrue(out.startswith("name?\nhello ada "), out)
+        self.assertNotEqual(out.split()[-1], os.uname().release)
+        end = [e for e in events if e["type"] == "exit"][-1]
+        self.assertEqual((end["status"], end["code"]), (STATUS_OK, 0))
+
+    def test_signal_reaches_the_program(self):
+        code = "import time\nprint('up', flush=True)\ntime.sleep(120)\n"
+        with BackendSession(self.stack.socket, 8, timeout=JOB_TIMEOUT_S) as s:
+            s.open("python", code, isolation=1)
+            s.output_until(b"up")
+            s.send(session_signal(8, signal.SIGTERM))
+            events = s.rest()
+        end = [e for e in events if e["type"] == "exit"][-1]
+        self.assertEqual((end["status"], end["signal"]), (STATUS_SG, signal.SIGTERM), end)
+
+
 BIG = "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\nlimits:\n  run_timeout_ms: 60000\n"
 JUDGE0 = "endpoints: [execute, runtimes, submissions, languages]\n"
 TENANTS = [("walled", BIG + JUDGE0 + "isolation: gvisor\n", ""), ("plain", BIG + JUDGE0, "")]
@@ -303,12 +367,20 @@ class GVisorGatewayTest(unittest.TestCase):
         return self.stack.request("POST", "/api/v2/execute", body, token=self.stack.tokens[tenant], timeout=JOB_TIMEOUT_S)
 
     def test_tenant_runs_under_gvisor_and_plain_tenant_does_not(self):
-        st, _, walled = self.execute("walled")
+        st, headers, walled = self.execute("walled")
         self.assertEqual(st, 200, walled)
         self.assertNotEqual(walled["run"]["stdout"].strip(), os.uname().release)
         st, _, plain = self.execute("plain")
         self.assertEqual(st, 200, plain)
         self.assertEqual(plain["run"]["stdout"].strip(), os.uname().release)
+        # the walls that held each: in the answer and in the audit trail's result record
+        self.assertEqual(walled["walls"], "namespaces+gvisor")
+        self.assertTrue(plain["walls"].startswith("namespaces+seccomp"), plain["walls"])
+        rid = headers["x-request-id"]
+        record = wait_until(lambda: next((r for r in self.stack.audit_records()
+                                          if r.get("request_id") == rid and r.get("type") == "result"), None),
+                            "the result record of %s" % rid)
+        self.assertEqual(record["walls"], "namespaces+gvisor")
 
     def test_request_body_cannot_lower_the_wall(self):
         # a body field named isolation (any spelling of a weaker wall) is not the tenant's setting:
@@ -333,6 +405,19 @@ class GVisorGatewayTest(unittest.TestCase):
                                          timeout=JOB_TIMEOUT_S)
         self.assertEqual(st, 201, data)
         self.assertNotEqual(data["stdout"].strip(), os.uname().release)
+
+    def test_test_cases_run_under_gvisor(self):
+        # compiled once under gVisor, each case in a fresh gVisor box holding the binary the compile left
+        src = ('#include <stdio.h>\n#include <sys/utsname.h>\nint main(void){struct utsname u; long a, b; uname(&u);\n'
+               'if (scanf("%ld %ld", &a, &b) != 2) return 1; printf("%ld %s\\n", a + b, u.release); return 0;}\n')
+        tests = [{"name": "c%d" % i, "stdin": "%d 1\n" % i} for i in range(2)]
+        body = {"language": "c", "version": "*", "files": [{"name": "main.c", "content": src}], "tests": tests}
+        st, _, data = self.stack.request("POST", "/api/v2/execute", body, token=self.stack.tokens["walled"], timeout=JOB_TIMEOUT_S)
+        self.assertEqual(st, 200, data)
+        outs = [t["stdout"].split() for t in data["tests"]]
+        self.assertEqual([o[0] for o in outs], ["1", "2"], data)
+        for o in outs:
+            self.assertNotEqual(o[1], os.uname().release)
 
     def test_runtimes_list_isolation(self):
         st, _, data = self.stack.request("GET", "/api/v2/runtimes", token=self.stack.tokens["plain"])
