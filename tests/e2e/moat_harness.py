@@ -616,7 +616,8 @@ def session_event(msg_type, payload):
     f = dict(parse_tlvs(payload))
     if msg_type == MSG_SESSION_READY:
         names = ("wall_ms", "idle_ms", "cpu_ms", "stdin_bytes", "output_bytes")
-        return dict({"type": "ready", "language": f[1].decode(), "version": f[2].decode()},
+        return dict({"type": "ready", "language": f[1].decode(), "version": f[2].decode(),
+                     "walls": f[8].decode() if 8 in f else None},
                     **{n: _uint(f[3 + i]) for i, n in enumerate(names)})
     if msg_type == MSG_SESSION_STAGE:
         return {"type": "stage", "stage": f[1][0], "offset": _uint(f[2])}

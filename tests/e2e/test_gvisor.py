@@ -330,6 +330,7 @@ class GVisorSessionTest(unittest.TestCase):
         self.assertNotEqual(out.split()[-1], os.uname().release)
         end = [e for e in events if e["type"] == "exit"][-1]
         self.assertEqual((end["status"], end["code"]), (STATUS_OK, 0))
+        self.assertEqual((events[0]["type"], events[0]["walls"]), ("ready", "namespaces+gvisor"))
 
     def test_signal_reaches_the_program(self):
         code = "import time\nprint('up', flush=True)\ntime.sleep(120)\n"
