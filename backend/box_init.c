@@ -19,9 +19,11 @@
  *   open_parent_dir) -> setup_pivot -> setup_uts -> setup_landlock (the
  *   job's Landlock ruleset, built once from the box's own paths and kept
  *   for its stages; landlock.c).
- * Per "go" byte:  run_stage forks the program, which does setup_session ->
- *   setup_signals -> setup_rlimits -> setup_credentials -> close fds ->
- *   no_new_privs -> Landlock -> seccomp -> execve; init waits for it (wait_stage),
+ * Per "go" byte:  run_stage starts the program (spawn_program: a clone
+ *   that shares init's memory until execve, as posix_spawn's does), which
+ *   does setup_session -> setup_signals -> setup_rlimits ->
+ *   setup_credentials -> close fds -> no_new_privs -> Landlock -> seccomp ->
+ *   execve; init waits for it (wait_stage),
  *   reaps it, kills whatever it left behind, closes the stage's output pipes
  *   and reports the wait status.
  *
@@ -868,20 +870,57 @@ static int wait_stage(int sig_fd, pid_t prog)
     return status;
 }
 
+/* What the stage program's clone starts with (spawn_program). */
+struct spawn_args {
+    const struct init_args *a;
+    const struct parsed_plan *pp;
+    int stage;
+    int errfd;
+};
+
+static int program_main(void *arg)
+{
+    const struct spawn_args *sa = arg;
+    run_program(sa->a, sa->pp, sa->stage, sa->errfd);
+}
+
+#define PROGRAM_STACK_SIZE (256 * 1024)
+
+/*
+ * The stage's program, started the way posix_spawn starts one: a clone that
+ * shares init's memory (CLONE_VM) on a stack of its own, while init waits
+ * (CLONE_VFORK) until it has called execve or died.  Init's memory is a
+ * copy of the whole multi-threaded backend's: a plain fork would copy its
+ * page tables once more and tear them down again at execve, on the
+ * request's path, for nothing.  The program gets its own descriptor table,
+ * cwd, signal handlers, credentials, Landlock domain and seccomp filter
+ * (none of CLONE_FILES, CLONE_FS, CLONE_SIGHAND, CLONE_THREAD), so
+ * everything run_program changes stays its own; of the memory it shares it
+ * writes only its stack, errno and, under gVisor, a buffer it maps and
+ * unmaps itself (gvisor_write_bundle), none of them used by init meanwhile.
+ * Nothing in run_program blocks before execve.  The stack is mapped once
+ * (no malloc here) and serves every stage: they run one at a time.
+ */
+static pid_t spawn_program(const struct init_args *a, const struct parsed_plan *pp, int stage, int errfd)
+{
+    static void *stack;
+    struct spawn_args sa = {a, pp, stage, errfd};
+
+    if (stack == NULL)
+        stack = map_or_die(PROGRAM_STACK_SIZE);
+    return clone(program_main, (char *)stack + PROGRAM_STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD, &sa);
+}
+
 static void run_stage(const struct init_args *a, const struct parsed_plan *pp, int sig_fd, int stage)
 {
     int errpipe[2];
 
     if (pipe2(errpipe, O_CLOEXEC) != 0)
         child_die("pipe");
-    /* fork() without glibc's fork handlers and locks */
-    pid_t prog = (pid_t)syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
+    /* returns once the program has called execve (or failed to) */
+    pid_t prog = spawn_program(a, pp, stage, errpipe[1]);
     if (prog < 0)
-        child_die("fork program");
-    if (prog == 0) {
-        close(errpipe[0]);
-        run_program(a, pp, stage, errpipe[1]);
-    }
+        child_die("start program");
     close(errpipe[1]);
     /* this stage's pipes now belong to the program alone */
     if (stage == BOX_STAGE_COMPILE) {
