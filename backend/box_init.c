@@ -216,7 +216,9 @@ static int bind_host_node(const char *src, const char *dst)
     return mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC, NULL);
 }
 
-static void setup_dev(const struct slot *s)
+/* 1 if every node is made here, on /dev's own mount (read-only, nosuid,
+ * noexec once done); 0 if some are binds of the host's (bind_host_node). */
+static int setup_dev(const struct slot *s)
 {
     static const struct {
         const char *name;
@@ -229,6 +231,7 @@ static void setup_dev(const struct slot *s)
         {"/proc/self/fd/2", "/dev/stderr"},
     };
     char dst[PATH_MAX], src[32], rel[32];
+    int own = 1;
 
     mkdir_below_root(s, "/dev");
     if (mount("tmpfs", in_root(dst, sizeof(dst), s, "/dev"), "tmpfs", MS_NOSUID | MS_NOEXEC, BOX_DEV_TMPFS_OPTS) != 0)
@@ -242,6 +245,8 @@ static void setup_dev(const struct slot *s)
                 child_die("chmod /dev node");
         } else if (errno != EPERM || bind_host_node(src, dst) != 0) {
             child_die("create /dev node");
+        } else {
+            own = 0;
         }
     }
     for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
@@ -250,9 +255,11 @@ static void setup_dev(const struct slot *s)
     if (mount(NULL, in_root(dst, sizeof(dst), s, "/dev"), NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) !=
         0)
         child_die("remount /dev read-only");
+    return own;
 }
 
-static void setup_generic_mounts(const struct init_args *a)
+/* Returns setup_dev's answer: whether /dev's nodes are on its read-only mount. */
+static int setup_generic_mounts(const struct init_args *a)
 {
     const struct slot *s = a->slot;
     char dst[PATH_MAX], opts[128];
@@ -273,11 +280,12 @@ static void setup_generic_mounts(const struct init_args *a)
     if (mount("proc", in_root(dst, sizeof(dst), s, "/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2") != 0)
         child_die("mount /proc");
 
-    setup_dev(s);
+    int dev_own = setup_dev(s);
 
     mkdir_below_root(s, "/etc");
     write_small_file(s, "/etc/passwd", a->etc_passwd);
     write_small_file(s, "/etc/group", a->etc_group);
+    return dev_own;
 }
 
 /*
@@ -323,7 +331,14 @@ static int proc_exists(const char *dst, struct stat *st)
     return 0;
 }
 
-static void mask_proc_path(const struct slot *s, const char *rel)
+/*
+ * A file is masked with a bind of the box's /dev/null.  A bind mount takes
+ * the flags of the mount it comes from: from /dev's own (read-only, nosuid,
+ * noexec: setup_dev) the mask is read-only, nosuid and noexec as it is made,
+ * and needs no remount (some thirty mount calls a box saved).  A host node
+ * (dev_own 0) sits on a writable mount: its masks are remounted.
+ */
+static void mask_proc_path(const struct slot *s, const char *rel, int dev_own)
 {
     char dst[PATH_MAX], null[PATH_MAX];
     struct stat st;
@@ -341,11 +356,11 @@ static void mask_proc_path(const struct slot *s, const char *rel)
     }
     if (mount(in_root(null, sizeof(null), s, "/dev/null"), dst, NULL, MS_BIND, NULL) != 0)
         child_die("mask /proc file");
-    if (mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) != 0)
+    if (!dev_own && mount(NULL, dst, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) != 0)
         child_die("remount /proc mask");
 }
 
-static void setup_proc_masks(const struct slot *s)
+static void setup_proc_masks(const struct slot *s, int dev_own)
 {
     char dst[PATH_MAX];
     struct stat st;
@@ -359,7 +374,7 @@ static void setup_proc_masks(const struct slot *s)
             child_die("remount /proc path read-only");
     }
     for (size_t i = 0; i < sizeof(proc_masked) / sizeof(proc_masked[0]); i++)
-        mask_proc_path(s, proc_masked[i]);
+        mask_proc_path(s, proc_masked[i], dev_own);
 }
 
 /* ---- the plan ------------------------------------------------------------- */
@@ -1144,8 +1159,8 @@ int box_init_main(void *arg)
 
     setup_fds(a);
     int sig_fd = setup_child_signals();
-    setup_generic_mounts(a);
-    setup_proc_masks(a->slot);
+    int dev_own = setup_generic_mounts(a);
+    setup_proc_masks(a->slot, dev_own);
     read_plan(&pp);
     if (unshare(CLONE_NEWCGROUP) != 0) /* the box's cgroup becomes its root */
         child_die("unshare cgroup namespace");

@@ -411,6 +411,17 @@ class ProcMaskTest(unittest.TestCase):
         for rel in present:
             self.assertIn("ro", out.get("/proc/" + rel, []), rel)
 
+    def test_s30_masks_are_read_only(self):
+        # a mask is a bind of the box's /dev/null: read-only, nosuid and
+        # noexec whether it carries /dev's flags or was remounted (box_init.c
+        # mask_proc_path); a writable mask would let a box write through it
+        out = probe_json("out = {f[4]: f[5].split(',') for f in (l.split() for l in open('/proc/self/mountinfo'))}")
+        masks = {rel: out["/proc/" + rel] for rel in PROC_MASKED if "/proc/" + rel in out}
+        self.assertIn("cmdline", masks, out)
+        for rel, opts in masks.items():
+            for flag in ("ro", "nosuid", "noexec"):
+                self.assertIn(flag, opts, (rel, opts))
+
     def test_s30_mountinfo_names_no_host_device_but_the_runtime(self):
         # /dev's nodes are made in the box (mknod), not bound from the host's
         # devtmpfs.  The runtime binds still name the host filesystem they
