@@ -123,6 +123,16 @@ class GVisorBoxTest(unittest.TestCase):
         self.assertTrue(res["run"]["stdout"].startswith("hello "))
         self.assertNotEqual(res["run"]["stdout"].split()[1], os.uname().release)
 
+    def test_arguments_reach_the_program_unchanged(self):
+        # the request's args go into the OCI bundle's JSON: quotes, backslashes, control bytes and
+        # a would-be JSON field stay one argv element each, byte for byte
+        args = ['a"b', "back\\slash", "new\nline\ttab\x01\x7f", '", "user": {"uid": 0}, "x": "', "\u00e9\U0001F600", ""]
+        extra = []
+        for a in args:
+            extra += ["-a", a]
+        r = gv_run("import sys, json, os\nprint(json.dumps([sys.argv[1:], os.getuid() != 0]))", "python", *extra)["run"]
+        self.assertEqual(json.loads(r["stdout"]), [args, True])
+
     def test_exit_code_is_re(self):
         r = gv_run("import sys; sys.exit(3)")["run"]
         self.assertEqual(r["status"], "RE")
@@ -142,14 +152,15 @@ class GVisorBoxTest(unittest.TestCase):
         self.assertLessEqual(r["memory"], 128 * 1024 * 1024)
 
     def test_fork_bomb_is_held(self):
-        # the stage's process limit (64 by default) holds inside gVisor: fork fails, the
-        # program goes on and reports where it stopped
+        # the stage's process limit (16 here, so that memory stays far from its limit) holds inside
+        # gVisor: fork fails, the program goes on and reports where it stopped
         r = gv_run("import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(60)\n"
-                   "            os._exit(0)\n        n += 1\nexcept OSError as e:\n    print('stopped', n, e.errno)\n")["run"]
+                   "            os._exit(0)\n        n += 1\nexcept OSError as e:\n    print('stopped', n, e.errno)\n",
+                   "python", "--limit", "run_processes=16")["run"]
         self.assertIsNone(r["status"], r)
         words = r["stdout"].split()
         self.assertEqual(words[0], "stopped")
-        self.assertLess(int(words[1]), 64)
+        self.assertLess(int(words[1]), 16)
         self.assertEqual(int(words[2]), 11)  # EAGAIN
 
     def test_busy_loop_hits_cpu_clock(self):
@@ -166,6 +177,15 @@ class GVisorBoxTest(unittest.TestCase):
         self.assertEqual(r["status"], "TO")
         self.assertEqual(r["message"], "wall-time limit exceeded")
         self.assertLess(r["cpu_time"], 2000)
+
+    def test_silence_hits_idle_clock(self):
+        # output, then silence: the idle clock (3 s) ends it long before the busy-machine wall clock (60 s);
+        # on a loaded machine the start-up alone may outlast the idle clock, so the output is not asserted
+        r = gv_run("import time\nprint('a', flush=True)\ntime.sleep(120)\n", "python", "--idle-timeout", "3000")["run"]
+        self.assertEqual(r["status"], "TO", r)
+        self.assertEqual(r["message"], "idle-time limit exceeded")
+        self.assertIn(r["stdout"], ("", "a\n"))
+        self.assertLess(r["wall_time"], 60000)
 
     def test_output_flood_is_ol(self):
         r = gv_run("import sys\nwhile True: sys.stdout.write('x' * 65536)")["run"]
