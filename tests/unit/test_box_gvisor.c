@@ -1,0 +1,169 @@
+/*
+ * test_box_gvisor.c - what a gVisor box's init gives runsc (box_gvisor.c):
+ * the OCI bundle read back with jansson (every field the program's walls
+ * depend on, and user strings that would break the JSON staying strings),
+ * runsc's command line, and runsc's exit status turned back into the
+ * program's.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "box.h"
+#include "box_internal.h"
+
+static char config_path[64];
+
+static json_t *write_and_load(const struct gvisor_stage *g)
+{
+    const char *what = NULL;
+    json_error_t err;
+
+    assert_int_equal(gvisor_write_bundle(config_path, g, &what), 0);
+    json_t *root = json_load_file(config_path, JSON_REJECT_DUPLICATES, &err);
+    if (root == NULL)
+        fail_msg("config.json is not JSON: %s", err.text);
+    return root;
+}
+
+static void test_bundle(void **state)
+{
+    char a0[] = "/usr/bin/python3", a1[] = "a\"b\\c\n\x01", a2[] = "\", \"user\": {\"uid\": 0}, \"x\": \"", a3[] = "";
+    char e0[] = "PATH=/usr/bin:/bin";
+    char *argv[] = {a0, a1, a2, a3, NULL}, *envp[] = {e0, NULL};
+    struct gvisor_stage g = {"/box", argv, envp, 60001, 60001, 10000000, 64 << 20, 4, 256, 64};
+
+    (void)state;
+    json_t *root = write_and_load(&g);
+    json_t *p = json_object_get(root, "process");
+    /* the program's argv and env byte for byte: nothing a user string holds becomes a field */
+    json_t *args = json_object_get(p, "args");
+    assert_int_equal(json_array_size(args), 4);
+    for (size_t i = 0; i < 4; i++)
+        assert_string_equal(json_string_value(json_array_get(args, i)), argv[i]);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(p, "env"), 0)), e0);
+    /* who it runs as: the slot's uid and gid, no capability, no privilege to gain */
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(p, "user"), "uid")), 60001);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(p, "user"), "gid")), 60001);
+    assert_true(json_is_true(json_object_get(p, "noNewPrivileges")));
+    json_t *caps = json_object_get(p, "capabilities");
+    const char *sets[] = {"bounding", "effective", "inheritable", "permitted", "ambient"};
+    for (size_t i = 0; i < 5; i++) {
+        assert_true(json_is_array(json_object_get(caps, sets[i])));
+        assert_int_equal(json_array_size(json_object_get(caps, sets[i])), 0);
+    }
+    assert_string_equal(json_string_value(json_object_get(p, "cwd")), "/box");
+    /* its limits inside gVisor (soft = hard), by name */
+    size_t i;
+    json_t *r, *lims = json_object();
+    json_array_foreach(json_object_get(p, "rlimits"), i, r)
+    {
+        assert_true(json_equal(json_object_get(r, "soft"), json_object_get(r, "hard")));
+        json_object_set(lims, json_string_value(json_object_get(r, "type")), json_object_get(r, "hard"));
+    }
+    assert_int_equal(json_integer_value(json_object_get(lims, "RLIMIT_NPROC")), 64);
+    assert_int_equal(json_integer_value(json_object_get(lims, "RLIMIT_FSIZE")), 10000000);
+    assert_int_equal(json_integer_value(json_object_get(lims, "RLIMIT_NOFILE")), 256);
+    assert_int_equal(json_integer_value(json_object_get(lims, "RLIMIT_CPU")), 4);
+    assert_int_equal(json_integer_value(json_object_get(lims, "RLIMIT_CORE")), 0);
+    json_decref(lims);
+    /* the root read-only, /box the one read-write bind, gVisor's own /proc and /tmp */
+    assert_true(json_is_true(json_object_get(json_object_get(root, "root"), "readonly")));
+    assert_string_equal(json_string_value(json_object_get(json_object_get(root, "root"), "path")), "/");
+    size_t binds = 0;
+    json_t *m;
+    json_array_foreach(json_object_get(root, "mounts"), i, m)
+    {
+        const char *type = json_string_value(json_object_get(m, "type"));
+        if (strcmp(type, "bind") == 0) {
+            binds++;
+            assert_string_equal(json_string_value(json_object_get(m, "destination")), "/box");
+            assert_string_equal(json_string_value(json_object_get(m, "source")), "/box");
+        } else {
+            assert_true(strcmp(type, "proc") == 0 || strcmp(type, "tmpfs") == 0);
+        }
+    }
+    assert_int_equal(binds, 1);
+    /* a network namespace of its own: none named, so runsc makes one (with --network=none) */
+    json_t *ns;
+    int has_net = 0;
+    json_array_foreach(json_object_get(json_object_get(root, "linux"), "namespaces"), i, ns)
+    {
+        assert_null(json_object_get(ns, "path"));
+        has_net |= strcmp(json_string_value(json_object_get(ns, "type")), "network") == 0;
+    }
+    assert_true(has_net);
+    json_decref(root);
+
+    /* the platform probe's bundle: no /box, cwd / */
+    g.box = NULL;
+    root = write_and_load(&g);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(root, "process"), "cwd")), "/");
+    json_array_foreach(json_object_get(root, "mounts"), i, m)
+        assert_string_not_equal(json_string_value(json_object_get(m, "type")), "bind");
+    json_decref(root);
+}
+
+static void test_runsc_command_line(void **state)
+{
+    struct runsc_cmd c;
+    const char *want[] = {"/usr/bin/runsc",
+                          "--root=/tmp/.moat-gvisor/state",
+                          "--network=none",
+                          "--platform=ptrace",
+                          "--ignore-cgroups",
+                          "run",
+                          "--bundle",
+                          "/tmp/.moat-gvisor/bundle",
+                          "run",
+                          NULL};
+
+    (void)state;
+    gvisor_runsc_cmd(&c, "/usr/bin/runsc", "ptrace", GVISOR_DIR, "run");
+    for (size_t i = 0; want[i]; i++)
+        assert_string_equal(c.argv[i], want[i]);
+    assert_null(c.argv[9]);
+}
+
+static void test_wait_status(void **state)
+{
+    (void)state;
+    /* exit 128+N: the program was killed by N */
+    int st = gvisor_wait_status(139 << 8);
+    assert_true(WIFSIGNALED(st));
+    assert_int_equal(WTERMSIG(st), 11);
+    st = gvisor_wait_status((128 + 64) << 8);
+    assert_true(WIFSIGNALED(st));
+    assert_int_equal(WTERMSIG(st), 64);
+    /* anything else is the program's own exit code, 128 (runsc's own failure) included */
+    const int codes[] = {0, 3, 127, 128, 193, 255};
+    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+        st = gvisor_wait_status(codes[i] << 8);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), codes[i]);
+    }
+    /* runsc itself killed (a limit, the host): as it is */
+    assert_int_equal(gvisor_wait_status(SIGKILL), SIGKILL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bundle),
+        cmocka_unit_test(test_runsc_command_line),
+        cmocka_unit_test(test_wait_status),
+    };
+    snprintf(config_path, sizeof(config_path), "/tmp/moat-test-gvisor-%d.json", (int)getpid());
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    unlink(config_path);
+    return rc;
+}
