@@ -731,7 +731,18 @@ static int killed_for_memory(const struct box_run *h, const struct cg_usage *u, 
     return !u->oom_exact && u->limit_hits > 0 && (!h->have_report || res->status != MOAT_STATUS_OK);
 }
 
-static void classify(const struct box_run *h, const struct cg_usage *u, struct box_result *res)
+/*
+ * SIGXCPU is TO only when the stage's CPU time, as the cgroup measured it,
+ * passed its limit: RLIMIT_CPU (a backstop above the limit) sends it then.
+ * A program can send it to itself, and under gVisor an exit code of 152
+ * reads as it (gvisor_wait_status): neither may forge a CPU verdict (S36).
+ */
+static int cpu_limit_reached(const struct cg_usage *u, uint64_t cpu_limit_ns)
+{
+    return cpu_limit_ns > 0 && u->cpu_ns >= cpu_limit_ns;
+}
+
+static void classify(const struct box_run *h, const struct cg_usage *u, uint64_t cpu_limit_ns, struct box_result *res)
 {
     if (h->have_report && h->report.kind == REPORT_EXITED) {
         int st = h->report.wait_status;
@@ -760,7 +771,7 @@ static void classify(const struct box_run *h, const struct cg_usage *u, struct b
             res->has_signal = 1;
             res->signal = SIGKILL;
         }
-    } else if (res->status == MOAT_STATUS_SG && res->signal == SIGXCPU) {
+    } else if (res->status == MOAT_STATUS_SG && res->signal == SIGXCPU && cpu_limit_reached(u, cpu_limit_ns)) {
         res->status = MOAT_STATUS_TO;
         res->clock = MOAT_CLOCK_CPU;
         snprintf(res->message, sizeof(res->message), "cpu-time limit exceeded");
@@ -890,7 +901,7 @@ int box_run_stage_io(struct slot *s, int stage, const struct box_stage *st, cons
     u.limit_hits = u.limit_hits > base.limit_hits ? u.limit_hits - base.limit_hits : 0;
     res->cpu_ms = u.cpu_ns / 1000000;
     res->memory_bytes = u.memory_peak;
-    classify(&h, &u, res);
+    classify(&h, &u, st->lim.cpu_ms * 1000000ull, res);
     if (res->status != MOAT_STATUS_OK)
         w->broken = 1; /* later stages of this job do not run */
     rc = 0;

@@ -8,8 +8,8 @@
  * Policy: default deny (EPERM).  Only native x86-64 calls exist: 32-bit
  * (int 0x80) and x32 calls kill the process.  A few calls are allowed only
  * with harmless arguments: clone without namespace flags, socket for
- * AF_UNIX/AF_INET/AF_INET6, ioctl except TIOCSTI/TIOCLINUX, personality
- * queries and PER_LINUX.  clone3 answers ENOSYS so libc falls back to
+ * AF_UNIX/AF_INET/AF_INET6 with protocol 0, TCP or UDP, ioctl except
+ * TIOCSTI/TIOCLINUX, personality queries and PER_LINUX.  clone3 answers ENOSYS so libc falls back to
  * clone, whose flags we can inspect.  Everything Docker's default profile
  * denies is absent from the list, and so are the new mount API, io_uring,
  * namespaces, ptrace-like calls, keyrings, BPF and perf.
@@ -30,6 +30,7 @@
 #include <linux/filter.h>
 #include <linux/sched.h>
 #include <linux/seccomp.h>
+#include <netinet/in.h>
 #include <seccomp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,11 +290,11 @@ static const struct seccomp_rule rules[] = {
     {"statmount", SCMP_ACT_ERRNO(ENOSYS), {0}},
     /* clone: no namespace flags (S10, S20) */
     {"clone", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_MASKED_EQ, SECCOMP_CLONE_NS_FLAGS, 0)},
-    /* socket: unix, inet and inet6 only (S22) */
+    /* socket: unix, inet and inet6 only (S22); its protocol: arg_prefix (S35) */
     {"socket", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_EQ, AF_UNIX, 0)},
     {"socket", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_EQ, AF_INET, 0)},
     {"socket", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_EQ, AF_INET6, 0)},
-    /* ioctl is filtered by the hand-written prefix (tty_ioctl_prefix) */
+    /* ioctl is filtered by the hand-written prefix (arg_prefix) */
     {"ioctl", SCMP_ACT_ALLOW, {0}},
     /* preadv2: not RWF_NOWAIT, which probes the shared page cache (S28) */
     {"preadv2", SCMP_ACT_ALLOW, SECCOMP_ARG(5, SCMP_CMP_MASKED_EQ, RWF_NOWAIT, 0)},
@@ -311,30 +312,45 @@ static const struct seccomp_spec box_spec = {
 };
 
 /*
- * ioctl(TIOCSTI) and ioctl(TIOCLINUX) are refused by a few BPF instructions
- * run before libseccomp's program.  The kernel truncates the request to 32
- * bits, so the comparison must look only at the low word of args[1]; a
- * libseccomp 2.5 rule cannot express "low word differs" (one comparison per
- * argument), hence the prefix.  Jumps in BPF are relative, so prepending
- * leaves the libseccomp program valid.
+ * Two argument checks libseccomp 2.5 cannot express are a few BPF
+ * instructions run before libseccomp's program.  Jumps in BPF are relative,
+ * so prepending leaves the libseccomp program valid.
+ *
+ * ioctl(TIOCSTI) and ioctl(TIOCLINUX) are refused.  The kernel truncates the
+ * request to 32 bits, so the comparison must look only at the low word of
+ * args[1]; a libseccomp rule cannot express "low word differs" (one
+ * comparison per argument).
+ *
+ * socket() only with protocol 0, IPPROTO_TCP or IPPROTO_UDP (S35): the rule
+ * on its family (below) cannot also look at the protocol, and an inet
+ * socket of another protocol is a way around Landlock's TCP rules (ABI 4
+ * handles TCP only: an IPPROTO_MPTCP socket binds and connects as if no
+ * rule existed, so may IPPROTO_SMC and SCTP where loaded).  The kernel
+ * reads the protocol as an int: the low word of args[2].
  */
 #define SECCOMP_DATA_NR         0
 #define SECCOMP_DATA_ARCH       4
 #define SECCOMP_DATA_ARG1_LO    24 /* little-endian low word of args[1] */
+#define SECCOMP_DATA_ARG2_LO    32 /* and of args[2] */
 #define AUDIT_ARCH_X86_64_VALUE 0xc000003eU
 
-static const struct sock_filter tty_ioctl_prefix[] = {
-    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SECCOMP_DATA_ARCH),
-    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64_VALUE, 0, 6),
-    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SECCOMP_DATA_NR),
-    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 4),
-    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SECCOMP_DATA_ARG1_LO),
-    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCSTI, 1, 0),
-    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCLINUX, 0, 1),
-    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-    /* fall through into libseccomp's program */
+static const struct sock_filter arg_prefix[] = {
+    /* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SECCOMP_DATA_ARCH),
+    /* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64_VALUE, 0, 11), /* else to 13 */
+    /* 2 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SECCOMP_DATA_NR),
+    /* 3 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 3), /* else to 7 */
+    /* 4 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SECCOMP_DATA_ARG1_LO),
+    /* 5 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCSTI, 6, 0),     /* to 12 */
+    /* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCLINUX, 5, 6),   /* to 12, else to 13 */
+    /* 7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 0, 5), /* else to 13 */
+    /* 8 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SECCOMP_DATA_ARG2_LO),
+    /* 9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 3, 0),            /* to 13 */
+    /* 10 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPPROTO_TCP, 2, 0), /* to 13 */
+    /* 11 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPPROTO_UDP, 1, 0), /* to 13, else to 12 */
+    /* 12 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+    /* 13: fall through into libseccomp's program */
 };
-#define PREFIX_LEN (sizeof(tty_ioctl_prefix) / sizeof(tty_ioctl_prefix[0]))
+#define PREFIX_LEN (sizeof(arg_prefix) / sizeof(arg_prefix[0]))
 
 int seccomp_policy_build(struct seccomp_prog *out, struct errbuf *e)
 {
@@ -361,12 +377,12 @@ int seccomp_policy_build(struct seccomp_prog *out, struct errbuf *e)
         errf(e, "seccomp: exported program has a bad size");
         goto out;
     }
-    out->insns = malloc(sizeof(tty_ioctl_prefix) + (size_t)size);
+    out->insns = malloc(sizeof(arg_prefix) + (size_t)size);
     if (out->insns == NULL) {
         errf(e, "out of memory");
         goto out;
     }
-    memcpy(out->insns, tty_ioctl_prefix, sizeof(tty_ioctl_prefix));
+    memcpy(out->insns, arg_prefix, sizeof(arg_prefix));
     if (pread(fd, out->insns + PREFIX_LEN, (size_t)size, 0) != size) {
         errf_errno(e, "read seccomp program");
         free(out->insns);

@@ -1,0 +1,118 @@
+"""Attacks on issue 15's two walls (Landlock in every box, gVisor on demand),
+as an outside campaign would make them, through real boxes (`moat-backend
+run`).  Each test names its S-check in tests/SECURITY-CHECKS.md and fails
+when the fix it checks is removed.
+
+S35  Landlock's TCP rules (ABI 4) handle IPPROTO_TCP only: an inet socket
+     of another stream protocol (IPPROTO_MPTCP: bind and connect as if no
+     rule existed; SMC and SCTP where loaded) walks around them.  The box's
+     seccomp allow-list takes inet sockets of protocol 0, TCP and UDP only.
+S36  A program cannot forge a verdict it did not earn: SIGXCPU (which the
+     backend reads as its RLIMIT_CPU backstop, TO) sent to itself, or under
+     gVisor an exit code of 152 (runsc exits 128+N for a signal N), is a
+     signal death (SG), not TO, unless the stage's CPU time passed its
+     limit."""
+
+import json
+import socket
+import unittest
+
+from moat_harness import backend_run, landlock_abi
+from test_escapes import PRELUDE
+from test_gvisor import HAVE_RUNSC, gv_run
+
+IPPROTO_MPTCP = 262
+IPPROTO_SMC = 256
+IPPROTO_SCTP = 132
+IPPROTO_UDPLITE = 136
+
+
+def host_has_mptcp():
+    """Whether this kernel makes MPTCP sockets (net.mptcp.enabled, CONFIG_MPTCP)."""
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM, IPPROTO_MPTCP).close()
+        return True
+    except OSError:
+        return False
+
+
+class InetProtocolTest(unittest.TestCase):
+    """S35: no inet socket but TCP and UDP, so Landlock's TCP rules cannot be walked around."""
+
+    PROBE = PRELUDE + """
+import socket
+out = {}
+for fam, fname in ((socket.AF_INET, 'inet'), (socket.AF_INET6, 'inet6')):
+    for typ, proto in ((socket.SOCK_STREAM, 0), (socket.SOCK_STREAM, 6), (socket.SOCK_DGRAM, 0), (socket.SOCK_DGRAM, 17),
+                       (socket.SOCK_STREAM, %d), (socket.SOCK_STREAM, %d), (socket.SOCK_STREAM, %d), (socket.SOCK_DGRAM, %d)):
+        key = '%%s/%%s/%%d' %% (fname, 'stream' if typ == socket.SOCK_STREAM else 'dgram', proto)
+        try:
+            s = socket.socket(fam, typ, proto)
+        except OSError as e:
+            out[key] = e.errno
+            continue
+        try:
+            s.bind(('127.0.0.1' if fam == socket.AF_INET else '::1', 0))
+            out[key] = 'bound'
+        except OSError as e:
+            out[key] = 'socket'
+fd, err = sc(41, socket.AF_INET, socket.SOCK_STREAM, 6 | (1 << 32))
+out['high'] = err if fd < 0 else 'socket'
+print(json.dumps(out))
+""" % (IPPROTO_MPTCP, IPPROTO_SMC, IPPROTO_SCTP, IPPROTO_UDPLITE)
+
+    def test_s35_only_tcp_and_udp_inet_sockets(self):
+        res = backend_run(self.PROBE)
+        self.assertEqual(res["run"]["code"], 0, res)
+        out = json.loads(res["run"]["stdout"])
+        for fam in ("inet", "inet6"):
+            for key in ("stream/%d" % IPPROTO_MPTCP, "stream/%d" % IPPROTO_SMC, "stream/%d" % IPPROTO_SCTP,
+                        "dgram/%d" % IPPROTO_UDPLITE):
+                # EPERM: the allow-list's answer, whatever this kernel has built in
+                self.assertEqual(out[fam + "/" + key], 1, (fam, key, out))
+            for key in ("stream/0", "stream/6", "dgram/0", "dgram/17"):
+                self.assertIn(out[fam + "/" + key], ("socket", "bound"), (fam, key, out))
+        # the kernel reads the protocol as an int: a high word does not hide TCP
+        self.assertEqual(out["high"], "socket", out)
+
+    def test_s35_mptcp_would_walk_around_landlock(self):
+        # what S35 closes, shown where it applies: with Landlock's TCP rules (ABI >= 4) a TCP bind
+        # is refused but this kernel's MPTCP socket is not a TCP socket to Landlock
+        if landlock_abi() < 4:
+            self.skipTest("this kernel's Landlock ABI is %d: no TCP rules to walk around" % landlock_abi())
+        if not host_has_mptcp():
+            self.skipTest("this kernel makes no MPTCP sockets")
+        res = backend_run(PRELUDE + """
+import socket
+out = {}
+for name, proto in (('tcp', 6), ('mptcp', %d)):
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
+        s.bind(('127.0.0.1', 0))
+        out[name] = 'bound'
+    except OSError as e:
+        out[name] = e.errno
+print(json.dumps(out))
+""" % IPPROTO_MPTCP)
+        out = json.loads(res["run"]["stdout"])
+        self.assertEqual(out, {"tcp": 13, "mptcp": 1}, out)
+
+
+class ForgedVerdictTest(unittest.TestCase):
+    """S36: a program's own signal or exit code never reads as the backend's CPU clock."""
+
+    def test_s36_self_sent_sigxcpu_is_sg_not_to(self):
+        res = backend_run("import os, signal\nos.kill(os.getpid(), signal.SIGXCPU)\n")["run"]
+        self.assertEqual((res["status"], res["signal"]), ("SG", "SIGXCPU"), res)
+        self.assertNotIn("limit", res["message"] or "", res)
+
+    @unittest.skipUnless(HAVE_RUNSC, "runsc is not installed (Debian: apt-get install runsc)")
+    def test_s36_gvisor_exit_152_is_not_to(self):
+        # runsc run exits 128+N for a signal N: 152 reads as SIGXCPU, which must not make a TO
+        res = gv_run("import os\nos._exit(152)\n")["run"]
+        self.assertNotEqual(res["status"], "TO", res)
+        self.assertNotIn("limit", res["message"] or "", res)
+
+
+if __name__ == "__main__":
+    unittest.main()
