@@ -28,21 +28,52 @@ static void fetch_sha256_once(void)
     fetched_sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
 }
 
-int apikey_digest(const char *token, size_t len, uint8_t digest[APIKEY_DIGEST_LEN])
+int apikey_digest_pieces(int (*next)(void *arg, const void **p, size_t *len), void *arg, uint8_t digest[APIKEY_DIGEST_LEN])
 {
     /* one fetched SHA-256 and one context per thread: EVP_Digest with
      * EVP_sha256() looks the algorithm up and allocates a context each call */
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     static __thread EVP_MD_CTX *ctx;
     unsigned int outlen = 0;
+    const void *p;
+    size_t len;
 
     pthread_once(&once, fetch_sha256_once);
     if (fetched_sha256 == NULL || (ctx == NULL && (ctx = EVP_MD_CTX_new()) == NULL))
         return -1;
-    if (EVP_DigestInit_ex2(ctx, fetched_sha256, NULL) != 1 || EVP_DigestUpdate(ctx, token, len) != 1 ||
-        EVP_DigestFinal_ex(ctx, digest, &outlen) != 1 || outlen != APIKEY_DIGEST_LEN)
+    if (EVP_DigestInit_ex2(ctx, fetched_sha256, NULL) != 1)
+        return -1;
+    while (next(arg, &p, &len))
+        if (EVP_DigestUpdate(ctx, p, len) != 1)
+            return -1;
+    if (EVP_DigestFinal_ex(ctx, digest, &outlen) != 1 || outlen != APIKEY_DIGEST_LEN)
         return -1;
     return 0;
+}
+
+struct one_piece {
+    const void *p;
+    size_t len;
+    int given;
+};
+
+static int next_one(void *arg, const void **p, size_t *len)
+{
+    struct one_piece *o = arg;
+
+    if (o->given)
+        return 0;
+    o->given = 1;
+    *p = o->p;
+    *len = o->len;
+    return 1;
+}
+
+int apikey_digest(const char *token, size_t len, uint8_t digest[APIKEY_DIGEST_LEN])
+{
+    struct one_piece o = {token, len, 0};
+
+    return apikey_digest_pieces(next_one, &o, digest);
 }
 
 /* Checksum over token[0..APIKEY_CHECKSUM_OFF - 1) as 8 hex characters. */

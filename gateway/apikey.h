@@ -47,6 +47,11 @@ int apikey_parse(const char *token, size_t len, char id[APIKEY_ID_LEN + 1], cons
 /* SHA-256 of token[0..len); 0 or -1. */
 int apikey_digest(const char *token, size_t len, uint8_t digest[APIKEY_DIGEST_LEN]);
 
+/* SHA-256 of pieces taken in order as one message, each hashed where it
+ * lies (nothing is joined): next(arg, &p, &len) gives the next piece and
+ * returns 1, or 0 after the last.  0 or -1. */
+int apikey_digest_pieces(int (*next)(void *arg, const void **p, size_t *len), void *arg, uint8_t digest[APIKEY_DIGEST_LEN]);
+
 /* Constant-time comparison of two digests: 1 when equal. */
 int apikey_digest_equal(const uint8_t a[APIKEY_DIGEST_LEN], const uint8_t b[APIKEY_DIGEST_LEN]);
 

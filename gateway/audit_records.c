@@ -140,40 +140,119 @@ void gw_audit_add_request(json_t *b, const struct moat_exec_request *q, const vo
     json_object_set_new(b, "limits", gw_audit_limits(q));
 }
 
-static json_t *stage(const struct moat_stage_result *st)
+/* The output a batch result holds, counted and hashed. */
+static void held_output(const struct moat_stage_result *st, struct gw_audit_output *o)
 {
-    char hex[APIKEY_DIGEST_HEX + 1];
+    o->stdout_bytes = st->stdout_len;
+    sha256_hex(st->stdout_data ? (const void *)st->stdout_data : "", st->stdout_len, o->stdout_sha256);
+    o->stderr_bytes = st->stderr_len;
+    sha256_hex(st->stderr_data ? (const void *)st->stderr_data : "", st->stderr_len, o->stderr_sha256);
+}
+
+/* A stage's record: st's status and usage, o's output (NULL: st's own). */
+static json_t *stage(const struct moat_stage_result *st, const struct gw_audit_output *o)
+{
+    struct gw_audit_output held;
     json_t *s = json_object();
+
+    if (o == NULL) {
+        held_output(st, &held);
+        o = &held;
+    }
     json_object_set_new(s, "status", json_string(moat_status_name(st->status)));
     json_object_set_new(s, "code", st->has_code ? json_integer(st->code) : json_null());
     json_object_set_new(s, "signal", st->has_signal ? json_integer(st->signal) : json_null());
     json_object_set_new(s, "cpu_ms", json_integer((json_int_t)st->cpu_ms));
     json_object_set_new(s, "wall_ms", json_integer((json_int_t)st->wall_ms));
     json_object_set_new(s, "memory_bytes", json_integer((json_int_t)st->memory_bytes));
-    sha256_hex(st->stdout_data ? (const void *)st->stdout_data : "", st->stdout_len, hex);
-    json_object_set_new(s, "stdout_bytes", json_integer((json_int_t)st->stdout_len));
-    json_object_set_new(s, "stdout_sha256", json_string(hex));
-    sha256_hex(st->stderr_data ? (const void *)st->stderr_data : "", st->stderr_len, hex);
-    json_object_set_new(s, "stderr_bytes", json_integer((json_int_t)st->stderr_len));
-    json_object_set_new(s, "stderr_sha256", json_string(hex));
+    json_object_set_new(s, "stdout_bytes", json_integer((json_int_t)o->stdout_bytes));
+    json_object_set_new(s, "stdout_sha256", json_string(o->stdout_sha256));
+    json_object_set_new(s, "stderr_bytes", json_integer((json_int_t)o->stderr_bytes));
+    json_object_set_new(s, "stderr_sha256", json_string(o->stderr_sha256));
     return s;
 }
 
-void gw_audit_add_result(json_t *b, const struct moat_exec_request *q, const struct moat_exec_result *res)
+/* out: each stage's output (compile, run), or NULL: res's own. */
+static void add_result(json_t *b, const struct moat_exec_request *q, const struct moat_exec_result *res,
+                       const struct gw_audit_output out[2])
 {
     if (q != NULL)
         json_object_set_new(b, "limits", gw_audit_limits(q));
     if (res->walls != NULL) /* checked by the decoder: [a-z] names joined by '+' */
         json_object_set_new(b, "walls", json_string(res->walls));
     if (res->compile.present)
-        json_object_set_new(b, "compile", stage(&res->compile));
+        json_object_set_new(b, "compile", stage(&res->compile, out != NULL ? &out[0] : NULL));
     if (res->run.present)
-        json_object_set_new(b, "run", stage(&res->run));
+        json_object_set_new(b, "run", stage(&res->run, out != NULL ? &out[1] : NULL));
     if (res->ntests > 0) { /* test cases, or Judge0's number_of_runs: each run stage */
         json_t *runs = json_array();
         for (size_t i = 0; runs != NULL && i < res->ntests; i++)
-            json_array_append_new(runs, stage(&res->tests[i]));
+            json_array_append_new(runs, stage(&res->tests[i], NULL));
         json_object_set_new(b, "test_runs", runs != NULL ? runs : json_null());
+    }
+}
+
+void gw_audit_add_result(json_t *b, const struct moat_exec_request *q, const struct moat_exec_result *res)
+{
+    add_result(b, q, res, NULL);
+}
+
+void gw_audit_add_session_result(json_t *b, const struct moat_exec_request *q, const struct moat_exec_result *res,
+                                 const struct gw_audit_output out[2])
+{
+    add_result(b, q, res, out);
+}
+
+/* Walks a transcript's output chunks of one stage and stream, as
+ * apikey_digest_pieces takes them, counting their bytes.  Data before the
+ * first stage event belongs to none; after a compile stage event, to the
+ * compile stage; otherwise to the run (as session.c's result reads it). */
+struct stage_chunks {
+    const struct gw_transcript *t;
+    size_t i;
+    uint8_t at_stage; /* the stage the walk is in, 0 before the first */
+    int want_compile;
+    uint8_t stream;
+    uint64_t bytes;
+};
+
+static int next_stage_chunk(void *arg, const void **p, size_t *len)
+{
+    struct stage_chunks *c = arg;
+
+    while (c->i < c->t->n) {
+        const struct gw_tr_event *e = &c->t->ev[c->i++];
+        if (e->kind == GW_TR_STAGE)
+            c->at_stage = e->stage;
+        else if (e->kind == GW_TR_DATA && c->at_stage != 0 && e->stream == c->stream && e->len > 0 &&
+                 (c->at_stage == MOAT_STAGE_COMPILE) == c->want_compile) {
+            *p = e->data;
+            *len = e->len;
+            c->bytes += e->len;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The bytes of one stage's stream in t, and their SHA-256 (hex; zeros when
+ * hashing failed, as sha256_hex). */
+static uint64_t stream_digest(const struct gw_transcript *t, int compile, uint8_t stream, char hex[APIKEY_DIGEST_HEX + 1])
+{
+    struct stage_chunks c = {t, 0, 0, compile, stream, 0};
+    uint8_t h[APIKEY_DIGEST_LEN];
+
+    if (apikey_digest_pieces(next_stage_chunk, &c, h) != 0)
+        memset(h, 0, sizeof(h));
+    moat_hex_encode(h, sizeof(h), hex);
+    return c.bytes;
+}
+
+void gw_audit_transcript_output(const struct gw_transcript *t, struct gw_audit_output out[2])
+{
+    for (int k = 0; k < 2; k++) {
+        out[k].stdout_bytes = stream_digest(t, k == 0, GW_TR_STDOUT, out[k].stdout_sha256);
+        out[k].stderr_bytes = stream_digest(t, k == 0, GW_TR_STDERR, out[k].stderr_sha256);
     }
 }
 

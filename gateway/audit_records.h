@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "apikey.h"
 #include "moat_proto.h"
 #include "transcript.h"
 
@@ -27,8 +28,25 @@ json_t *gw_audit_base(const struct gw_audit_who *who, const char *type);
 void gw_audit_add_decision(json_t *b, const char *decision, const char *reason, const char *rule, int status, const char *message);
 /* canonical: the encoded request frame the backend received */
 void gw_audit_add_request(json_t *b, const struct moat_exec_request *q, const void *canonical, size_t canonical_len);
-/* q: the request as sent (its limits applied are recorded too), or NULL. */
+/* q: the request as sent (its limits applied are recorded too), or NULL.
+ * Each stage's stdout_bytes and stdout_sha256 (stderr's too) are of the
+ * output res holds. */
 void gw_audit_add_result(json_t *b, const struct moat_exec_request *q, const struct moat_exec_result *res);
+
+/* A stage's output as a result record states it: each stream's byte count
+ * and the SHA-256 (hex) of its bytes. */
+struct gw_audit_output {
+    uint64_t stdout_bytes, stderr_bytes;
+    char stdout_sha256[APIKEY_DIGEST_HEX + 1];
+    char stderr_sha256[APIKEY_DIGEST_HEX + 1];
+};
+/* A session's output, which its result does not hold: out[0] the compile
+ * stage's, out[1] the run's, from the chunks of t (each hashed where it
+ * lies, none copied).  Call on the session's thread (no lock). */
+void gw_audit_transcript_output(const struct gw_transcript *t, struct gw_audit_output out[2]);
+/* gw_audit_add_result for a session: res's statuses, out's output. */
+void gw_audit_add_session_result(json_t *b, const struct moat_exec_request *q, const struct moat_exec_result *res,
+                                 const struct gw_audit_output out[2]);
 /* The limits applied, after the policy's defaults: {run_timeout_ms, compile_timeout_ms, run_memory_bytes,
  * compile_memory_bytes, run_cpu_ms, compile_cpu_ms, run_stack_kib, run_processes, run_file_size_kib}, -1
  * for "the backend's own" (a CPU limit or rlimit the request and the tenant left to the language). */

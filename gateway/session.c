@@ -29,7 +29,9 @@
  *                which closes the backend connection: the backend kills
  *                the box at once.
  *   6 result     one result record whose packet holds the whole
- *                transcript, durable before the client hears "Job
+ *                transcript (the record's stdout_bytes, stdout_sha256 and
+ *                stderr's are each stage's chunks, hashed where the
+ *                transcript holds them), durable before the client hears "Job
  *                Completed" (4999); when the trail cannot take it the
  *                client gets an error and 4002 instead.
  *
@@ -550,6 +552,7 @@ static void record_result(struct gw_session *s)
 {
     struct moat_exec_result res;
     struct stage_acc acc[2];
+    struct gw_audit_output output[2];
     struct gw_audit_who who;
     struct gw_session_packet packet;
     struct gw_audit_filler fill = {0, gw_audit_session_packet_write, &packet};
@@ -588,7 +591,9 @@ static void record_result(struct gw_session *s)
                                                                 : "backend",
                                   NULL, s->error_status ? s->error_status : 499,
                                   s->error_message[0] ? s->error_message : "the client closed the session");
-        gw_audit_add_result(b, &s->ereq, &res);
+        /* the output is in the transcript only: counted and hashed there */
+        gw_audit_transcript_output(s->tr, output);
+        gw_audit_add_session_result(b, &s->ereq, &res, output);
         if ((extra = json_object()) != NULL) {
             json_object_set_new(extra, "transcript_events", json_integer((json_int_t)s->tr->n));
             json_object_set_new(extra, "stdin_bytes", json_integer((json_int_t)s->out_total[GW_TR_STDIN]));

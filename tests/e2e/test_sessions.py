@@ -8,6 +8,8 @@ needs (generous deadlines), and the one timing claim (output arrives
 before the program ends) is measured against the program's own sleep."""
 
 import asyncio
+import base64
+import hashlib
 import json
 import os
 import shutil
@@ -469,6 +471,7 @@ class SessionTest(unittest.TestCase):
                      headers={"Authorization": "Bearer " + self.stack.token, "Content-Type": "application/json",
                               "Accept": "application/x-ndjson"})
         resp = conn.getresponse()
+        self.ndjson_request_id = resp.getheader("x-request-id")
         lines = []
         while True:
             line = resp.readline()
@@ -540,6 +543,71 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(kinds, [("request", "allowed"), ("request", "allowed"), ("result", "allowed")])
         self.assertIn("packet", recs[-1])
         self.assertEqual(recs[-1]["walls"], expected_walls())  # SESSION_READY's, kept for the result
+
+    def session_result(self, rid):
+        """The session's result record and its packet, once durable."""
+        wait_until(lambda: any(r.get("request_id") == rid and r["type"] == "result" for r in self.stack.audit_records()),
+                   "the session's result record")
+        rec = next(r for r in self.stack.audit_records() if r.get("request_id") == rid and r["type"] == "result")
+        p = subprocess.run([MOAT_AUDIT, "show", self.stack.audit_dir, rid, "--raw-packet"], capture_output=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return rec, json.loads(p.stdout)
+
+    def run_session(self, language, code):
+        """A session of code that reads nothing, to its end; its result record and packet."""
+        async def go():
+            ws = await connect(self.stack)
+            await ws.send(init_message(language, code))
+            _, close, _ = await events_until_close(ws)
+            return ws.response_headers["x-request-id"], close
+
+        rid, close = run(go())
+        self.assertEqual(close, 4999)
+        return self.session_result(rid)
+
+    def assert_output(self, stage, out, err):
+        """A result record's stage states the bytes the program wrote."""
+        self.assertEqual((stage["stdout_bytes"], stage["stdout_sha256"]), (len(out), hashlib.sha256(out).hexdigest()))
+        self.assertEqual((stage["stderr_bytes"], stage["stderr_sha256"]), (len(err), hashlib.sha256(err).hexdigest()))
+
+    def test_result_record_states_the_output(self):
+        # the record says what the program printed, not the empty output the
+        # packet's result carries (the transcript holds the bytes): many
+        # chunks on each stream, not text, interleaved
+        out = b"".join(b"%05d \xff\x00 out line\n" % i for i in range(4000))
+        err = b"".join(b"%05d err\n" % i for i in range(3000))
+        code = ("import sys\no, e = sys.stdout.buffer, sys.stderr.buffer\n"
+                "for i in range(4000):\n    o.write(b'%05d \\xff\\x00 out line\\n' % i)\n"
+                "    if i < 3000: e.write(b'%05d err\\n' % i)\n    if i % 500 == 0: o.flush(); e.flush()\n")
+
+        rec, packet = self.run_session("python", code)
+        self.assertNotIn("compile", rec)
+        self.assertEqual((rec["run"]["status"], rec["run"]["code"]), ("OK", 0))
+        self.assert_output(rec["run"], out, err)
+        chunks = [e for e in packet["transcript"] if e["event"] == "data" and e["stream"] == "stdout"]
+        self.assertGreater(len(chunks), 1)  # hashed over several chunks
+        self.assertEqual(packet["result"]["run"]["stdout"], "")  # audit/FORMAT.md: the transcript holds it
+        # a streamed execute's record too
+        st, _, lines = self.ndjson({"language": "python", "version": "*", "files": [{"content": code}]})
+        self.assertEqual((st, lines[-1][1]["type"]), (200, "result"))
+        self.assert_output(self.session_result(self.ndjson_request_id)[0]["run"], out, err)
+
+    def test_result_record_states_each_stage(self):
+        # a compiler warning is the compile stage's stderr, the program's output the run's
+        code = '#include <stdio.h>\n#warning moat-compile-warning\nint main(void){fputs("to err\\n", stderr); puts("to out"); return 0;}\n'
+
+        rec, packet = self.run_session("c", code)
+        streams = {"compile": {"stdout": b"", "stderr": b""}, "run": {"stdout": b"", "stderr": b""}}
+        at = None
+        for e in packet["transcript"]:
+            if e["event"] == "stage":
+                at = e["stage"]
+            elif e["event"] == "data" and e["stream"] != "stdin":
+                streams[at][e["stream"]] += base64.b64decode(e["data_base64"])
+        self.assertIn(b"moat-compile-warning", streams["compile"]["stderr"])
+        self.assertEqual(streams["run"], {"stdout": b"to out\n", "stderr": b"to err\n"})
+        self.assert_output(rec["compile"], streams["compile"]["stdout"], streams["compile"]["stderr"])
+        self.assert_output(rec["run"], b"to out\n", b"to err\n")
 
 
     # ---- fail closed ----------------------------------------------------------------

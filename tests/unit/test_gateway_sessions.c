@@ -16,7 +16,9 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "apikey.h"
 #include "audit_records.h"
+#include "moat_hex.h"
 #include "session_registry.h"
 #include "transcript.h"
 
@@ -269,11 +271,88 @@ static void test_session_packet(void **state)
     gw_transcript_release(t);
 }
 
+/* A chunk of len bytes on stream. */
+static void chunk(struct gw_transcript *t, uint8_t stream, const char *data, size_t len)
+{
+    struct gw_tr_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = GW_TR_DATA;
+    ev.stream = stream;
+    ev.len = len;
+    ev.data = malloc(len);
+    memcpy(ev.data, data, len);
+    assert_int_equal(gw_transcript_append(t, &ev), 0);
+}
+
+static void stage_event(struct gw_transcript *t, uint8_t stage)
+{
+    struct gw_tr_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = GW_TR_STAGE;
+    ev.stage = stage;
+    assert_int_equal(gw_transcript_append(t, &ev), 0);
+}
+
+static void assert_sha256(const char *hex, const char *data, size_t len)
+{
+    uint8_t h[APIKEY_DIGEST_LEN];
+    char want[APIKEY_DIGEST_HEX + 1];
+
+    assert_int_equal(apikey_digest(data, len, h), 0);
+    moat_hex_encode(h, sizeof(h), want);
+    assert_string_equal(hex, want);
+}
+
+/* A session's result record states each stage's output as its transcript
+ * holds it: every chunk of the stage and stream, in order, hashed as one;
+ * stdin, and anything before the first stage, belong to no stage's output. */
+static void test_transcript_output(void **state)
+{
+    struct gw_transcript *t = gw_transcript_new();
+    struct gw_audit_output out[2];
+    struct moat_exec_result res;
+    json_t *b = json_object(), *run;
+
+    (void)state;
+    chunk(t, GW_TR_STDOUT, "early", 5);
+    stage_event(t, MOAT_STAGE_COMPILE);
+    chunk(t, GW_TR_STDERR, "warn", 4);
+    chunk(t, GW_TR_STDIN, "typed\n", 6);
+    chunk(t, GW_TR_STDERR, "ing\n", 4);
+    stage_event(t, MOAT_STAGE_RUN);
+    chunk(t, GW_TR_STDOUT, "a\0b", 3);
+    chunk(t, GW_TR_STDERR, "e", 1);
+    chunk(t, GW_TR_STDOUT, "\xff\n", 2);
+
+    gw_audit_transcript_output(t, out);
+    assert_int_equal(out[0].stdout_bytes, 0);
+    assert_sha256(out[0].stdout_sha256, "", 0);
+    assert_int_equal(out[0].stderr_bytes, 8);
+    assert_sha256(out[0].stderr_sha256, "warning\n", 8);
+    assert_int_equal(out[1].stdout_bytes, 5);
+    assert_sha256(out[1].stdout_sha256, "a\0b\xff\n", 5);
+    assert_int_equal(out[1].stderr_bytes, 1);
+    assert_sha256(out[1].stderr_sha256, "e", 1);
+
+    /* the record carries them, not the result's (empty) output */
+    memset(&res, 0, sizeof(res));
+    res.compile.present = res.run.present = 1;
+    gw_audit_add_session_result(b, NULL, &res, out);
+    run = json_object_get(b, "run");
+    assert_int_equal(json_integer_value(json_object_get(run, "stdout_bytes")), 5);
+    assert_string_equal(json_string_value(json_object_get(run, "stdout_sha256")), out[1].stdout_sha256);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(b, "compile"), "stderr_bytes")), 8);
+    json_decref(b);
+    gw_transcript_release(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counts),       cmocka_unit_test(test_watch_tokens),   cmocka_unit_test(test_transcript_reads),
-        cmocka_unit_test(test_data_message), cmocka_unit_test(test_session_packet),
+        cmocka_unit_test(test_data_message), cmocka_unit_test(test_session_packet), cmocka_unit_test(test_transcript_output),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
