@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench_landlock - a job's latency with the Landlock wall against without it (issue 15 item 1).
 
-    python3 tests/bench/bench_landlock.py [--build-dir build] [--jobs 40] [--rounds 5] [--smoke]
+    python3 tests/bench/bench_landlock.py [--build-dir build] [--jobs 40] [--rounds 5] [--control] [--smoke]
 
 Run as root.  It starts two moat-backends side by side, one as shipped (Landlock
 on, where the kernel has it) and one with --no-landlock, each -j 1 (one job at a
@@ -13,7 +13,7 @@ Each job is `python3 -B main.code` where the file holds `pass`: the job's fixed
 cost, where a per-job cost weighs most, and a program start that opens a few
 hundred files under the rules.
 
-Per round: --jobs jobs on each backend, interleaved job by job in pairs (on,
+Per round: two fresh backends (started in turn first), then --jobs jobs on each, interleaved job by job in pairs (on,
 off, then off, on, ...) so that drift in the machine's load hits both alike.  A
 job's latency is from sending the EXEC_REQUEST to reading its EXEC_RESULT; each
 must end OK and name its walls (namespaces+seccomp+landlock against
@@ -24,6 +24,9 @@ moves more between rounds than Landlock costs), and beside it the median of the
 rounds' ratios and the run stage's CPU time per job (the cgroup's, in whole ms,
 averaged: the program's own cost, Landlock's checks included, whatever else
 the machine runs).  Goal: on / off <= 1.02.
+
+--control runs both backends with --no-landlock (the "landlock" series too):
+the method's own bias and noise, an A/A run to read the figures against.
 
 Exit status: 0 when every job ran OK; 1 on any error; 0 with a line saying so
 when the kernel has no Landlock (nothing to compare).  Missing the goal is
@@ -41,6 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.abspath(os.path.join(HERE, "..", ".."))
 GOAL = 1.02
 WALLS = {True: "namespaces+seccomp+landlock", False: "namespaces+seccomp"}
+CONTROL = False  # --control: the "landlock" backend runs without it too
 
 
 def timed_job(sock_path, job_id, landlock, h):
@@ -56,8 +60,8 @@ def timed_job(sock_path, job_id, landlock, h):
     if msg is None or msg[0] != h.MSG_EXEC_RESULT:
         raise RuntimeError("job %d (landlock %s): no result: %r" % (job_id, landlock, msg and h.error_of(msg[2])))
     walls = b"".join(v for tag, v in h.parse_tlvs(msg[2]) if tag == 3).decode()
-    if walls != WALLS[landlock]:
-        raise RuntimeError("job %d: walls %r, expected %r" % (job_id, walls, WALLS[landlock]))
+    if walls != WALLS[landlock and not CONTROL]:
+        raise RuntimeError("job %d: walls %r, expected %r" % (job_id, walls, WALLS[landlock and not CONTROL]))
     run = h.run_stage_of(msg[2])
     if run["status"] != h.STATUS_OK:
         raise RuntimeError("job %d (landlock %s): status %d" % (job_id, landlock, run["status"]))
@@ -81,10 +85,13 @@ def main():
     ap.add_argument("--build-dir", default=os.path.join(SOURCE, "build"))
     ap.add_argument("--jobs", type=int, default=40, help="jobs of each series per round")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--control", action="store_true", help="both backends without Landlock: an A/A run")
     ap.add_argument("--smoke", action="store_true", help="3 jobs, 1 round: checks it runs, the figures mean nothing")
     args = ap.parse_args()
     if args.smoke:
         args.jobs, args.rounds = 3, 1
+    global CONTROL
+    CONTROL = args.control
     os.environ["MOAT_BUILD_DIR"] = os.path.abspath(args.build_dir)
     sys.path.insert(0, os.path.join(SOURCE, "tests", "e2e"))
     import moat_harness as h  # noqa: E402  (reads MOAT_BUILD_DIR)
@@ -95,14 +102,17 @@ def main():
         return 0
     stacks = {}
     try:
-        stacks[True] = backend(h, "on", [])
-        stacks[False] = backend(h, "off", ["--no-landlock"])
         job = 0
-        for landlock in (True, False, True, False):  # warm: the page cache of python, each backend's first box
-            job += 1
-            timed_job(stacks[landlock].socket, job, landlock, h)
         ratios, pairs, all_on, all_off, cpu = [], [], [], [], {True: 0, False: 0}
         for r in range(args.rounds):
+            # fresh backends each round, started in turn first: two backends identical but for
+            # the option differ by a few % by themselves (which slot, uid and group they got)
+            for landlock in ((True, False) if r % 2 == 0 else (False, True)):
+                off = not landlock or args.control
+                stacks[landlock] = backend(h, "on" if landlock else "off", ["--no-landlock"] if off else [])
+            for landlock in (True, False, True, False):  # warm: the page cache, each backend's first boxes
+                job += 1
+                timed_job(stacks[landlock].socket, job, landlock, h)
             series = {True: [], False: []}
             for i in range(args.jobs):
                 for landlock in ((True, False) if i % 2 == 0 else (False, True)):
@@ -117,7 +127,11 @@ def main():
             all_off += series[False]
             print("round %d: landlock %.2f ms, without %.2f ms (medians of %d): %.3fx" %
                   (r + 1, on * 1000, off * 1000, args.jobs, ratios[-1]), flush=True)
+            for landlock in (True, False):
+                stacks.pop(landlock).stop()
         ratio = statistics.median(pairs)
+        if args.control:
+            print("\ncontrol run: both backends without Landlock")
         print("\nLandlock ABI %d; %d rounds of %d jobs each: with landlock median %.2f ms, without %.2f ms" %
               (abi, args.rounds, args.jobs, statistics.median(all_on) * 1000, statistics.median(all_off) * 1000))
         print("median of the rounds' ratios: %.3fx" % statistics.median(ratios))
