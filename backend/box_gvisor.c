@@ -49,12 +49,15 @@
  * box_init.c).
  */
 #include <errno.h>
+#include <linux/capability.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -246,6 +249,46 @@ int gvisor_make_dirs(void)
             return -1;
     }
     return 0;
+}
+
+/*
+ * What runsc may keep of root's capabilities: what it, its gofer and its
+ * sandbox use (namespaces, mounts, chroot, the uid map, ptrace of the
+ * sentry's stubs, the gofer's file rights, dropping the rest; locked
+ * memory and rlimits for the platforms; --network=none needs no network
+ * capability).  runsc run stays root for the whole stage, outside any
+ * seccomp filter, talking to the sandbox; a bug there must not be the
+ * host's CAP_SYS_MODULE (a module
+ * from /box), CAP_SYS_TIME (the host's clock), CAP_SYS_RAWIO, CAP_BPF,
+ * CAP_PERFMON, CAP_SYSLOG, CAP_MAC_ADMIN ... (S37).  Every other
+ * capability, and any the kernel adds later, leaves the bounding set, and
+ * the inheritable set is emptied (root's execve takes the file's
+ * inheritable set as all).
+ */
+static const int runsc_caps[] = {
+    CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER,     CAP_FSETID,    CAP_KILL,     CAP_SETGID,
+    CAP_SETUID, CAP_SETPCAP,      CAP_SYS_CHROOT,      CAP_SYS_PTRACE, CAP_SYS_ADMIN, CAP_IPC_LOCK, CAP_SYS_RESOURCE,
+};
+
+int gvisor_drop_caps(void)
+{
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+
+    for (int cap = 0; cap < 64; cap++) {
+        int keep = 0;
+        for (size_t i = 0; i < sizeof(runsc_caps) / sizeof(runsc_caps[0]); i++)
+            keep |= runsc_caps[i] == cap;
+        if (keep || prctl(PR_CAPBSET_READ, cap, 0, 0, 0) != 1)
+            continue; /* kept, or no such capability on this kernel */
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0)
+            return -1;
+    }
+    if (syscall(SYS_capget, &hdr, data) != 0)
+        return -1;
+    for (int i = 0; i < _LINUX_CAPABILITY_U32S_3; i++)
+        data[i].inheritable = 0;
+    return syscall(SYS_capset, &hdr, data) == 0 ? 0 : -1;
 }
 
 int gvisor_wait_status(int status)

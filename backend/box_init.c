@@ -772,6 +772,8 @@ static __attribute__((noreturn)) void exec_runsc(const struct init_args *a, cons
     const char *what;
 
     RLIM(RLIMIT_CORE, 0);
+    if (gvisor_drop_caps() != 0)
+        exec_die(errfd, stage, "gVisor: drop capabilities runsc does not use");
     if (gvisor_write_bundle(GVISOR_DIR "/bundle/config.json", &g, &what) != 0)
         exec_die(errfd, stage, what);
     if (chdir(GVISOR_DIR) != 0)

@@ -110,6 +110,9 @@ struct runsc_cmd {
 };
 void gvisor_runsc_cmd(struct runsc_cmd *c, const char *runsc, const char *platform, const char *dir, const char *id);
 /* runsc's wait status as the program's: exit 128+N becomes "killed by N". */
+/* In runsc's stage child before its execve: the bounding set down to what
+ * runsc uses, the inheritable set empty.  0 or -1 (errno). */
+int gvisor_drop_caps(void);
 int gvisor_wait_status(int status);
 
 /* The box's pid 1; runs in the cloned child and never returns. */

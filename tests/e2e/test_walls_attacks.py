@@ -11,15 +11,22 @@ S36  A program cannot forge a verdict it did not earn: SIGXCPU (which the
      backend reads as its RLIMIT_CPU backstop, TO) sent to itself, or under
      gVisor an exit code of 152 (runsc exits 128+N for a signal N), is a
      signal death (SG), not TO, unless the stage's CPU time passed its
-     limit."""
+     limit.
+S37  runsc runs as root of the box (in the host's user namespace) for the
+     whole stage, outside any seccomp filter: it holds only the
+     capabilities it uses, not CAP_SYS_MODULE, CAP_SYS_TIME, CAP_SYS_RAWIO,
+     CAP_BPF and the rest, and no inheritable ones."""
 
 import json
+import os
+import signal
 import socket
+import subprocess
 import unittest
 
-from moat_harness import backend_run, landlock_abi
+from moat_harness import BACKEND, LANGUAGES, backend_run, box_pids, landlock_abi, uid_base, wait_until
 from test_escapes import PRELUDE
-from test_gvisor import HAVE_RUNSC, gv_run
+from test_gvisor import GVISOR, HAVE_RUNSC, gv_run
 
 IPPROTO_MPTCP = 262
 IPPROTO_SMC = 256
@@ -112,6 +119,64 @@ class ForgedVerdictTest(unittest.TestCase):
         res = gv_run("import os\nos._exit(152)\n")["run"]
         self.assertNotEqual(res["status"], "TO", res)
         self.assertNotIn("limit", res["message"] or "", res)
+
+
+# What runsc may hold (backend/box_gvisor.c runsc_caps): CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH,
+# FOWNER, FSETID, KILL, SETGID, SETUID, SETPCAP, SYS_CHROOT, SYS_PTRACE, SYS_ADMIN, IPC_LOCK,
+# SYS_RESOURCE
+RUNSC_CAPS = sum(1 << c for c in (0, 1, 2, 3, 4, 5, 6, 7, 8, 18, 19, 21, 14, 24))
+NEVER = {"CAP_SYS_MODULE": 16, "CAP_SYS_RAWIO": 17, "CAP_SYS_BOOT": 22, "CAP_SYS_TIME": 25, "CAP_MKNOD": 27,
+         "CAP_MAC_ADMIN": 33, "CAP_SYSLOG": 34, "CAP_PERFMON": 38, "CAP_BPF": 39}
+
+
+def status_caps(pid):
+    """{CapInh, CapBnd, CapEff: int} of a host process, or None once it is gone."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            return {k: int(v, 16) for k, v in (line.split(":\t") for line in f) if k in ("CapInh", "CapBnd", "CapEff")}
+    except (OSError, ValueError):
+        return None
+
+
+@unittest.skipUnless(HAVE_RUNSC, "runsc is not installed (Debian: apt-get install runsc)")
+class RunscCapabilitiesTest(unittest.TestCase):
+    """S37: the root processes runsc leaves in the host's user namespace hold only what it uses."""
+
+    def test_s37_runsc_holds_only_the_capabilities_it_uses(self):
+        tag = "moat-wa-c%d" % os.getpid()
+        cmd = [BACKEND, "run", "-L", LANGUAGES, "-r", "/run/" + tag, "-n", tag, "--uid-base", str(uid_base(tag)), "-l", "python",
+               "-c", "import time\nprint('up', flush=True)\ntime.sleep(600)\n", "-o", "run_timeout=600000", "--run-timeout",
+               "600000", *GVISOR]
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        own_userns = os.readlink("/proc/self/ns/user")
+
+        def runsc_root_processes():
+            found = {}
+            for pid in box_pids(tag):
+                try:
+                    with open("/proc/%d/cmdline" % pid, "rb") as f:
+                        argv = f.read().split(b"\0")
+                    same_userns = os.readlink("/proc/%d/ns/user" % pid) == own_userns
+                except OSError:
+                    continue
+                # runsc run and its gofer (the sandbox is nobody in a user namespace of its own)
+                if same_userns and any(a.startswith(b"--root=/tmp/.moat-gvisor") for a in argv):
+                    caps = status_caps(pid)
+                    if caps is not None:
+                        found[b" ".join(argv[:1] + argv[-4:]).decode(errors="replace")] = caps
+            # both of runsc's root processes: run and the gofer
+            return found if len(found) >= 2 else None
+
+        try:
+            found = wait_until(runsc_root_processes, "runsc run and its gofer in the box", timeout=120)
+        finally:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        for who, caps in found.items():
+            self.assertEqual(caps["CapInh"], 0, (who, caps))
+            self.assertEqual(caps["CapBnd"] & ~RUNSC_CAPS, 0, (who, hex(caps["CapBnd"])))
+            for name, bit in NEVER.items():
+                self.assertFalse(caps["CapEff"] & (1 << bit), (who, name, hex(caps["CapEff"])))
 
 
 if __name__ == "__main__":
