@@ -7,13 +7,14 @@ namespace, credential drop)."""
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
 import unittest
 
-from moat_harness import (DEADLINE_S, LONG_WALL_MS, UID_BLOCK, backend_run, held_program, landlock_abi, release_all,
-                          uid_base, wait_held)
+from moat_harness import (DEADLINE_S, LONG_WALL_MS, UID_BLOCK, backend_run, box_pids, held_program, landlock_abi,
+                          release_all, uid_base, wait_held)
 
 PRELUDE = r"""
 import ctypes, errno, json, os
@@ -529,6 +530,86 @@ u.bind(('127.0.0.1', 0)); out['udp'] = 0
 """, 4)
         self.assertEqual(on, {"bind": 13, "connect": 13, "udp": 0})
         self.assertEqual(off, {"bind": 0, "connect": 101, "udp": 0})
+
+
+class LandlockScopeTest(unittest.TestCase):
+    """S33 (ABI >= 6): a process of the box's uid, in its network and pid namespaces but outside its
+    Landlock domain (put there from the host with nsenter, as nothing in a box can be), listens on
+    an abstract socket; the box's program connects to it and signals it.  Landlock's scopes refuse
+    both; the same run on a backend with --no-landlock reaches it."""
+
+    OUTSIDER = r"""
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.bind('\0moat-outsider')
+s.listen(1)
+print('ready', flush=True)
+time.sleep(600)
+"""
+    PROBE = """
+import json, os, socket
+out = {}
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect('\\0moat-outsider'); out['connect'] = 0
+except OSError as e:
+    out['connect'] = e.errno
+# hidepid=2 shows a process only to those that may ptrace it, which Landlock limits to its domain
+out['seen'] = sum(1 for p in os.listdir('/proc') if p.isdigit() and b'moat-outsider' in open('/proc/%s/cmdline' % p, 'rb').read())
+try:
+    os.kill(int(open('/tmp/outsider-pid').read()), 0); out['signal'] = 0
+except OSError as e:
+    out['signal'] = e.errno
+print(json.dumps(out))
+"""
+
+    def scoped(self, extra):
+        tag = "moat-t%d-scope%s" % (os.getpid(), "off" if extra else "on")
+        long_run = ("-o", "run_timeout=%d" % LONG_WALL_MS, "--run-timeout", str(LONG_WALL_MS), *extra)
+        result = {}
+
+        def run():
+            result["r"] = backend_run(held_program(then=self.PROBE), tag=tag, extra=long_run, timeout=4 * DEADLINE_S)
+
+        t = threading.Thread(target=run)
+        t.start()
+        outsider = None
+        try:
+            wait_held(tag)
+            prog = [p for p in box_pids(tag) if os.stat("/proc/%d" % p).st_uid != 0]
+            self.assertEqual(len(prog), 1, prog)
+            st = os.stat("/proc/%d" % prog[0])
+            outsider = subprocess.Popen(["nsenter", "-t", str(prog[0]), "--net", "--pid", "--setgid", str(st.st_gid),
+                                         "--setuid", str(st.st_uid), "/usr/bin/python3", "-c", self.OUTSIDER],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            self.assertEqual(outsider.stdout.readline(), b"ready\n")
+            # its pid in the box's namespace (nsenter forked it): the last of NSpid
+            with open("/proc/%d/task/%d/children" % (outsider.pid, outsider.pid)) as f:
+                child = int(f.read().split()[0])
+            with open("/proc/%d/status" % child) as f:
+                nspid = [l.split()[-1] for l in f if l.startswith("NSpid:")][0]
+            with open("/proc/%d/root/tmp/outsider-pid" % prog[0], "w") as f:
+                f.write(nspid)
+            release_all(tag)
+            t.join()
+        finally:
+            release_all(tag)
+            t.join()
+            if outsider is not None:
+                outsider.kill()
+                outsider.wait()
+        r = result["r"]
+        self.assertEqual(r["run"]["code"], 0, r)
+        return r["walls"], json.loads(r["run"]["stdout"])
+
+    def test_s33_abstract_socket_and_signal_scopes_only_landlock_refuses(self):
+        abi = landlock_abi()
+        if abi < 6:
+            self.skipTest("this kernel's Landlock ABI is %d, scopes need 6" % abi)
+        if shutil.which("nsenter") is None:
+            self.skipTest("nsenter (util-linux) is not installed")
+        self.assertEqual(self.scoped(()), ("namespaces+seccomp+landlock", {"connect": 1, "seen": 0, "signal": 1}))
+        self.assertEqual(self.scoped(("--no-landlock",)), ("namespaces+seccomp", {"connect": 0, "seen": 1, "signal": 0}))
 
 
 class ProbeDiffTest(unittest.TestCase):
