@@ -32,12 +32,16 @@ int moat_json_escape(char *buf, size_t size, size_t *off, const char *src, size_
         return -1;
     for (size_t i = 0; i < len;) {
         uint8_t c = s[i];
+        size_t run = i;
+        while (run < len && s[run] >= 0x20 && s[run] < 0x7f && s[run] != '"' && s[run] != '\\')
+            run++;
         /* every branch checks o + need < size: one byte always stays free */
-        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
-            if (size - o <= 1)
+        if (run > i) { /* a run that needs no escape is copied at once (error bodies, log lines) */
+            if (size - o <= run - i)
                 return -1;
-            buf[o++] = (char)c;
-            i++;
+            memcpy(buf + o, s + i, run - i);
+            o += run - i;
+            i = run;
         } else if (c == '"' || c == '\\') {
             if (size - o <= 2)
                 return -1;

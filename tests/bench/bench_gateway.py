@@ -32,8 +32,10 @@ The idle case runs first, per protocol on a freshly started gateway and
 raw_h2o (a heap that has served other connections would hide the growth):
 after a warm-up of a few connections opened and closed, it opens
 --idle-connections TLS connections (default 1,000; RLIMIT_NOFILE is raised
-for them), each completing its handshake and one request (gateway: GET
-/api/v2/runtimes with tenant "bench"'s key, 200; raw_h2o: GET /), holds
+for them), each completing its handshake and --idle-requests requests
+(default 1; gateway: GET /api/v2/runtimes with tenant "bench"'s key, 200;
+raw_h2o: GET /; more show what a connection keeps of the requests it
+served, e.g. HTTP/2's HPACK tables), holds
 them all open and idle, and reads each server's VmRSS (/proc/PID/status)
 before and after: KiB per connection, and against raw h2o (goal: <= 8 KiB).
 raw_h2o keeps idle connections 60 s, as the gateway's default idle timeout
@@ -336,12 +338,18 @@ def rss_kib(pid):
         return int(next(l for l in f if l.startswith("VmRSS:")).split()[1])
 
 
-def idle_h1(port, ca, path, token):
-    """One TLS connection (ALPN http/1.1) that has had one request answered: the socket,
-    left open.  Raises BenchError unless the response is a 200."""
+def idle_h1(port, ca, path, token, requests=1):
+    """One TLS connection (ALPN http/1.1) that has had `requests` requests answered: the
+    socket, left open.  Raises BenchError unless every response is a 200."""
     ctx = ssl.create_default_context(cafile=ca)
     ctx.set_alpn_protocols(["http/1.1"])
     sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=30), server_hostname="localhost")
+    for _ in range(requests):
+        h1_get(sock, path, token)
+    return sock
+
+
+def h1_get(sock, path, token):
     auth = "Authorization: Bearer %s\r\n" % token if token else ""
     sock.sendall(("GET %s HTTP/1.1\r\nHost: localhost\r\n%s\r\n" % (path, auth)).encode())
     buf = b""
@@ -360,18 +368,20 @@ def idle_h1(port, ca, path, token):
         if not chunk:
             raise BenchError("idle h1: the server closed the connection mid-response")
         rest += chunk
-    return sock
+    if len(rest) != length:
+        raise BenchError("idle h1: more than one response")
 
 
-def idle_h2(port, ca, path, token):
-    """As idle_h1, over HTTP/2 (ALPN h2): preface, SETTINGS both ways, one GET."""
+def idle_h2(port, ca, path, token, requests=1):
+    """As idle_h1, over HTTP/2 (ALPN h2): preface, SETTINGS both ways, `requests` GETs."""
     import test_gateway_robustness as rob  # the e2e tests' HTTP/2 client
     ctx = ssl.create_default_context(cafile=ca)
     ctx.set_alpn_protocols(["h2"])
     c = rob.H2(port, ctx, timeout=30)
-    st = c.get(path, headers=[("authorization", "Bearer " + token)] if token else [], timeout=30)
-    if st["status"] != 200 or not st["done"]:
-        raise BenchError("idle h2: unexpected response %r" % (st,))
+    for _ in range(requests):
+        st = c.get(path, headers=[("authorization", "Bearer " + token)] if token else [], timeout=30)
+        if st["status"] != 200 or not st["done"]:
+            raise BenchError("idle h2: unexpected response %r" % (st,))
     return c
 
 
@@ -417,7 +427,7 @@ def raise_nofile(n):
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
-def idle_bench(stack, raw_bin, workers, n, protocols):
+def idle_bench(stack, raw_bin, workers, n, protocols, requests):
     """Per protocol, on a fresh gateway and a fresh raw_h2o (a heap that served
     earlier connections would hide the growth): KiB per idle TLS connection."""
     import moat_harness  # sys.path and MOAT_BUILD_DIR are set by main()
@@ -433,7 +443,7 @@ def idle_bench(stack, raw_bin, workers, n, protocols):
         try:
             for name, port, pid, path, tok in (("gateway", stack.port, stack.gateway.pid, "/api/v2/runtimes", token),
                                                ("raw", raw.port, raw.proc.pid, "/", None)):
-                r = idle_rss(pid, lambda: opener(port, stack.ca, path, tok), n, max(10, n // 50))
+                r = idle_rss(pid, lambda: opener(port, stack.ca, path, tok, requests), n, max(10, n // 50))
                 res[(name, proto)] = r
                 log("  idle  %-7s %s: VmRSS %.1f MiB -> %.1f MiB with %d idle TLS connections: %.2f KiB each"
                     " (second half alone: %.2f KiB each)" % (name, proto, r[0] / 1024, r[1] / 1024, n, r[2], r[3]))
@@ -442,11 +452,12 @@ def idle_bench(stack, raw_bin, workers, n, protocols):
     return res
 
 
-def report_idle(idle, n):
+def report_idle(idle, n, requests):
     if idle is None:
         return
     log("")
-    log("| idle TLS connections (%d, one request each) | proto | VmRSS before MiB | after MiB | KiB per connection | vs raw h2o |" % n)
+    log("| idle TLS connections (%d, %d request%s each) | proto | VmRSS before MiB | after MiB | KiB per connection | vs raw h2o |"
+        % (n, requests, "" if requests == 1 else "s"))
     log("|---|---|---|---|---|---|")
     misses = []
     for (name, proto), r in sorted(idle.items()):
@@ -473,6 +484,8 @@ def main():
     ap.add_argument("--cases", default="idle,raw,rawkey,401,429,exec,hpack", help="comma-separated subset")
     ap.add_argument("--idle-connections", type=int, default=1000,
                     help="idle: TLS connections held open at once (default 1000)")
+    ap.add_argument("--idle-requests", type=int, default=1,
+                    help="idle: requests answered on each connection before it idles (default 1)")
     ap.add_argument("--hpack-connections", type=int, default=500,
                     help="hpack: amplified blocks, one connection each (default 500; plain: 20x as many requests)")
     ap.add_argument("--protocols", default="h1,h2", help="h1 (wrk), h2 (h2load) or both")
@@ -521,12 +534,12 @@ def main():
     try:
         stack.start()
         if "idle" in all_cases:
-            idle = idle_bench(stack, raw_bin, workers, n_idle, protocols)
+            idle = idle_bench(stack, raw_bin, workers, n_idle, protocols, args.idle_requests)
         if "hpack" in all_cases:
             n = 50 if args.smoke else args.hpack_connections
             hpack = hpack_bench(stack, stack.gateway.pid, n, 20 * n)
         if not cases:
-            report_idle(idle, n_idle)
+            report_idle(idle, n_idle, args.idle_requests)
             return report_hpack(hpack)
         raw = RawH2o(raw_bin, stack.certs, workers, moat_harness.free_port())
         tmp = stack.tmp
@@ -629,7 +642,7 @@ def main():
         log(n)
     if args.rounds > 1:
         log("(medians over %d interleaved rounds; ratios are taken within each round)" % args.rounds)
-    report_idle(idle, n_idle)
+    report_idle(idle, n_idle, args.idle_requests)
     report_hpack(hpack)
     if args.smoke:
         log("bench_gateway: smoke run OK (figures of a %d s run mean nothing)" % args.duration)
