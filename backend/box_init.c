@@ -621,6 +621,23 @@ static void bind_runsc(const struct slot *s, const char *runsc)
     bind_ro(s, runsc);
 }
 
+/* runsc on the kvm platform opens /dev/kvm in the box: the node, root's
+ * only (0600; the program inside gVisor sees gVisor's /dev, not this one),
+ * made on /dev's mount for this job alone (a plain box has none). */
+static void add_kvm_node(const struct slot *s)
+{
+    char dev[PATH_MAX], kvm[PATH_MAX];
+
+    in_root(dev, sizeof(dev), s, "/dev");
+    in_root(kvm, sizeof(kvm), s, "/dev/kvm");
+    if (mount(NULL, dev, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC, NULL) != 0)
+        child_die("remount /dev writable for /dev/kvm");
+    if (mknod(kvm, S_IFCHR | 0600, makedev(10, 232)) != 0 && (errno != EPERM || bind_host_node("/dev/kvm", kvm) != 0))
+        child_die("create /dev/kvm");
+    if (mount(NULL, dev, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) != 0)
+        child_die("remount /dev read-only");
+}
+
 static void setup_job_mounts(const struct slot *s, const struct parsed_plan *pp)
 {
     char dst[PATH_MAX], opts[128];
@@ -629,6 +646,8 @@ static void setup_job_mounts(const struct slot *s, const struct parsed_plan *pp)
         bind_ro(s, pp->ro[i]);
     if (pp->isolation == MOAT_ISOLATION_GVISOR)
         bind_runsc(s, pp->runsc);
+    if (pp->isolation == MOAT_ISOLATION_GVISOR && strcmp(pp->platform, "kvm") == 0)
+        add_kvm_node(s);
 
     /* /box: the job's files, shared by its stages, owned by the slot's uid */
     mkdir_below_root(s, "/box");
