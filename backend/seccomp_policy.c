@@ -8,7 +8,7 @@
  * Policy: default deny (EPERM).  Only native x86-64 calls exist: 32-bit
  * (int 0x80) and x32 calls kill the process.  A few calls are allowed only
  * with harmless arguments: clone without namespace flags, socket for
- * AF_UNIX/AF_INET/AF_INET6 with protocol 0, TCP or UDP, ioctl except
+ * AF_UNIX/AF_INET/AF_INET6 (inet: TCP or UDP only), ioctl except
  * TIOCSTI/TIOCLINUX, personality queries and PER_LINUX.  clone3 answers ENOSYS so libc falls back to
  * clone, whose flags we can inspect.  Everything Docker's default profile
  * denies is absent from the list, and so are the new mount API, io_uring,
@@ -290,7 +290,7 @@ static const struct seccomp_rule rules[] = {
     {"statmount", SCMP_ACT_ERRNO(ENOSYS), {0}},
     /* clone: no namespace flags (S10, S20) */
     {"clone", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_MASKED_EQ, SECCOMP_CLONE_NS_FLAGS, 0)},
-    /* socket: unix, inet and inet6 only (S22); its protocol: arg_prefix (S35) */
+    /* socket: unix, inet and inet6 only (S22); inet's type and protocol: arg_prefix (S35) */
     {"socket", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_EQ, AF_UNIX, 0)},
     {"socket", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_EQ, AF_INET, 0)},
     {"socket", SCMP_ACT_ALLOW, SECCOMP_ARG(0, SCMP_CMP_EQ, AF_INET6, 0)},
@@ -321,34 +321,47 @@ static const struct seccomp_spec box_spec = {
  * args[1]; a libseccomp rule cannot express "low word differs" (one
  * comparison per argument).
  *
- * socket() only with protocol 0, IPPROTO_TCP or IPPROTO_UDP (S35): the rule
- * on its family (below) cannot also look at the protocol, and an inet
- * socket of another protocol is a way around Landlock's TCP rules (ABI 4
- * handles TCP only: an IPPROTO_MPTCP socket binds and connects as if no
- * rule existed, so may IPPROTO_SMC and SCTP where loaded).  The kernel
- * reads the protocol as an int: the low word of args[2].
+ * An inet socket only as TCP or UDP (S35): SOCK_STREAM with protocol 0 or
+ * IPPROTO_TCP, SOCK_DGRAM with 0 or IPPROTO_UDP (the type's low four bits;
+ * the rest are SOCK_NONBLOCK and SOCK_CLOEXEC).  The rules on the family
+ * (below) cannot also look at the type and protocol, and any other inet
+ * socket is a way around Landlock's TCP rules, which (ABI 4) handle
+ * IPPROTO_TCP alone: IPPROTO_MPTCP binds and connects as if no rule
+ * existed, and so would SMC, SCTP (SOCK_SEQPACKET with protocol 0 is SCTP)
+ * or DCCP where the kernel has them (an inet socket() loads a missing
+ * protocol's module).  AF_UNIX sockets pass to the family rule.  The kernel
+ * reads all three arguments as ints: the low words.
  */
 #define SECCOMP_DATA_NR         0
 #define SECCOMP_DATA_ARCH       4
-#define SECCOMP_DATA_ARG1_LO    24 /* little-endian low word of args[1] */
+#define SECCOMP_DATA_ARG0_LO    16 /* little-endian low word of args[0] */
+#define SECCOMP_DATA_ARG1_LO    24 /* and of args[1] */
 #define SECCOMP_DATA_ARG2_LO    32 /* and of args[2] */
 #define AUDIT_ARCH_X86_64_VALUE 0xc000003eU
 
 static const struct sock_filter arg_prefix[] = {
     /* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SECCOMP_DATA_ARCH),
-    /* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64_VALUE, 0, 11), /* else to 13 */
+    /* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64_VALUE, 0, 19), /* else to 21 */
     /* 2 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SECCOMP_DATA_NR),
     /* 3 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 3), /* else to 7 */
     /* 4 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SECCOMP_DATA_ARG1_LO),
-    /* 5 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCSTI, 6, 0),     /* to 12 */
-    /* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCLINUX, 5, 6),   /* to 12, else to 13 */
-    /* 7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 0, 5), /* else to 13 */
-    /* 8 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SECCOMP_DATA_ARG2_LO),
-    /* 9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 3, 0),            /* to 13 */
-    /* 10 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPPROTO_TCP, 2, 0), /* to 13 */
-    /* 11 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPPROTO_UDP, 1, 0), /* to 13, else to 12 */
-    /* 12 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-    /* 13: fall through into libseccomp's program */
+    /* 5 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCSTI, 14, 0),     /* to 20 */
+    /* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCLINUX, 13, 14),  /* to 20, else to 21 */
+    /* 7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 0, 13), /* else to 21 */
+    /* 8 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SECCOMP_DATA_ARG0_LO),
+    /* 9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 11, 0), /* to 21 */
+    /* 10 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SECCOMP_DATA_ARG1_LO),
+    /* 11 */ BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0xf),
+    /* 12 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOCK_STREAM, 0, 3), /* else to 16 */
+    /* 13 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SECCOMP_DATA_ARG2_LO),
+    /* 14 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 6, 0),           /* to 21 */
+    /* 15 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPPROTO_TCP, 5, 4), /* to 21, else to 20 */
+    /* 16 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOCK_DGRAM, 0, 3),  /* else to 20 */
+    /* 17 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SECCOMP_DATA_ARG2_LO),
+    /* 18 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 2, 0),           /* to 21 */
+    /* 19 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPPROTO_UDP, 1, 0), /* to 21, else to 20 */
+    /* 20 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+    /* 21: fall through into libseccomp's program */
 };
 #define PREFIX_LEN (sizeof(arg_prefix) / sizeof(arg_prefix[0]))
 

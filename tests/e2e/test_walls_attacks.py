@@ -4,9 +4,10 @@ run`).  Each test names its S-check in tests/SECURITY-CHECKS.md and fails
 when the fix it checks is removed.
 
 S35  Landlock's TCP rules (ABI 4) handle IPPROTO_TCP only: an inet socket
-     of another stream protocol (IPPROTO_MPTCP: bind and connect as if no
-     rule existed; SMC and SCTP where loaded) walks around them.  The box's
-     seccomp allow-list takes inet sockets of protocol 0, TCP and UDP only.
+     of another protocol (IPPROTO_MPTCP: bind and connect as if no rule
+     existed; SMC, SCTP, DCCP where the kernel has them) walks around them.
+     The box's seccomp allow-list takes inet sockets as TCP (stream, 0 or
+     IPPROTO_TCP) or UDP (datagram, 0 or IPPROTO_UDP) only.
 S36  A program cannot forge a verdict it did not earn: SIGXCPU (which the
      backend reads as its RLIMIT_CPU backstop, TO) sent to itself, or under
      gVisor an exit code of 152 (runsc exits 128+N for a signal N), is a
@@ -55,8 +56,9 @@ import socket
 out = {}
 for fam, fname in ((socket.AF_INET, 'inet'), (socket.AF_INET6, 'inet6')):
     for typ, proto in ((socket.SOCK_STREAM, 0), (socket.SOCK_STREAM, 6), (socket.SOCK_DGRAM, 0), (socket.SOCK_DGRAM, 17),
-                       (socket.SOCK_STREAM, %d), (socket.SOCK_STREAM, %d), (socket.SOCK_STREAM, %d), (socket.SOCK_DGRAM, %d)):
-        key = '%%s/%%s/%%d' %% (fname, 'stream' if typ == socket.SOCK_STREAM else 'dgram', proto)
+                       (socket.SOCK_STREAM, %d), (socket.SOCK_STREAM, %d), (socket.SOCK_STREAM, %d), (socket.SOCK_DGRAM, %d),
+                       (socket.SOCK_SEQPACKET, 0), (socket.SOCK_DGRAM, 1), (socket.SOCK_DGRAM, 6), (socket.SOCK_STREAM, 17)):
+        key = '%%s/%%s/%%d' %% (fname, {socket.SOCK_STREAM: 'stream', socket.SOCK_DGRAM: 'dgram'}.get(typ, 'seqpacket'), proto)
         try:
             s = socket.socket(fam, typ, proto)
         except OSError as e:
@@ -69,6 +71,13 @@ for fam, fname in ((socket.AF_INET, 'inet'), (socket.AF_INET6, 'inet6')):
             out[key] = 'socket'
 fd, err = sc(41, socket.AF_INET, socket.SOCK_STREAM, 6 | (1 << 32))
 out['high'] = err if fd < 0 else 'socket'
+fd, err = sc(41, socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC, 0)
+out['flags'] = err if fd < 0 else 'socket'
+for typ, name in ((socket.SOCK_STREAM, 'stream'), (socket.SOCK_DGRAM, 'dgram'), (socket.SOCK_SEQPACKET, 'seqpacket')):
+    try:
+        socket.socket(socket.AF_UNIX, typ).close(); out['unix/' + name] = 'socket'
+    except OSError as e:
+        out['unix/' + name] = e.errno
 print(json.dumps(out))
 """ % (IPPROTO_MPTCP, IPPROTO_SMC, IPPROTO_SCTP, IPPROTO_UDPLITE)
 
@@ -77,14 +86,17 @@ print(json.dumps(out))
         self.assertEqual(res["run"]["code"], 0, res)
         out = json.loads(res["run"]["stdout"])
         for fam in ("inet", "inet6"):
+            # seqpacket/0 is SCTP, dgram/1 ICMP (ping), and a protocol with the other type
             for key in ("stream/%d" % IPPROTO_MPTCP, "stream/%d" % IPPROTO_SMC, "stream/%d" % IPPROTO_SCTP,
-                        "dgram/%d" % IPPROTO_UDPLITE):
+                        "dgram/%d" % IPPROTO_UDPLITE, "seqpacket/0", "dgram/1", "dgram/6", "stream/17"):
                 # EPERM: the allow-list's answer, whatever this kernel has built in
                 self.assertEqual(out[fam + "/" + key], 1, (fam, key, out))
             for key in ("stream/0", "stream/6", "dgram/0", "dgram/17"):
                 self.assertIn(out[fam + "/" + key], ("socket", "bound"), (fam, key, out))
         # the kernel reads the protocol as an int: a high word does not hide TCP
         self.assertEqual(out["high"], "socket", out)
+        self.assertEqual(out["flags"], "socket", out)
+        self.assertEqual([out["unix/" + t] for t in ("stream", "dgram", "seqpacket")], ["socket"] * 3, out)
 
     def test_s35_mptcp_would_walk_around_landlock(self):
         # what S35 closes, shown where it applies: with Landlock's TCP rules (ABI >= 4) a TCP bind
