@@ -228,12 +228,17 @@ void gvisor_runsc_cmd(struct runsc_cmd *c, const char *runsc, const char *platfo
     snprintf(c->root, sizeof(c->root), "--root=%s/state", dir);
     snprintf(c->platform, sizeof(c->platform), "--platform=%s", platform);
     snprintf(c->bundle, sizeof(c->bundle), "%s/bundle", dir);
+    snprintf(c->log, sizeof(c->log), "--debug-log=%s/" GVISOR_LOG, dir);
     snprintf(c->id, sizeof(c->id), "%s", id);
     c->argv[n++] = (char *)(uintptr_t)runsc;
     c->argv[n++] = c->root;
     c->argv[n++] = (char *)(uintptr_t) "--network=none";
     c->argv[n++] = c->platform;
     c->argv[n++] = (char *)(uintptr_t) "--ignore-cgroups";
+    /* runsc run's own log, for the program's real wait status (gvisor_wait_status) */
+    c->argv[n++] = (char *)(uintptr_t) "--debug";
+    c->argv[n++] = c->log;
+    c->argv[n++] = (char *)(uintptr_t) "--debug-command=run";
     c->argv[n++] = (char *)(uintptr_t) "run";
     c->argv[n++] = (char *)(uintptr_t) "--bundle";
     c->argv[n++] = c->bundle;
@@ -291,14 +296,63 @@ int gvisor_drop_caps(void)
     return syscall(SYS_capset, &hdr, data) == 0 ? 0 : -1;
 }
 
-int gvisor_wait_status(int status)
+/*
+ * runsc run exits 128+N when a signal N ended the program, and so does a
+ * program that exits 128+N itself; `runsc wait` answers the same.  What
+ * tells them apart is runsc run's last log line, "Exiting with status: W"
+ * with W the raw wait status (--debug for the run command only: the
+ * sandbox and gofer log nothing).  Only the file's final line counts: the
+ * start of the log quotes the job's argv and env, which may hold anything.
+ */
+int gvisor_status_from_log(const char *buf, size_t len, int *out)
 {
+    static const char key[] = "] Exiting with status: ";
+    size_t end = len, start, k = sizeof(key) - 1;
+    unsigned long w = 0;
+
+    while (end > 0 && buf[end - 1] == '\n')
+        end--;
+    start = end;
+    while (start > 0 && buf[start - 1] != '\n')
+        start--;
+    for (size_t i = start; i + k <= end; i++) {
+        if (memcmp(buf + i, key, k) != 0)
+            continue;
+        size_t d = i + k;
+        if (d == end || end - d > 5)
+            return -1;
+        for (; d < end; d++) {
+            if (buf[d] < '0' || buf[d] > '9')
+                return -1;
+            w = w * 10 + (unsigned long)(buf[d] - '0');
+        }
+        /* an exit (code << 8) or a signal death (1..64, maybe with the core bit) */
+        unsigned long sig = w & 0x7f;
+        if (w > 0xffff || (sig == 0 && (w & 0x80)) || (sig != 0 && (sig > 64 || (w >> 8) != 0)))
+            return -1;
+        *out = (int)w;
+        return 0;
+    }
+    return -1;
+}
+
+int gvisor_wait_status(int status, const char *log_path)
+{
+    char buf[512];
+    struct stat st;
+    int w, fd;
+
     if (!WIFEXITED(status))
         return status; /* runsc itself was killed (a limit, the host) */
-    int code = WEXITSTATUS(status);
-    if (code > 128 && code < 128 + 65) {
-        int sig = code - 128;
-        return sig & 0x7f; /* a wait status "ended by signal sig" */
+    if ((fd = open(log_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+        return status;
+    ssize_t n = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        off_t off = st.st_size > (off_t)sizeof(buf) ? st.st_size - (off_t)sizeof(buf) : 0;
+        n = pread(fd, buf, sizeof(buf), off);
     }
-    return status;
+    close(fd);
+    if (n > 0 && gvisor_status_from_log(buf, (size_t)n, &w) == 0)
+        return w;
+    return status; /* runsc's own failure, or no log: its exit code as it is */
 }

@@ -793,6 +793,8 @@ static __attribute__((noreturn)) void exec_runsc(const struct init_args *a, cons
     RLIM(RLIMIT_CORE, 0);
     if (gvisor_drop_caps() != 0)
         exec_die(errfd, stage, "gVisor: drop capabilities runsc does not use");
+    if (unlink(GVISOR_DIR "/" GVISOR_LOG) != 0 && errno != ENOENT) /* the last stage's */
+        exec_die(errfd, stage, "gVisor: remove the last stage's runsc log");
     if (gvisor_write_bundle(GVISOR_DIR "/bundle/config.json", &g, &what) != 0)
         exec_die(errfd, stage, what);
     if (chdir(GVISOR_DIR) != 0)
@@ -981,7 +983,7 @@ static void run_stage(const struct init_args *a, const struct parsed_plan *pp, i
 
     int status = wait_stage(sig_fd, prog);
     if (pp->isolation == MOAT_ISOLATION_GVISOR)
-        status = gvisor_wait_status(status);
+        status = gvisor_wait_status(status, GVISOR_DIR "/" GVISOR_LOG);
     /* nothing a stage started outlives it: pid 1 may signal every other
      * process of its namespace */
     kill(-1, SIGKILL);

@@ -87,7 +87,8 @@ struct init_args {
 /* runsc's state and the OCI bundle: in the box's /tmp, root only; the
  * sandboxed program has a /tmp of its own and never sees it. */
 #define GVISOR_DIR      "/tmp/.moat-gvisor"
-#define GVISOR_ARGV_MAX 12
+#define GVISOR_ARGV_MAX 16
+#define GVISOR_LOG      "run.log" /* runsc run's debug log, in the dir of gvisor_runsc_cmd */
 
 struct gvisor_stage {
     const char *box; /* bound read-write at /box, the cwd; NULL: none, cwd / */
@@ -106,14 +107,19 @@ int gvisor_write_bundle(const char *path, const struct gvisor_stage *g, const ch
  * its state in <dir>/state.  Also the backend's platform probe. */
 struct runsc_cmd {
     char *argv[GVISOR_ARGV_MAX];
-    char root[288], platform[32], bundle[288], id[32];
+    char root[288], platform[32], bundle[288], log[300], id[32];
 };
 void gvisor_runsc_cmd(struct runsc_cmd *c, const char *runsc, const char *platform, const char *dir, const char *id);
-/* runsc's wait status as the program's: exit 128+N becomes "killed by N". */
 /* In runsc's stage child before its execve: the bounding set down to what
  * runsc uses, the inheritable set empty.  0 or -1 (errno). */
 int gvisor_drop_caps(void);
-int gvisor_wait_status(int status);
+/* The program's wait status: the one runsc run logged last in log_path
+ * (GVISOR_LOG below the dir of gvisor_runsc_cmd), else runsc's own status
+ * as it is (S36: never exit 128+N read as a signal). */
+int gvisor_wait_status(int status, const char *log_path);
+/* The parser: the raw wait status in the final line of a runsc log
+ * ("... main.go:NNN] Exiting with status: N").  0 with *out, or -1. */
+int gvisor_status_from_log(const char *buf, size_t len, int *out);
 
 /* The box's pid 1; runs in the cloned child and never returns. */
 int box_init_main(void *arg);

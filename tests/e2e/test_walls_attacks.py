@@ -9,10 +9,10 @@ S35  Landlock's TCP rules (ABI 4) handle IPPROTO_TCP only: an inet socket
      The box's seccomp allow-list takes inet sockets as TCP (stream, 0 or
      IPPROTO_TCP) or UDP (datagram, 0 or IPPROTO_UDP) only.
 S36  A program cannot forge a verdict it did not earn: SIGXCPU (which the
-     backend reads as its RLIMIT_CPU backstop, TO) sent to itself, or under
-     gVisor an exit code of 152 (runsc exits 128+N for a signal N), is a
+     backend reads as its RLIMIT_CPU backstop, TO) sent to itself is a
      signal death (SG), not TO, unless the stage's CPU time passed its
-     limit.
+     limit; under gVisor an exit code of 129..192 is that exit code (runsc
+     exits 128+N for a signal N too: its log has the real wait status).
 S37  runsc runs as root of the box (in the host's user namespace) for the
      whole stage, outside any seccomp filter: it holds only the
      capabilities it uses, not CAP_SYS_MODULE, CAP_SYS_TIME, CAP_SYS_RAWIO,
@@ -130,11 +130,15 @@ class ForgedVerdictTest(unittest.TestCase):
         self.assertNotIn("limit", res["message"] or "", res)
 
     @unittest.skipUnless(HAVE_RUNSC, "runsc is not installed (Debian: apt-get install runsc)")
-    def test_s36_gvisor_exit_152_is_not_to(self):
-        # runsc run exits 128+N for a signal N: 152 reads as SIGXCPU, which must not make a TO
-        res = gv_run("import os\nos._exit(152)\n")["run"]
-        self.assertNotEqual(res["status"], "TO", res)
-        self.assertNotIn("limit", res["message"] or "", res)
+    def test_s36_gvisor_exit_codes_are_not_signals(self):
+        # runsc run exits 128+N for a signal N, and so does a program that exits 128+N: 152 read
+        # as SIGXCPU made a TO, 137 as SIGKILL an SG; runsc's log tells them apart
+        for code in (137, 152, 129, 192):
+            res = gv_run("import os\nos._exit(%d)\n" % code)["run"]
+            self.assertEqual((res["status"], res["code"], res["signal"]), ("RE", code, None), res)
+        # and a real signal death is still one
+        res = gv_run("import os, signal\nprint('x', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n")["run"]
+        self.assertEqual((res["status"], res["signal"], res["stdout"]), ("SG", "SIGKILL", "x\n"), res)
 
 
 # What runsc may hold (backend/box_gvisor.c runsc_caps): CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH,
