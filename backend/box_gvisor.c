@@ -7,11 +7,13 @@
  * A gVisor box is an ordinary box first: the same namespaces, cgroup,
  * read-only runtime binds, /box tmpfs and pivot (box_init.c).  Only the
  * stage program differs.  Init's stage child stays root (in the box's
- * namespaces, never the host's user namespace: the box has none) and
+ * namespaces; the box has no user namespace, so it is the host's root,
+ * with only the capabilities runsc uses: gvisor_drop_caps, S37) and
  * execs runsc, Debian's gVisor runtime, with
  *
  *   runsc --root=<GVISOR_DIR>/state --network=none --platform=P
- *         --ignore-cgroups run --bundle <GVISOR_DIR>/bundle stageN
+ *         --ignore-cgroups --debug --debug-log=<GVISOR_DIR>/run.log
+ *         --debug-command=run run --bundle <GVISOR_DIR>/bundle stageN
  *
  * and an OCI config.json written here (gvisor_write_bundle): root "/" (the
  * box's own root: the runtime, read-only), /box bound read-write, a fresh
@@ -33,10 +35,10 @@
  *   stderr are the stage's pipes (runsc passes its own descriptors 0-2
  *   through, terminal false), so box.c's supervision loop is unchanged.
  * - statuses: runsc run exits with the program's code, or 128+N when a
- *   signal N ended it; gvisor_wait_status turns 129..128+64 back into a
- *   signal death (so a program that itself exits 129..192 reads as
- *   signalled: documented in the README).  ML is the cgroup's OOM count,
- *   as for any box.
+ *   signal N ended it, which a program's own exit 128+N looks like; so
+ *   gvisor_wait_status takes the raw wait status from runsc run's own log
+ *   (its final line), else the exit code as it is (S36).  ML is the
+ *   cgroup's OOM count, as for any box.
  * - the runsc state dir and bundle live in the box's /tmp (root only,
  *   0700), which the sandboxed program never sees: its /tmp is gVisor's.
  *
