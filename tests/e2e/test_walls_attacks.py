@@ -29,9 +29,9 @@ import socket
 import subprocess
 import unittest
 
-from moat_harness import BACKEND, LANGUAGES, backend_run, box_pids, landlock_abi, uid_base, wait_until
+from moat_harness import BACKEND, LANGUAGES, Stack, backend_run, box_pids, landlock_abi, uid_base, wait_until
 from test_escapes import PRELUDE
-from test_gvisor import GVISOR, HAVE_RUNSC, RUNSC, backend_run_raw, gv_run
+from test_gvisor import BACKEND_ARGS, GVISOR, HAVE_RUNSC, JOB_TIMEOUT_S, RUNSC, TENANTS, backend_run_raw, gv_run
 
 IPPROTO_MPTCP = 262
 IPPROTO_SMC = 256
@@ -210,6 +210,71 @@ class KvmPlatformTest(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         run = json.loads(out)["run"]
         self.assertNotIn("/dev/kvm", run["stderr"], run)
+
+
+
+@unittest.skipUnless(HAVE_RUNSC, "runsc is not installed (Debian: apt-get install runsc)")
+class GatewayPathsTest(unittest.TestCase):
+    """The paths test_gvisor does not take, through the real gateway for a tenant with
+    `isolation: gvisor`: Judge0 submissions queued (wait=false) and batched (a group of entries
+    of one C source is one job, its frame built from the first entry's request), and what S36
+    changes in the answer and the audit trail."""
+
+    C_SRC = ('#include <stdio.h>\n#include <sys/utsname.h>\nint main(void){struct utsname u; int n; uname(&u);\n'
+             'if (scanf("%d", &n) != 1) return 3; printf("%d %s\\n", n, u.release); return 0;}\n')
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = Stack(tenants=TENANTS, backend_args=BACKEND_ARGS).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def call(self, method, path, body=None):
+        return self.stack.request(method, path, body, token=self.stack.tokens["walled"], timeout=JOB_TIMEOUT_S)
+
+    def finished(self, token):
+        got = {}
+
+        def done():
+            st, _, data = self.call("GET", "/submissions/%s?base64_encoded=false&fields=status,stdout,exit_code,exit_signal" % token)
+            self.assertEqual(st, 200, data)
+            got.update(data)
+            return data["status"]["id"] >= 3
+        wait_until(done, "submission %s to finish" % token, timeout=JOB_TIMEOUT_S)
+        return got
+
+    def test_judge0_queued_and_batched_submissions_run_under_gvisor(self):
+        host = os.uname().release
+        st, _, data = self.call("POST", "/submissions?wait=false&base64_encoded=false",
+                                {"source_code": "import os; print(os.uname().release)", "language_id": 71})
+        self.assertEqual(st, 201, data)
+        queued = self.finished(data["token"])
+        self.assertEqual(queued["status"]["id"], 3, queued)
+        self.assertNotEqual(queued["stdout"].strip(), host, queued)
+        entries = [{"source_code": self.C_SRC, "language_id": 50, "stdin": str(n)} for n in range(3)]
+        st, _, data = self.call("POST", "/submissions/batch?base64_encoded=false", {"submissions": entries})
+        self.assertEqual(st, 201, data)
+        for n, t in enumerate(d["token"] for d in data):
+            got = self.finished(t)
+            self.assertEqual(got["status"]["id"], 3, got)
+            number, release = got["stdout"].split()
+            self.assertEqual(number, str(n), got)
+            self.assertNotEqual(release, host, got)
+
+    def test_s36_exit_code_is_not_a_signal_in_answer_and_audit(self):
+        body = {"language": "python", "version": "*", "files": [{"name": "main.py", "content": "import os\nos._exit(137)\n"}]}
+        st, headers, data = self.stack.request("POST", "/api/v2/execute", body, token=self.stack.tokens["walled"],
+                                               timeout=JOB_TIMEOUT_S)
+        self.assertEqual(st, 200, data)
+        self.assertEqual((data["run"]["code"], data["run"]["signal"], data["walls"]), (137, None, "namespaces+gvisor"), data)
+        rid = headers["x-request-id"]
+        record = wait_until(lambda: next((r for r in self.stack.audit_records()
+                                          if r.get("request_id") == rid and r.get("type") == "result"), None),
+                            "the result record of %s" % rid)
+        self.assertEqual(record["walls"], "namespaces+gvisor", record)
+        self.assertNotIn("SIGKILL", json.dumps(record), record)
 
 
 if __name__ == "__main__":
