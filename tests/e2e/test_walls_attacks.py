@@ -24,14 +24,12 @@ RE 128 with runsc's "open /dev/kvm: no such file or directory"."""
 
 import json
 import os
-import signal
 import socket
-import subprocess
 import unittest
 
-from moat_harness import BACKEND, LANGUAGES, Stack, backend_run, box_pids, landlock_abi, uid_base, wait_until
+from moat_harness import BackendSession, Stack, backend_run, box_pids, landlock_abi, wait_until
 from test_escapes import PRELUDE
-from test_gvisor import BACKEND_ARGS, GVISOR, HAVE_RUNSC, JOB_TIMEOUT_S, RUNSC, TENANTS, backend_run_raw, gv_run
+from test_gvisor import BACKEND_ARGS, HAVE_RUNSC, JOB_TIMEOUT_S, RUNSC, TENANTS, backend_run_raw, gv_run
 
 IPPROTO_MPTCP = 262
 IPPROTO_SMC = 256
@@ -160,44 +158,48 @@ def status_caps(pid):
 
 @unittest.skipUnless(HAVE_RUNSC, "runsc is not installed (Debian: apt-get install runsc)")
 class RunscCapabilitiesTest(unittest.TestCase):
-    """S37: the root processes runsc leaves in the host's user namespace hold only what it uses."""
+    """S37: the root processes runsc leaves in the host's user namespace hold only what it uses.
+    A live session under gVisor holds its box (a server-mode backend, stopped cleanly)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = Stack(audit=False, backend_args=("--runsc", RUNSC, "--gvisor-platform", "ptrace"))
+        cls.stack.start_backend()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stack.stop()
+
+    def runsc_root_processes(self):
+        own_userns = os.readlink("/proc/self/ns/user")
+        found = {}
+        for pid in box_pids(self.stack.tag):
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    argv = f.read().split(b"\0")
+                same_userns = os.readlink("/proc/%d/ns/user" % pid) == own_userns
+            except OSError:
+                continue
+            # runsc run and its gofer (the sandbox is nobody in a user namespace of its own)
+            if same_userns and any(a.startswith(b"--root=/tmp/.moat-gvisor") for a in argv):
+                caps = status_caps(pid)
+                if caps is not None:
+                    found[b" ".join(argv[:1] + argv[-4:]).decode(errors="replace")] = caps
+        return found if len(found) >= 2 else None  # both: run and the gofer
 
     def test_s37_runsc_holds_only_the_capabilities_it_uses(self):
-        tag = "moat-wa-c%d" % os.getpid()
-        cmd = [BACKEND, "run", "-L", LANGUAGES, "-r", "/run/" + tag, "-n", tag, "--uid-base", str(uid_base(tag)), "-l", "python",
-               "-c", "import time\nprint('up', flush=True)\ntime.sleep(600)\n", "-o", "run_timeout=600000", "--run-timeout",
-               "600000", *GVISOR]
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        own_userns = os.readlink("/proc/self/ns/user")
-
-        def runsc_root_processes():
-            found = {}
-            for pid in box_pids(tag):
-                try:
-                    with open("/proc/%d/cmdline" % pid, "rb") as f:
-                        argv = f.read().split(b"\0")
-                    same_userns = os.readlink("/proc/%d/ns/user" % pid) == own_userns
-                except OSError:
-                    continue
-                # runsc run and its gofer (the sandbox is nobody in a user namespace of its own)
-                if same_userns and any(a.startswith(b"--root=/tmp/.moat-gvisor") for a in argv):
-                    caps = status_caps(pid)
-                    if caps is not None:
-                        found[b" ".join(argv[:1] + argv[-4:]).decode(errors="replace")] = caps
-            # both of runsc's root processes: run and the gofer
-            return found if len(found) >= 2 else None
-
-        try:
-            found = wait_until(runsc_root_processes, "runsc run and its gofer in the box", timeout=120)
-        finally:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        code = "print('up', flush=True)\ninput()\n"
+        with BackendSession(self.stack.socket, 9, timeout=JOB_TIMEOUT_S) as s:
+            s.open("python", code, isolation=1)
+            s.output_until(b"up")
+            found = wait_until(self.runsc_root_processes, "runsc run and its gofer in the box", timeout=JOB_TIMEOUT_S)
+            s.write(b"\n")
+            s.rest()
         for who, caps in found.items():
             self.assertEqual(caps["CapInh"], 0, (who, caps))
             self.assertEqual(caps["CapBnd"] & ~RUNSC_CAPS, 0, (who, hex(caps["CapBnd"])))
             for name, bit in NEVER.items():
                 self.assertFalse(caps["CapEff"] & (1 << bit), (who, name, hex(caps["CapEff"])))
-
 
 
 @unittest.skipUnless(HAVE_RUNSC and os.access("/dev/kvm", os.R_OK | os.W_OK), "needs runsc and a usable /dev/kvm")
