@@ -6,7 +6,9 @@
  * -------------------
  * Everything slow about a box happens before a request needs it.
  * box_prepare() creates a fresh cgroup for the slot, makes the control
- * socket and the stage pipes, and clone()s init (box_init.c) into new
+ * socket and the stage pipes (given to the slot's uid, so that the program
+ * can reopen its stdin, stdout and stderr as /dev/stdin etc.:
+ * give_pipe_to_slot), and clone()s init (box_init.c) into new
  * mount, pid, net, ipc and uts namespaces, then attaches it to the cgroup
  * (on cgroup v1 a migration waits for an RCU grace period, ~10 ms, which is
  * why it is done here).  Init mounts the generic parts of the root and
@@ -196,6 +198,24 @@ const char *box_walls(uint8_t isolation)
     return landlock_abi() > 0 ? "namespaces+seccomp+landlock" : "namespaces+seccomp";
 }
 
+/* The stage pipes belong to the slot's uid, as a terminal belongs to its
+ * user: a program reopens its own stdin, stdout or stderr through
+ * /dev/stdin etc. (symlinks to /proc/self/fd/N, box_init.c), and the open
+ * checks the pipe's owner and mode (0600), not the descriptor's.  Only the
+ * slot's own box runs as that uid, and /proc/<pid>/fd/N of another holder
+ * is closed to anyone who cannot ptrace it (the backend is root, other
+ * boxes are other uids in other pid namespaces), so no one else gains a
+ * way in.  One fchown per pipe: both ends share the inode.  Landlock does
+ * not stand in the way: a pipe's inode is on the kernel's internal pipefs
+ * (SB_NOUSER), which Landlock's file-open check skips, so the reopen is not
+ * held to landlock.c's rules for /proc; gVisor reopens through its own /proc. */
+static int give_pipe_to_slot(const struct slot *s, int fd, struct errbuf *e)
+{
+    if (fchown(fd, s->uid, s->gid) != 0)
+        return errf_errno(e, "fchown stage pipe");
+    return 0;
+}
+
 int box_prepare(const struct cg_system *cg, const struct seccomp_prog *seccomp, struct slot *s, struct errbuf *e)
 {
     struct warm_box *w = &s->warm;
@@ -219,6 +239,11 @@ int box_prepare(const struct cg_system *cg, const struct seccomp_prog *seccomp, 
             errf_errno(e, "pipe");
             goto out;
         }
+    if (give_pipe_to_slot(s, in[0], e) != 0)
+        goto out;
+    for (int k = 0; k < BOX_NSTAGES; k++)
+        if (give_pipe_to_slot(s, out[k][1], e) != 0 || give_pipe_to_slot(s, err[k][1], e) != 0)
+            goto out;
 
     struct init_args *a = slot_init_args(s, seccomp, e);
     if (a == NULL)

@@ -138,6 +138,19 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(output_of(events, STREAM_STDOUT), b"out\n")
         self.assertEqual(output_of(events, STREAM_STDERR), b"err\n")
 
+    def test_dev_stdio_reopened_by_name(self):
+        # /dev/stdin, /dev/stdout and /dev/stderr are the session's pipes, reopenable by the box's uid
+        code = "echo out >/dev/stdout; echo err >/dev/stderr; read x </dev/stdin; echo \"got $x\" >/dev/stdout"
+        with self.session() as s:
+            s.open("bash", code)
+            events = s.output_until(b"out\n")
+            s.write(b"ada\n")
+            events += s.rest()
+        self.assertEqual(output_of(events, STREAM_STDOUT), b"out\ngot ada\n")
+        self.assertEqual(output_of(events, STREAM_STDERR), b"err\n")
+        end = self.last_exit(events)
+        self.assertEqual((end["status"], end["code"]), (STATUS_OK, 0))
+
     # ---- compiled languages -------------------------------------------------------------------
 
     def test_compiled_language_runs_compile_then_run(self):

@@ -202,6 +202,68 @@ class BoxTest(unittest.TestCase):
             self.assertNotIn("/run/%s/slots" % tag, f.read())
 
 
+# A program's own stdin, stdout and stderr reopened by name (/dev/stdin etc. are symlinks to
+# /proc/self/fd/N): the open checks the pipe's owner and mode, so the stage pipes must be the box's.
+DEV_STDIO_BASH = "echo out >/dev/stdout; echo err >/dev/stderr; cat /dev/stdin"
+DEV_STDIO_PYTHON = ("import sys\nopen('/dev/stdout', 'w').write('out\\n')\nopen('/dev/stderr', 'w').write('err\\n')\n"
+                    "sys.stdout.write(open('/dev/stdin').read())\n")
+# a competitive-programming template: the standard streams reopened by name
+DEV_STDIO_C = r"""
+#include <stdio.h>
+int main(void)
+{
+    long a, b;
+    FILE *in = fopen("/dev/stdin", "r"), *out = fopen("/dev/stdout", "w"), *err = fopen("/dev/stderr", "w");
+    if (!in || !out || !err) {
+        perror("fopen");
+        return 1;
+    }
+    if (fscanf(in, "%ld %ld", &a, &b) != 2)
+        return 2;
+    fprintf(out, "%ld\n", a + b);
+    fprintf(err, "err\n");
+    return 0;
+}
+"""
+
+
+class DevStdioTest(unittest.TestCase):
+    """/dev/stdin, /dev/stdout and /dev/stderr work in a box, with and without Landlock, and the
+    pipes behind them stay the box's own: its uid, mode 0600 (no other uid could open them)."""
+
+    def check(self, d, stdout, stderr="err\n"):
+        self.assertEqual(d["run"]["stderr"], stderr, d)
+        self.assertEqual(d["run"]["stdout"], stdout, d)
+        self.assertEqual(d["run"]["code"], 0, d)
+        self.assertIsNone(d["run"]["status"], d)
+
+    def test_bash(self):
+        for extra in ((), ("--no-landlock",)):
+            with self.subTest(extra=extra):
+                self.check(backend_run(DEV_STDIO_BASH, "bash", ("-i", "moat\n", *extra)), "out\nmoat\n")
+
+    def test_python(self):
+        for extra in ((), ("--no-landlock",)):
+            with self.subTest(extra=extra):
+                self.check(backend_run(DEV_STDIO_PYTHON, "python", ("-i", "moat\n", *extra)), "out\nmoat\n")
+
+    def test_c(self):
+        from moat_harness import BUSY_MACHINE_WALL
+        d = backend_run(DEV_STDIO_C, "c", ("-i", "2 3\n", *BUSY_MACHINE_WALL), timeout=120)
+        self.assertIsNone(d["compile"]["status"], d["compile"])
+        self.check(d, "5\n")
+
+    def test_without_stdin(self):
+        # no stdin given: /dev/stdin is the pipe's read end at its end
+        self.check(backend_run("cat /dev/stdin; echo err >/dev/stderr", "bash"), "")
+
+    def test_pipes_are_the_boxs_own_and_private(self):
+        code = ("import os, stat\nfor fd in (0, 1, 2):\n    st = os.fstat(fd)\n"
+                "    print(stat.S_ISFIFO(st.st_mode), st.st_uid == os.getuid(), st.st_gid == os.getgid(), "
+                "oct(st.st_mode & 0o777))\n")
+        self.assertEqual(run(code)["stdout"], "True True True 0o600\n" * 3)
+
+
 PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
 LANGUAGES = {  # language: (program file, compiled)
     "python": ("hello.py", False), "bash": ("hello.sh", False), "c": ("hello.c", True), "c++": ("hello.cpp", True),

@@ -114,6 +114,16 @@ class GVisorBoxTest(unittest.TestCase):
         self.assertEqual(r["code"], 0)
         self.assertIsNone(r["status"])
 
+    def test_dev_stdio_reopened_by_name(self):
+        # gVisor's own /proc/self/fd/N reopens the stage pipes runsc passes through (it did before they
+        # were the slot uid's too: this holds it, the plain-box tests in test_box.py show the fix)
+        from test_box import DEV_STDIO_BASH, DEV_STDIO_PYTHON
+        for language, code in (("bash", DEV_STDIO_BASH), ("python", DEV_STDIO_PYTHON)):
+            with self.subTest(language=language):
+                r = gv_run(code, language, "-i", "moat\n")["run"]
+                self.assertEqual((r["stdout"], r["stderr"]), ("out\nmoat\n", "err\n"), r)
+                self.assertEqual(r["code"], 0, r)
+
     def test_c_compile_and_run_share_box(self):
         # the compile stage's binary in /box is what the run stage executes, both under gVisor
         res = gv_run('#include <stdio.h>\n#include <sys/utsname.h>\n'

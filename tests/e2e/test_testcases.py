@@ -149,6 +149,15 @@ class TestCasesTest(unittest.TestCase):
         self.assertEqual(data["run"]["stdout"], "5\n")
         self.assertEqual(data["compile"]["code"], 0)
 
+    def test_program_reopening_its_streams_by_name(self):
+        # a competitive-programming template: fopen("/dev/stdin") etc., in every case's fresh box
+        from test_box import DEV_STDIO_C
+        data = self.judge([case("one", stdin="2 3\n", expected_output="5\n"),
+                           case("two", stdin="40 2\n", expected_output="42\n")], source=DEV_STDIO_C)
+        t = data["tests"]
+        self.assertEqual([c["verdict"] for c in t], ["Accepted", "Accepted"], t)
+        self.assertEqual([c["stderr"] for c in t], ["err\n", "err\n"], t)
+
     def test_compare_modes(self):
         data = self.judge([
             case("exact differs on a trailing newline", ["sum"], stdin="1 2", expected_output="3", compare="exact"),
