@@ -38,6 +38,20 @@
  *   of its children's exits from a signalfd (SIGCHLD is blocked in init, and
  *   unblocked again in the program with every other signal).
  *
+ * Init dies with the backend (PR_SET_PDEATHSIG, its first step): a
+ *   backend killed outright (SIGKILL, a crash, `moat-backend run`'s keeper
+ *   ending its worker) must not leave a box running with no clocks.  The
+ *   signal fires when the *thread* that cloned init exits, not the process,
+ *   so this is only right because of who clones: the main thread (the warm
+ *   boxes of pool_setup; it lives as long as the backend) and the pools'
+ *   maintainer threads, which exit only in pool_shutdown, right before it
+ *   discards every box anyway.  A new caller of box_prepare from a thread
+ *   that ends sooner (a connection's worker) would have its boxes killed
+ *   under it: keep box_prepare on those threads.  A backend that dies
+ *   between clone and the prctl is caught too: its end of the control
+ *   socket closes, and init exits on the end of file (read_plan, the loop
+ *   for "go").
+ *
  * What a box must not learn from the host (S28, S30): /dev holds device
  *   nodes made here (mknod), not binds of the host's devtmpfs, so the
  *   box's mountinfo names no host device but the runtime's own filesystem
@@ -1180,6 +1194,8 @@ int box_init_main(void *arg)
     const struct init_args *a = arg;
     struct parsed_plan pp;
 
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) /* see the theory: dies with the backend */
+        _exit(125);
     setup_fds(a);
     int sig_fd = setup_child_signals();
     int dev_own = setup_generic_mounts(a);

@@ -30,20 +30,24 @@
  * signal ends the accept loop (moat_notify.h; nothing outside systemd).
  *
  * `moat-backend run` runs one job locally without a socket and prints the
- * result as JSON, for debugging and benchmarks.
+ * result as JSON, for debugging and benchmarks.  It is two processes, so
+ * that however it ends its box ends too (see "run: the keeper" below).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
 #include <jansson.h>
+#include <limits.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,7 +67,8 @@
 #define DEFAULT_SOCKET  "/run/moat/backend.sock"
 #define DEFAULT_CG_NAME "moat"
 #define SHUTDOWN_WAIT_S 30
-#define RUN_FILE_CHUNK  4096 /* read_whole_file grows by at least this */
+#define RUN_FILE_CHUNK  4096  /* read_whole_file grows by at least this */
+#define KEEPER_REAP_MS  10000 /* the keeper waits this long for a killed worker's boxes */
 
 #define STR_(x)               #x
 #define STR(x)                STR_(x)
@@ -303,14 +308,17 @@ static void shutdown_slots(struct backend *b)
     pool_shutdown(&b->pool);
 }
 
-static int setup_signals(void)
+/* SIGTERM, SIGINT and SIGHUP (and SIGCHLD if asked) read from a signalfd;
+ * blocked before any thread starts, so only the signalfd sees them. */
+static int signals_fd(int with_sigchld)
 {
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGHUP);
-    /* blocked before any thread starts, so only the signalfd sees them */
+    if (with_sigchld)
+        sigaddset(&set, SIGCHLD);
     if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0)
         fatalx("pthread_sigmask failed");
     int fd = signalfd(-1, &set, SFD_CLOEXEC);
@@ -479,7 +487,17 @@ static json_t *stage_json(const struct moat_stage_result *st)
     return o;
 }
 
-static int cmd_run(struct backend *b, struct options *o, struct moat_exec_request *req, int argc, char **argv, int optind_)
+/* Tells the keeper that this worker has set up (and so owns) the instance's cgroups. */
+static void tell_keeper_cgroups_owned(int owned_fd)
+{
+    char c = 'c';
+    if (write(owned_fd, &c, 1) != 1)
+        fatal("run: tell the keeper");
+    close(owned_fd);
+}
+
+static int cmd_run(struct backend *b, struct options *o, struct moat_exec_request *req, int argc, char **argv, int optind_,
+                   int owned_fd)
 {
     static struct box_uids uids; /* held until the boxes are gone */
     struct moat_exec_result res;
@@ -503,6 +521,7 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     setup_gvisor(b, o);
     setup_uid_locks(&uids, o, 0); /* one batch job: no session slots */
     setup_cgroups(b, o);
+    tell_keeper_cgroups_owned(owned_fd);
     setup_uid_check(&uids);
     setup_seccomp(b);
     setup_landlock(o);
@@ -532,6 +551,154 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     teardown_cgroups();
     uid_unlock_all(&uids);
     return 0;
+}
+
+/* ---- run: the keeper ------------------------------------------------------ */
+
+/*
+ * `moat-backend run` is two processes.  The keeper (the process the caller
+ * started) holds no box, no thread and no cgroup: it blocks SIGTERM, SIGINT,
+ * SIGHUP and SIGCHLD into a signalfd, becomes a child subreaper and forks
+ * the worker, which runs the job (cmd_run) with those signals still blocked
+ * (a terminal's Ctrl-C reaches the whole process group: the keeper alone
+ * decides; the box's program gets a clean signal mask from init).  Then:
+ *  - the worker exits: its own teardown has run (atexit); its status is the
+ *    keeper's.
+ *  - a signal: the keeper SIGKILLs the worker.  Every box dies with it: each
+ *    init with the thread that cloned it (PR_SET_PDEATHSIG, box_init.c), and
+ *    the pid namespace with its init.  The worker killed by anything else (an
+ *    OOM kill, a SIGKILL of its pid) is the same case.
+ * After a killed worker the keeper reaps the orphaned inits (a subreaper
+ * inherits them: when none is left, no box process is) and removes the
+ * instance's cgroups as the next backend start would (cg_setup_instance
+ * takes over what a killed run left, cg_teardown_instance removes it) and
+ * the empty slot directories below the run directory, but only if the worker said it had set them up: a worker stopped before that
+ * (its uids held by another backend) never touched them, and they may be
+ * another backend's.  One line on stderr says what happened; the exit status
+ * is 128 + the signal's number, as shells report it.  The keeper itself
+ * SIGKILLed cannot clean up: the worker dies with it (PR_SET_PDEATHSIG; the
+ * keeper is single-threaded, so its thread's death is its own), the boxes
+ * with the worker, and the cgroups left behind are removed by the next start
+ * of a backend with this instance name.
+ */
+
+static int keeper_signals(void)
+{
+    int fd = signals_fd(1);
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+        fatal("PR_SET_CHILD_SUBREAPER");
+    return fd;
+}
+
+/* In the worker: die with the keeper, drop the keeper's descriptors, run the job. */
+static void worker_main(pid_t keeper, int sig_fd, int owned[2], struct backend *b, struct options *o, struct moat_exec_request *req,
+                        int argc, char **argv, int optind_)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != keeper)
+        _exit(1); /* the keeper is gone already */
+    close(sig_fd);
+    close(owned[0]);
+    exit(cmd_run(b, o, req, argc, argv, optind_, owned[1]));
+}
+
+/* Waits for the worker's end; a signal first kills it.  Returns its wait
+ * status and sets *sig to the signal that interrupted the run (0: none). */
+static int keeper_wait(pid_t worker, int sig_fd, int *sig)
+{
+    int status;
+    *sig = 0;
+    for (;;) {
+        struct signalfd_siginfo si;
+        ssize_t n = read(sig_fd, &si, sizeof(si));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n != (ssize_t)sizeof(si))
+            fatal("run: read signalfd");
+        if (si.ssi_signo != SIGCHLD) {
+            *sig = (int)si.ssi_signo;
+            kill(worker, SIGKILL);
+        }
+        pid_t p = waitpid(worker, &status, *sig ? 0 : WNOHANG);
+        if (p == worker)
+            return status;
+        if (p < 0 && errno != EINTR)
+            fatal("run: waitpid");
+    }
+}
+
+/* Reaps the killed worker's orphaned inits (each one's exit means its pid
+ * namespace is gone); bounded, the cgroup removal kills any straggler. */
+static void keeper_reap_orphans(void)
+{
+    uint64_t deadline = box_now_ms() + KEEPER_REAP_MS;
+    for (;;) {
+        pid_t p = waitpid(-1, NULL, WNOHANG);
+        if (p > 0 || (p < 0 && errno == EINTR))
+            continue;
+        if (p < 0) /* ECHILD: nothing of the worker's is left */
+            return;
+        if (box_now_ms() >= deadline) {
+            log_warnx("run: a process of the killed worker outlived %d ms", KEEPER_REAP_MS);
+            return;
+        }
+        struct timespec ts = {0, 10000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void keeper_remove_cgroups(const struct options *o)
+{
+    struct cg_system cg;
+    struct errbuf e;
+    if (cg_detect(&cg, "/sys/fs/cgroup", "/proc/self/cgroup", o->cg_name, &e) != 0 || cg_setup_instance(&cg, &e) != 0 ||
+        cg_teardown_instance(&cg, &e) != 0)
+        log_warnx("run: cgroups of instance %s left behind: %s", o->cg_name, e.msg);
+}
+
+/* The slot directories a killed worker left (pool_shutdown's rmdirs): empty, as the box roots are mounted only inside the boxes. */
+static void keeper_remove_run_dirs(const struct options *o)
+{
+    char path[PATH_MAX];
+    for (int i = 0; i < o->slots; i++) {
+        snprintf(path, sizeof(path), "%s/slots/%d/root", o->run_dir, i);
+        (void)rmdir(path);
+        snprintf(path, sizeof(path), "%s/slots/%d", o->run_dir, i);
+        (void)rmdir(path);
+    }
+    snprintf(path, sizeof(path), "%s/slots", o->run_dir);
+    (void)rmdir(path);
+    (void)rmdir(o->run_dir); /* if nothing else is in it */
+}
+
+static int cmd_run_kept(struct backend *b, struct options *o, struct moat_exec_request *req, int argc, char **argv, int optind_)
+{
+    int owned[2], sig;
+    int sig_fd = keeper_signals();
+    if (pipe2(owned, O_CLOEXEC) != 0)
+        fatal("pipe");
+    pid_t keeper = getpid();
+    fflush(NULL);
+    pid_t worker = fork();
+    if (worker < 0)
+        fatal("fork");
+    if (worker == 0)
+        worker_main(keeper, sig_fd, owned, b, o, req, argc, argv, optind_);
+    close(owned[1]);
+
+    int status = keeper_wait(worker, sig_fd, &sig);
+    if (sig == 0 && WIFEXITED(status))
+        return WEXITSTATUS(status); /* the worker ended the run itself, and tore down */
+    int killer = sig ? sig : WIFSIGNALED(status) ? WTERMSIG(status) : SIGKILL;
+    char owns;
+    keeper_reap_orphans();
+    if (read(owned[0], &owns, 1) == 1) {
+        keeper_remove_cgroups(o);
+        keeper_remove_run_dirs(o);
+    }
+    const char *abbrev = sigabbrev_np(killer);
+    fprintf(stderr, "moat-backend: run: %s by SIG%s: its box was killed\n", sig ? "interrupted" : "worker killed",
+            abbrev ? abbrev : "UNKNOWN");
+    return 128 + killer;
 }
 
 static void add_limit(struct options *o, const char *kv)
@@ -746,7 +913,7 @@ static int serve(struct backend *b, struct options *o)
 {
     static struct box_uids uids; /* held until the boxes are gone */
     struct server srv;
-    int sig_fd = setup_signals();
+    int sig_fd = signals_fd(0);
 
     setup_languages(b, o);
     setup_gvisor(b, o);
@@ -797,7 +964,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     if (run_mode)
-        return cmd_run(&b, &o, &req, argc, argv, optind);
+        return cmd_run_kept(&b, &o, &req, argc, argv, optind);
     if (optind != argc)
         fatalx("unexpected argument %s (see --help)", argv[optind]);
     char err[256];
