@@ -19,6 +19,11 @@ directory.
   - gVisor (skipped without a working runsc): SIGTERM leaves no runsc,
     sentry or gofer behind.
 
+And the server mode, with a live session's program running in its box:
+SIGTERM ends the session and every box before the backend exits; SIGKILL
+cannot clean up, but the boxes die with the backend (the same
+PR_SET_PDEATHSIG) and its next start removes the cgroups.
+
 Nothing here measures time: every wait is for a state, with DEADLINE_S.
 """
 
@@ -28,8 +33,8 @@ import signal
 import subprocess
 import unittest
 
-from moat_harness import (BACKEND, BUSY_MACHINE_WALL, DEADLINE_S, LANGUAGES, LONG_WALL_MS, box_pids, box_uid_pids,
-                          cgroup_count, held_program, uid_base, wait_held, wait_until)
+from moat_harness import (BACKEND, BUSY_MACHINE_WALL, DEADLINE_S, LANGUAGES, LONG_WALL_MS, BackendSession, Stack, box_pids,
+                          box_uid_pids, cgroup_count, held_program, uid_base, wait_held, wait_until)
 from test_gvisor import GVISOR, require_runsc
 
 LONG = ("-o", "run_timeout=%d" % LONG_WALL_MS, "--run-timeout", str(LONG_WALL_MS))
@@ -174,6 +179,54 @@ class RunSignals(unittest.TestCase):
                                               running=lambda t: wait_until(lambda: sandbox(t), "runsc's sentry and gofer in the box"))
         self.assertEqual(status, 143, err)
         self.assert_nothing_left(tag, pids)  # runsc, its sentry and gofer among them
+
+
+
+class ServerSignals(unittest.TestCase):
+    """A server-mode backend ended with a live session's program running in its box."""
+
+    def setUp(self):
+        self.stack = Stack(audit=False)
+        self.stack.start_backend()
+        self.addCleanup(self.stack.stop)
+
+    def session_running(self):
+        """Opens a session whose program runs until killed; returns it and the box's pids once it runs.  Not one
+        that waits for input: the end of its stdin, when the backend dies, would end it by itself."""
+        s = BackendSession(self.stack.socket, 7)
+        self.addCleanup(s.sock.close)
+        s.open("python", "import time\nprint('up', flush=True)\nwhile True:\n    time.sleep(1)\n")
+        s.output_until(b"up")
+        pids = box_pids(self.stack.tag) | box_uid_pids(self.stack.uid_base)
+        self.assertTrue(pids)
+        return s, pids
+
+    def end_backend(self, sig):
+        self.stack.backend.send_signal(sig)
+        status = self.stack.backend.wait(timeout=DEADLINE_S)
+        self.stack.stop_backend()  # it has exited: only its log is closed
+        return status
+
+    def assert_nothing_left(self, pids):
+        tag = self.stack.tag
+        self.assertEqual(box_pids(tag), set(), "processes left in the boxes' cgroups")
+        self.assertEqual(box_uid_pids(self.stack.uid_base), set(), "processes left with the box uids")
+        self.assertEqual([p for p in pids if alive(p)], [], "box pids still running")
+        self.assertEqual(cgroup_dirs(tag), [], "cgroups of the instance left behind")
+
+    def test_sigterm_ends_the_session_and_every_box(self):
+        _, pids = self.session_running()
+        self.assertEqual(self.end_backend(signal.SIGTERM), 0, self.stack.log("backend"))
+        self.assert_nothing_left(pids)
+
+    def test_sigkill_boxes_die_and_next_start_cleans(self):
+        _, pids = self.session_running()
+        self.assertEqual(self.end_backend(signal.SIGKILL), -signal.SIGKILL)
+        wait_until(lambda: not [p for p in pids if alive(p)] and not box_uid_pids(self.stack.uid_base),
+                   "the boxes of a SIGKILLed backend to die")
+        self.stack.start_backend()
+        self.assertEqual(self.end_backend(signal.SIGTERM), 0, self.stack.log("backend"))
+        self.assert_nothing_left(pids)
 
 
 if __name__ == "__main__":
