@@ -487,8 +487,9 @@ static json_t *stage_json(const struct moat_stage_result *st)
     return o;
 }
 
-/* Tells the keeper that this worker has set up (and so owns) the instance's cgroups. */
-static void tell_keeper_cgroups_owned(int owned_fd)
+/* Tells the keeper that this worker, its uids locked, sets up (and so owns)
+ * the instance's cgroups and run directory from now on. */
+static void tell_keeper_instance_owned(int owned_fd)
 {
     char c = 'c';
     if (write(owned_fd, &c, 1) != 1)
@@ -520,8 +521,8 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
     setup_languages(b, o);
     setup_gvisor(b, o);
     setup_uid_locks(&uids, o, 0); /* one batch job: no session slots */
+    tell_keeper_instance_owned(owned_fd);
     setup_cgroups(b, o);
-    tell_keeper_cgroups_owned(owned_fd);
     setup_uid_check(&uids);
     setup_seccomp(b);
     setup_landlock(o);
@@ -572,9 +573,10 @@ static int cmd_run(struct backend *b, struct options *o, struct moat_exec_reques
  * inherits them: when none is left, no box process is) and removes the
  * instance's cgroups as the next backend start would (cg_setup_instance
  * takes over what a killed run left, cg_teardown_instance removes it) and
- * the empty slot directories below the run directory, but only if the worker said it had set them up: a worker stopped before that
- * (its uids held by another backend) never touched them, and they may be
- * another backend's.  One line on stderr says what happened; the exit status
+ * the empty slot directories below the run directory, but only if the
+ * worker said it was about to set them up (its uids locked): a worker
+ * stopped before that (its uids held by another backend) never touched
+ * them, and they may be another backend's.  One line on stderr says what happened; the exit status
  * is 128 + the signal's number, as shells report it.  The keeper itself
  * SIGKILLed cannot clean up: the worker dies with it (PR_SET_PDEATHSIG; the
  * keeper is single-threaded, so its thread's death is its own), the boxes
@@ -655,7 +657,8 @@ static void keeper_remove_cgroups(const struct options *o)
         log_warnx("run: cgroups of instance %s left behind: %s", o->cg_name, e.msg);
 }
 
-/* The slot directories a killed worker left (pool_shutdown's rmdirs): empty, as the box roots are mounted only inside the boxes. */
+/* The slot directories a killed worker left (pool_shutdown's rmdirs): empty,
+ * as the box roots are mounted only inside the boxes. */
 static void keeper_remove_run_dirs(const struct options *o)
 {
     char path[PATH_MAX];

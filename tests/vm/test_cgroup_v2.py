@@ -211,6 +211,37 @@ class V2Test(unittest.TestCase):
         finally:
             unit.close()
 
+    def test_run_interrupted_leaves_the_group_as_it_was(self):
+        """`moat-backend run` SIGTERMed with its program running: its keeper (backend/main.c) kills the worker
+        that had moved the unit's processes into its leaf, and still leaves no group, no controller and the
+        shell back where it was."""
+        unit = Unit("moat-vm-term.service")
+        tag = "moat-vm-t"
+        instance = os.path.join(unit.path, tag)
+
+        def program_runs():  # a box's group holds init and the program
+            return any(len(read(os.path.join(root, "cgroup.procs")).split()) >= 2
+                       for root, _, _ in os.walk(instance) if root != instance)
+        try:
+            before = snapshot(unit.path)
+            p = subprocess.Popen(backend_cmd(tag, "run") + ["-l", "python", "-c", "import time\nwhile True: time.sleep(1)\n",
+                                                            *RAISED],
+                                 preexec_fn=in_group(unit.path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                wait_until(lambda: p.poll() is not None or (os.path.isdir(instance) and program_runs()),
+                           "the program in its box", timeout=BACKEND_TIMEOUT_S)
+                p.send_signal(signal.SIGTERM)
+                _, err = p.communicate(timeout=BACKEND_TIMEOUT_S)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.communicate()
+            self.assertEqual(p.returncode, 143, err)
+            self.assertIn("interrupted by SIGTERM", err.splitlines()[-1])
+            self.assertEqual(snapshot(unit.path), before)
+        finally:
+            unit.close()
+
     def test_refused_where_a_controller_is_not_delegated(self):
         parent = os.path.join(CG, "moat-vm-nocpu.slice")
         os.mkdir(parent)
