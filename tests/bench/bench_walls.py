@@ -242,6 +242,8 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="3 jobs, 1 round: checks it runs, the figures mean nothing")
     args = ap.parse_args()
     args.jobs, args.rounds = (3, 1) if args.smoke else (args.jobs, args.rounds)
+    if args.jobs < 2 or args.rounds < 1:
+        ap.error("--jobs must be at least 2 (on/off pairs two steps) and --rounds at least 1")
     os.environ["MOAT_BUILD_DIR"] = os.path.abspath(args.build_dir)
     sys.path.insert(0, os.path.join(SOURCE, "tests", "e2e"))
     import moat_harness as h  # noqa: E402  (reads MOAT_BUILD_DIR)
