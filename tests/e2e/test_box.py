@@ -6,7 +6,7 @@ import json
 import os
 import unittest
 
-from moat_harness import LONG_WALL_MS, backend_run, landlock_abi
+from moat_harness import BUSY_MACHINE_WALL, LONG_WALL_MS, backend_run, landlock_abi
 
 
 def run(code, language="python", *extra):
@@ -248,10 +248,18 @@ class DevStdioTest(unittest.TestCase):
                 self.check(backend_run(DEV_STDIO_PYTHON, "python", ("-i", "moat\n", *extra)), "out\nmoat\n")
 
     def test_c(self):
-        from moat_harness import BUSY_MACHINE_WALL
         d = backend_run(DEV_STDIO_C, "c", ("-i", "2 3\n", *BUSY_MACHINE_WALL), timeout=120)
         self.assertIsNone(d["compile"]["status"], d["compile"])
         self.check(d, "5\n")
+
+    def test_compile_stage(self):
+        # the compiler's stderr is the compile stage's pipe: __has_include opens it (and /dev/stdin,
+        # the stage's /dev/null) by name, without reading
+        src = ('#if __has_include("/dev/stderr") && __has_include("/dev/stdin")\nint main(void) { return 0; }\n'
+               "#else\n#error the compiler cannot reopen its stderr\n#endif\n")
+        d = backend_run(src, "c", BUSY_MACHINE_WALL, timeout=120)
+        self.assertEqual((d["compile"]["status"], d["compile"]["stderr"]), (None, ""), d["compile"])
+        self.assertEqual(d["run"]["code"], 0, d["run"])
 
     def test_without_stdin(self):
         # no stdin given: /dev/stdin is the pipe's read end at its end
@@ -291,7 +299,6 @@ class LanguagesTest(unittest.TestCase):
     clocks are raised, so that a busy machine does not fail the test."""
 
     def test_every_language(self):
-        from moat_harness import BUSY_MACHINE_WALL
         for language, (name, compiled) in LANGUAGES.items():
             with self.subTest(language=language):
                 d = run_file(language, name, extra=BUSY_MACHINE_WALL)
