@@ -278,10 +278,38 @@ static int bind_one(const struct addrinfo *ai, char *err, size_t errlen)
     return fd;
 }
 
+/*
+ * The workers share the address through SO_REUSEPORT, which the kernel
+ * also grants to any other process of the same user (root, at this point):
+ * a second gateway started on the same port would silently take a share of
+ * the connections.  So first a socket without SO_REUSEPORT must be able to
+ * bind the address: it cannot while anything listens there.
+ */
+static int address_free(const struct addrinfo *ai, char *err, size_t errlen)
+{
+    int fd, on = 1, rc = 0;
+
+    if ((fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol)) == -1) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    /* SO_REUSEADDR: a connection of an earlier run in TIME_WAIT is no owner */
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) == -1) {
+        snprintf(err, errlen, "setsockopt: %s", strerror(errno));
+        rc = -1;
+    } else if (bind(fd, ai->ai_addr, ai->ai_addrlen) == -1) {
+        snprintf(err, errlen, "%s",
+                 errno == EADDRINUSE ? "address already in use by another process (another moat-gateway?)" : strerror(errno));
+        rc = -1;
+    }
+    close(fd);
+    return rc;
+}
+
 int gw_server_listen(struct gw_server *srv, char *err, size_t errlen)
 {
     struct addrinfo hints, *ai = NULL;
-    char port[8];
+    char port[8], why[128];
     unsigned i;
     int rc;
 
@@ -294,8 +322,12 @@ int gw_server_listen(struct gw_server *srv, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", srv->listen_address, gai_strerror(rc));
         return -1;
     }
+    if (address_free(ai, why, sizeof(why)) != 0) {
+        snprintf(err, errlen, "listen on %s port %s: %s", srv->listen_address, port, why);
+        freeaddrinfo(ai);
+        return -1;
+    }
     for (i = 0; i < srv->nworkers; i++) {
-        char why[128];
         if ((srv->workers[i].listen_fd = bind_one(ai, why, sizeof(why))) == -1) {
             snprintf(err, errlen, "listen on %s port %s: %s", srv->listen_address, port, why);
             while (i-- > 0)

@@ -63,6 +63,62 @@ def free_port():
         return s.getsockname()[1]
 
 
+def _listening_inodes(port):
+    """The socket inodes listening on 127.0.0.1/0.0.0.0:port (IPv4 and IPv6)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    cols = line.split()
+                    if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(cols[9])
+        except OSError:
+            pass
+    return inodes
+
+
+def _process_tree(pid):
+    """pid and its descendants (the gateway's workers hold its listener too)."""
+    pids, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        pids.add(p)
+        try:
+            with open("/proc/%d/task/%d/children" % (p, p)) as f:
+                todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            pass
+    return pids
+
+
+def _socket_inodes(pids):
+    out = set()
+    for p in pids:
+        try:
+            for fd in os.listdir("/proc/%d/fd" % p):
+                try:
+                    target = os.readlink("/proc/%d/fd/%s" % (p, fd))
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    out.add(target[8:-1])
+        except OSError:
+            pass
+    return out
+
+
+def listens_on(pid, port):
+    """Whether process pid (or one of its children) holds a listener on port."""
+    return bool(_listening_inodes(port) & _socket_inodes(_process_tree(pid)))
+
+
+def port_taken_by_other(port, pid):
+    """Whether something other than pid's process tree listens on port."""
+    return bool(_listening_inodes(port) - _socket_inodes(_process_tree(pid)))
+
+
 # ---- box uids: a range of its own for every backend a test starts ----------
 #
 # moat-backend holds its box uids exclusively (--uid-base; /run/moat-uids) and
@@ -320,14 +376,36 @@ workers: 2
             self.backend_log = None
 
     def start_gateway(self):
-        self.gateway_log = open(os.path.join(self.tmp, "gateway.log"), "ab")
-        self.gateway = subprocess.Popen([GATEWAY, *self.gateway_args, "-c", self.config], stdout=self.gateway_log,
-                                        stderr=subprocess.STDOUT)
-        # up once it answers /healthz over TLS; dead if it exited
-        wait_until(lambda: self.gateway.poll() is not None or self.healthy(), "the gateway to start",
-                   detail=lambda: self.log("gateway"))
-        if self.gateway.poll() is not None:
-            raise AssertionError("gateway did not start: " + self.log("gateway"))
+        # free_port() only finds a port that was free a moment ago: another
+        # test on the host (a parallel ctest, another checkout) can bind it
+        # first, and its gateway would answer this one's /healthz.  So the
+        # port must be this gateway's own listener; if not, a new port.
+        for attempt in range(3):
+            self.gateway_log = open(os.path.join(self.tmp, "gateway.log"), "ab")
+            self.gateway = subprocess.Popen([GATEWAY, *self.gateway_args, "-c", self.config], stdout=self.gateway_log,
+                                            stderr=subprocess.STDOUT)
+            # up once it answers /healthz over TLS; dead if it exited
+            wait_until(lambda: self.gateway.poll() is not None or self.healthy(), "the gateway to start",
+                       detail=lambda: self.log("gateway"))
+            alive = self.gateway.poll() is None
+            if alive and listens_on(self.gateway.pid, self.port):
+                return
+            if attempt == 2 or not port_taken_by_other(self.port, self.gateway.pid):
+                break
+            if alive:
+                self.gateway.kill()
+            self.gateway.wait()
+            self.gateway_log.close()
+            self.move_port()
+        raise AssertionError("gateway did not start on port %d: %s" % (self.port, self.log("gateway")))
+
+    def move_port(self):
+        """The configuration's listen port, changed to another free one."""
+        with open(self.config) as f:
+            text = f.read()
+        old, self.port = self.port, free_port()
+        with open(self.config, "w") as f:
+            f.write(text.replace("\n  port: %d\n" % old, "\n  port: %d\n" % self.port, 1))
 
     def healthy(self):
         try:

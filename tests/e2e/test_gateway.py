@@ -4,12 +4,14 @@ Starts the real moat-backend and moat-gateway (which drops to the `moat`
 user), and talks HTTP/1.1 and HTTP/2 over real TLS with a throwaway CA."""
 
 import os
+import signal
 import socket
 import ssl
+import subprocess
 import unittest
 import warnings
 
-from moat_harness import Stack, expected_walls, wait_until
+from moat_harness import GATEWAY, Stack, expected_walls, listens_on, wait_until
 
 
 class GatewayTest(unittest.TestCase):
@@ -29,6 +31,23 @@ class GatewayTest(unittest.TestCase):
             with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
                 self.assertIn(tls.version(), ("TLSv1.2", "TLSv1.3"))
                 self.assertEqual(tls.getpeercert()["subject"], ((("commonName", "localhost"),),))
+
+    def test_second_gateway_on_the_same_port_refused(self):
+        """The workers share the port by SO_REUSEPORT, which any root process may join: a second
+        gateway must refuse to start there, not silently take a share of the connections."""
+        p = subprocess.Popen([GATEWAY, "-c", self.stack.config], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        try:
+            out = p.communicate(timeout=60)[0].decode(errors="replace")
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)  # it started: the bug
+            p.communicate()
+            self.fail("a second gateway started on port %d" % self.stack.port)
+        self.assertNotEqual(p.returncode, 0, out)
+        self.assertIn("port %d: address already in use by another process" % self.stack.port, out)
+        self.assertTrue(listens_on(self.stack.gateway.pid, self.stack.port))
+        status, _, _ = self.stack.request("GET", "/healthz", token=None)
+        self.assertEqual(status, 200)
 
     def test_tls_rejected_without_the_ca(self):
         ctx = ssl.create_default_context()  # system roots only: the dev CA is not trusted
