@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import unittest
 
-from moat_harness import GATEWAY, Stack, wait_until
+from moat_harness import GATEWAY, Stack, free_port, wait_until
 
 JUDGE0 = "rate: {per_second: 1000, burst: 1000}\nmax_in_flight: 64\nendpoints: [execute, runtimes, submissions, languages]\n"
 TENANTS = [("alpha", JUDGE0, ""), ("beta", JUDGE0, "")]
@@ -158,7 +158,12 @@ class Judge0StoreTest(unittest.TestCase):
             p = self.check_config(section)
             self.assertNotEqual(p.returncode, 0)
             self.assertIn("group or others may write it", p.stderr)
-            # a start refuses it too (after the drop, as the gateway's user)
+            # a start refuses it too (after the drop, as the gateway's user), on a port of its own:
+            # the running gateway's port would be refused first
+            with open(conf) as f:
+                text = f.read()
+            with open(conf, "w") as f:
+                f.write(text.replace("\n  port: %d\n" % self.stack.port, "\n  port: %d\n" % free_port(), 1))
             p = subprocess.run([GATEWAY, "-c", conf], capture_output=True, text=True, timeout=60)
             self.assertNotEqual(p.returncode, 0)
             self.assertIn("submissions: %s: group or others may write it" % bad, p.stderr)
