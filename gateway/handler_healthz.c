@@ -9,7 +9,9 @@
  *                 part that is not ready (with Retry-After, like every 503).
  *                 The 200 names the walls of the backend's boxes when its
  *                 answer did ("walls": "namespaces+seccomp+landlock"; a
- *                 kernel without Landlock: "namespaces+seccomp").
+ *                 kernel without Landlock: "namespaces+seccomp", and then
+ *                 "walls_missing": ["landlock"], so a readiness check can
+ *                 see that a wall is missing, not only which ran).
  *                 A success is remembered for GW_READY_CACHE_MS per worker,
  *                 so a flood of probes costs the backend nothing.
  */
@@ -45,6 +47,31 @@ static enum gw_flow prepare_ready(struct gw_request *r)
     return gw_runtimes_query(r, &r->frame, &r->job_id);
 }
 
+/* The walls a plain box should have (README "Walls"): those the backend's
+ * answer lacks are named in the readiness answer, e.g. Landlock on a
+ * kernel without it or a backend run with --no-landlock. */
+static const char *const plain_box_walls[] = {"namespaces", "seccomp", "landlock"};
+
+static int names_wall(const char *walls, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = walls;; p++) {
+        if (strncmp(p, name, n) == 0 && (p[n] == '+' || p[n] == '\0'))
+            return 1;
+        if ((p = strchr(p, '+')) == NULL)
+            return 0;
+    }
+}
+
+static json_t *missing_walls(const char *walls)
+{
+    json_t *missing = json_array();
+    for (size_t i = 0; missing != NULL && i < sizeof(plain_box_walls) / sizeof(plain_box_walls[0]); i++)
+        if (!names_wall(walls, plain_box_walls[i]))
+            json_array_append_new(missing, json_string(plain_box_walls[i]));
+    return missing;
+}
+
 /* Step 9: the backend answered (or a recent probe did). */
 static enum gw_flow answer_ready(struct gw_request *r, const struct backend_reply *reply)
 {
@@ -58,8 +85,14 @@ static enum gw_flow answer_ready(struct gw_request *r, const struct backend_repl
         snprintf(w->ready_walls, sizeof(w->ready_walls), "%s", walls != NULL ? walls : "");
     }
     json_t *o = json_pack("{s:s, s:s, s:s}", "status", "ready", "backend", "ok", "audit", w->audit.enabled ? "ok" : "off");
-    if (o != NULL && w->ready_walls[0] != '\0')
+    if (o != NULL && w->ready_walls[0] != '\0') {
+        json_t *missing = missing_walls(w->ready_walls);
         json_object_set_new(o, "walls", json_string(w->ready_walls));
+        if (missing != NULL && json_array_size(missing) > 0)
+            json_object_set_new(o, "walls_missing", missing);
+        else
+            json_decref(missing);
+    }
     r->body = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (r->body == NULL)

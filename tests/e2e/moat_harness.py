@@ -161,6 +161,11 @@ def expected_walls():
     return "namespaces+seccomp+landlock" if landlock_abi() > 0 else "namespaces+seccomp"
 
 
+def expected_missing():
+    """What /readyz adds when a plain box lacks a wall: {"walls_missing": [...]}, or nothing."""
+    return {} if landlock_abi() > 0 else {"walls_missing": ["landlock"]}
+
+
 def backend_run(code, language="python", extra=(), timeout=60, tag=None):
     """Runs one job with `moat-backend run` and returns the parsed result.
     Concurrent calls need distinct tags (run dir, cgroup name, box uids)."""

@@ -11,7 +11,7 @@ import subprocess
 import unittest
 import warnings
 
-from moat_harness import GATEWAY, Stack, expected_walls, listens_on, wait_until
+from moat_harness import GATEWAY, Stack, expected_missing, expected_walls, listens_on, wait_until
 
 
 class GatewayTest(unittest.TestCase):
@@ -218,6 +218,33 @@ class GatewayTest(unittest.TestCase):
         status, headers, data = self.stack.execute("brainfuck", "+")
         self.assert_json_error(status, headers, data, 400)
         self.assertIn("runtime is unknown", data["message"])
+
+
+class ReadyWallsTest(unittest.TestCase):
+    """Readiness names the walls of the backend's boxes, and a missing one by name."""
+
+    def ready(self, stack):
+        return wait_until(lambda: (lambda g: g if g[0] == 200 else None)(stack.request("GET", "/readyz", token=None)),
+                          "/readyz 200")[2]
+
+    def test_a_backend_without_landlock_is_ready_with_the_wall_named_missing(self):
+        stack = Stack(backend_args=("--no-landlock",)).start()
+        try:
+            data = self.ready(stack)
+            self.assertEqual((data["walls"], data.get("walls_missing")), ("namespaces+seccomp", ["landlock"]), data)
+        finally:
+            stack.stop()
+
+    def test_nothing_missing_with_every_wall(self):
+        if expected_missing():
+            self.skipTest("this kernel has no Landlock: every backend here lacks that wall")
+        stack = Stack().start()
+        try:
+            data = self.ready(stack)
+            self.assertEqual(data["walls"], "namespaces+seccomp+landlock", data)
+            self.assertNotIn("walls_missing", data)
+        finally:
+            stack.stop()
 
 
 class BackendOutageTest(unittest.TestCase):

@@ -25,7 +25,7 @@ import tempfile
 import time
 import unittest
 
-from moat_harness import BACKEND, DEADLINE_S, GATEWAY, LANGUAGES, Stack, expected_walls, uid_base
+from moat_harness import BACKEND, DEADLINE_S, GATEWAY, LANGUAGES, Stack, expected_missing, expected_walls, uid_base
 
 
 class NotifySocket:
@@ -164,7 +164,7 @@ class GatewayNotifyTest(unittest.TestCase):
             # at once, one try: READY=1 means the workers serve
             status, _, body = self.stack.request("GET", "/readyz", token=None, timeout=DEADLINE_S)
             self.assertEqual((status, body), (200, {"status": "ready", "backend": "ok", "audit": "ok",
-                                                    "walls": expected_walls()}))
+                                                    "walls": expected_walls(), **expected_missing()}))
 
             writers = [c for c in descendants(p.pid) if "--clients" in proc_list(c, "cmdline")]
             self.assertTrue(writers, "the audit writer runs under the supervisor")
