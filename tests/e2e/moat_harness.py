@@ -79,18 +79,35 @@ def _listening_inodes(port):
     return inodes
 
 
-def _process_tree(pid):
-    """pid and its descendants (the gateway's workers hold its listener too)."""
-    pids, todo = set(), [pid]
+def descendants(pid):
+    """Every process below pid (children of every thread, recursively)."""
+    out, todo = [], [pid]
     while todo:
         p = todo.pop()
-        pids.add(p)
         try:
-            with open("/proc/%d/task/%d/children" % (p, p)) as f:
-                todo.extend(int(c) for c in f.read().split())
+            tasks = os.listdir("/proc/%d/task" % p)
         except OSError:
-            pass
-    return pids
+            continue
+        for t in tasks:
+            try:
+                with open("/proc/%d/task/%s/children" % (p, t)) as f:
+                    kids = [int(c) for c in f.read().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+def communicate_or_kill(p, timeout):
+    """p.communicate(timeout=timeout) -> (stdout, stderr); past the timeout, p's process group
+    (p started with start_new_session=True) is killed and None returned."""
+    try:
+        return p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        return None
 
 
 def _socket_inodes(pids):
@@ -111,12 +128,12 @@ def _socket_inodes(pids):
 
 def listens_on(pid, port):
     """Whether process pid (or one of its children) holds a listener on port."""
-    return bool(_listening_inodes(port) & _socket_inodes(_process_tree(pid)))
+    return bool(_listening_inodes(port) & _socket_inodes([pid, *descendants(pid)]))
 
 
 def port_taken_by_other(port, pid):
     """Whether something other than pid's process tree listens on port."""
-    return bool(_listening_inodes(port) - _socket_inodes(_process_tree(pid)))
+    return bool(_listening_inodes(port) - _socket_inodes([pid, *descendants(pid)]))
 
 
 # ---- box uids: a range of its own for every backend a test starts ----------

@@ -4,14 +4,13 @@ Starts the real moat-backend and moat-gateway (which drops to the `moat`
 user), and talks HTTP/1.1 and HTTP/2 over real TLS with a throwaway CA."""
 
 import os
-import signal
 import socket
 import ssl
 import subprocess
 import unittest
 import warnings
 
-from moat_harness import GATEWAY, Stack, expected_missing, expected_walls, listens_on, wait_until
+from moat_harness import GATEWAY, Stack, communicate_or_kill, expected_missing, expected_walls, listens_on, wait_until
 
 
 class GatewayTest(unittest.TestCase):
@@ -37,12 +36,10 @@ class GatewayTest(unittest.TestCase):
         gateway must refuse to start there, not silently take a share of the connections."""
         p = subprocess.Popen([GATEWAY, "-c", self.stack.config], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              start_new_session=True)
-        try:
-            out = p.communicate(timeout=60)[0].decode(errors="replace")
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)  # it started: the bug
-            p.communicate()
+        got = communicate_or_kill(p, 60)
+        if got is None:  # it started: the bug
             self.fail("a second gateway started on port %d" % self.stack.port)
+        out = got[0].decode(errors="replace")
         self.assertNotEqual(p.returncode, 0, out)
         self.assertIn("port %d: address already in use by another process" % self.stack.port, out)
         self.assertTrue(listens_on(self.stack.gateway.pid, self.stack.port))

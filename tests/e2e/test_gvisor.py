@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import unittest
 
-from moat_harness import (BACKEND, BUSY_MACHINE_WALL, LANGUAGES, STATUS_OK, STATUS_SG, BackendSession, Stack, session_signal,
+from moat_harness import (BACKEND, BUSY_MACHINE_WALL, LANGUAGES, communicate_or_kill, STATUS_OK, STATUS_SG, BackendSession, Stack, session_signal,
                           uid_base, wait_until)
 from test_escapes import PRELUDE as ESCAPES_PRELUDE
 
@@ -50,13 +50,8 @@ def require_runsc():
             p = subprocess.Popen([RUNSC, "--root=" + os.path.join(tmp, "state"), "--network=none", "--platform=ptrace",
                                   "--ignore-cgroups", "run", "--bundle", os.path.join(tmp, "bundle"), "check"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-            try:
-                _, err = p.communicate(timeout=JOB_TIMEOUT_S)
-                _runsc_works = (p.returncode == 0, err.decode(errors="replace")[-300:])
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.communicate()
-                _runsc_works = (False, "timed out")
+            got = communicate_or_kill(p, JOB_TIMEOUT_S)
+            _runsc_works = (p.returncode == 0, got[1].decode(errors="replace")[-300:]) if got else (False, "timed out")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     if not _runsc_works[0]:
@@ -69,12 +64,10 @@ def backend_run_raw(code, language="python", extra=(), tag="moat-gv-t%d" % os.ge
     cmd = [BACKEND, "run", "-L", languages, "-r", "/run/" + tag, "-n", tag, "--uid-base", str(uid_base(tag)), "-l", language,
            "-c", code, *extra]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=JOB_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
+    got = communicate_or_kill(p, JOB_TIMEOUT_S)
+    if got is None:
         raise AssertionError("moat-backend run did not finish in %d s" % JOB_TIMEOUT_S)
+    out, err = got
     return p.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 

@@ -25,7 +25,7 @@ import tempfile
 import time
 import unittest
 
-from moat_harness import BACKEND, DEADLINE_S, GATEWAY, LANGUAGES, Stack, expected_missing, expected_walls, uid_base
+from moat_harness import BACKEND, DEADLINE_S, GATEWAY, LANGUAGES, Stack, descendants, expected_missing, expected_walls, uid_base
 
 
 class NotifySocket:
@@ -68,26 +68,6 @@ def proc_list(pid, name):
     """/proc/<pid>/<name> (environ, cmdline) as a list of strings."""
     with open("/proc/%d/%s" % (pid, name), "rb") as f:
         return [e.decode(errors="replace") for e in f.read().split(b"\0") if e]
-
-
-def descendants(pid):
-    """Every process below pid (children of every thread, recursively)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            tasks = os.listdir("/proc/%d/task" % p)
-        except OSError:
-            continue
-        for t in tasks:
-            try:
-                with open("/proc/%d/task/%s/children" % (p, t)) as f:
-                    kids = [int(c) for c in f.read().split()]
-            except OSError:
-                continue
-            out += kids
-            todo += kids
-    return out
 
 
 class BackendNotifyTest(unittest.TestCase):

@@ -33,7 +33,7 @@ import signal
 import subprocess
 import unittest
 
-from moat_harness import (BACKEND, BUSY_MACHINE_WALL, DEADLINE_S, LANGUAGES, LONG_WALL_MS, BackendSession, Stack, box_pids,
+from moat_harness import (BACKEND, BUSY_MACHINE_WALL, DEADLINE_S, communicate_or_kill, LANGUAGES, LONG_WALL_MS, BackendSession, Stack, box_pids,
                           box_uid_pids, cgroup_count, held_program, uid_base, wait_held, wait_until)
 from test_gvisor import GVISOR, require_runsc
 
@@ -53,13 +53,10 @@ def start_run(tag, code=None, extra=LONG):
 
 def finish(p):
     """Waits for the run's exit (killing its group if it never comes); returns (status, stderr text)."""
-    try:
-        _, err = p.communicate(timeout=DEADLINE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
+    got = communicate_or_kill(p, DEADLINE_S)
+    if got is None:
         raise AssertionError("moat-backend run did not exit in %g s" % DEADLINE_S)
-    return p.returncode, err.decode(errors="replace")
+    return p.returncode, got[1].decode(errors="replace")
 
 
 def children(pid):
