@@ -88,6 +88,8 @@ static int set_defaults(struct gw_config *cfg)
     cfg->submissions.max_running = GW_DEFAULT_JUDGE0_MAX_RUNNING;
     cfg->submissions.queue_max = GW_DEFAULT_JUDGE0_QUEUE_MAX;
     cfg->submissions.queue_max_per_tenant = GW_DEFAULT_JUDGE0_QUEUE_PER_TENANT;
+    cfg->submissions.queue_max_bytes_per_tenant = GW_DEFAULT_QUEUE_MAX_BYTES_PER_TENANT;
+    cfg->submissions.max_attempts = GW_DEFAULT_QUEUE_MAX_ATTEMPTS;
     cfg->limiter.port = GW_REDIS_DEFAULT_PORT;
     cfg->limiter.connect_timeout_ms = GW_REDIS_DEFAULT_CONNECT_TIMEOUT_MS;
     cfg->limiter.timeout_ms = GW_REDIS_DEFAULT_TIMEOUT_MS;

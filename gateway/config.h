@@ -86,6 +86,11 @@ struct gw_submissions_config {
     uint64_t max_running;          /* runs at once, all tenants */
     uint64_t queue_max;            /* submissions waiting, all tenants */
     uint64_t queue_max_per_tenant; /* submissions waiting, one tenant */
+    /* queue: redis - the waiting submissions live in Redis Streams (store/queue_redis.c),
+     * claimed by every gateway for its own backend while it has a free slot */
+    int queue_redis;
+    uint64_t queue_max_bytes_per_tenant; /* bytes of entries waiting, one tenant */
+    uint64_t max_attempts;               /* runs of one submission (a dead gateway's taken over) */
 };
 
 /* The control section (config_control.c): the supervisor's control socket

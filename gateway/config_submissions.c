@@ -16,6 +16,9 @@
  *     max_running: 4            # queued submissions' runs at once, all tenants
  *     queue_max: 2000           # submissions waiting, all tenants (503 past it)
  *     queue_max_per_tenant: 500 # submissions waiting, one tenant (429 past it)
+ *     queue: memory             # memory (default) | redis: shared by every gateway
+ *     queue_max_bytes_per_tenant: 268435456  # queue: redis: bytes waiting, one tenant (429)
+ *     max_attempts: 3           # queue: redis: runs of a submission whose gateway died
  *
  * Defaults and bounds come from gw_limits.h (GW_DEFAULT_JUDGE0_*,
  * GW_MAX_JUDGE0_*); queue_max_per_tenant may not exceed queue_max.  store_dir must be absolute; that the directory is the
@@ -23,7 +26,9 @@
  * when the store opens (judge0_store_open_dir), at start and by -n.
  * store: redis keeps results in the Redis the limiter section names (its
  * connection settings, one place for them): it needs limiter.store redis
- * (checked once every section is read: cfg_submissions_finish).
+ * (checked once every section is read: cfg_submissions_finish).  queue:
+ * redis needs store: redis (a result must be readable on every gateway);
+ * max_running is then the backend's own slot count, learned from it.
  */
 #include "config_parse.h"
 #include "gw_limits.h"
@@ -42,6 +47,8 @@ static int submissions_field(struct parse_ctx *pc, const char *key, yaml_node_t 
         FIELD(max_running, 1, GW_MAX_JUDGE0_MAX_RUNNING),
         FIELD(queue_max, 1, GW_MAX_JUDGE0_QUEUE),
         FIELD(queue_max_per_tenant, 1, GW_MAX_JUDGE0_QUEUE),
+        FIELD(queue_max_bytes_per_tenant, 1, GW_MAX_QUEUE_MAX_BYTES_PER_TENANT),
+        FIELD(max_attempts, 1, GW_MAX_QUEUE_MAX_ATTEMPTS),
     };
 #undef FIELD
     struct gw_submissions_config *s = &pc->cfg->submissions;
@@ -58,6 +65,14 @@ static int submissions_field(struct parse_ctx *pc, const char *key, yaml_node_t 
                 return 0;
             }
         return cfg_fail(pc, v, "submissions.store must be memory, dir or redis");
+    }
+    if (strcmp(key, "queue") == 0) {
+        if (cfg_want_scalar(pc, v, "submissions.queue") != 0)
+            return -1;
+        if (strcmp(cfg_scalar(v), "memory") != 0 && strcmp(cfg_scalar(v), "redis") != 0)
+            return cfg_fail(pc, v, "submissions.queue must be memory or redis");
+        s->queue_redis = strcmp(cfg_scalar(v), "redis") == 0;
+        return 0;
     }
     if (strcmp(key, "store_dir") == 0) {
         if (cfg_string(pc, v, "submissions.store_dir", GW_MAX_PATH_LEN, &s->store_dir) != 0)
@@ -89,5 +104,7 @@ int cfg_submissions_finish(struct parse_ctx *pc)
     if (pc->cfg->submissions.store == GW_SUBMISSIONS_REDIS && !pc->cfg->limiter.redis)
         return cfg_fail(pc, NULL,
                         "submissions.store redis needs limiter.store redis (the connection settings are limiter.redis's)");
+    if (pc->cfg->submissions.queue_redis && pc->cfg->submissions.store != GW_SUBMISSIONS_REDIS)
+        return cfg_fail(pc, NULL, "submissions.queue redis needs submissions.store redis (any gateway answers for a result)");
     return 0;
 }

@@ -108,6 +108,16 @@
 #define GW_DEFAULT_JUDGE0_QUEUE_PER_TENANT 500u
 #define GW_MAX_JUDGE0_QUEUE                1000000u
 #define GW_JUDGE0_QUEUE_RETRY_AFTER_MS     2000u
+/* queue: redis (store/queue_redis.c): bytes of entries one tenant may have
+ * waiting, how many times an entry runs before it ends as an Internal
+ * Error, and the dead letter list's length. */
+#define GW_DEFAULT_QUEUE_MAX_BYTES_PER_TENANT (256ull << 20)
+#define GW_MAX_QUEUE_MAX_BYTES_PER_TENANT     (64ull << 30)
+#define GW_DEFAULT_QUEUE_MAX_ATTEMPTS         3u
+#define GW_MAX_QUEUE_MAX_ATTEMPTS             100u
+#define GW_QUEUE_DEAD_MAX                     10000u
+#define GW_QUEUE_SWEEP_MS                     1000u /* a dispatcher looks for a dead gateway's entries this often */
+#define GW_QUEUE_POLL_MS                      500u  /* and claims without a wake-up this often (one may be lost) */
 /* A submission's additional_files (a zip) unpacks to at most this much
  * (the tenant's max_code_bytes then applies to all its files together). */
 #define GW_JUDGE0_ZIP_MAX_BYTES (16u * 1024u * 1024u)

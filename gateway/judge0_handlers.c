@@ -37,6 +37,7 @@
 #include "judge.h"
 #include "judge0_api.h"
 #include "judge0_callback.h"
+#include "judge0_dispatch.h"
 #include "judge0_queue.h"
 #include "judge0_store.h"
 #include "log.h"
@@ -463,7 +464,7 @@ static enum gw_flow submit_prepare(struct gw_request *r)
     }
     if ((f = submission_judge(r, s)) != GW_NEXT)
         return f;
-    if (!s->q.wait && (f = queue_room(r, 1, &s->reserved, s->tenant)) != GW_NEXT)
+    if (!s->q.wait && !r->cfg->submissions.queue_redis && (f = queue_room(r, 1, &s->reserved, s->tenant)) != GW_NEXT)
         return f;
     if (RAND_bytes(rnd, sizeof(rnd)) != 1)
         return gw_deny(r, 500, GW_REASON_FILTER, "no random bytes for a token");
@@ -516,6 +517,9 @@ static char *submit_body(struct submission *s, const json_t *record)
 }
 
 static enum gw_flow start_async(struct gw_request *r, struct submission *s);
+static enum gw_flow remote_submit(struct gw_request *r, struct submission *s);
+struct batch;
+static enum gw_flow remote_batch(struct gw_request *r, struct batch *b);
 
 /* Step 9: judge the result, keep it, answer; the record's fields and packet. */
 static enum gw_flow submit_answer(struct gw_request *r, const struct backend_reply *reply)
@@ -611,6 +615,7 @@ struct async_run {
     size_t case_index;                      /* its test case in the group's job */
     size_t group_size;                      /* its group's members; 0: none (kept when it leaves one) */
     char group_first[JUDGE0_TOKEN_LEN + 1]; /* the token of its group's first member */
+    struct claimed *claim;                  /* queue: redis: the entry it came from (below), or NULL */
 };
 
 /* What the records say of a's group: {first, size, case}, or NULL (none). */
@@ -624,16 +629,30 @@ static json_t *group_json(const struct async_run *a)
 
 static void async_begin(struct async_run *a);
 static void group_member_gone(struct async_group *g);
+static json_t *claim_json(const struct claimed *cl);
+
+/* Where the run was in the queue: in this gateway's memory queue {seq,
+ * ahead}; in the shared one {entry, attempt, accepted_by}. */
+static json_t *queue_json(const struct async_run *a)
+{
+    if (a->claim != NULL)
+        return claim_json(a->claim);
+    return json_pack("{s:I, s:I}", "seq", (json_int_t)a->item.seq, "ahead", (json_int_t)a->item.ahead);
+}
 
 static unsigned max_running(const struct gw_worker *w)
 {
     return (unsigned)w->cfg->submissions.max_running;
 }
 
+static void claim_release(struct claimed *cl);
+
 static void async_destroy(struct async_run *a)
 {
     if (a->group != NULL)
         group_member_gone(a->group);
+    if (a->claim != NULL)
+        claim_release(a->claim);
     judge0_request_free(&a->j);
     moat_exec_request_free(&a->ereq);
     moat_buf_free(&a->frame);
@@ -656,7 +675,10 @@ static void async_ran(struct async_run *a)
     if (!a->started)
         return;
     a->started = 0;
-    judge0_queue_done(judge0_queue_default(), a->worker, max_running(a->worker));
+    if (a->claim != NULL)
+        gw_dispatch_done();
+    else
+        judge0_queue_done(judge0_queue_default(), a->worker, max_running(a->worker));
 }
 
 /* The run is over: its CPU time charged, its place to the next item. */
@@ -676,14 +698,23 @@ static void async_who(const struct async_run *a, struct gw_audit_who *who)
         (struct gw_audit_who){a->request_id, a->tenant, a->key_id, a->client, method, sizeof(method) - 1, a->path, strlen(a->path)};
 }
 
-/* The store shows text, or an Internal Error saying why it cannot. */
-static void async_keep(struct async_run *a, const char *text, size_t len)
+static int claim_unfinished(struct claimed *cl, const char *tenant, const char *token, const char *text, size_t len);
+
+/* The store shows text (mode: judge0_store_put_mode's), or an Internal
+ * Error saying why it cannot.  A claimed entry's final record that Redis
+ * did not take is kept with the entry, which is not acknowledged until
+ * it is (claim_release). */
+static void async_keep(struct async_run *a, const char *text, size_t len, enum judge0_put_mode mode)
 {
     struct judge0_store *st = judge0_store_default();
+    int rc = st != NULL ? judge0_store_put_mode(st, a->tenant, a->token, text, len, judge0_store_now_ms(), mode) : -1;
 
-    if (st == NULL || judge0_store_put(st, a->tenant, a->token, text, len, judge0_store_now_ms()) != 0)
+    if (rc < 0 && mode == JUDGE0_PUT_FINAL && a->claim != NULL && claim_unfinished(a->claim, a->tenant, a->token, text, len) == 0)
+        return; /* kept once Redis answers: the callback follows then */
+    if (rc < 0)
         log_warnx("%s: id=%s: token %s: the result could not be kept", __func__, a->request_id, a->token);
-    judge0_callback_kept(a->worker->cfg, a->tenant, a->token, text, len);
+    if (rc == 0)
+        judge0_callback_kept(a->worker->cfg, a->tenant, a->token, text, len);
 }
 
 /* A record's status (and status_id) becomes id. */
@@ -702,7 +733,10 @@ static void async_show(struct async_run *a, enum judge0_status pending)
     if (rec != NULL)
         set_status(rec, pending);
     if (rec != NULL && (text = json_dumps(rec, JSON_COMPACT)) != NULL) {
-        async_keep(a, text, strlen(text));
+        /* "In Queue" of a shared queue's entry: only where the claimer has not written yet */
+        async_keep(a, text, strlen(text),
+                   pending == JUDGE0_IN_QUEUE && a->claim == NULL && a->worker->cfg->submissions.queue_redis ? JUDGE0_PUT_IF_ABSENT
+                                                                                                             : JUDGE0_PUT_PENDING);
         free(text);
     }
     json_decref(rec);
@@ -727,7 +761,7 @@ static void async_keep_failure(struct async_run *a, const char *why)
     char *text = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
 
     if (text != NULL)
-        async_keep(a, text, strlen(text));
+        async_keep(a, text, strlen(text), JUDGE0_PUT_FINAL);
     json_decref(rec);
     free(text);
 }
@@ -738,7 +772,7 @@ static void on_async_durable(void *arg, int ok, uint64_t seq)
 
     (void)seq;
     if (ok)
-        async_keep(a, a->record, a->record_len);
+        async_keep(a, a->record, a->record_len, JUDGE0_PUT_FINAL);
     else
         async_keep_failure(a, "audit log unavailable: the result cannot be recorded, so it is withheld");
     async_free(a);
@@ -776,9 +810,8 @@ static void async_record(struct async_run *a, const struct moat_exec_result *res
         packet = gw_audit_packet(&who, &a->ereq, a->j.metadata, a->record, &plen); /* every field, texts in base64 */
     }
     json_object_set_new(b, "judge0",
-                        json_pack("{s:s, s:O?, s:{s:I, s:I}, s:o*}", "token", a->token, "status", json_object_get(rec, "status"),
-                                  "queue", "seq", (json_int_t)a->item.seq, "ahead", (json_int_t)a->item.ahead, "group",
-                                  group_json(a)));
+                        json_pack("{s:s, s:O?, s:o, s:o*}", "token", a->token, "status", json_object_get(rec, "status"), "queue",
+                                  queue_json(a), "group", group_json(a)));
     text = gw_audit_dump(b, &len);
     json_decref(b);
     if (text == NULL) {
@@ -861,8 +894,10 @@ static int async_decide(struct async_run *a, json_t *group, gw_audit_cb cb, void
     gw_audit_add_decision(b, "allowed", NULL, NULL, 200, NULL);
     gw_audit_add_request(b, &a->ereq, a->frame.data + MOAT_FRAME_HEADER_SIZE, a->frame.len - MOAT_FRAME_HEADER_SIZE);
     json_object_set_new(b, "judge0",
-                        json_pack("{s:s, s:I, s:s, s:s*, s:o*}", "token", a->token, "language_id", (json_int_t)a->j.language_id,
-                                  "batch", a->parent_id, "callback_url", a->j.callback_url, "group", group));
+                        json_pack("{s:s, s:I, s:s*, s:s*, s:o*, s:o*}", "token", a->token, "language_id",
+                                  (json_int_t)a->j.language_id, "batch",
+                                  strcmp(a->parent_id, a->request_id) != 0 ? a->parent_id : NULL, "callback_url", a->j.callback_url,
+                                  "group", group, "queue", a->claim != NULL ? claim_json(a->claim) : NULL));
     text = gw_audit_dump(b, &len);
     json_decref(b);
     if (text == NULL)
@@ -954,9 +989,12 @@ static void async_enqueue(struct async_run *a)
 /* Step 9 of wait=false: the answer {"token"} at once, the run queued. */
 static enum gw_flow start_async(struct gw_request *r, struct submission *s)
 {
-    json_t *answer = json_pack("{s:s}", "token", s->token);
+    json_t *answer;
     struct async_run *a;
 
+    if (r->cfg->submissions.queue_redis)
+        return remote_submit(r, s);
+    answer = json_pack("{s:s}", "token", s->token);
     r->body = answer != NULL ? json_dumps(answer, JSON_COMPACT) : NULL;
     json_decref(answer);
     if (r->body == NULL || (a = async_new(r, "/submissions", r->request_id, s->token, s->lang_name, s->created_ms, &s->j, &s->ereq,
@@ -997,6 +1035,7 @@ struct async_group {
     struct moat_buf frame; /* the job: the first member's request with a case per member */
     uint64_t job_id;
     char socket[GW_MAX_PATH_LEN + 1];
+    int claimed; /* queue: redis: its members' entry was claimed here (the dispatcher counts its run) */
 };
 
 static void group_free(struct async_group *g)
@@ -1017,7 +1056,10 @@ static void group_ran(struct async_group *g)
     if (!g->started)
         return;
     g->started = 0;
-    judge0_queue_done(judge0_queue_default(), g->worker, max_running(g->worker));
+    if (g->claimed)
+        gw_dispatch_done();
+    else
+        judge0_queue_done(judge0_queue_default(), g->worker, max_running(g->worker));
 }
 
 /* Every member not yet started fails with why (fail closed). */
@@ -1068,6 +1110,11 @@ static void group_member_again(struct async_run *a)
     const struct jq_caps caps = {(unsigned)c->max_running, c->queue_max, c->queue_max_per_tenant};
     struct async_group *g = a->group;
 
+    if (a->claim != NULL) { /* the shared queue's entry is the group: it ends with it */
+        async_keep_failure(a, "its batch's shared job ran out of wall time before this submission: submit it again");
+        async_free(a);
+        return;
+    }
     if (judge0_queue_reserve(judge0_queue_default(), a->tenant, 1, &caps) != JQ_OK) {
         async_keep_failure(a, "its batch's shared job ran out of wall time before this submission, and the queue has no room "
                               "to run it alone: submit it again");
@@ -1410,6 +1457,8 @@ static enum gw_flow batch_submit_prepare(struct gw_request *r)
                       json_pack("{s:O}", "submissions", b->answers));
     if (batch_groups(b) != 0)
         return gw_deny(r, 500, GW_REASON_FILTER, "out of memory");
+    if (r->cfg->submissions.queue_redis)
+        return GW_NEXT;                                       /* the enqueue checks the caps (remote_batch) */
     return queue_room(r, b->nitems, &b->reserved, b->tenant); /* all or none */
 }
 
@@ -1478,6 +1527,8 @@ static enum gw_flow batch_submit_answer(struct gw_request *r, const struct backe
     struct batch *b = r->job;
 
     (void)reply;
+    if (r->cfg->submissions.queue_redis)
+        return remote_batch(r, b);
     if ((r->body = json_dumps(b->answers, JSON_COMPACT)) == NULL)
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
     r->ok_status = 201;
@@ -1509,6 +1560,725 @@ static enum gw_flow batch_submit_answer(struct gw_request *r, const struct backe
 }
 
 const struct gw_handler gw_handler_judge0_batch_submit = {batch_submit_prepare, batch_submit_describe, batch_submit_answer};
+
+/* ------------------------------------------- the shared queue (queue: redis) */
+
+/*
+ * With submissions.queue: redis an accepted submission does not wait in
+ * this process: it is an entry of the tenant's stream in Redis
+ * (store/queue_redis.c), and any gateway whose backend has a free slot
+ * claims it (judge0_dispatch.c) and runs it here.
+ *
+ * Accepting (remote_submit, remote_batch: step 9, after the decision
+ * record is durable).  The entry holds what the run needs and never a
+ * credential: per member its request id, token, creation time, language
+ * name, the Judge0 submission as sent (the result record is built from
+ * it) and the typed execution request this gateway built (the frame's
+ * payload, base64); and the tenant, the key id, the client, the route.
+ * A batch's group compiled once is one entry of its members.  The answer
+ * (201 {"token"}) waits for the enqueue's reply: once it comes the entry
+ * is in the stream, and "In Queue" is kept for each token where the
+ * claimer has not written yet.  The caps are checked by the enqueue
+ * itself, atomically with it across every gateway; a refusal there comes
+ * after the decision record, so the trail shows it as a failed result.
+ *
+ * Running (gw_judge0_run_claim).  The entry is decoded strictly (a blob
+ * that is not one of ours, or names another tenant than its stream's, is
+ * never run: it goes to the dead letter list).  Each member's request is
+ * decoded by the protocol's own decoder and judged again by this
+ * gateway's policy for the tenant (a tenant or language this host does
+ * not have, or a limit its policy refuses, ends the submission with an
+ * Internal Error saying so).  Then it runs exactly as a queued run does
+ * (async_run, async_group): "Processing", its decision record (naming
+ * the accepting request id, the entry and the attempt), the backend, the
+ * result record, the final record kept, and the run's slot back to the
+ * dispatcher.  An entry taken over past max_attempts ends every member as
+ * an Internal Error without running.
+ *
+ * Ending (struct claimed).  The runs of one entry share it; when the last
+ * is freed and every final record is kept, the entry is acknowledged.  A
+ * final record Redis did not take, or an ack it did not answer, keeps the
+ * entry here (claim_park): both are tried again every GW_QUEUE_POLL_MS
+ * until Redis takes them.  If this gateway dies first, its entry is taken
+ * over and run again; the final record already kept is never replaced
+ * (JUDGE0_PUT_FINAL), so the submission ends once.
+ */
+
+/* A final record Redis did not take yet. */
+struct unfinished {
+    struct unfinished *next;
+    size_t len;
+    char tenant[GW_MAX_TENANT_NAME + 1];
+    char token[JUDGE0_TOKEN_LEN + 1];
+    char text[]; /* len bytes and a NUL */
+};
+
+struct claimed {
+    struct claimed *next; /* the parked list */
+    struct gw_worker *worker;
+    size_t refs;               /* runs not yet freed */
+    struct unfinished *finals; /* final records to keep before the ack */
+    unsigned attempt;          /* 1 for the first run */
+    char tenant[GW_MAX_TENANT_NAME + 1];
+    char id[QR_ID_MAX];
+    char accepted_by[GW_REDIS_MAX_PREFIX + 1];
+};
+
+static struct claimed *parked; /* the dispatcher's thread only */
+static h2o_timeout_t park_timeout;
+static h2o_timeout_entry_t park_entry;
+static int park_ready;
+
+static json_t *claim_json(const struct claimed *cl)
+{
+    return json_pack("{s:s, s:I, s:s}", "entry", cl->id, "attempt", (json_int_t)cl->attempt, "accepted_by", cl->accepted_by);
+}
+
+static int claim_unfinished(struct claimed *cl, const char *tenant, const char *token, const char *text, size_t len)
+{
+    struct unfinished *u = malloc(sizeof(*u) + len + 1);
+
+    if (u == NULL)
+        return -1;
+    memset(u, 0, sizeof(*u));
+    snprintf(u->tenant, sizeof(u->tenant), "%s", tenant);
+    snprintf(u->token, sizeof(u->token), "%s", token);
+    memcpy(u->text, text, len);
+    u->text[len] = '\0';
+    u->len = len;
+    u->next = cl->finals;
+    cl->finals = u;
+    return 0;
+}
+
+static void claim_finish(struct claimed *cl);
+
+static void on_park_tick(h2o_timeout_entry_t *entry)
+{
+    struct claimed *all = parked;
+
+    (void)entry;
+    parked = NULL;
+    while (all != NULL) {
+        struct claimed *cl = all;
+        all = cl->next;
+        claim_finish(cl);
+    }
+}
+
+/* Try cl again later (Redis did not take its records or its ack). */
+static void claim_park(struct claimed *cl)
+{
+    if (!park_ready) {
+        h2o_timeout_init(cl->worker->ctx.loop, &park_timeout, GW_QUEUE_POLL_MS);
+        park_entry.cb = on_park_tick;
+        park_ready = 1;
+    }
+    cl->next = parked;
+    parked = cl;
+    if (!h2o_timeout_is_linked(&park_entry))
+        h2o_timeout_link(cl->worker->ctx.loop, &park_timeout, &park_entry);
+}
+
+static void on_acked(void *arg, int ok)
+{
+    struct claimed *cl = arg;
+
+    if (!ok) {
+        claim_park(cl);
+        return;
+    }
+    free(cl);
+}
+
+/* Every final record kept, then the ack; parked when Redis does not take one. */
+static void claim_finish(struct claimed *cl)
+{
+    struct judge0_store *st = judge0_store_default();
+    struct unfinished *u;
+
+    while ((u = cl->finals) != NULL) {
+        int rc = st != NULL
+                     ? judge0_store_put_mode(st, u->tenant, u->token, u->text, u->len, judge0_store_now_ms(), JUDGE0_PUT_FINAL)
+                     : -1;
+        if (rc < 0) {
+            claim_park(cl);
+            return;
+        }
+        if (rc == 0)
+            judge0_callback_kept(cl->worker->cfg, u->tenant, u->token, u->text, u->len);
+        cl->finals = u->next;
+        free(u);
+    }
+    if (queue_redis_ack(gw_dispatch_queue(), cl->worker->ctx.loop, cl->tenant, cl->id, on_acked, cl) != 0)
+        claim_park(cl);
+}
+
+static void claim_release(struct claimed *cl)
+{
+    if (--cl->refs == 0)
+        claim_finish(cl);
+}
+
+/* --- accepting */
+
+/* What an accepted POST's answer waits for: the enqueue's reply. */
+struct remote {
+    struct gw_request *r;  /* NULL once the request is gone */
+    struct remote **guard; /* the request pool's pointer to this */
+    struct judge0_store *st;
+    char tenant[GW_MAX_TENANT_NAME + 1];
+    size_t n; /* members: "In Queue" for each once queued */
+    char tokens[JUDGE0_BATCH_MAX][JUDGE0_TOKEN_LEN + 1];
+    char *shown[JUDGE0_BATCH_MAX];
+    char *answer; /* the 201's body */
+    int batch;
+};
+
+static void remote_free(struct remote *rem)
+{
+    if (rem->guard != NULL)
+        *rem->guard = NULL;
+    for (size_t i = 0; i < rem->n; i++)
+        free(rem->shown[i]);
+    free(rem->answer);
+    free(rem);
+}
+
+static void remote_gone(void *p)
+{
+    struct remote **guard = p;
+
+    if (*guard != NULL) {
+        (*guard)->r = NULL;
+        (*guard)->guard = NULL;
+    }
+}
+
+static void on_remote_queued(void *arg, enum qr_verdict v, char (*ids)[QR_ID_MAX], size_t n)
+{
+    struct remote *rem = arg;
+    struct gw_request *r = rem->r;
+    enum gw_flow f = GW_DENY;
+    const char *several = rem->batch ? ": the batch is refused whole, none of it was queued" : "";
+    char msg[GW_ERR_MSG_MAX];
+
+    (void)ids;
+    (void)n;
+    if (v == QR_OK)
+        for (size_t i = 0; i < rem->n; i++)
+            if (rem->st != NULL && rem->shown[i] != NULL &&
+                judge0_store_put_mode(rem->st, rem->tenant, rem->tokens[i], rem->shown[i], strlen(rem->shown[i]),
+                                      judge0_store_now_ms(), JUDGE0_PUT_IF_ABSENT) < 0)
+                log_warnx("%s: token %s: queued, but its \"In Queue\" could not be kept", __func__, rem->tokens[i]);
+    if (r == NULL) { /* the client went away: what was queued runs all the same */
+        remote_free(rem);
+        return;
+    }
+    switch (v) {
+    case QR_OK:
+        r->body = rem->answer;
+        rem->answer = NULL;
+        r->ok_status = 201;
+        (void)gw_take_slot(r); /* none held (admission took none); the runs record their own results */
+        f = GW_NEXT;
+        break;
+    case QR_FULL:
+        gw_add_retry_after(r, GW_JUDGE0_QUEUE_RETRY_AFTER_MS);
+        snprintf(msg, sizeof(msg), "the submissions queue is full%s", several);
+        f = refuse(r, 503, GW_REASON_QUEUE, msg, NULL);
+        break;
+    case QR_TENANT_FULL:
+    case QR_TENANT_BYTES:
+        gw_add_retry_after(r, GW_JUDGE0_QUEUE_RETRY_AFTER_MS);
+        snprintf(msg, sizeof(msg), "this tenant's share of the submissions queue is full (%s)%s",
+                 v == QR_TENANT_FULL ? "queue_max_per_tenant" : "queue_max_bytes_per_tenant", several);
+        f = refuse(r, 429, GW_REASON_QUEUE, msg, NULL);
+        break;
+    case QR_DOWN:
+        f = store_down(r, redis_sync_retry_after_ms());
+        break;
+    }
+    remote_free(rem);
+    gw_step_done(r, f);
+}
+
+/* One member of an entry. */
+static json_t *member_json(const char *request_id, const char *token, int64_t created_ms, const char *lang_name, json_t *submission,
+                           const struct moat_buf *frame)
+{
+    size_t plen = frame->len - MOAT_FRAME_HEADER_SIZE;
+    char *b64 = malloc(MOAT_BASE64_ENCODED_LEN(plen) + 1);
+    json_t *m;
+
+    if (b64 == NULL || submission == NULL) {
+        free(b64);
+        return NULL;
+    }
+    moat_base64_encode(frame->data + MOAT_FRAME_HEADER_SIZE, plen, b64);
+    m = json_pack("{s:s, s:s, s:I, s:s, s:O, s:s}", "request_id", request_id, "token", token, "created_ms", (json_int_t)created_ms,
+                  "lang_name", lang_name, "submission", submission, "frame", b64);
+    free(b64);
+    return m;
+}
+
+/* The entry of members (taken), as text (malloc), or NULL. */
+static char *entry_text(struct gw_request *r, const char *path, int base64, json_t *members)
+{
+    struct gw_audit_who who;
+    json_t *e;
+    char *text;
+
+    gw_request_who(r, &who);
+    e = members != NULL
+            ? json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:b, s:o}", "v", 1, "tenant", r->tenant, "parent", r->request_id, "path",
+                        path, "key_id", r->key_id, "client", who.client, "base64", base64, "members", members)
+            : NULL;
+    text = e != NULL ? json_dumps(e, JSON_COMPACT) : NULL;
+    json_decref(e);
+    return text;
+}
+
+/* The "In Queue" record of a member (malloc), or NULL. */
+static char *in_queue_text(const char *token, int64_t created_ms, const struct judge0_request *j, const struct moat_exec_request *e,
+                           const char *lang_name)
+{
+    json_t *rec = judge0_submission_record(token, created_ms, 0, j, e, NULL, lang_name);
+    char *text;
+
+    if (rec == NULL)
+        return NULL;
+    set_status(rec, JUDGE0_IN_QUEUE);
+    text = json_dumps(rec, JSON_COMPACT);
+    json_decref(rec);
+    return text;
+}
+
+static struct remote *remote_new(struct gw_request *r, int batch)
+{
+    struct remote *rem = calloc(1, sizeof(*rem));
+    struct remote **guard;
+
+    if (rem == NULL)
+        return NULL;
+    if ((guard = h2o_mem_alloc_shared(&r->req->pool, sizeof(*guard), remote_gone)) == NULL) {
+        free(rem);
+        return NULL;
+    }
+    *guard = rem;
+    rem->guard = guard;
+    rem->r = r;
+    rem->batch = batch;
+    rem->st = judge0_store_default();
+    snprintf(rem->tenant, sizeof(rem->tenant), "%s", r->tenant);
+    return rem;
+}
+
+/* Send the entries; the answer follows (GW_WAIT), or the refusal now. */
+static enum gw_flow remote_send(struct gw_request *r, struct remote *rem, char **texts, const uint32_t *counts, size_t n)
+{
+    const struct gw_submissions_config *c = &r->cfg->submissions;
+    const struct qr_caps caps = {c->queue_max, c->queue_max_per_tenant, c->queue_max_bytes_per_tenant};
+    struct qr_entry_in in[JUDGE0_BATCH_MAX];
+    struct queue_redis *q = gw_dispatch_queue();
+    int rc;
+
+    for (size_t i = 0; i < n; i++)
+        in[i] = (struct qr_entry_in){counts[i], texts[i], strlen(texts[i])};
+    rc = q != NULL ? queue_redis_enqueue(q, r->worker->ctx.loop, r->tenant, &caps, in, n, on_remote_queued, rem) : -1;
+    for (size_t i = 0; i < n; i++)
+        free(texts[i]);
+    if (rc != 0) {
+        remote_free(rem);
+        return store_down(r, redis_sync_retry_after_ms());
+    }
+    return GW_WAIT;
+}
+
+/* Step 9 of wait=false with queue: redis. */
+static enum gw_flow remote_submit(struct gw_request *r, struct submission *s)
+{
+    struct remote *rem = remote_new(r, 0);
+    json_t *sub = json_loadb(r->req->entity.base, r->req->entity.len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL);
+    json_t *answer = json_pack("{s:s}", "token", s->token), *m;
+    char *text = NULL;
+    uint32_t one = 1;
+
+    m = member_json(r->request_id, s->token, s->created_ms, s->lang_name, sub, &s->frame);
+    json_decref(sub);
+    if (rem != NULL && m != NULL && (text = entry_text(r, "/submissions", s->q.base64, json_pack("[o]", m))) != NULL) {
+        m = NULL;
+        rem->n = 1;
+        snprintf(rem->tokens[0], sizeof(rem->tokens[0]), "%s", s->token);
+        rem->shown[0] = in_queue_text(s->token, s->created_ms, &s->j, &s->ereq, s->lang_name);
+        rem->answer = answer != NULL ? json_dumps(answer, JSON_COMPACT) : NULL;
+    }
+    json_decref(m);
+    json_decref(answer);
+    if (rem == NULL || text == NULL || rem->answer == NULL) {
+        if (rem != NULL)
+            remote_free(rem);
+        free(text);
+        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    }
+    return remote_send(r, rem, &text, &one, 1);
+}
+
+/* Step 9 of a batch with queue: redis: one entry per group (or entry
+ * alone), all queued or none. */
+static enum gw_flow remote_batch(struct gw_request *r, struct batch *b)
+{
+    struct remote *rem = remote_new(r, 1);
+    char *texts[JUDGE0_BATCH_MAX] = {NULL};
+    uint32_t counts[JUDGE0_BATCH_MAX];
+    size_t n = 0, bad = rem == NULL;
+
+    for (size_t i = 0; !bad && i < b->n; i++) {
+        struct batch_entry *e = &b->e[i];
+        json_t *members = json_array();
+        if (!e->accepted || e->first != (int)i) {
+            json_decref(members);
+            continue;
+        }
+        counts[n] = 0;
+        for (size_t k = i; members != NULL && k < b->n; k++) {
+            struct batch_entry *f = &b->e[k];
+            if (!f->accepted || f->first != (int)i)
+                continue;
+            if (json_array_append_new(members, member_json(f->request_id, f->token, f->created_ms, f->lang_name,
+                                                           json_array_get(b->items, k), &f->frame)) != 0) {
+                bad = 1;
+                break;
+            }
+            snprintf(rem->tokens[rem->n], sizeof(rem->tokens[0]), "%s", f->token);
+            rem->shown[rem->n++] = in_queue_text(f->token, f->created_ms, &f->j, &f->ereq, f->lang_name);
+            counts[n]++;
+        }
+        if (bad || (texts[n] = entry_text(r, "/submissions/batch", b->q.base64, members)) == NULL)
+            bad = 1;
+        else
+            n++;
+    }
+    if (!bad && (rem->answer = json_dumps(b->answers, JSON_COMPACT)) == NULL)
+        bad = 1;
+    if (bad) {
+        for (size_t i = 0; i < n; i++)
+            free(texts[i]);
+        if (rem != NULL)
+            remote_free(rem);
+        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    }
+    return remote_send(r, rem, texts, counts, n);
+}
+
+/* --- running */
+
+/* One decoded member of a claimed entry, before it becomes a run. */
+struct claim_member {
+    const char *request_id, *token, *lang_name;
+    json_int_t created_ms;
+    json_t *submission;
+    const char *frame;
+    size_t frame_len;
+};
+
+static const char *path_literal(const char *path)
+{
+    return strcmp(path, "/submissions/batch") == 0 ? "/submissions/batch" : "/submissions";
+}
+
+/* A run of a member (j, ereq moved in), not started; NULL out of memory. */
+static struct async_run *claim_run(struct gw_worker *w, struct claimed *cl, const json_t *entry, const struct claim_member *m,
+                                   struct judge0_request *j, struct moat_exec_request *ereq)
+{
+    struct async_run *a = calloc(1, sizeof(*a));
+    const char *parent = json_string_value(json_object_get(entry, "parent"));
+    const char *path = json_string_value(json_object_get(entry, "path"));
+
+    if (a == NULL)
+        return NULL;
+    a->item.start = on_dispatch;
+    a->item.discard = async_discard;
+    snprintf(a->item.tenant, sizeof(a->item.tenant), "%s", cl->tenant);
+    a->worker = w;
+    a->path = path_literal(path);
+    a->own_decision = 1;
+    snprintf(a->parent_id, sizeof(a->parent_id), "%s", parent);
+    snprintf(a->socket, sizeof(a->socket), "%s", w->cfg->backend_socket);
+    snprintf(a->request_id, sizeof(a->request_id), "%s", m->request_id);
+    snprintf(a->tenant, sizeof(a->tenant), "%s", cl->tenant);
+    snprintf(a->key_id, sizeof(a->key_id), "%s", json_string_value(json_object_get(entry, "key_id")));
+    snprintf(a->client, sizeof(a->client), "%s", json_string_value(json_object_get(entry, "client")));
+    snprintf(a->token, sizeof(a->token), "%s", m->token);
+    snprintf(a->lang_name, sizeof(a->lang_name), "%s", m->lang_name);
+    a->created_ms = m->created_ms;
+    a->j = *j;
+    a->ereq = *ereq;
+    memset(j, 0, sizeof(*j));
+    memset(ereq, 0, sizeof(*ereq));
+    a->claim = cl;
+    cl->refs++;
+    return a;
+}
+
+/* a's request as this gateway sends it (judged again): what its decision
+ * record hashes, and its backend message when it runs alone.  0 or -1. */
+static int claim_encode(struct async_run *a)
+{
+    const char *why = NULL;
+
+    a->job_id = backend_next_job_id();
+    return moat_encode_exec_request(&a->frame, a->job_id, &a->ereq, &why);
+}
+
+/* The entry's shape, strictly: 0 with its members, or -1 with why. */
+static int claim_decode(const struct qr_claim *c, json_t *entry, struct claim_member *m, size_t *n, const char **why)
+{
+    json_t *members, *v;
+    const char *tenant, *parent, *path, *key_id, *client;
+    json_error_t jerr;
+    int version, base64;
+    size_t i;
+
+    if (json_unpack_ex(entry, &jerr, JSON_STRICT, "{s:i, s:s, s:s, s:s, s:s, s:s, s:b, s:o}", "v", &version, "tenant", &tenant,
+                       "parent", &parent, "path", &path, "key_id", &key_id, "client", &client, "base64", &base64, "members",
+                       &members) != 0) {
+        *why = "the entry is not one of moat's submissions";
+        return -1;
+    }
+    if (version != 1) {
+        *why = "the entry's version is not 1";
+        return -1;
+    }
+    if (strcmp(tenant, c->tenant) != 0) {
+        *why = "the entry names another tenant than its stream's";
+        return -1;
+    }
+    if (strlen(parent) > GW_REQUEST_ID_LEN || strlen(key_id) >= 80 || strlen(client) >= 64 ||
+        (strcmp(path, "/submissions") != 0 && strcmp(path, "/submissions/batch") != 0) || !json_is_array(members) ||
+        json_array_size(members) == 0 || json_array_size(members) > JUDGE0_BATCH_MAX) {
+        *why = "the entry's fields are out of range";
+        return -1;
+    }
+    json_array_foreach(members, i, v)
+    {
+        struct claim_member *x = &m[i];
+        if (json_unpack_ex(v, &jerr, JSON_STRICT, "{s:s, s:s, s:I, s:s, s:o, s:s%}", "request_id", &x->request_id, "token",
+                           &x->token, "created_ms", &x->created_ms, "lang_name", &x->lang_name, "submission", &x->submission,
+                           "frame", &x->frame, &x->frame_len) != 0 ||
+            strlen(x->request_id) > GW_REQUEST_ID_LEN || !judge0_token_valid(x->token, strlen(x->token)) ||
+            strlen(x->lang_name) >= 128 || !json_is_object(x->submission)) {
+            *why = "a member of the entry is not one of moat's submissions";
+            return -1;
+        }
+    }
+    *n = json_array_size(members);
+    return 0;
+}
+
+/* Member m's submission and request, decoded and judged by this gateway:
+ * 0, -1 (*why: it cannot run here, it ends), or -2 (*why: corrupt). */
+static int claim_judge(struct gw_worker *w, const struct gw_tenant *t, int base64, const struct claim_member *m,
+                       struct judge0_request *j, struct moat_exec_request *ereq, const char **why, char *msg, size_t msglen)
+{
+    char err[GW_ERR_MSG_MAX];
+    json_t *errors = NULL;
+    uint8_t *payload = malloc(MOAT_BASE64_DECODED_MAX(m->frame_len) + 1);
+    size_t plen = 0;
+    struct policy_verdict v;
+    const char *dwhy = NULL;
+    int rc;
+
+    if (payload == NULL) {
+        *why = "out of memory";
+        return -1;
+    }
+    rc = judge0_parse_submission_object(m->submission, base64, j, &errors, err, sizeof(err));
+    json_decref(errors);
+    errors = NULL;
+    if (rc != 0 || moat_base64_decode(m->frame, m->frame_len, payload, &plen) != 0 ||
+        moat_decode_exec_request(payload, plen, ereq, &dwhy) != 0) {
+        free(payload);
+        *why = rc != 0 ? "the entry's submission does not parse" : "the entry's execution request does not decode";
+        return -2;
+    }
+    free(payload);
+    if (t == NULL || (t->policy.endpoints & POLICY_EP_SUBMISSIONS) == 0) {
+        *why = t == NULL ? "the tenant is not configured on the gateway that took this submission from the queue"
+                         : "the tenant may not use submissions on the gateway that took this submission from the queue";
+        return -1;
+    }
+    struct cb_tenant_rules cbr = gw_tenant_callback_rules(t);
+    if (judge0_check_callback(j, &cbr, &errors, err, sizeof(err)) != 0) {
+        json_decref(errors);
+        *why = "its callback_url is not allowed by the gateway that took this submission from the queue";
+        return -1;
+    }
+    if (gw_runtime_table_pick(w, j->lang->moat, "*") == NULL) {
+        *why = "the language is not installed on the host that took this submission from the queue";
+        return -1;
+    }
+    if (gw_judge_exec(w, &t->policy, POLICY_EP_EXECUTE, ereq, &v) != 0) {
+        snprintf(msg, msglen, "refused by the policy of the host that took this submission from the queue: %.160s", v.message);
+        *why = msg;
+        return -1;
+    }
+    return 0;
+}
+
+/* An entry that cannot run: each member's end, kept; then the ack. */
+static void claim_end(struct gw_worker *w, struct claimed *cl, const json_t *entry, struct claim_member *m, size_t n, int base64,
+                      const char *why)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct judge0_request j;
+        struct moat_exec_request ereq;
+        json_t *errors = NULL;
+        char err[GW_ERR_MSG_MAX];
+        struct async_run *a;
+
+        memset(&ereq, 0, sizeof(ereq));
+        if (judge0_parse_submission_object(m[i].submission, base64, &j, &errors, err, sizeof(err)) != 0) {
+            json_decref(errors);
+            continue; /* claim_judge found it corrupt first */
+        }
+        if ((a = claim_run(w, cl, entry, &m[i], &j, &ereq)) == NULL) {
+            judge0_request_free(&j);
+            continue;
+        }
+        async_keep_failure(a, why);
+        async_destroy(a);
+    }
+}
+
+static void claim_dead(struct gw_worker *w, const struct qr_claim *c, const char *why)
+{
+    log_warnx("%s: queue entry %s of tenant %s: %s: moved to the dead letter list, never run", __func__, c->id, c->tenant, why);
+    (void)queue_redis_dead(gw_dispatch_queue(), w->ctx.loop, c, why, NULL, NULL);
+}
+
+/* The runs of a claimed entry, judged: one run, or a group compiled once. */
+static void claim_start(struct gw_worker *w, struct claimed *cl, struct async_run **runs, size_t n)
+{
+    struct async_group *g;
+
+    (void)cl;
+    if (n == 1) {
+        on_dispatch(&runs[0]->item, w); /* its slot goes back when the backend answers (async_ran) */
+        return;
+    }
+    if ((g = calloc(1, sizeof(*g))) == NULL) {
+        for (size_t i = 0; i < n; i++) {
+            async_keep_failure(runs[i], "out of memory");
+            async_destroy(runs[i]);
+        }
+        gw_dispatch_done();
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        runs[i]->group = g;
+        runs[i]->case_index = i;
+        runs[i]->group_size = n;
+        snprintf(runs[i]->group_first, sizeof(runs[i]->group_first), "%s", runs[0]->token);
+        g->m[g->n++] = runs[i];
+    }
+    g->left = g->n;
+    g->claimed = 1;
+    g->worker = w;
+    g->item.start = on_group_dispatch;
+    g->item.discard = group_discard;
+    snprintf(g->item.tenant, sizeof(g->item.tenant), "%s", runs[0]->tenant);
+    snprintf(g->socket, sizeof(g->socket), "%s", w->cfg->backend_socket);
+    if (group_frame(g, MOAT_MAX_TESTS_WALL_MS) != 0) {
+        group_fail(g, 0, "the batch's shared job could not be made"); /* the last member frees g */
+        gw_dispatch_done();
+        return;
+    }
+    on_group_dispatch(&g->item, w); /* its slot goes back when the job answers (group_ran) */
+}
+
+void gw_judge0_run_claim(struct gw_worker *w, const struct qr_claim *c)
+{
+    struct claim_member m[JUDGE0_BATCH_MAX];
+    struct async_run *runs[JUDGE0_BATCH_MAX] = {NULL};
+    struct claimed *cl = NULL;
+    const struct gw_tenant *t;
+    const char *why = NULL;
+    char msg[GW_ERR_MSG_MAX];
+    json_t *entry = NULL;
+    size_t n = 0, made = 0;
+    int base64 = 0, rc = 0;
+
+    memset(m, 0, sizeof(m));
+    if (c->malformed || (entry = json_loadb(c->blob, c->len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL)) == NULL ||
+        claim_decode(c, entry, m, &n, &why) != 0) {
+        claim_dead(w, c, why != NULL ? why : "the entry is not one of moat's submissions");
+        json_decref(entry);
+        gw_dispatch_done();
+        return;
+    }
+    base64 = json_is_true(json_object_get(entry, "base64"));
+    t = gw_config_find_tenant(w->cfg, c->tenant);
+    if ((cl = calloc(1, sizeof(*cl))) == NULL) {
+        json_decref(entry);
+        gw_dispatch_done(); /* left pending: taken over when this gateway goes */
+        return;
+    }
+    cl->worker = w;
+    cl->refs = 1; /* this function's, until the runs are made */
+    cl->attempt = c->attempt;
+    snprintf(cl->tenant, sizeof(cl->tenant), "%s", c->tenant);
+    snprintf(cl->id, sizeof(cl->id), "%s", c->id);
+    snprintf(cl->accepted_by, sizeof(cl->accepted_by), "%.*s", (int)(c->gateway_len < GW_REDIS_MAX_PREFIX ? c->gateway_len : 0),
+             c->gateway != NULL ? c->gateway : "");
+    if (c->kind == QR_EXHAUSTED) {
+        snprintf(msg, sizeof(msg), "taken over %u times from gateways that stopped before it ended (submissions.max_attempts %llu)",
+                 c->attempt - 1, (unsigned long long)w->cfg->submissions.max_attempts);
+        why = msg;
+        rc = -1;
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        struct judge0_request j;
+        struct moat_exec_request ereq;
+        memset(&j, 0, sizeof(j));
+        memset(&ereq, 0, sizeof(ereq));
+        rc = claim_judge(w, t, base64, &m[i], &j, &ereq, &why, msg, sizeof(msg));
+        if (rc == 0 && (runs[i] = claim_run(w, cl, entry, &m[i], &j, &ereq)) == NULL) {
+            why = "out of memory";
+            rc = -1;
+        } else if (rc == 0 && claim_encode(runs[i]) != 0) {
+            why = "the request could not be encoded again";
+            rc = -1;
+        }
+        judge0_request_free(&j);
+        moat_exec_request_free(&ereq);
+        made += runs[i] != NULL;
+    }
+    if (rc == -2) { /* corrupt: nothing of it runs, its runs made so far are dropped */
+        for (size_t i = 0; i < made; i++)
+            async_destroy(runs[i]);
+        claim_dead(w, c, why);
+        cl->refs = 0;
+        free(cl);
+        json_decref(entry);
+        gw_dispatch_done();
+        return;
+    }
+    if (rc != 0) { /* it ends here, each member with why */
+        for (size_t i = 0; i < made; i++) {
+            async_keep_failure(runs[i], why);
+            async_destroy(runs[i]);
+        }
+        claim_end(w, cl, entry, m + made, n - made, base64, why);
+        json_decref(entry);
+        gw_dispatch_done();
+        claim_release(cl);
+        return;
+    }
+    json_decref(entry);
+    claim_start(w, cl, runs, n);
+    claim_release(cl);
+}
 
 /*
  * A record a gateway that has stopped since kept as pending (In Queue,

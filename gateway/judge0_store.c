@@ -81,14 +81,16 @@ struct judge0_store {
     DIR *sweep_top;    /* the sweep's place: in the tenants' directories */
     DIR *sweep_tenant; /* and in one tenant's */
     int redis;         /* the Redis store (judge0_store_open_redis) */
+    int queue_owned;   /* its records are the shared queue's (judge0_store_owned_by_queue) */
 };
 
 static int dir_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms);
 static char *dir_get(struct judge0_store *s, const char *tenant, const char *token, uint64_t now_ms, size_t *len, int *orphaned);
 static void dir_close(struct judge0_store *s);
-static int redis_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms);
+static int redis_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms,
+                     enum judge0_put_mode mode);
 static void redis_close(struct judge0_store *s);
-static char *redis_get(const char *tenant, const char *token, size_t *len, int *orphaned);
+static char *redis_get(const struct judge0_store *s, const char *tenant, const char *token, size_t *len, int *orphaned);
 
 static unsigned fnv1a(const char *s)
 {
@@ -258,13 +260,24 @@ static void make_room(struct judge0_store *s, const char *tenant, size_t len)
 
 int judge0_store_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms)
 {
+    return judge0_store_put_mode(s, tenant, token, text, len, now_ms, JUDGE0_PUT_REPLACE) < 0 ? -1 : 0;
+}
+
+void judge0_store_owned_by_queue(struct judge0_store *s)
+{
+    s->queue_owned = 1;
+}
+
+int judge0_store_put_mode(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len,
+                          uint64_t now_ms, enum judge0_put_mode mode)
+{
     struct record *r;
     unsigned b;
 
     if (s->dirfd >= 0)
         return dir_put(s, tenant, token, text, len, now_ms);
     if (s->redis)
-        return redis_put(s, tenant, token, text, len, now_ms);
+        return redis_put(s, tenant, token, text, len, now_ms, mode);
     if (len > s->lim.max_bytes || strlen(tenant) > GW_MAX_TENANT_NAME || strlen(token) >= sizeof(r->token) ||
         s->lim.max_records == 0 || s->lim.max_records_per_tenant == 0)
         return -1;
@@ -315,7 +328,7 @@ char *judge0_store_get(struct judge0_store *s, const char *tenant, const char *t
     if (s->dirfd >= 0)
         return dir_get(s, tenant, token, now_ms, len, orphaned);
     if (s->redis)
-        return redis_get(tenant, token, len, orphaned);
+        return redis_get(s, tenant, token, len, orphaned);
     pthread_mutex_lock(&s->lock);
     for (struct record *r = s->buckets[bucket_of(token)]; r != NULL; r = r->next_in_bucket) {
         if (strcmp(r->token, token) != 0 || strcmp(r->tenant, tenant) != 0 || r->expires_ms <= now_ms)
@@ -850,6 +863,13 @@ out:
  * Only a settled connection judges (redis_sync_settled): after a Redis
  * restart without persistence every heartbeat key is gone for a moment.
  *
+ * With queue: redis (judge0_store_owned_by_queue) the records belong to
+ * the shared queue: their owner is JUDGE0_QUEUE_OWNER and they are never
+ * orphaned (a dead gateway's runs are taken over, and the queue ends each
+ * one).  Several gateways may then put the same token, so a put says how
+ * it meets what is kept (judge0_put_mode): a final record (hash field
+ * f = 1) is never replaced, "In Queue" is written only where nothing is.
+ *
  * Redis unreachable: a get answers JUDGE0_STORE_DOWN (the handler: 503
  * store_unavailable with Retry-After); judge0_store_ready (a PING) lets a
  * POST refuse before it runs anything whose result it could not keep.  A
@@ -865,9 +885,13 @@ out:
 #define RKEY_MAX (GW_REDIS_MAX_PREFIX + 2 + 2 * GW_MAX_TENANT_NAME + 1 + 40)
 
 /* KEYS: record, tenant's set.  ARGV: token, owner, text, ttl_ms, now_ms,
- * cap, record keys' prefix (the tenant's set key and ":"). */
+ * cap, record keys' prefix (the tenant's set key and ":"), mode
+ * (judge0_put_mode).  1 written, 2 not (the mode keeps what is there). */
 static struct redis_sync_script put_script = {
     "local token, ttl, now, cap = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])\n"
+    "local mode = tonumber(ARGV[8])\n"
+    "if mode == 1 and redis.call('EXISTS', KEYS[1]) == 1 then return 2 end\n"
+    "if mode >= 2 and redis.call('HGET', KEYS[1], 'f') == '1' then return 2 end\n"
     "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)\n"
     "if not redis.call('ZSCORE', KEYS[2], token) then\n"
     "  local n = redis.call('ZCARD', KEYS[2])\n"
@@ -877,7 +901,7 @@ static struct redis_sync_script put_script = {
     "    redis.call('ZREMRANGEBYRANK', KEYS[2], 0, n - cap)\n"
     "  end\n"
     "end\n"
-    "redis.call('HSET', KEYS[1], 'i', ARGV[2], 't', ARGV[3])\n"
+    "redis.call('HSET', KEYS[1], 'i', ARGV[2], 't', ARGV[3], 'f', mode == 3 and '1' or '0')\n"
     "redis.call('PEXPIRE', KEYS[1], ttl)\n"
     "redis.call('ZADD', KEYS[2], now + ttl, token)\n"
     "redis.call('PEXPIRE', KEYS[2], ttl)\n"
@@ -896,6 +920,7 @@ struct retry {
     struct retry *next;
     uint64_t now_ms;
     size_t len;
+    enum judge0_put_mode mode;
     char tenant[GW_MAX_TENANT_NAME + 1];
     char token[40];
     char text[]; /* len bytes and a NUL */
@@ -940,11 +965,12 @@ struct judge0_store *judge0_store_open_redis(const struct judge0_store_limits *l
 }
 
 /* The put itself: 0, or -1 (Redis could not take it). */
-static int redis_write(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms)
+static int redis_write(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms,
+                       enum judge0_put_mode mode)
 {
-    char set[RKEY_MAX], rec[RKEY_MAX], prefix[RKEY_MAX + 1], ttl[24], now[24], cap[24];
-    const char *argv[9];
-    size_t lens[9];
+    char set[RKEY_MAX], rec[RKEY_MAX], prefix[RKEY_MAX + 1], ttl[24], now[24], cap[24], m[4];
+    const char *argv[10];
+    size_t lens[10];
     redisReply *rep;
     int ok;
 
@@ -956,19 +982,21 @@ static int redis_write(struct judge0_store *s, const char *tenant, const char *t
     argv[0] = rec;
     argv[1] = set;
     argv[2] = token;
-    argv[3] = redis_sync_instance();
+    argv[3] = s->queue_owned ? JUDGE0_QUEUE_OWNER : redis_sync_instance();
     argv[4] = text;
     argv[5] = ttl;
     argv[6] = now;
     argv[7] = cap;
     argv[8] = prefix;
-    for (int i = 0; i < 9; i++)
+    snprintf(m, sizeof(m), "%d", (int)mode);
+    argv[9] = m;
+    for (int i = 0; i < 10; i++)
         lens[i] = i == 4 ? len : strlen(argv[i]);
-    if ((rep = redis_sync_eval(&put_script, 2, 9, argv, lens)) == NULL)
+    if ((rep = redis_sync_eval(&put_script, 2, 10, argv, lens)) == NULL)
         return -1;
-    ok = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+    ok = rep->type == REDIS_REPLY_INTEGER && (rep->integer == 1 || rep->integer == 2) ? (int)rep->integer : 0;
     freeReplyObject(rep);
-    return ok ? 0 : -1;
+    return ok == 1 ? 0 : ok == 2 ? 1 : -1;
 }
 
 /* Forget the retry of tenant's token, if any (retry_mu held). */
@@ -984,7 +1012,8 @@ static void retry_forget(const char *tenant, const char *token)
 }
 
 /* Keep a put Redis did not take, replacing an older one of its token (retry_mu held). */
-static void retry_keep(const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms)
+static void retry_keep(const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms,
+                       enum judge0_put_mode mode)
 {
     struct retry *q = malloc(sizeof(*q) + len + 1), **pp;
 
@@ -1008,13 +1037,15 @@ static void retry_keep(const char *tenant, const char *token, const char *text, 
     q->text[len] = '\0';
     q->len = len;
     q->now_ms = now_ms;
+    q->mode = mode;
     for (pp = &retries; *pp != NULL; pp = &(*pp)->next)
         ;
     *pp = q;
     nretries++;
 }
 
-static int redis_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms)
+static int redis_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms,
+                     enum judge0_put_mode mode)
 {
     int rc;
 
@@ -1022,10 +1053,10 @@ static int redis_put(struct judge0_store *s, const char *tenant, const char *tok
         s->lim.max_records_per_tenant == 0)
         return -1;
     pthread_mutex_lock(&retry_mu);
-    if ((rc = redis_write(s, tenant, token, text, len, now_ms)) == 0)
+    if ((rc = redis_write(s, tenant, token, text, len, now_ms, mode)) >= 0)
         retry_forget(tenant, token);
     else
-        retry_keep(tenant, token, text, len, now_ms);
+        retry_keep(tenant, token, text, len, now_ms, mode);
     pthread_mutex_unlock(&retry_mu);
     return rc;
 }
@@ -1036,7 +1067,7 @@ static void retry_flush(void)
     struct retry *q;
 
     pthread_mutex_lock(&retry_mu);
-    while ((q = retries) != NULL && redis_write(retry_store, q->tenant, q->token, q->text, q->len, q->now_ms) == 0) {
+    while ((q = retries) != NULL && redis_write(retry_store, q->tenant, q->token, q->text, q->len, q->now_ms, q->mode) >= 0) {
         retries = q->next;
         nretries--;
         log_info("%s: token %s: kept in Redis after an outage", __func__, q->token);
@@ -1060,7 +1091,7 @@ static void redis_close(struct judge0_store *s)
     pthread_mutex_unlock(&retry_mu);
 }
 
-static char *redis_get(const char *tenant, const char *token, size_t *len, int *orphaned)
+static char *redis_get(const struct judge0_store *s, const char *tenant, const char *token, size_t *len, int *orphaned)
 {
     char set[RKEY_MAX], rec[RKEY_MAX], *text = NULL;
     const char *argv[2] = {rec, redis_sync_heartbeat_prefix()};
@@ -1079,8 +1110,8 @@ static char *redis_get(const char *tenant, const char *token, size_t *len, int *
         memcpy(text, rep->element[0]->str, rep->element[0]->len);
         text[rep->element[0]->len] = '\0';
         *len = rep->element[0]->len;
-        *orphaned =
-            strcmp(rep->element[1]->str, redis_sync_instance()) != 0 && rep->element[2]->integer == 0 && redis_sync_settled();
+        *orphaned = !s->queue_owned && strcmp(rep->element[1]->str, redis_sync_instance()) != 0 && rep->element[2]->integer == 0 &&
+                    redis_sync_settled();
     }
     freeReplyObject(rep);
     return text;

@@ -81,6 +81,31 @@ uint64_t judge0_store_now_ms(void);
 int judge0_store_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms);
 
 /*
+ * How a put meets a record already kept for its token (the Redis store;
+ * the memory and directory stores, which only ever serve one gateway's
+ * queue, replace always).  With queue: redis several gateways may put the
+ * same token, a later attempt after an earlier one's result, so:
+ *   REPLACE    replace whatever is there (judge0_store_put);
+ *   IF_ABSENT  only if nothing is kept ("In Queue" after the enqueue: the
+ *              claimer's "Processing" may already be there);
+ *   PENDING    replace unless a final record is kept ("Processing");
+ *   FINAL      the same, and mark it final: never replaced again, so a run
+ *              taken over from a gateway that died ends once.
+ */
+#define JUDGE0_QUEUE_OWNER "queue" /* the owner of the records of queue: redis */
+enum judge0_put_mode { JUDGE0_PUT_REPLACE, JUDGE0_PUT_IF_ABSENT, JUDGE0_PUT_PENDING, JUDGE0_PUT_FINAL };
+
+/* judge0_store_put with a mode: 0 written, 1 not written (the record kept
+ * is what the mode keeps), -1 as judge0_store_put. */
+int judge0_store_put_mode(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len,
+                          uint64_t now_ms, enum judge0_put_mode mode);
+
+/* queue: redis: the Redis store's records belong to the shared queue, not
+ * to the gateway that put them: never orphaned when it stops (another
+ * gateway takes its runs over).  At start-up. */
+void judge0_store_owned_by_queue(struct judge0_store *s);
+
+/*
  * A malloc'ed, NUL-terminated copy of tenant's record `token` (*len its
  * bytes), or NULL: no such record, another tenant's (indistinguishable on
  * purpose), expired, unreadable (not a regular file of ours, corrupt), or

@@ -59,6 +59,7 @@
 #include "judge0_store.h"
 #include "redis_sync.h"
 #include "session_registry.h"
+#include "store/queue_redis.h"
 #include "privsep.h"
 #include "log.h"
 #include "moat_notify.h"
@@ -208,6 +209,26 @@ static int start_shared(const struct gw_limiter_config *l, char *err, size_t err
 }
 
 /*
+ * submissions.queue redis: the shared queue on the server's Redis client,
+ * this process its consumer under its redis_sync name, alive while its
+ * heartbeat key is (after start_shared; before the workers run, so the
+ * scripts are loaded on every connection).
+ */
+static int start_queue(struct gw_server *srv, const struct gw_config *cfg, char *err, size_t errlen)
+{
+    struct qr_options o = {redis_sync_instance(), redis_sync_heartbeat_prefix(), cfg->limiter.lease_ms,
+                           (unsigned)cfg->submissions.max_attempts};
+
+    if (!cfg->submissions.queue_redis)
+        return 0;
+    if (srv->redis == NULL) {
+        snprintf(err, errlen, "queue redis: no Redis client");
+        return -1;
+    }
+    return (srv->queue = queue_redis_new(srv->redis, &o, err, errlen)) != NULL ? 0 : -1;
+}
+
+/*
  * Judge0 results' store, opened as the gateway's user (the directory must
  * be its own): the submissions section's store, memory by default.  Read
  * at start only: a reload keeps the running store.
@@ -231,6 +252,8 @@ static int start_store(const struct gw_submissions_config *c, char *err, size_t 
     }
     if (s == NULL)
         return -1;
+    if (c->queue_redis)
+        judge0_store_owned_by_queue(s);
     judge0_store_set_default(s);
     return 0;
 }
@@ -366,7 +389,8 @@ int main(int argc, char **argv)
     if (gw_drop_privileges(server.user, err, sizeof(err)) != 0)
         fatalx("%s: privilege drop: %s", __func__, err);
     if (start_store(&server.gen->cfg.submissions, err, sizeof(err)) != 0 ||
-        start_shared(&server.gen->cfg.limiter, err, sizeof(err)) != 0)
+        start_shared(&server.gen->cfg.limiter, err, sizeof(err)) != 0 ||
+        start_queue(&server, &server.gen->cfg, err, sizeof(err)) != 0)
         fatalx("%s: submissions: %s", __func__, err);
     if (gw_confine(server.gen->cfg.limiter.host != NULL, err, sizeof(err)) != 0)
         fatalx("%s: confinement: %s", __func__, err);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "ratelimit.h"
+#include "store/redis_client.h"
 
 /* What a decision does while Redis does not answer. */
 enum rl_redis_unavailable {
@@ -18,15 +19,8 @@ enum rl_redis_unavailable {
 };
 
 struct rl_redis_options {
-    const char *socket_path; /* a Unix socket, or NULL for host:port */
-    const char *host;        /* a numeric IPv4 or IPv6 address (no resolver on the loop) */
-    unsigned port;
-    const char *password; /* AUTH with it on every connection; NULL: none */
-    unsigned db;          /* SELECT it when not 0 */
-    const char *prefix;   /* every key starts with it */
-    uint64_t connect_timeout_ms;
-    uint64_t timeout_ms; /* each decision's answer */
-    uint64_t lease_ms;   /* in-flight slots of a gateway that stops renewing expire after it */
+    struct redis_client_options redis; /* the connection (rl_redis_new only; timeout_ms: each decision's answer,
+                                        * lease_ms: in-flight slots of a gateway that stops renewing expire after it) */
     enum rl_redis_unavailable on_unavailable;
     unsigned gateways; /* RL_REDIS_LOCAL: each limit is divided by this */
 };
@@ -38,5 +32,11 @@ struct rl_redis_options {
  * bad option or out of memory.
  */
 struct rl_limiter *rl_redis_new(const struct rl_redis_options *o, char *err, size_t errlen);
+
+/* The same on a Redis client the caller made and shares with others (the
+ * gateway's one client, store/redis_client.h; o->redis is not read): the
+ * limiter registers its script on rc (before rc's first connection) and
+ * never frees rc. */
+struct rl_limiter *rl_redis_new_on(struct redis_client *rc, const struct rl_redis_options *o, char *err, size_t errlen);
 
 #endif /* MOAT_RATELIMIT_REDIS_H */

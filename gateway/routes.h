@@ -40,6 +40,12 @@ extern const struct gw_handler gw_handler_healthz, gw_handler_readyz, gw_handler
  * takes no in-flight slot (judge0_handlers.c). */
 int gw_judge0_queued(const struct gw_request *r);
 
+/* queue: redis: run an entry this gateway's dispatcher claimed from the
+ * shared queue (judge0_dispatch.h), on w's loop: judged again by this
+ * gateway's policy, recorded in its trail, its results kept once. */
+struct qr_claim;
+void gw_judge0_run_claim(struct gw_worker *w, const struct qr_claim *c);
+
 /* The route for path, or NULL; *method_ok says whether method matches it. */
 const struct gw_route *gw_route_find(const char *path, size_t path_len, const char *method, size_t method_len, int *method_ok);
 

@@ -42,6 +42,7 @@
 #include "conn.h"
 #include "gw_limits.h"
 #include "h2o_compat.h"
+#include "judge0_dispatch.h"
 #include "judge0_queue.h"
 #include "log.h"
 #include "metrics.h"
@@ -50,6 +51,8 @@
 #include "pipeline.h"
 #include "fallback.h"
 #include "ratelimit_redis.h"
+#include "routes.h"
+#include "store/redis_client.h"
 #include "tls.h"
 
 #include <jansson.h>
@@ -200,27 +203,26 @@ static void h2_header_limits(h2o_context_t *ctx, struct gw_h2_header_limits *out
     out->max_fields = cfg->http2_max_headers;
 }
 
-/* The limiter section's store: this process's memory, or a Redis the gateways share. */
-static struct rl_limiter *limiter_new(const struct gw_limiter_config *c)
+/* The limiter section's store: this process's memory, or a Redis the
+ * gateways share, on the gateway's one asynchronous Redis client (the
+ * section's connection settings: one place for them; srv->redis, which
+ * the shared submissions queue uses too). */
+static struct rl_limiter *limiter_new(struct gw_server *srv, const struct gw_limiter_config *c)
 {
-    struct rl_redis_options o;
+    const struct rl_redis_options o = {{c->socket, c->host, c->port, c->password, c->db, c->prefix, c->connect_timeout_ms,
+                                        c->timeout_ms, c->lease_ms, "decisions and queued submissions"},
+                                       c->local_fallback ? RL_REDIS_LOCAL : RL_REDIS_FAIL_CLOSED,
+                                       c->gateways};
     struct rl_limiter *l;
     char err[256];
 
     if (!c->redis)
         return rl_memory_new();
-    o = (struct rl_redis_options){c->socket,
-                                  c->host,
-                                  c->port,
-                                  c->password,
-                                  c->db,
-                                  c->prefix,
-                                  c->connect_timeout_ms,
-                                  c->timeout_ms,
-                                  c->lease_ms,
-                                  c->local_fallback ? RL_REDIS_LOCAL : RL_REDIS_FAIL_CLOSED,
-                                  c->gateways};
-    if ((l = rl_redis_new(&o, err, sizeof(err))) == NULL)
+    if (srv->redis == NULL && (srv->redis = redis_client_new(&o.redis, err, sizeof(err))) == NULL) {
+        log_warnx("%s: %s", __func__, err);
+        return NULL;
+    }
+    if ((l = rl_redis_new_on(srv->redis, &o, err, sizeof(err))) == NULL)
         log_warnx("%s: %s", __func__, err);
     return l;
 }
@@ -248,7 +250,7 @@ int gw_server_init(struct gw_server *srv, struct gw_config *cfg, SSL_CTX *ssl_ct
         return -1;
     for (unsigned i = 0; i < srv->nworkers; i++)
         worker_h2o_config(&srv->workers[i]);
-    if ((srv->limiter = limiter_new(&cfg->limiter)) == NULL || (srv->conns = gw_conn_table_new()) == NULL)
+    if ((srv->limiter = limiter_new(srv, &cfg->limiter)) == NULL || (srv->conns = gw_conn_table_new()) == NULL)
         return -1;
     if ((gen = generation_new(cfg, ssl_ctx, 1)) == NULL)
         return -1;
@@ -394,6 +396,8 @@ static void *worker_main(void *arg)
     h2o_socket_read_start(w->listener, on_accept);
     if (w->index == 0)
         gw_metrics_serve(w); /* the metrics listener, when configured */
+    if (w->index == 0 && w->server->queue != NULL && gw_dispatch_start(w, w->server->queue, gw_judge0_run_claim) != 0)
+        log_warnx("%s: out of memory: this gateway runs no submission of the shared queue", __func__);
     log_debug("%s: worker %u running", __func__, w->index);
     pthread_barrier_wait(&w->server->started);
 

@@ -91,6 +91,8 @@ struct gw_server {
     uint16_t listen_port;
     char *user;
     struct rl_limiter *limiter;  /* per-tenant rate, concurrency and CPU budget; shared, survives reloads */
+    struct redis_client *redis;  /* limiter.store redis: the one asynchronous Redis client (store/redis_client.h) */
+    struct queue_redis *queue;   /* submissions.queue redis: the shared queue, dispatched on worker 0 */
     struct gw_conn_table *conns; /* connections per client address; shared by every worker */
     struct gw_worker *workers;
     unsigned nworkers;
