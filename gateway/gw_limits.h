@@ -118,6 +118,7 @@
 #define GW_QUEUE_DEAD_MAX                     10000u
 #define GW_QUEUE_SWEEP_MS                     1000u /* a dispatcher looks for a dead gateway's entries this often */
 #define GW_QUEUE_POLL_MS                      500u  /* and claims without a wake-up this often (one may be lost) */
+#define GW_QUEUE_STATS_MS                     2000u /* and counts the whole queue this often (moatctl queue, metrics) */
 /* A submission's additional_files (a zip) unpacks to at most this much
  * (the tenant's max_code_bytes then applies to all its files together). */
 #define GW_JUDGE0_ZIP_MAX_BYTES (16u * 1024u * 1024u)
@@ -224,7 +225,7 @@
 #define GW_CONTROL_CLIENT_MS      5000                  /* a client's whole exchange: its request in, its reply out */
 #define GW_CONTROL_AUDIT_MS       5000                  /* the writer's acknowledgement of an admin record */
 #define GW_CONTROL_RELOAD_MS      30000                 /* the gateway's acknowledgement of a reload or a status */
-#define GW_CONTROL_MSG_MAX        4096                  /* one message on the supervisor's ctl socketpair */
+#define GW_CONTROL_MSG_MAX        16384                 /* one message on the supervisor's ctl socketpair */
 #define GW_CONTROL_MAX_DURATION_S (10ull * 366 * 86400) /* --expires, --grace */
 #define GW_DEFAULT_ROTATE_GRACE_S 86400                 /* key rotate without --grace */
 #define GW_KEYUSE_SLOTS           (2 * GW_MAX_KEYS)     /* last-used table (keyuse.c) */

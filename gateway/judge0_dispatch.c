@@ -22,6 +22,9 @@
  *     fire and forget, the subscriber may be reconnecting);
  *   - every GW_QUEUE_SWEEP_MS a round's claim also sweeps: it takes over an
  *     entry of a gateway whose heartbeat is gone (queue_redis.c).
+ * Every GW_QUEUE_STATS_MS the poll also counts the whole queue (depth per
+ * tenant, pending per gateway, the oldest entry, dead letters), kept for
+ * moatctl queue and the metrics: a scrape never waits for Redis.
  * One round at a time; whatever asks for one meanwhile sets `again`, and
  * the round that ends runs once more.
  *
@@ -45,11 +48,15 @@ struct dispatcher {
     struct queue_redis *q;
     gw_dispatch_run_fn run;
     int in_round, again;
-    uint64_t last_sweep_ms;
+    uint64_t last_sweep_ms, last_count_ms;
+    int counting;
     h2o_timeout_t poll_timeout;
     h2o_timeout_entry_t poll;
     pthread_mutex_t mu; /* state, for readers on other threads */
     struct gw_dispatch_state st;
+    struct qr_counts counts; /* the last count of the whole queue */
+    int counted;
+    char *detail; /* its JSON text (malloc), or NULL */
 };
 
 static struct dispatcher D = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -151,10 +158,34 @@ static void round_start(void)
     backend_call(NULL, D.w->ctx.loop, &D.w->metrics_timeout, D.w->cfg->backend_socket, &frame, job, on_load, NULL);
 }
 
+static void on_counts(void *arg, const struct qr_counts *c, json_t *detail)
+{
+    char *text = detail != NULL ? json_dumps(detail, JSON_COMPACT) : NULL;
+
+    (void)arg;
+    D.counting = 0;
+    if (c == NULL) {
+        free(text);
+        return;
+    }
+    pthread_mutex_lock(&D.mu);
+    D.counts = *c;
+    D.counted = 1;
+    free(D.detail);
+    D.detail = text;
+    pthread_mutex_unlock(&D.mu);
+}
+
 static void on_poll(h2o_timeout_entry_t *entry)
 {
+    uint64_t now = mono_ms();
+
     (void)entry;
     round_start();
+    if (!D.counting && now - D.last_count_ms >= GW_QUEUE_STATS_MS) {
+        D.last_count_ms = now;
+        D.counting = queue_redis_counts(D.q, D.w->ctx.loop, on_counts, NULL) == 0;
+    }
     h2o_timeout_link(D.w->ctx.loop, &D.poll_timeout, &D.poll);
 }
 
@@ -199,5 +230,32 @@ void gw_dispatch_state(struct gw_dispatch_state *out)
 {
     pthread_mutex_lock(&D.mu);
     *out = D.st;
+    pthread_mutex_unlock(&D.mu);
+}
+
+json_t *gw_dispatch_queue_view(struct qr_counts *counts, int *counted)
+{
+    json_t *o = NULL;
+
+    pthread_mutex_lock(&D.mu);
+    *counts = D.counts;
+    *counted = D.counted;
+    if (D.detail != NULL)
+        o = json_loads(D.detail, 0, NULL);
+    pthread_mutex_unlock(&D.mu);
+    return o;
+}
+
+void gw_dispatch_note_dead(void)
+{
+    pthread_mutex_lock(&D.mu);
+    D.st.dead++;
+    pthread_mutex_unlock(&D.mu);
+}
+
+void gw_dispatch_note_exhausted(void)
+{
+    pthread_mutex_lock(&D.mu);
+    D.st.exhausted++;
     pthread_mutex_unlock(&D.mu);
 }

@@ -11,6 +11,7 @@
 #ifndef GW_JUDGE0_DISPATCH_H
 #define GW_JUDGE0_DISPATCH_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "store/queue_redis.h"
@@ -41,5 +42,14 @@ struct queue_redis *gw_dispatch_queue(void);
 
 /* A copy of the state (any thread). */
 void gw_dispatch_state(struct gw_dispatch_state *out);
+
+/* The shared queue as this dispatcher last counted it (every
+ * GW_QUEUE_STATS_MS): *counts (0: never counted), and its detail as JSON
+ * (new reference, or NULL): moatctl queue, metrics (any thread). */
+json_t *gw_dispatch_queue_view(struct qr_counts *counts, int *counted);
+
+/* This gateway dead-lettered an entry, or ended one past max_attempts. */
+void gw_dispatch_note_dead(void);
+void gw_dispatch_note_exhausted(void);
 
 #endif /* GW_JUDGE0_DISPATCH_H */

@@ -2154,6 +2154,7 @@ static void claim_end(struct gw_worker *w, struct claimed *cl, const json_t *ent
 static void claim_dead(struct gw_worker *w, const struct qr_claim *c, const char *why)
 {
     log_warnx("%s: queue entry %s of tenant %s: %s: moved to the dead letter list, never run", __func__, c->id, c->tenant, why);
+    gw_dispatch_note_dead();
     (void)queue_redis_dead(gw_dispatch_queue(), w->ctx.loop, c, why, NULL, NULL);
 }
 
@@ -2232,6 +2233,9 @@ void gw_judge0_run_claim(struct gw_worker *w, const struct qr_claim *c)
     snprintf(cl->accepted_by, sizeof(cl->accepted_by), "%.*s", (int)(c->gateway_len < GW_REDIS_MAX_PREFIX ? c->gateway_len : 0),
              c->gateway != NULL ? c->gateway : "");
     if (c->kind == QR_EXHAUSTED) {
+        gw_dispatch_note_exhausted();
+        log_warnx("%s: queue entry %s of tenant %s: taken over past max_attempts: it ends without running", __func__, c->id,
+                  c->tenant);
         snprintf(msg, sizeof(msg), "taken over %u times from gateways that stopped before it ended (submissions.max_attempts %llu)",
                  c->attempt - 1, (unsigned long long)w->cfg->submissions.max_attempts);
         why = msg;

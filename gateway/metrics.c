@@ -44,6 +44,7 @@
 #include "metrics.h"
 #include "backend_client.h"
 #include "config.h"
+#include "judge0_dispatch.h"
 #include "judge0_queue.h"
 #include "log.h"
 #include "moat_buf.h"
@@ -392,6 +393,34 @@ static void render_backend(struct text *t, const struct moat_backend_load *l)
     gauge(t, "moat_backend_session_slots_busy", "Session slots holding a live session now.", l->sessions_busy);
 }
 
+/* submissions.queue redis: the shared queue as this gateway's dispatcher
+ * last counted it (GW_QUEUE_STATS_MS), and its own claims. */
+static void render_queue(struct text *t, const struct gw_server *srv)
+{
+    struct gw_dispatch_state st;
+    struct qr_counts c;
+    int counted;
+
+    if (srv->queue == NULL)
+        return;
+    json_decref(gw_dispatch_queue_view(&c, &counted)); /* the counts only */
+    gw_dispatch_state(&st);
+    if (counted) {
+        gauge(t, "moat_queue_depth", "Submissions waiting in the shared queue (Redis), all tenants.", c.waiting);
+        gauge(t, "moat_queue_pending", "Entries of the shared queue claimed by a gateway and not yet ended.", c.pending);
+        gauge(t, "moat_queue_pending_dead", "Of those, entries held by a gateway whose heartbeat is gone (to be taken over).",
+              c.pending_dead);
+        gauge(t, "moat_queue_oldest_seconds", "Age of the oldest entry in the shared queue, waiting or running.",
+              c.oldest_ms / 1000);
+        gauge(t, "moat_queue_dead_letters", "Entries in the shared queue's dead letter list.", c.dead);
+    }
+    counter(t, "moat_queue_claims_total", "Entries this gateway claimed from the shared queue.", st.claims);
+    counter(t, "moat_queue_reclaims_total", "Of those, entries taken over from a gateway that died.", st.reclaims);
+    counter(t, "moat_queue_dead_total", "Entries this gateway moved to the dead letter list (never run).", st.dead);
+    counter(t, "moat_queue_exhausted_total", "Entries this gateway ended past max_attempts, without running them.", st.exhausted);
+    gauge(t, "moat_queue_running", "Claimed entries running on this gateway's backend.", st.claimed_running);
+}
+
 char *gw_metrics_render(struct gw_server *srv, const struct moat_backend_load *backend, size_t *len)
 {
     struct text t = {{0}, 0};
@@ -407,6 +436,7 @@ char *gw_metrics_render(struct gw_server *srv, const struct moat_backend_load *b
     judge0_queue_counts(judge0_queue_default(), &q);
     gauge(&t, "moat_submissions_running", "Judge0 queued submissions running now.", q.running);
     gauge(&t, "moat_submissions_queue_depth", "Judge0 submissions waiting for a run.", q.queued);
+    render_queue(&t, srv);
     gauge(&t, "moat_sessions_open", "Live sessions (WebSocket) open now.", gw_sessions_count(NULL));
     render_audit(&t, srv);
     render_limiter(&t, srv);

@@ -56,6 +56,8 @@ static const char usage_text[] =
     "  jwt-issuer add NAME FIELD=VALUE ...   fields of a jwt_issuers entry (iss, aud, algorithm, tenants, keys, ...)\n"
     "  jwt-issuer remove NAME | jwt-issuer list\n"
     "  status                                gateway workers, backend, audit writer, Redis\n"
+    "  queue [dead]                          the shared submissions queue (submissions.queue redis): depth per\n"
+    "                                        tenant, entries running per gateway, oldest age; or its dead letters\n"
     "  key new [--id HEX12] | key hash TOKEN offline: a token for the configuration file\n"
     "durations: N, Ns, Nm, Nh or Nd.  --json: the gateway's answer as JSON.\n"
     "socket: --socket, else $MOAT_CONTROL, else " GW_DEFAULT_CONTROL_SOCKET ".\n"
@@ -668,6 +670,81 @@ static int status_cmd(const struct opts *o)
     return fflush(stdout) == 0 ? 0 : EXIT_REFUSED;
 }
 
+/* ---------------------------------------------------------------- queue */
+
+/* The shared submissions queue (submissions.queue redis) as the gateway's
+ * dispatcher last counted it: depth per tenant, pending per gateway,
+ * oldest age, dead letters. */
+static int queue_cmd(const struct opts *o)
+{
+    json_t *reply, *q, *counts, *v;
+    int dead = o->argc == 2 && strcmp(o->argv[1], "dead") == 0, rc;
+    size_t i;
+
+    if (o->argc != 1 && !dead)
+        return usage_error("queue takes no arguments but 'dead'");
+    struct opts quiet = *o;
+
+    quiet.json = 0; /* ask prints the whole answer with --json: here only the queue's part */
+    if ((rc = ask(&quiet, json_pack("{s:s}", "cmd", "status"), &reply)) != 0)
+        return rc;
+    q = json_object_get(json_object_get(reply, "gateway"), "queue");
+    if (!json_is_object(q)) {
+        fprintf(stderr, "moatctl: this gateway has no shared queue (submissions.queue is not redis)\n");
+        json_decref(reply);
+        return EXIT_REFUSED;
+    }
+    if (o->json) {
+        char *text = json_dumps(dead ? json_object_get(json_object_get(q, "counts"), "dead_recent") : q, JSON_COMPACT);
+        printf("%s\n", text != NULL ? text : "null");
+        free(text);
+        json_decref(reply);
+        return 0;
+    }
+    counts = json_object_get(q, "counts");
+    if (dead) {
+        printf("dead letters: %lld (newest first)\n", json_integer_value(json_object_get(counts, "dead")));
+        json_array_foreach(json_object_get(counts, "dead_recent"), i, v)
+        {
+            json_t *d = json_loads(json_string_value(v) != NULL ? json_string_value(v) : "", 0, NULL);
+            printf("  %-24s tenant %-16s attempt %lld  %s\n", str_or(d, "id", "?"), str_or(d, "tenant", "?"),
+                   json_integer_value(json_object_get(d, "attempt")), str_or(d, "why", "?"));
+            json_decref(d);
+        }
+        json_decref(reply);
+        return fflush(stdout) == 0 ? 0 : EXIT_REFUSED;
+    }
+    printf(
+        "this gateway: backend slots %lld, busy %lld, running claimed %lld; claims %lld, taken over %lld, dead-lettered %lld%s\n",
+        json_integer_value(json_object_get(q, "backend_slots")), json_integer_value(json_object_get(q, "backend_busy")),
+        json_integer_value(json_object_get(q, "running_here")), json_integer_value(json_object_get(q, "claims")),
+        json_integer_value(json_object_get(q, "reclaims")), json_integer_value(json_object_get(q, "dead_here")),
+        json_is_true(json_object_get(q, "redis_down")) ? " (Redis is not answering)" : "");
+    if (!json_is_object(counts)) {
+        printf("queue: not counted yet\n");
+        json_decref(reply);
+        return 0;
+    }
+    printf(
+        "queue: %lld waiting, oldest entry %llds old, %lld dead letters\n", json_integer_value(json_object_get(counts, "waiting")),
+        json_integer_value(json_object_get(counts, "oldest_ms")) > 0
+            ? (json_integer_value(json_object_get(counts, "now_ms")) - json_integer_value(json_object_get(counts, "oldest_ms"))) /
+                  1000
+            : 0,
+        json_integer_value(json_object_get(counts, "dead")));
+    printf("  %-24s %8s %10s %8s %8s\n", "tenant", "waiting", "bytes", "running", "oldest");
+    json_array_foreach(json_object_get(counts, "tenants"), i, v)
+        printf("  %-24s %8lld %10lld %8lld %7llds\n", str_or(v, "tenant", "?"), json_integer_value(json_object_get(v, "waiting")),
+               json_integer_value(json_object_get(v, "bytes")), json_integer_value(json_object_get(v, "pending")),
+               json_integer_value(json_object_get(v, "oldest_s")));
+    printf("  %-34s %8s %s\n", "gateway (consumer)", "running", "heartbeat");
+    json_array_foreach(json_object_get(counts, "consumers"), i, v)
+        printf("  %-34s %8lld %s\n", str_or(v, "name", "?"), json_integer_value(json_object_get(v, "pending")),
+               json_is_true(json_object_get(v, "alive")) ? "alive" : "GONE: its entries are taken over after the lease");
+    json_decref(reply);
+    return fflush(stdout) == 0 ? 0 : EXIT_REFUSED;
+}
+
 /* ---------------------------------------------------------------- main */
 
 /* --socket, --json and --help anywhere; the rest stays in order. */
@@ -717,5 +794,7 @@ int main(int argc, char **argv)
         return issuer_cmd(&o);
     if (strcmp(o.argv[0], "status") == 0)
         return status_cmd(&o);
+    if (strcmp(o.argv[0], "queue") == 0)
+        return queue_cmd(&o);
     return usage_error("unknown command %s", o.argv[0]);
 }

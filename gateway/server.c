@@ -625,6 +625,25 @@ static const char *backend_reachable(const struct gw_config *cfg, char *buf, siz
     return buf;
 }
 
+/* The shared queue as this gateway's dispatcher sees it (moatctl queue). */
+static json_t *queue_status(void)
+{
+    struct gw_dispatch_state st;
+    struct qr_counts c;
+    int counted;
+    json_t *detail = gw_dispatch_queue_view(&c, &counted), *o;
+
+    gw_dispatch_state(&st);
+    o = json_pack("{s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "dispatching", st.running, "backend_slots", (json_int_t)st.slots,
+                  "backend_busy", (json_int_t)st.busy, "running_here", (json_int_t)st.claimed_running, "claims",
+                  (json_int_t)st.claims, "reclaims", (json_int_t)st.reclaims, "dead_here", (json_int_t)st.dead, "exhausted_here",
+                  (json_int_t)st.exhausted, "redis_down", st.redis_down);
+    if (o != NULL && detail != NULL)
+        json_object_set(o, "counts", detail);
+    json_decref(detail);
+    return o;
+}
+
 /* GW_CTL_STATUS: the gateway's side of moatctl status, as JSON. */
 static int ctl_status(struct gw_server *srv, char *out, size_t outlen)
 {
@@ -640,6 +659,8 @@ static int ctl_status(struct gw_server *srv, char *out, size_t outlen)
                   (int)workers_alive(srv), "backend", backend_reachable(&gen->cfg, backend, sizeof(backend)), "audit_connected",
                   audit_ok, "keys", (json_int_t)gen->cfg.nkeys);
     gw_generation_release(gen);
+    if (o != NULL && srv->queue != NULL)
+        json_object_set_new(o, "queue", queue_status());
     text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (text == NULL || strlen(text) >= outlen) {

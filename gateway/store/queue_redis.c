@@ -77,6 +77,7 @@
 #define QR_KEY_MAX     (QR_PREFIX_MAX + 2 * GW_MAX_TENANT_NAME + 1)
 #define QR_MAX_ENTRIES 64
 #define QR_SWEEP_SCAN  32 /* pending entries looked at per stream per sweep */
+#define QR_DEAD_SHOWN  10 /* dead letters the counts show */
 
 /* KEYS: stream, wait, bytes, ring, tenants.  ARGV: T, queue_max,
  * per_tenant, bytes_per_tenant, group, channel, n, then per entry k, n, g, e.
@@ -172,30 +173,43 @@ static struct redis_script dead_script = {"redis.call('LPUSH', KEYS[2], ARGV[3])
                                           "return n\n",
                                           "", NULL};
 
-/* KEYS: wait, tenants, dead.  ARGV: streams' prefix, group, heartbeat
- * prefix.  {waiting, dead, oldest entry's ms (0 none), pending,
- * pending at dead consumers, Redis' ms}. */
+/* KEYS: wait, bytes, tenants, dead.  ARGV: streams' prefix, group,
+ * heartbeat prefix, how many dead letters to show.  One JSON text:
+ * {waiting, dead, oldest_ms (0 none), now_ms, tenants: [{t (hex), waiting,
+ * bytes, pending, oldest_ms}], consumers: [{name, pending, alive}],
+ * dead_recent: [the newest dead letters' texts]}. */
 static struct redis_script counts_script = {
-    "local oldest, pending, lost = 0, 0, 0\n"
-    "for _, t in ipairs(redis.call('SMEMBERS', KEYS[2])) do\n"
+    "local oldest, per, cons = 0, {}, {}\n"
+    "for _, t in ipairs(redis.call('SMEMBERS', KEYS[3])) do\n"
     "  local s = ARGV[1] .. t\n"
+    "  local o = 0\n"
     "  local first = redis.call('XRANGE', s, '-', '+', 'COUNT', 1)\n"
     "  if first[1] then\n"
-    "    local ms = tonumber(string.match(first[1][1], '^(%d+)'))\n"
-    "    if oldest == 0 or ms < oldest then oldest = ms end\n"
+    "    o = tonumber(string.match(first[1][1], '^(%d+)'))\n"
+    "    if oldest == 0 or o < oldest then oldest = o end\n"
     "  end\n"
+    "  local pending = 0\n"
     "  local p = redis.pcall('XPENDING', s, ARGV[2])\n"
-    "  if type(p) == 'table' and p.err == nil and p[4] then\n"
+    "  if type(p) == 'table' and p.err == nil and type(p[4]) == 'table' then\n"
     "    for _, c in ipairs(p[4]) do\n"
     "      local n = tonumber(c[2])\n"
     "      pending = pending + n\n"
-    "      if redis.call('EXISTS', ARGV[3] .. c[1]) == 0 then lost = lost + n end\n"
+    "      cons[c[1]] = (cons[c[1]] or 0) + n\n"
     "    end\n"
     "  end\n"
+    "  per[#per + 1] = {t = t, waiting = tonumber(redis.call('HGET', KEYS[1], t) or '0'),\n"
+    "                   bytes = tonumber(redis.call('HGET', KEYS[2], t) or '0'), pending = pending, oldest_ms = o}\n"
+    "end\n"
+    "local cl = {}\n"
+    "for name, n in pairs(cons) do\n"
+    "  cl[#cl + 1] = {name = name, pending = n, alive = redis.call('EXISTS', ARGV[3] .. name) == 1}\n"
     "end\n"
     "local now = redis.call('TIME')\n"
-    "return {tonumber(redis.call('HGET', KEYS[1], '*') or '0'), redis.call('LLEN', KEYS[3]), oldest, pending, lost,\n"
-    "        tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}\n",
+    "local out = {waiting = tonumber(redis.call('HGET', KEYS[1], '*') or '0'), dead = redis.call('LLEN', KEYS[4]),\n"
+    "             oldest_ms = oldest, now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000),\n"
+    "             tenants = per, consumers = cl,\n"
+    "             dead_recent = redis.call('LRANGE', KEYS[4], 0, tonumber(ARGV[4]) - 1)}\n"
+    "return cjson.encode(out)\n",
     "", NULL};
 
 struct queue_redis {
@@ -488,32 +502,75 @@ int queue_redis_dead(struct queue_redis *q, h2o_loop_t *loop, const struct qr_cl
 
 /* -------------------------------------------------------------- counts */
 
+/* The counts' JSON, checked and turned into c and detail (tenants by
+ * name; cjson writes an empty table as {}: taken as none).  0 or -1. */
+static int counts_decode(const char *text, size_t len, struct qr_counts *c, json_t **detail)
+{
+    json_t *o = json_loadb(text, len, 0, NULL), *v, *tenants = json_array(), *t;
+    json_int_t w, d, oldest, now;
+    size_t i;
+
+    *detail = NULL;
+    if (o == NULL || tenants == NULL ||
+        json_unpack(o, "{s:I, s:I, s:I, s:I}", "waiting", &w, "dead", &d, "oldest_ms", &oldest, "now_ms", &now) != 0 || w < 0 ||
+        d < 0) {
+        json_decref(o);
+        json_decref(tenants);
+        return -1;
+    }
+    memset(c, 0, sizeof(*c));
+    c->waiting = (uint64_t)w;
+    c->dead = (uint64_t)d;
+    c->oldest_ms = oldest > 0 && now > oldest ? (uint64_t)(now - oldest) : 0;
+    json_array_foreach(json_object_get(o, "tenants"), i, v)
+    {
+        const char *hex = json_string_value(json_object_get(v, "t"));
+        char name[GW_MAX_TENANT_NAME + 1];
+        json_int_t to = json_integer_value(json_object_get(v, "oldest_ms"));
+        size_t n = hex != NULL ? strlen(hex) : 0;
+        if (n == 0 || n % 2 != 0 || n > 2 * GW_MAX_TENANT_NAME || moat_hex_decode(hex, n, name, MOAT_HEX_LOWER) != 0)
+            continue;
+        name[n / 2] = '\0';
+        c->pending += (uint64_t)json_integer_value(json_object_get(v, "pending"));
+        t = json_pack("{s:s, s:O, s:O, s:O, s:I}", "tenant", name, "waiting", json_object_get(v, "waiting"), "bytes",
+                      json_object_get(v, "bytes"), "pending", json_object_get(v, "pending"), "oldest_s",
+                      (json_int_t)(to > 0 && now > to ? (now - to) / 1000 : 0));
+        if (t != NULL)
+            json_array_append_new(tenants, t);
+    }
+    json_array_foreach(json_object_get(o, "consumers"), i, v) if (!json_is_true(json_object_get(v, "alive"))) c->pending_dead +=
+        (uint64_t)json_integer_value(json_object_get(v, "pending"));
+    json_object_set_new(o, "tenants", tenants);
+    if (!json_is_array(json_object_get(o, "consumers")))
+        json_object_set_new(o, "consumers", json_array());
+    if (!json_is_array(json_object_get(o, "dead_recent")))
+        json_object_set_new(o, "dead_recent", json_array());
+    *detail = o;
+    return 0;
+}
+
 static void on_counts(void *arg, const redisReply *rep)
 {
     struct qr_call *k = arg;
     qr_counts_fn fn = (qr_counts_fn)k->fn;
     struct qr_counts c;
-    int ok = rep != NULL && rep->type == REDIS_REPLY_ARRAY && rep->elements == 6;
+    json_t *detail = NULL;
+    int ok = rep != NULL && rep->type == REDIS_REPLY_STRING && counts_decode(rep->str, rep->len, &c, &detail) == 0;
 
-    for (size_t i = 0; ok && i < 6; i++)
-        ok = rep->element[i]->type == REDIS_REPLY_INTEGER && rep->element[i]->integer >= 0;
-    if (ok) {
-        long long now = rep->element[5]->integer, oldest = rep->element[2]->integer;
-        c = (struct qr_counts){(uint64_t)rep->element[0]->integer, (uint64_t)rep->element[1]->integer,
-                               oldest > 0 && now > oldest ? (uint64_t)(now - oldest) : 0, (uint64_t)rep->element[3]->integer,
-                               (uint64_t)rep->element[4]->integer};
-    } else if (rep != NULL) {
+    if (rep != NULL && !ok)
         log_odd("counts", rep);
-    }
-    fn(k->arg, ok ? &c : NULL);
+    fn(k->arg, ok ? &c : NULL, detail);
+    json_decref(detail);
     free(k);
 }
 
 int queue_redis_counts(struct queue_redis *q, h2o_loop_t *loop, qr_counts_fn fn, void *arg)
 {
-    const char *args[6] = {q->k_wait, q->k_tenants, q->k_dead, q->stream_prefix, QR_GROUP, q->heartbeat_prefix};
+    char shown[16];
+    const char *args[8] = {q->k_wait, q->k_bytes, q->k_tenants, q->k_dead, q->stream_prefix, QR_GROUP, q->heartbeat_prefix, shown};
 
-    return call_eval(call_new(q, (void *)fn, arg), loop, &counts_script, 3, 6, args, NULL, on_counts);
+    snprintf(shown, sizeof(shown), "%d", QR_DEAD_SHOWN);
+    return call_eval(call_new(q, (void *)fn, arg), loop, &counts_script, 4, 8, args, NULL, on_counts);
 }
 
 /* ----------------------------------------------------------- wake-ups */

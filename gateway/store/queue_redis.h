@@ -14,6 +14,7 @@
 #define GW_QUEUE_REDIS_H
 
 #include <h2o.h>
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -112,8 +113,11 @@ int queue_redis_dead(struct queue_redis *q, h2o_loop_t *loop, const struct qr_cl
  * once after each (re)subscription).  0 or -1. */
 int queue_redis_subscribe(struct queue_redis *q, h2o_loop_t *loop, void (*fn)(void *arg), void *arg);
 
-/* The counts (moatctl queue, metrics): fn hears them, or NULL. */
-typedef void (*qr_counts_fn)(void *arg, const struct qr_counts *c);
+/* The counts (moatctl queue, metrics): fn hears them and the detail
+ * (borrowed: {waiting, dead, oldest_ms, now_ms, tenants: [{tenant,
+ * waiting, bytes, pending, oldest_s}], consumers: [{name, pending,
+ * alive}], dead_recent: [texts]}), or NULL and NULL. */
+typedef void (*qr_counts_fn)(void *arg, const struct qr_counts *c, json_t *detail);
 int queue_redis_counts(struct queue_redis *q, h2o_loop_t *loop, qr_counts_fn fn, void *arg);
 
 #endif /* GW_QUEUE_REDIS_H */

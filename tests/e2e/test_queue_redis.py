@@ -26,6 +26,7 @@ Skipped (with the reason) when redis-server is not installed.
 """
 
 import base64
+import grp
 import json
 import os
 import signal
@@ -33,8 +34,9 @@ import socket
 import subprocess
 import time
 import unittest
+import urllib.request
 
-from moat_harness import Stack, uid_base, wait_until
+from moat_harness import MOATCTL, Stack, free_port, uid_base, wait_until
 from test_redis_limits import HAVE_REDIS, REDIS
 
 LEASE_MS = 3000
@@ -92,9 +94,12 @@ class Host:
     """One backend (one slot) and its gateway; keys and certificates shared with the first host."""
 
     def __init__(self, name, redis, first=None, submissions=""):
-        extra = limiter(redis) + "submissions:\n  store: redis\n  queue: redis\n  ttl_s: 3600\n" + submissions
+        self.mport = free_port()
+        extra = (limiter(redis) + "submissions:\n  store: redis\n  queue: redis\n  ttl_s: 3600\n" + submissions +
+                 "control:\n  socket: @CTL@\nmetrics: {port: %d}\n" % self.mport)
         self.stack = Stack(tenants=TENANTS, extra_config=extra, backend_args=["-j", "1", "-o", "run_timeout=20000"])
         s = self.stack
+        self.control = os.path.join(s.tmp, "control.sock")
         s.tag = "%s-%s" % (s.tag, name)
         s.uid_base = uid_base(s.tag)
         s.run_dir = "/run/" + s.tag
@@ -108,7 +113,9 @@ class Host:
             text = head + tenants[tenants.index("tenants:\n"):]
             s.tokens, s.token = first.stack.tokens, first.stack.token
         with open(s.config, "w") as f:
-            f.write(text)
+            f.write(text.replace("@CTL@", self.control))
+        os.chown(s.config, 0, grp.getgrnam("moat").gr_gid)  # root:moat 0640: moatctl's changes reload it as moat
+        os.chmod(s.config, 0o640)
         self.name = name
 
     def start(self):
@@ -143,6 +150,17 @@ class Host:
 
     def get(self, tenant, token):
         return self.stack.request("GET", "/submissions/%s?base64_encoded=true" % token, token=self.stack.tokens[tenant])
+
+    def moatctl(self, *args):
+        p = subprocess.run([MOATCTL, "--socket", self.control, *args], capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            raise AssertionError("moatctl %s: exit %d: %s" % (" ".join(args), p.returncode, p.stderr))
+        return p.stdout
+
+    def metrics(self):
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.mport, timeout=30) as r:
+            text = r.read().decode()
+        return {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line and not line.startswith("#")}
 
     def records(self):
         return self.stack.audit_records()
@@ -295,6 +313,33 @@ class QueueTest(unittest.TestCase):
             self.redis.start()
         # back, without a restart of the gateway
         self.wait_accepting(self.a)
+
+    def test_moatctl_queue_and_metrics(self):
+        # both slots busy, then three of beta's wait
+        busy = [h.submit("alpha", "import time\ntime.sleep(4)\n", wall_time_limit=15, cpu_time_limit=2)[2]["token"]
+                for h in (self.a, self.b)]
+        wait_until(lambda: all(self.a.get("alpha", t)[2]["status"]["id"] == 2 for t in busy), "both slots to be busy")
+        waiting = [self.b.submit("beta", "print('late')\n")[2]["token"] for _ in range(3)]
+
+        def shown():
+            q = json.loads(self.a.moatctl("--json", "queue"))
+            beta = [t for t in q.get("counts", {}).get("tenants", []) if t["tenant"] == "beta"]
+            return q if beta and beta[0]["waiting"] == 3 else None
+        wait_until(shown, "moatctl queue to show beta's three waiting")
+        q = shown()
+        self.assertEqual(q["backend_slots"], 1)
+        self.assertGreaterEqual(q["counts"]["waiting"], 3)
+        self.assertTrue(all(c["alive"] for c in q["counts"]["consumers"]), q)
+        text = self.a.moatctl("queue")
+        self.assertRegex(text, r"\n  beta +3 ")
+        self.assertIn("backend slots 1", text)
+        m = self.a.metrics()
+        self.assertGreaterEqual(m["moat_queue_depth"], 3)
+        self.assertGreaterEqual(m["moat_queue_pending"], 2)
+        self.assertGreaterEqual(m["moat_queue_claims_total"], 1)
+        self.wait_all(self.a, "beta", waiting)
+        self.wait_all(self.a, "alpha", busy)
+        self.assertIn("dead letters:", self.b.moatctl("queue", "dead"))
 
     def test_corrupt_and_foreign_entries_are_dead_lettered(self):
         hexname = b"alpha".hex()

@@ -395,18 +395,38 @@ static void test_foreign_entry_is_flagged_and_dead_lettered(void **state)
 }
 
 struct cnt {
-    int calls, ok;
+    int calls, ok, tenants;
     struct qr_counts c;
 };
 
-static void on_counts(void *arg, const struct qr_counts *c)
+static void on_counts(void *arg, const struct qr_counts *c, json_t *detail)
 {
     struct cnt *k = arg;
+    json_t *t;
+    size_t i;
 
     k->calls++;
-    k->ok = c != NULL;
-    if (c != NULL)
-        k->c = *c;
+    k->ok = c != NULL && detail != NULL;
+    if (c == NULL)
+        return;
+    k->c = *c;
+    /* by tenant, by name: alpha 1 waiting 1 pending, beta 3 waiting */
+    json_array_foreach(json_object_get(detail, "tenants"), i, t)
+    {
+        const char *name = json_string_value(json_object_get(t, "tenant"));
+        assert_non_null(name);
+        if (strcmp(name, "alpha") == 0) {
+            assert_int_equal(json_integer_value(json_object_get(t, "waiting")), 1);
+            assert_int_equal(json_integer_value(json_object_get(t, "pending")), 1);
+            k->tenants++;
+        } else if (strcmp(name, "beta") == 0) {
+            assert_int_equal(json_integer_value(json_object_get(t, "waiting")), 3);
+            k->tenants++;
+        }
+    }
+    t = json_array_get(json_object_get(detail, "consumers"), 0);
+    assert_string_equal(json_string_value(json_object_get(t, "name")), "gw1");
+    assert_false(json_is_true(json_object_get(t, "alive")));
 }
 
 static void test_counts(void **state)
@@ -429,6 +449,7 @@ static void test_counts(void **state)
     assert_int_equal(k.c.pending_dead, 1);
     assert_true(k.c.oldest_ms >= 20);
     assert_int_equal(k.c.dead, 0);
+    assert_int_equal(k.tenants, 2);
     fixture_close(&f);
 }
 
