@@ -704,8 +704,9 @@ static int queue_cmd(const struct opts *o)
     counts = json_object_get(q, "counts");
     if (dead) {
         printf("dead letters: %lld (newest first)\n", json_integer_value(json_object_get(counts, "dead")));
-        json_array_foreach(json_object_get(counts, "dead_recent"), i, v)
-        {
+        for (i = 0; i < json_array_size(json_object_get(counts, "dead_recent")) &&
+                    (v = json_array_get(json_object_get(counts, "dead_recent"), i)) != NULL;
+             i++) {
             json_t *d = json_loads(json_string_value(v) != NULL ? json_string_value(v) : "", 0, NULL);
             printf("  %-24s tenant %-16s attempt %lld  %s\n", str_or(d, "id", "?"), str_or(d, "tenant", "?"),
                    json_integer_value(json_object_get(d, "attempt")), str_or(d, "why", "?"));
@@ -733,12 +734,16 @@ static int queue_cmd(const struct opts *o)
             : 0,
         json_integer_value(json_object_get(counts, "dead")));
     printf("  %-24s %8s %10s %8s %8s\n", "tenant", "waiting", "bytes", "running", "oldest");
-    json_array_foreach(json_object_get(counts, "tenants"), i, v)
+    for (i = 0; i < json_array_size(json_object_get(counts, "tenants")) &&
+                (v = json_array_get(json_object_get(counts, "tenants"), i)) != NULL;
+         i++)
         printf("  %-24s %8lld %10lld %8lld %7llds\n", str_or(v, "tenant", "?"), json_integer_value(json_object_get(v, "waiting")),
                json_integer_value(json_object_get(v, "bytes")), json_integer_value(json_object_get(v, "pending")),
                json_integer_value(json_object_get(v, "oldest_s")));
     printf("  %-34s %8s %s\n", "gateway (consumer)", "running", "heartbeat");
-    json_array_foreach(json_object_get(counts, "consumers"), i, v)
+    for (i = 0; i < json_array_size(json_object_get(counts, "consumers")) &&
+                (v = json_array_get(json_object_get(counts, "consumers"), i)) != NULL;
+         i++)
         printf("  %-34s %8lld %s\n", str_or(v, "name", "?"), json_integer_value(json_object_get(v, "pending")),
                json_is_true(json_object_get(v, "alive")) ? "alive" : "GONE: its entries are taken over after the lease");
     json_decref(reply);

@@ -36,7 +36,9 @@ struct rl_limiter *rl_redis_new(const struct rl_redis_options *o, char *err, siz
 /* The same on a Redis client the caller made and shares with others (the
  * gateway's one client, store/redis_client.h; o->redis is not read): the
  * limiter registers its script on rc (before rc's first connection) and
- * never frees rc. */
+ * never frees rc.  Free rc first (after the loops stopped: its pending
+ * decisions are then answered as unavailable), then rl_destroy: the
+ * limiter's script stays linked in rc until rc goes. */
 struct rl_limiter *rl_redis_new_on(struct redis_client *rc, const struct rl_redis_options *o, char *err, size_t errlen);
 
 #endif /* MOAT_RATELIMIT_REDIS_H */
