@@ -207,6 +207,10 @@
 #define GW_REDIS_TICK_MS                    100  /* reconnects, connect deadlines and heartbeats are checked this often */
 #define GW_REDIS_BACKOFF_MIN_MS             100  /* the first reconnect after a loss */
 #define GW_REDIS_BACKOFF_MAX_MS             2000 /* reconnects, doubling up to this */
+/* Beside the heartbeat keys (<prefix>g:<name>, names are hex): the time of
+ * any process's last beat, and the grace after Redis was away (redis_sync.c). */
+#define GW_REDIS_BEAT_LAST  "~last"
+#define GW_REDIS_BEAT_GRACE "~grace"
 
 #define GW_DEFAULT_AUDIT_USER "moat-audit"
 

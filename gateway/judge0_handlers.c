@@ -616,6 +616,7 @@ struct async_run {
     size_t group_size;                      /* its group's members; 0: none (kept when it leaves one) */
     char group_first[JUDGE0_TOKEN_LEN + 1]; /* the token of its group's first member */
     struct claimed *claim;                  /* queue: redis: the entry it came from (below), or NULL */
+    int give_back;                          /* its run was lost (the backend went away mid-run): the entry goes back */
 };
 
 /* What the records say of a's group: {first, size, case}, or NULL (none). */
@@ -766,12 +767,17 @@ static void async_keep_failure(struct async_run *a, const char *why)
     free(text);
 }
 
+static void claim_give_back(struct claimed *cl);
+
 static void on_async_durable(void *arg, int ok, uint64_t seq)
 {
     struct async_run *a = arg;
 
     (void)seq;
-    if (ok)
+    if (a->give_back) { /* not an end: the store shows it waiting again, whatever the trail did */
+        async_show(a, JUDGE0_IN_QUEUE);
+        claim_give_back(a->claim);
+    } else if (ok)
         async_keep(a, a->record, a->record_len, JUDGE0_PUT_FINAL);
     else
         async_keep_failure(a, "audit log unavailable: the result cannot be recorded, so it is withheld");
@@ -810,8 +816,8 @@ static void async_record(struct async_run *a, const struct moat_exec_result *res
         packet = gw_audit_packet(&who, &a->ereq, a->j.metadata, a->record, &plen); /* every field, texts in base64 */
     }
     json_object_set_new(b, "judge0",
-                        json_pack("{s:s, s:O?, s:o, s:o*}", "token", a->token, "status", json_object_get(rec, "status"), "queue",
-                                  queue_json(a), "group", group_json(a)));
+                        json_pack("{s:s, s:O?, s:o, s:o*, s:o*}", "token", a->token, "status", json_object_get(rec, "status"),
+                                  "queue", queue_json(a), "group", group_json(a), "given_back", a->give_back ? json_true() : NULL));
     text = gw_audit_dump(b, &len);
     json_decref(b);
     if (text == NULL) {
@@ -822,6 +828,32 @@ static void async_record(struct async_run *a, const struct moat_exec_result *res
     }
     free(text);
     free(packet);
+}
+
+/* A claimed run whose backend went away before it answered (killed,
+ * restarted, its socket gone): nothing ran to an end, so nothing ends.
+ * Its result record says the attempt was lost and "given_back"; the
+ * store shows it "In Queue" again; the entry goes back to the queue
+ * (claim_finish), where any gateway's free slot claims it, the attempt
+ * counted (max_attempts bounds a program that kills its backend). */
+static unsigned claim_attempt(const struct claimed *cl);
+
+static void async_lost(struct async_run *a)
+{
+    char why[160];
+    json_t *rec;
+
+    snprintf(why, sizeof(why), "backend unavailable: attempt %u of this submission was lost and is given back to the queue",
+             claim_attempt(a->claim));
+    a->give_back = 1;
+    if ((rec = failure_record(a, why)) == NULL) {
+        claim_give_back(a->claim);
+        async_free(a);
+        return;
+    }
+    set_status(rec, JUDGE0_IN_QUEUE);
+    async_record(a, NULL, rec, why);
+    json_decref(rec);
 }
 
 /* The backend's answer to a detached call: judge, record, keep. */
@@ -844,6 +876,9 @@ static void on_async_result(void *data, enum backend_status status, const struct
         failure = "out of memory";
     } else if (status == BACKEND_OK && reply->hdr.type == MOAT_MSG_ERROR && reply->u.error.message != NULL) {
         failure = reply->u.error.message;
+    } else if (status == BACKEND_UNAVAILABLE && a->claim != NULL) {
+        async_lost(a);
+        return;
     } else {
         failure = status == BACKEND_TIMEOUT       ? "backend timed out"
                   : status == BACKEND_UNAVAILABLE ? "backend unavailable"
@@ -1153,6 +1188,11 @@ static void on_group_result(void *data, enum backend_status status, const struct
                 group_member_result(m[i], i, res);
             else
                 group_member_again(m[i]);
+        return;
+    }
+    if (status == BACKEND_UNAVAILABLE && g->claimed) { /* lost: the entry, the whole group, goes back */
+        for (size_t i = 0; i < n; i++)
+            async_lost(m[i]);
         return;
     }
     failure = status == BACKEND_OK && reply->hdr.type == MOAT_MSG_ERROR && reply->u.error.message != NULL ? reply->u.error.message
@@ -1619,6 +1659,7 @@ struct claimed {
     size_t refs;               /* runs not yet freed */
     struct unfinished *finals; /* final records to keep before the ack */
     unsigned attempt;          /* 1 for the first run */
+    int give_back;             /* a run was lost: released to the queue, not acknowledged */
     char tenant[GW_MAX_TENANT_NAME + 1];
     char id[QR_ID_MAX];
     char accepted_by[GW_REDIS_MAX_PREFIX + 1];
@@ -1632,6 +1673,11 @@ static int park_ready;
 static json_t *claim_json(const struct claimed *cl)
 {
     return json_pack("{s:s, s:I, s:s}", "entry", cl->id, "attempt", (json_int_t)cl->attempt, "accepted_by", cl->accepted_by);
+}
+
+static unsigned claim_attempt(const struct claimed *cl)
+{
+    return cl->attempt;
 }
 
 static int claim_unfinished(struct claimed *cl, const char *tenant, const char *token, const char *text, size_t len)
@@ -1680,6 +1726,7 @@ static void claim_park(struct claimed *cl)
         h2o_timeout_link(cl->worker->ctx.loop, &park_timeout, &park_entry);
 }
 
+/* The ack's or the release's answer. */
 static void on_acked(void *arg, int ok)
 {
     struct claimed *cl = arg;
@@ -1710,8 +1757,16 @@ static void claim_finish(struct claimed *cl)
         cl->finals = u->next;
         free(u);
     }
-    if (queue_redis_ack(gw_dispatch_queue(), cl->worker->ctx.loop, cl->tenant, cl->id, on_acked, cl) != 0)
+    if ((cl->give_back
+             ? queue_redis_release(gw_dispatch_queue(), cl->worker->ctx.loop, cl->tenant, cl->id, cl->attempt, on_acked, cl)
+             : queue_redis_ack(gw_dispatch_queue(), cl->worker->ctx.loop, cl->tenant, cl->id, on_acked, cl)) != 0)
         claim_park(cl);
+}
+
+/* A run of cl was lost: once its runs are freed, the entry goes back. */
+static void claim_give_back(struct claimed *cl)
+{
+    cl->give_back = 1;
 }
 
 static void claim_release(struct claimed *cl)
@@ -2222,7 +2277,8 @@ void gw_judge0_run_claim(struct gw_worker *w, const struct qr_claim *c)
     t = gw_config_find_tenant(w->cfg, c->tenant);
     if ((cl = calloc(1, sizeof(*cl))) == NULL) {
         json_decref(entry);
-        gw_dispatch_done(); /* left pending: taken over when this gateway goes */
+        queue_redis_forget(gw_dispatch_queue(), c->tenant, c->id); /* this gateway's sweep takes it back */
+        gw_dispatch_done();
         return;
     }
     cl->worker = w;
@@ -2236,7 +2292,8 @@ void gw_judge0_run_claim(struct gw_worker *w, const struct qr_claim *c)
         gw_dispatch_note_exhausted();
         log_warnx("%s: queue entry %s of tenant %s: taken over past max_attempts: it ends without running", __func__, c->id,
                   c->tenant);
-        snprintf(msg, sizeof(msg), "taken over %u times from gateways that stopped before it ended (submissions.max_attempts %llu)",
+        snprintf(msg, sizeof(msg),
+                 "its run was lost %u times: a gateway or its backend stopped before the run ended (submissions.max_attempts %llu)",
                  c->attempt - 1, (unsigned long long)w->cfg->submissions.max_attempts);
         why = msg;
         rc = -1;

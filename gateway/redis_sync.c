@@ -284,20 +284,37 @@ void redis_sync_script_init(struct redis_sync_script *sc)
 
 /* ------------------------------------------------------------ heartbeat */
 
+/* KEYS: this process's key, the last beat's time, the grace.  ARGV:
+ * lease_ms.  A gap since any process's last beat longer than 2/3 of the
+ * lease (they beat every third) means Redis itself was away (stopped,
+ * frozen, restarted): a lease of grace, in which no heartbeat's absence
+ * means death (the shared queue's sweep, queue_redis.c, reads both). */
+static const char beat_script[] =
+    "local lease = tonumber(ARGV[1])\n"
+    "redis.call('SET', KEYS[1], '1', 'PX', lease)\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local last = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
+    "if last > 0 and now - last > lease * 2 / 3 then redis.call('SET', KEYS[3], '1', 'PX', lease) end\n"
+    "redis.call('SET', KEYS[2], now)\n"
+    "return 1\n";
+
 /* This process's key, lease_ms more: 0, or -1.  The beat thread has no
  * requests to protect: it skips the backoff and tries at once. */
 static int beat(const struct rs *r)
 {
-    char lease[24];
-    const char *av[5] = {"SET", r->heartbeat, "1", "PX", lease};
+    char lease[24], last[sizeof(r->heartbeat_prefix) + 8], grace[sizeof(r->heartbeat_prefix) + 8];
+    const char *av[7] = {"EVAL", beat_script, "3", r->heartbeat, last, grace, lease};
     redisReply *rep;
     int ok;
 
     snprintf(lease, sizeof(lease), "%llu", (unsigned long long)r->lease_ms);
+    snprintf(last, sizeof(last), "%s" GW_REDIS_BEAT_LAST, r->heartbeat_prefix);
+    snprintf(grace, sizeof(grace), "%s" GW_REDIS_BEAT_GRACE, r->heartbeat_prefix);
     tls_next_attempt = 0;
-    if ((rep = command(5, av, NULL)) == NULL)
+    if ((rep = command(7, av, NULL)) == NULL)
         return -1;
-    ok = rep->type == REDIS_REPLY_STATUS;
+    ok = rep->type == REDIS_REPLY_INTEGER;
     freeReplyObject(rep);
     return ok ? 0 : -1;
 }

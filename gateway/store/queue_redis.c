@@ -108,21 +108,36 @@ static struct redis_script enqueue_script = {
     "", NULL};
 
 /* KEYS: wait, bytes, ring, tenants.  ARGV: streams' prefix, group,
- * consumer, heartbeat prefix, lease_ms, sweep, max_attempts, scan.
+ * consumer, heartbeat prefix, lease_ms, sweep, max_attempts, scan, held
+ * (";T/id" per entry this consumer knows it holds, then ";").
  * {0} nothing; {kind, T, id, fields, attempt}: 1 run, 2 exhausted. */
 static struct redis_script claim_script = {
     "local sp, grp, me, hb = ARGV[1], ARGV[2], ARGV[3], ARGV[4]\n"
     "local lease, sweep, maxa, scan = tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7]), tonumber(ARGV[8])\n"
+    "local held = ARGV[9]\n"
+    "local function tries(f)\n"
+    "  for j = 1, #f, 2 do if f[j] == 'a' then return tonumber(f[j + 1]) or 0 end end\n"
+    "  return 0\n"
+    "end\n"
     "if sweep then\n"
+    "  local now = redis.call('TIME')\n"
+    "  now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)\n"
+    "  local last = tonumber(redis.call('GET', hb .. '" GW_REDIS_BEAT_LAST "') or '0')\n"
+    "  local away = redis.call('EXISTS', hb .. '" GW_REDIS_BEAT_GRACE "') == 1 or (last > 0 and now - last > lease * 2 / 3)\n"
     "  for _, t in ipairs(redis.call('SMEMBERS', KEYS[4])) do\n"
     "    local s = sp .. t\n"
     "    local p = redis.pcall('XPENDING', s, grp, 'IDLE', lease, '-', '+', scan)\n"
     "    if type(p) == 'table' and p.err == nil then\n"
     "      for _, e in ipairs(p) do\n"
-    "        if e[2] ~= me and redis.call('EXISTS', hb .. e[2]) == 0 then\n"
-    "          local c = redis.call('XCLAIM', s, grp, me, lease, e[1])\n"
+    "        local mine = e[2] == me\n"
+    "        local lost = mine and not string.find(held, ';' .. t .. '/' .. e[1] .. ';', 1, true)\n"
+    "        if lost or (not mine and not away and redis.call('EXISTS', hb .. e[2]) == 0) then\n"
+    "          local n = tonumber(e[4])\n"
+    "          local c\n"
+    "          if lost then c = redis.call('XCLAIM', s, grp, me, lease, e[1], 'RETRYCOUNT', n)\n"
+    "          else c = redis.call('XCLAIM', s, grp, me, lease, e[1]); n = n + 1 end\n"
     "          if c[1] and c[1][2] then\n"
-    "            local a = tonumber(e[4]) + 1\n"
+    "            local a = tries(c[1][2]) + n\n"
     "            return {a > maxa and 2 or 1, t, e[1], c[1][2], a}\n"
     "          end\n"
     "          redis.call('XACK', s, grp, e[1])\n"
@@ -150,13 +165,40 @@ static struct redis_script claim_script = {
     "    redis.call('HINCRBY', KEYS[2], t, 0 - b)\n"
     "    if redis.call('HINCRBY', KEYS[1], t, 0 - k) > 0 then redis.call('RPUSH', KEYS[3], t)\n"
     "    else redis.call('HDEL', KEYS[1], t); redis.call('HDEL', KEYS[2], t) end\n"
-    "    return {1, t, e[1], f, 1}\n"
+    "    local a = tries(f) + 1\n"
+    "    return {a > maxa and 2 or 1, t, e[1], f, a}\n"
     "  end\n"
     "  local w = tonumber(redis.call('HGET', KEYS[1], t) or '0')\n"
     "  redis.call('HINCRBY', KEYS[1], '*', 0 - w)\n"
     "  redis.call('HDEL', KEYS[1], t); redis.call('HDEL', KEYS[2], t)\n"
     "end\n"
     "return {0}\n",
+    "", NULL};
+
+/* KEYS: stream, wait, bytes, ring, tenants.  ARGV: group, id, consumer,
+ * channel, attempts so far, T.  1 given back (a new entry with the same
+ * fields and a = the attempts, at the stream's tail, counted waiting),
+ * 0 no longer this consumer's (acknowledged, or taken over). */
+static struct redis_script release_script = {
+    "local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1, ARGV[3])\n"
+    "if not p[1] then return 0 end\n"
+    "local r = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])\n"
+    "redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])\n"
+    "redis.call('XDEL', KEYS[1], ARGV[2])\n"
+    "if not r[1] then return 0 end\n"
+    "local f, k, b, g, e = r[1][2], '1', '0', '', ''\n"
+    "for j = 1, #f, 2 do\n"
+    "  if f[j] == 'k' then k = f[j + 1] elseif f[j] == 'n' then b = f[j + 1]\n"
+    "  elseif f[j] == 'g' then g = f[j + 1] elseif f[j] == 'e' then e = f[j + 1] end\n"
+    "end\n"
+    "local t = ARGV[6]\n"
+    "redis.call('XADD', KEYS[1], '*', 'k', k, 'n', b, 'g', g, 'e', e, 'a', ARGV[5])\n"
+    "redis.call('HINCRBY', KEYS[2], '*', tonumber(k))\n"
+    "redis.call('HINCRBY', KEYS[3], t, tonumber(b))\n"
+    "if redis.call('HINCRBY', KEYS[2], t, tonumber(k)) == tonumber(k) then redis.call('RPUSH', KEYS[4], t) end\n"
+    "redis.call('SADD', KEYS[5], t)\n"
+    "redis.call('PUBLISH', ARGV[4], t)\n"
+    "return 1\n",
     "", NULL};
 
 /* KEYS: stream.  ARGV: group, id.  The entries acknowledged (0 or 1). */
@@ -212,11 +254,20 @@ static struct redis_script counts_script = {
     "return cjson.encode(out)\n",
     "", NULL};
 
+/* An entry this consumer holds: claimed, and not yet acknowledged, given
+ * back or dead-lettered (the claim script's "held"). */
+struct qr_held {
+    char t[2 * GW_MAX_TENANT_NAME + 1]; /* the tenant in hex, as in the stream's key */
+    char id[QR_ID_MAX];
+};
+
 struct queue_redis {
     struct redis_client *rc;
     char *consumer, *heartbeat_prefix;
     uint64_t lease_ms;
     unsigned max_attempts;
+    struct qr_held *held; /* the dispatcher's loop only */
+    size_t nheld, held_cap;
     char k_wait[QR_PREFIX_MAX], k_bytes[QR_PREFIX_MAX], k_ring[QR_PREFIX_MAX], k_tenants[QR_PREFIX_MAX], k_dead[QR_PREFIX_MAX];
     char k_wake[QR_PREFIX_MAX], stream_prefix[QR_PREFIX_MAX];
 };
@@ -226,7 +277,11 @@ struct qr_call {
     struct queue_redis *q;
     void *fn;
     void *arg;
-    size_t n; /* enqueue: entries */
+    size_t n;         /* enqueue: entries */
+    const char *what; /* ack, release, dead: the script, for the log */
+    int always_drop;  /* dead: no longer held, whatever Redis answers */
+    char tenant[GW_MAX_TENANT_NAME + 1];
+    char id[QR_ID_MAX];
 };
 
 static uint64_t min_u64(uint64_t a, uint64_t b)
@@ -234,12 +289,86 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
     return a < b ? a : b;
 }
 
+static void tenant_hex(const char *tenant, char out[2 * GW_MAX_TENANT_NAME + 1])
+{
+    moat_hex_encode(tenant, strnlen(tenant, GW_MAX_TENANT_NAME), out);
+}
+
 static void stream_key(const struct queue_redis *q, const char *tenant, char out[QR_KEY_MAX])
 {
     char hex[2 * GW_MAX_TENANT_NAME + 1];
 
-    moat_hex_encode(tenant, strnlen(tenant, GW_MAX_TENANT_NAME), hex);
+    tenant_hex(tenant, hex);
     snprintf(out, QR_KEY_MAX, "%s%s", q->stream_prefix, hex);
+}
+
+/* ------------------------------------------------------------- held */
+
+static size_t held_find(const struct queue_redis *q, const char *t, const char *id)
+{
+    size_t i;
+
+    for (i = 0; i < q->nheld; i++)
+        if (strcmp(q->held[i].t, t) == 0 && strcmp(q->held[i].id, id) == 0)
+            break;
+    return i;
+}
+
+/* Out of memory: not held, so this consumer's own sweep takes the entry
+ * back lease_ms after its delivery (as a lost claim's): nothing is lost. */
+static void held_add(struct queue_redis *q, const char *tenant, const char *id)
+{
+    char t[2 * GW_MAX_TENANT_NAME + 1];
+
+    tenant_hex(tenant, t);
+    if (held_find(q, t, id) < q->nheld)
+        return;
+    if (q->nheld == q->held_cap) {
+        size_t cap = q->held_cap == 0 ? 16 : 2 * q->held_cap;
+        struct qr_held *h = realloc(q->held, cap * sizeof(*h));
+        if (h == NULL)
+            return;
+        q->held = h;
+        q->held_cap = cap;
+    }
+    snprintf(q->held[q->nheld].t, sizeof(q->held[0].t), "%s", t);
+    snprintf(q->held[q->nheld].id, sizeof(q->held[0].id), "%s", id);
+    q->nheld++;
+}
+
+static void held_drop(struct queue_redis *q, const char *tenant, const char *id)
+{
+    char t[2 * GW_MAX_TENANT_NAME + 1];
+    size_t i;
+
+    tenant_hex(tenant, t);
+    if ((i = held_find(q, t, id)) < q->nheld)
+        q->held[i] = q->held[--q->nheld];
+}
+
+void queue_redis_forget(struct queue_redis *q, const char *tenant, const char *id)
+{
+    held_drop(q, tenant, id);
+}
+
+size_t queue_redis_held(const struct queue_redis *q)
+{
+    return q->nheld;
+}
+
+/* The claim script's "held": ";T/id" each, then ";" (malloc), or NULL. */
+static char *held_text(const struct queue_redis *q)
+{
+    size_t one = sizeof(q->held[0].t) + sizeof(q->held[0].id) + 2, len = 0;
+    char *out = malloc(q->nheld * one + 2);
+
+    if (out == NULL)
+        return NULL;
+    for (size_t i = 0; i < q->nheld; i++)
+        len += (size_t)snprintf(out + len, one + 1, ";%s/%s", q->held[i].t, q->held[i].id);
+    out[len++] = ';';
+    out[len] = '\0';
+    return out;
 }
 
 static void log_odd(const char *what, const redisReply *rep)
@@ -353,12 +482,13 @@ int queue_redis_enqueue(struct queue_redis *q, h2o_loop_t *loop, const char *ten
 
 /* --------------------------------------------------------------- claim */
 
-/* The entry's fields as enqueue writes them: k, n, g, e (1), or 0. */
+/* The entry's fields as enqueue writes them: k, n, g, e, and a when it
+ * was given back (1), or 0. */
 static int entry_fields(const redisReply *f, struct qr_claim *c)
 {
     int seen = 0;
 
-    if (f->type != REDIS_REPLY_ARRAY || f->elements != 8)
+    if (f->type != REDIS_REPLY_ARRAY || (f->elements != 8 && f->elements != 10))
         return 0;
     for (size_t i = 0; i + 1 < f->elements; i += 2) {
         const redisReply *name = f->element[i], *v = f->element[i + 1];
@@ -368,6 +498,10 @@ static int entry_fields(const redisReply *f, struct qr_claim *c)
         case 'k':
         case 'n':
             seen |= name->str[0] == 'k' ? 1 : 2;
+            break;
+        case 'a': /* the script counted it in the attempt */
+            if (f->elements != 10)
+                return 0;
             break;
         case 'g':
             c->gateway = v->str;
@@ -427,6 +561,7 @@ static void on_claimed(void *arg, const redisReply *rep)
         c.gateway = NULL;
         c.gateway_len = 0;
     }
+    held_add(k->q, c.tenant, c.id);
     fn(k->arg, &c, 0);
     free(k);
 }
@@ -434,8 +569,12 @@ static void on_claimed(void *arg, const redisReply *rep)
 int queue_redis_claim(struct queue_redis *q, h2o_loop_t *loop, int sweep, qr_claim_fn fn, void *arg)
 {
     char lease[24], maxa[16], scan[16];
-    const char *args[12];
+    const char *args[13];
+    char *held = held_text(q);
+    int rc;
 
+    if (held == NULL)
+        return -1;
     snprintf(lease, sizeof(lease), "%" PRIu64, q->lease_ms);
     snprintf(maxa, sizeof(maxa), "%u", q->max_attempts);
     snprintf(scan, sizeof(scan), "%d", QR_SWEEP_SCAN);
@@ -451,11 +590,18 @@ int queue_redis_claim(struct queue_redis *q, h2o_loop_t *loop, int sweep, qr_cla
     args[9] = sweep ? "1" : "0";
     args[10] = maxa;
     args[11] = scan;
-    return call_eval(call_new(q, (void *)fn, arg), loop, &claim_script, 4, 12, args, NULL, on_claimed);
+    args[12] = held;
+    rc = call_eval(call_new(q, (void *)fn, arg), loop, &claim_script, 4, 13, args, NULL, on_claimed);
+    free(held);
+    return rc;
 }
 
 /* ------------------------------------------------------------ ack, dead */
 
+/* An ack's, a release's or a dead letter's answer: the entry is no longer
+ * held once Redis took it (a dead letter: whatever it answered, so that
+ * an unanswered one is taken back by this consumer's sweep and tried
+ * again). */
 static void on_done(void *arg, const redisReply *rep)
 {
     struct qr_call *k = arg;
@@ -463,10 +609,26 @@ static void on_done(void *arg, const redisReply *rep)
     int ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER;
 
     if (rep != NULL && !ok)
-        log_odd("ack", rep);
+        log_odd(k->what, rep);
+    if (ok || k->always_drop)
+        held_drop(k->q, k->tenant, k->id);
     if (fn != NULL)
         fn(k->arg, ok);
     free(k);
+}
+
+static struct qr_call *done_call(struct queue_redis *q, qr_done_fn fn, void *arg, const char *what, const char *tenant,
+                                 const char *id, int always_drop)
+{
+    struct qr_call *k = call_new(q, (void *)fn, arg);
+
+    if (k != NULL) {
+        k->what = what;
+        k->always_drop = always_drop;
+        snprintf(k->tenant, sizeof(k->tenant), "%s", tenant);
+        snprintf(k->id, sizeof(k->id), "%s", id);
+    }
+    return k;
 }
 
 int queue_redis_ack(struct queue_redis *q, h2o_loop_t *loop, const char *tenant, const char *id, qr_done_fn fn, void *arg)
@@ -475,7 +637,20 @@ int queue_redis_ack(struct queue_redis *q, h2o_loop_t *loop, const char *tenant,
     const char *args[3] = {stream, QR_GROUP, id};
 
     stream_key(q, tenant, stream);
-    return call_eval(call_new(q, (void *)fn, arg), loop, &ack_script, 1, 3, args, NULL, on_done);
+    return call_eval(done_call(q, fn, arg, "ack", tenant, id, 0), loop, &ack_script, 1, 3, args, NULL, on_done);
+}
+
+int queue_redis_release(struct queue_redis *q, h2o_loop_t *loop, const char *tenant, const char *id, unsigned attempts,
+                        qr_done_fn fn, void *arg)
+{
+    char stream[QR_KEY_MAX], hex[2 * GW_MAX_TENANT_NAME + 1], tries[16];
+
+    stream_key(q, tenant, stream);
+    tenant_hex(tenant, hex);
+    snprintf(tries, sizeof(tries), "%u", attempts);
+    const char *args[11] = {stream, q->k_wait,   q->k_bytes, q->k_ring, q->k_tenants, QR_GROUP,
+                            id,     q->consumer, q->k_wake,  tries,     hex};
+    return call_eval(done_call(q, fn, arg, "release", tenant, id, 0), loop, &release_script, 5, 11, args, NULL, on_done);
 }
 
 int queue_redis_dead(struct queue_redis *q, h2o_loop_t *loop, const struct qr_claim *c, const char *why, qr_done_fn fn, void *arg)
@@ -492,10 +667,14 @@ int queue_redis_dead(struct queue_redis *q, h2o_loop_t *loop, const struct qr_cl
                     (json_int_t)c->len);
     text = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
     json_decref(rec);
-    if (text == NULL)
+    if (text == NULL) {
+        held_drop(q, c->tenant, c->id);
         return -1;
+    }
     const char *args[6] = {stream, q->k_dead, QR_GROUP, c->id, text, cap};
-    rc = call_eval(call_new(q, (void *)fn, arg), loop, &dead_script, 2, 6, args, NULL, on_done);
+    rc = call_eval(done_call(q, fn, arg, "dead", c->tenant, c->id, 1), loop, &dead_script, 2, 6, args, NULL, on_done);
+    if (rc != 0)
+        held_drop(q, c->tenant, c->id); /* taken back by the sweep, and dead-lettered again */
     free(text);
     return rc;
 }
@@ -629,6 +808,7 @@ struct queue_redis *queue_redis_new(struct redis_client *rc, const struct qr_opt
     redis_client_add_script(rc, &claim_script);
     redis_client_add_script(rc, &ack_script);
     redis_client_add_script(rc, &dead_script);
+    redis_client_add_script(rc, &release_script);
     redis_client_add_script(rc, &counts_script);
     return q;
 }
@@ -639,5 +819,6 @@ void queue_redis_free(struct queue_redis *q)
         return;
     free(q->consumer);
     free(q->heartbeat_prefix);
+    free(q->held);
     free(q);
 }

@@ -96,7 +96,12 @@ int queue_redis_enqueue(struct queue_redis *q, h2o_loop_t *loop, const char *ten
 typedef void (*qr_claim_fn)(void *arg, const struct qr_claim *c, int down);
 
 /* Claim one entry for this consumer: first (sweep 1) one a dead consumer
- * held, else the next tenant's in turn.  -1: not sent. */
+ * held (none in the lease after Redis itself was away: the heartbeats'
+ * grace, redis_sync.c), or one pending at this consumer that it does not
+ * hold (a claim whose answer was lost: it never ran, its attempt stays),
+ * else the next tenant's in turn.  The claim, the ack, the release and
+ * the dead letter run on one loop (the dispatcher's): they keep what
+ * this consumer holds.  -1: not sent. */
 int queue_redis_claim(struct queue_redis *q, h2o_loop_t *loop, int sweep, qr_claim_fn fn, void *arg);
 
 /* The entry is over (its result kept): acknowledged and deleted.  fn (may
@@ -105,9 +110,28 @@ int queue_redis_claim(struct queue_redis *q, h2o_loop_t *loop, int sweep, qr_cla
 typedef void (*qr_done_fn)(void *arg, int ok);
 int queue_redis_ack(struct queue_redis *q, h2o_loop_t *loop, const char *tenant, const char *id, qr_done_fn fn, void *arg);
 
+/* The run of the entry was lost before it ended (its backend went away
+ * mid-run): given back to the queue, a new entry with the same contents
+ * at its tenant's tail that any gateway may claim, carrying the attempts
+ * so far (the next claim's attempt is attempts + 1; past max_attempts it
+ * is QR_EXHAUSTED).  fn hears 1 when Redis answered (given back, or no
+ * longer this consumer's: taken over meanwhile), 0 not (still held: try
+ * again).  -1: not sent. */
+int queue_redis_release(struct queue_redis *q, h2o_loop_t *loop, const char *tenant, const char *id, unsigned attempts,
+                        qr_done_fn fn, void *arg);
+
 /* The entry is never to run (corrupt, foreign): moved to the dead letter
  * list with why, acknowledged and deleted.  As ack. */
 int queue_redis_dead(struct queue_redis *q, h2o_loop_t *loop, const struct qr_claim *c, const char *why, qr_done_fn fn, void *arg);
+
+/* The caller drops a claim it cannot keep (out of memory): no longer
+ * held, so this consumer's sweep takes it back lease_ms after its
+ * delivery, at the same attempt (it never ran). */
+void queue_redis_forget(struct queue_redis *q, const char *tenant, const char *id);
+
+/* Entries this consumer holds (claimed, not yet acknowledged, given back
+ * or dead-lettered). */
+size_t queue_redis_held(const struct queue_redis *q);
 
 /* Wake-ups: fn(arg) on loop whenever any gateway queued something (and
  * once after each (re)subscription).  0 or -1. */

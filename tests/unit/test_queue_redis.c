@@ -361,6 +361,113 @@ static void test_dead_consumer_taken_over_live_one_never(void **state)
     fixture_close(&live);
 }
 
+/* A claim whose answer never reached this consumer (it does not hold
+ * the entry) is taken back by its own sweep a lease later, at the same
+ * attempt: it never ran.  What it holds it never takes back. */
+static void test_own_lost_claim_retaken_same_attempt(void **state)
+{
+    struct fixture f;
+    struct got g, again;
+
+    (void)state;
+    skip_without_redis();
+    fixture_open(&f, "gw1", 300, 3);
+    assert_int_equal(enqueue(&f, "alpha", &roomy, 1, "job", 1), QR_OK);
+    g = claim(&f, 0);
+    assert_false(g.none);
+    assert_int_equal(queue_redis_held(f.q), 1);
+    usleep(400 * 1000);
+    assert_true(claim(&f, 1).none); /* held: running here, not lost */
+    queue_redis_forget(f.q, g.c.tenant, g.c.id);
+    assert_int_equal(queue_redis_held(f.q), 0);
+    again = claim(&f, 1);
+    assert_false(again.none);
+    assert_int_equal(again.c.kind, QR_RUN);
+    assert_string_equal(again.c.id, g.c.id);
+    assert_int_equal(again.c.attempt, 1);
+    assert_string_equal(again.blob, "job");
+    assert_int_equal(queue_redis_held(f.q), 1);
+    ack(&f, &again);
+    assert_int_equal(queue_redis_held(f.q), 0);
+    fixture_close(&f);
+}
+
+static void release(struct fixture *f, const struct got *g, unsigned attempts)
+{
+    struct done d = {0, 0};
+
+    assert_int_equal(queue_redis_release(f->q, f->loop, g->c.tenant, g->c.id, attempts, on_done, &d), 0);
+    run_until(f->loop, &d.calls);
+    assert_int_equal(d.ok, 1);
+}
+
+/* A run lost mid-way is given back: any consumer claims it next, at the
+ * next attempt, and past max_attempts it ends without running. */
+static void test_given_back_counts_attempts(void **state)
+{
+    struct fixture a, b;
+    struct got g;
+
+    (void)state;
+    skip_without_redis();
+    fixture_open(&a, "gwa", 3000, 2);
+    fixture_open(&b, "gwb", 3000, 2);
+    assert_int_equal(enqueue(&a, "alpha", &roomy, 1, "job", 2), QR_OK);
+    g = claim(&a, 0);
+    assert_int_equal(g.c.attempt, 1);
+    release(&a, &g, g.c.attempt);
+    assert_int_equal(queue_redis_held(a.q), 0);
+    assert_int_equal(redis_int("HGET %s *", PREFIX "q:w"), 2);
+    g = claim(&b, 0);
+    assert_false(g.none);
+    assert_int_equal(g.c.kind, QR_RUN);
+    assert_int_equal(g.c.attempt, 2);
+    assert_string_equal(g.blob, "job");
+    assert_string_equal(g.gateway, "gwa"); /* still the accepting gateway's */
+    release(&b, &g, g.c.attempt);
+    g = claim(&a, 0);
+    assert_int_equal(g.c.kind, QR_EXHAUSTED);
+    assert_int_equal(g.c.attempt, 3);
+    ack(&a, &g);
+    /* a release of what is no longer held is answered, and changes nothing */
+    release(&b, &g, 5);
+    assert_int_equal(redis_int("HGET %s *", PREFIX "q:w"), 0);
+    assert_int_equal(redis_int("XLEN %s", PREFIX "q:s:616c706861"), 0);
+    fixture_close(&a);
+    fixture_close(&b);
+}
+
+/* After Redis itself was away (frozen, restarted) every heartbeat may
+ * have expired at once: no gateway's entries are taken over while the
+ * grace key stands, nor while the newest beat is older than the lease
+ * allows (the sweep ran before any beat did). */
+static void test_no_takeover_while_redis_was_away(void **state)
+{
+    struct fixture dead, live;
+    struct got g;
+
+    (void)state;
+    skip_without_redis();
+    fixture_open(&dead, "dead", 300, 3);
+    fixture_open(&live, "live", 300, 3);
+    assert_int_equal(enqueue(&dead, "alpha", &roomy, 1, "job", 1), QR_OK);
+    g = claim(&dead, 0);
+    assert_false(g.none);
+    usleep(400 * 1000);
+    freeReplyObject(redis_cmd("SET %s 1 PX 5000", HB GW_REDIS_BEAT_GRACE));
+    assert_true(claim(&live, 1).none);
+    freeReplyObject(redis_cmd("DEL %s", HB GW_REDIS_BEAT_GRACE));
+    freeReplyObject(redis_cmd("SET %s 1000", HB GW_REDIS_BEAT_LAST)); /* 1970: long ago */
+    assert_true(claim(&live, 1).none);
+    freeReplyObject(redis_cmd("DEL %s", HB GW_REDIS_BEAT_LAST));
+    g = claim(&live, 1);
+    assert_false(g.none);
+    assert_int_equal(g.c.attempt, 2);
+    ack(&live, &g);
+    fixture_close(&dead);
+    fixture_close(&live);
+}
+
 static void test_foreign_entry_is_flagged_and_dead_lettered(void **state)
 {
     struct fixture f;
@@ -486,6 +593,9 @@ int main(void)
         cmocka_unit_test(test_caps_hold_and_refuse_whole),
         cmocka_unit_test(test_claims_round_robin_across_tenants),
         cmocka_unit_test(test_dead_consumer_taken_over_live_one_never),
+        cmocka_unit_test(test_own_lost_claim_retaken_same_attempt),
+        cmocka_unit_test(test_given_back_counts_attempts),
+        cmocka_unit_test(test_no_takeover_while_redis_was_away),
         cmocka_unit_test(test_foreign_entry_is_flagged_and_dead_lettered),
         cmocka_unit_test(test_counts),
         cmocka_unit_test(test_redis_away_nothing_sent),
