@@ -1641,7 +1641,12 @@ const struct gw_handler gw_handler_judge0_batch_submit = {batch_submit_prepare, 
  * entry here (claim_park): both are tried again every GW_QUEUE_POLL_MS
  * until Redis takes them.  If this gateway dies first, its entry is taken
  * over and run again; the final record already kept is never replaced
- * (JUDGE0_PUT_FINAL), so the submission ends once.
+ * (JUDGE0_PUT_FINAL), so the submission ends once.  A run whose backend
+ * went away before it answered (async_lost) ends nothing: its result
+ * record says the attempt was lost and given back, the store shows "In
+ * Queue" again, and the entry is released instead of acknowledged
+ * (queue_redis_release), to be claimed by any gateway at the next
+ * attempt.
  */
 
 /* A final record Redis did not take yet. */

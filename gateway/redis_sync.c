@@ -44,7 +44,11 @@
  * back lease_ms after its last beat.  A missing key means "dead" only to a
  * thread whose own connection has been up for lease_ms
  * (redis_sync_settled): right after Redis (re)starts, a live gateway may
- * not have beaten yet.  A gateway cut off from Redis longer
+ * not have beaten yet.  Each beat also notes the time in "<prefix>g:~last";
+ * a beat that finds it older than 2/3 of the lease (Redis was frozen or
+ * restarted: every key may have expired at once) sets "<prefix>g:~grace"
+ * for a lease, in which the shared queue takes no entry over.  A gateway
+ * cut off from Redis longer
  * than lease_ms is taken for dead by the others (its pending records show
  * Internal Error, its sessions stop counting): both err briefly towards
  * the client, and heal when its beats resume (the session counts are

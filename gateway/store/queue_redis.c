@@ -51,12 +51,27 @@
  *   dead      the entry with why to P q:dead, then as ack.
  *
  * At least once.  An entry leaves the stream only when its user acks it
- * after keeping its result, so a gateway killed between claim and run,
- * between run and result, or with its backend killed mid-run leaves it
- * pending under a consumer whose heartbeat stops: lease_ms later a live
- * gateway's sweep takes it over and runs it again.  The user keeps a
- * result only where none was kept (judge0_store.c: a final record is
- * never overwritten), so it ends once.
+ * after keeping its result, so a gateway killed between claim and run or
+ * between run and result leaves it pending under a consumer whose
+ * heartbeat stops: lease_ms later a live gateway's sweep takes it over
+ * and runs it again.  The user keeps a result only where none was kept
+ * (judge0_store.c: a final record is never overwritten), so it ends once.
+ * Three more ways to lose one, closed here:
+ *
+ *   a run lost, its gateway alive (the backend killed mid-run): release
+ *             gives it back, a new entry at the tenant's tail with field
+ *             a = the attempts so far, so any gateway's free slot runs it
+ *             (attempt = a + its delivery count).
+ *   a claim's answer lost (a timeout, Redis restarted after the script
+ *             ran): the entry is pending at a live consumer that never
+ *             saw it.  Each consumer keeps what it holds (struct qr_held)
+ *             and sends it with every claim; its sweep takes back its own
+ *             pending entries that it does not hold, at the same attempt
+ *             (XCLAIM RETRYCOUNT: it never ran).
+ *   Redis itself away (frozen, restarted): every heartbeat may have
+ *             expired at once.  The sweep takes nothing of another
+ *             consumer's while the beat's grace key stands or while the
+ *             newest beat is older than 2/3 of the lease (redis_sync.c).
  *
  * Answers are checked field by field; anything else is logged and taken
  * as "Redis did not answer" (QR_DOWN, or nothing claimed).
