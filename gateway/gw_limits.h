@@ -93,7 +93,9 @@
 #define GW_JUDGE0_RECORD_MAX_BYTES (64u * 1024u * 1024u)
 #define GW_JUDGE0_SWEEP_PER_TICK   32
 /* The Redis store: puts Redis did not take, kept to be written again after its outage */
-#define GW_JUDGE0_REDIS_RETRY_MAX 1024u
+#define GW_JUDGE0_REDIS_RETRY_MAX      1024u
+#define GW_JUDGE0_STORE_RETRY_AFTER_MS 1000u /* Retry-After of a 503 store_unavailable */
+#define GW_JUDGE0_REDIS_RETRY_MS       500u  /* how often puts Redis did not take are tried again */
 /* The queue of submissions waiting for a run (wait=false and batches;
  * judge0_queue.c).  max_running: runs at once against the backend, all
  * tenants; the gateway cannot know the backend's slot count (its -j), so

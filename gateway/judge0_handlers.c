@@ -41,7 +41,6 @@
 #include "judge0_queue.h"
 #include "judge0_store.h"
 #include "log.h"
-#include "redis_sync.h"
 #include "moat_base64.h"
 #include "routes.h"
 #include "runtime_table.h"
@@ -436,13 +435,45 @@ static enum gw_flow store_down(struct gw_request *r, uint64_t retry_after_ms)
     return refuse(r, 503, GW_REASON_STORE, "the submissions store cannot be reached: try again later", NULL);
 }
 
+/* A record r keeps and does not wait for (its answer carries it): a put
+ * the store did not take is logged (Redis: and tried again). */
+struct logged_put {
+    char request_id[GW_REQUEST_ID_LEN + 1];
+    char token[JUDGE0_TOKEN_LEN + 1];
+};
+
+static void on_logged_put(void *arg, int rc)
+{
+    struct logged_put *lp = arg;
+
+    if (rc < 0)
+        log_warnx("judge0: id=%s: token %s: the record could not be kept yet", lp->request_id, lp->token);
+    free(lp);
+}
+
+static void keep_logged(struct gw_request *r, const char *token, const char *text, size_t len)
+{
+    struct judge0_store *st = judge0_store_default();
+    struct logged_put *lp = malloc(sizeof(*lp));
+
+    if (st == NULL || lp == NULL) {
+        free(lp);
+        log_warnx("%s: id=%s: token %s: out of memory: the record could not be kept", __func__, r->request_id, token);
+        return;
+    }
+    snprintf(lp->request_id, sizeof(lp->request_id), "%s", r->request_id);
+    snprintf(lp->token, sizeof(lp->token), "%s", token);
+    judge0_store_put_on(st, r->worker->ctx.loop, r->tenant, token, text, len, judge0_store_now_ms(), JUDGE0_PUT_FINAL,
+                        on_logged_put, lp);
+}
+
 /* Step 7's first check for a POST: a result it could not keep is not run. */
 static enum gw_flow store_ready(struct gw_request *r)
 {
     struct judge0_store *st = judge0_store_default();
     uint64_t retry_after_ms = 0;
 
-    if (st != NULL && !judge0_store_ready(st, &retry_after_ms))
+    if (st != NULL && !judge0_store_ready(st, r->worker->ctx.loop, &retry_after_ms))
         return store_down(r, retry_after_ms);
     return GW_NEXT;
 }
@@ -548,9 +579,7 @@ static enum gw_flow submit_answer(struct gw_request *r, const struct backend_rep
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
     }
     len = strlen(text);
-    if (judge0_store_default() == NULL ||
-        judge0_store_put(judge0_store_default(), r->tenant, s->token, text, len, judge0_store_now_ms()) != 0)
-        log_warnx("%s: id=%s: token %s: the result could not be kept", __func__, r->request_id, s->token);
+    keep_logged(r, s->token, text, len);
     judge0_callback_kept(r->cfg, r->tenant, s->token, text, len);
     r->ok_status = 201;
     if (r->worker->audit.enabled) {
@@ -617,6 +646,8 @@ struct async_run {
     char group_first[JUDGE0_TOKEN_LEN + 1]; /* the token of its group's first member */
     struct claimed *claim;                  /* queue: redis: the entry it came from (below), or NULL */
     int give_back;                          /* its run was lost (the backend went away mid-run): the entry goes back */
+    unsigned refs;                          /* 1 + its records on their way to the store (async_keep); __atomic: the run's
+                                             * thread and the accepting one may both have one on the way */
 };
 
 /* What the records say of a's group: {first, size, case}, or NULL (none). */
@@ -648,8 +679,12 @@ static unsigned max_running(const struct gw_worker *w)
 
 static void claim_release(struct claimed *cl);
 
+/* Freed once the store answered its puts: a claimed entry is acknowledged
+ * (claim_release) only after its final records are kept. */
 static void async_destroy(struct async_run *a)
 {
+    if (__atomic_sub_fetch(&a->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
     if (a->group != NULL)
         group_member_gone(a->group);
     if (a->claim != NULL)
@@ -701,21 +736,137 @@ static void async_who(const struct async_run *a, struct gw_audit_who *who)
 
 static int claim_unfinished(struct claimed *cl, const char *tenant, const char *token, const char *text, size_t len);
 
+/*
+ * What a 201 waits for with a store that answers later (Redis): the
+ * records ("In Queue", or "Processing" of a run started at once) of what
+ * it accepted, kept, so that a GET on any gateway right after it finds
+ * them.  The puts async_keep makes while answer_gate is set (on the
+ * request's thread, during its step) count for it; gate_arm says whether
+ * the step waits.
+ */
+struct gate {
+    struct gw_request *r; /* NULL once the request is gone */
+    struct gate **guard;  /* the request pool's pointer to this */
+    unsigned waiting;     /* puts not yet answered */
+    int armed;            /* the step is over: the last answer ends it */
+    enum gw_flow flow;    /* what follows then */
+};
+
+static __thread struct gate *answer_gate;
+
+static void gate_gone(void *p)
+{
+    struct gate **guard = p;
+
+    if (*guard != NULL) {
+        (*guard)->r = NULL;
+        (*guard)->guard = NULL;
+    }
+}
+
+/* A gate for r, or NULL (out of memory: the answer does not wait). */
+static struct gate *gate_new(struct gw_request *r)
+{
+    struct gate *g = calloc(1, sizeof(*g)), **guard;
+
+    if (g == NULL || (guard = h2o_mem_alloc_shared(&r->req->pool, sizeof(*guard), gate_gone)) == NULL) {
+        free(g);
+        return NULL;
+    }
+    *guard = g;
+    g->guard = guard;
+    g->r = r;
+    return g;
+}
+
+static void gate_free(struct gate *g)
+{
+    if (g->guard != NULL)
+        *g->guard = NULL;
+    free(g);
+}
+
+static void gate_put_done(struct gate *g)
+{
+    struct gw_request *r = g->r;
+    enum gw_flow flow = g->flow;
+
+    if (--g->waiting > 0 || !g->armed)
+        return;
+    gate_free(g);
+    if (r != NULL)
+        gw_step_done(r, flow);
+}
+
+/* The step is over and flow follows: at once (GW_NEXT...: nothing waits),
+ * or once the last put is answered (GW_WAIT). */
+static enum gw_flow gate_arm(struct gate *g, enum gw_flow flow)
+{
+    if (g == NULL)
+        return flow;
+    if (g->waiting == 0) {
+        gate_free(g);
+        return flow;
+    }
+    g->flow = flow;
+    g->armed = 1;
+    return GW_WAIT;
+}
+
+/* One of a's records on its way to the store. */
+struct keep {
+    struct async_run *a;
+    struct gw_worker *worker; /* whose loop it went on */
+    struct gate *gate;        /* a 201 waiting for it, or NULL */
+    enum judge0_put_mode mode;
+    size_t len;
+    char *text; /* the record */
+};
+
+static void on_kept(void *arg, int rc)
+{
+    struct keep *k = arg;
+    struct async_run *a = k->a;
+
+    if (rc < 0 && k->mode == JUDGE0_PUT_FINAL && a->claim != NULL &&
+        claim_unfinished(a->claim, a->tenant, a->token, k->text, k->len) == 0)
+        rc = 1; /* kept once Redis answers: the callback follows then */
+    else if (rc < 0)
+        log_warnx("%s: id=%s: token %s: the result could not be kept yet", __func__, a->request_id, a->token);
+    else if (rc == 0)
+        judge0_callback_kept(k->worker->cfg, a->tenant, a->token, k->text, k->len);
+    if (k->gate != NULL)
+        gate_put_done(k->gate);
+    free(k->text);
+    free(k);
+    async_destroy(a); /* the put's reference */
+}
+
 /* The store shows text (mode: judge0_store_put_mode's), or an Internal
- * Error saying why it cannot.  A claimed entry's final record that Redis
- * did not take is kept with the entry, which is not acknowledged until
- * it is (claim_release). */
+ * Error saying why it cannot.  a is not freed before the store answered
+ * (async_destroy).  A claimed entry's final record that Redis did not
+ * take is kept with the entry, which is not acknowledged until it is
+ * (claim_release). */
 static void async_keep(struct async_run *a, const char *text, size_t len, enum judge0_put_mode mode)
 {
     struct judge0_store *st = judge0_store_default();
-    int rc = st != NULL ? judge0_store_put_mode(st, a->tenant, a->token, text, len, judge0_store_now_ms(), mode) : -1;
+    struct keep *k = calloc(1, sizeof(*k));
 
-    if (rc < 0 && mode == JUDGE0_PUT_FINAL && a->claim != NULL && claim_unfinished(a->claim, a->tenant, a->token, text, len) == 0)
-        return; /* kept once Redis answers: the callback follows then */
-    if (rc < 0)
-        log_warnx("%s: id=%s: token %s: the result could not be kept", __func__, a->request_id, a->token);
-    if (rc == 0)
-        judge0_callback_kept(a->worker->cfg, a->tenant, a->token, text, len);
+    if (st == NULL || k == NULL || (k->text = malloc(len + 1)) == NULL) {
+        free(k);
+        log_warnx("%s: id=%s: token %s: out of memory: the result could not be kept", __func__, a->request_id, a->token);
+        return;
+    }
+    k->a = a;
+    k->worker = a->worker;
+    if ((k->gate = answer_gate) != NULL)
+        k->gate->waiting++;
+    k->mode = mode;
+    k->len = len;
+    memcpy(k->text, text, len); /* the answer needs it: a callback's body, or a claim's final to keep */
+    k->text[len] = '\0';
+    __atomic_add_fetch(&a->refs, 1, __ATOMIC_RELAXED);
+    judge0_store_put_on(st, a->worker->ctx.loop, a->tenant, a->token, text, len, judge0_store_now_ms(), mode, on_kept, k);
 }
 
 /* A record's status (and status_id) becomes id. */
@@ -734,10 +885,9 @@ static void async_show(struct async_run *a, enum judge0_status pending)
     if (rec != NULL)
         set_status(rec, pending);
     if (rec != NULL && (text = json_dumps(rec, JSON_COMPACT)) != NULL) {
-        /* "In Queue" of a shared queue's entry: only where the claimer has not written yet */
-        async_keep(a, text, strlen(text),
-                   pending == JUDGE0_IN_QUEUE && a->claim == NULL && a->worker->cfg->submissions.queue_redis ? JUDGE0_PUT_IF_ABSENT
-                                                                                                             : JUDGE0_PUT_PENDING);
+        /* "In Queue" only where nothing is (a run started on another loop
+         * may have shown "Processing" first), but after a lost run */
+        async_keep(a, text, strlen(text), pending == JUDGE0_IN_QUEUE && !a->give_back ? JUDGE0_PUT_IF_ABSENT : JUDGE0_PUT_PENDING);
         free(text);
     }
     json_decref(rec);
@@ -968,6 +1118,7 @@ static struct async_run *async_new(struct gw_request *r, const char *path, const
 
     if (a == NULL)
         return NULL;
+    a->refs = 1;
     gw_request_who(r, &who);
     a->item.start = on_dispatch;
     a->item.discard = async_discard;
@@ -1021,7 +1172,19 @@ static void async_enqueue(struct async_run *a)
     judge0_queue_push(q, &a->item, a->worker, max);
 }
 
-/* Step 9 of wait=false: the answer {"token"} at once, the run queued. */
+/* fn(a) on r's thread, the 201 after the records it shows are kept. */
+static enum gw_flow answer_after_keeps(struct gw_request *r, void (*fn)(struct async_run *), struct async_run *a)
+{
+    struct judge0_store *st = judge0_store_default();
+    struct gate *g = st != NULL && judge0_store_remote(st) ? gate_new(r) : NULL;
+
+    answer_gate = g;
+    fn(a);
+    answer_gate = NULL;
+    return gate_arm(g, GW_NEXT);
+}
+
+/* Step 9 of wait=false: the answer {"token"} once its "In Queue" is kept, the run queued. */
 static enum gw_flow start_async(struct gw_request *r, struct submission *s)
 {
     json_t *answer;
@@ -1038,8 +1201,7 @@ static enum gw_flow start_async(struct gw_request *r, struct submission *s)
     r->ok_status = 201;
     (void)gw_take_slot(r); /* none held (admission took none); the run records its own result */
     s->reserved = 0;       /* the reservation becomes the run */
-    async_enqueue(a);
-    return GW_NEXT;
+    return answer_after_keeps(r, async_enqueue, a);
 }
 
 /* ------------------------------------------- batches of one source: compiled once */
@@ -1574,6 +1736,8 @@ static enum gw_flow batch_submit_answer(struct gw_request *r, const struct backe
     r->ok_status = 201;
     (void)gw_take_slot(r); /* none held (admission took none); each entry records its own result */
     struct async_run *runs[JUDGE0_BATCH_MAX] = {NULL};
+    struct judge0_store *st = judge0_store_default();
+    struct gate *g = st != NULL && judge0_store_remote(st) ? gate_new(r) : NULL;
     for (size_t i = 0; i < b->n; i++) {
         struct batch_entry *e = &b->e[i];
         if (!e->accepted)
@@ -1591,12 +1755,14 @@ static enum gw_flow batch_submit_answer(struct gw_request *r, const struct backe
         if (runs[i] == NULL || e->first != (int)i)
             continue;  /* refused, not made, or a later member of a group */
         b->reserved--; /* the reservation becomes the item; the rest go back at dispose */
+        answer_gate = g;
         if (e->group_size > 1)
             group_enqueue(r, b, runs, i);
         else
             async_enqueue(runs[i]);
+        answer_gate = NULL;
     }
-    return GW_NEXT;
+    return gate_arm(g, GW_NEXT);
 }
 
 const struct gw_handler gw_handler_judge0_batch_submit = {batch_submit_prepare, batch_submit_describe, batch_submit_answer};
@@ -1743,24 +1909,37 @@ static void on_acked(void *arg, int ok)
     free(cl);
 }
 
-/* Every final record kept, then the ack; parked when Redis does not take one. */
+/* A final record's put answered: the next, or parked. */
+static void on_final_kept(void *arg, int rc)
+{
+    struct claimed *cl = arg;
+    struct unfinished *u = cl->finals;
+
+    if (rc < 0) {
+        claim_park(cl);
+        return;
+    }
+    if (rc == 0)
+        judge0_callback_kept(cl->worker->cfg, u->tenant, u->token, u->text, u->len);
+    cl->finals = u->next;
+    free(u);
+    claim_finish(cl);
+}
+
+/* Every final record kept (one put at a time), then the ack; parked when
+ * Redis does not take one. */
 static void claim_finish(struct claimed *cl)
 {
     struct judge0_store *st = judge0_store_default();
     struct unfinished *u;
 
-    while ((u = cl->finals) != NULL) {
-        int rc = st != NULL
-                     ? judge0_store_put_mode(st, u->tenant, u->token, u->text, u->len, judge0_store_now_ms(), JUDGE0_PUT_FINAL)
-                     : -1;
-        if (rc < 0) {
+    if ((u = cl->finals) != NULL) {
+        if (st == NULL)
             claim_park(cl);
-            return;
-        }
-        if (rc == 0)
-            judge0_callback_kept(cl->worker->cfg, u->tenant, u->token, u->text, u->len);
-        cl->finals = u->next;
-        free(u);
+        else
+            judge0_store_put_on(st, cl->worker->ctx.loop, u->tenant, u->token, u->text, u->len, judge0_store_now_ms(),
+                                JUDGE0_PUT_FINAL, on_final_kept, cl);
+        return;
     }
     if ((cl->give_back
              ? queue_redis_release(gw_dispatch_queue(), cl->worker->ctx.loop, cl->tenant, cl->id, cl->attempt, on_acked, cl)
@@ -1787,6 +1966,7 @@ struct remote {
     struct gw_request *r;  /* NULL once the request is gone */
     struct remote **guard; /* the request pool's pointer to this */
     struct judge0_store *st;
+    h2o_loop_t *loop; /* the request's */
     char tenant[GW_MAX_TENANT_NAME + 1];
     size_t n; /* members: "In Queue" for each once queued */
     char tokens[JUDGE0_BATCH_MAX][JUDGE0_TOKEN_LEN + 1];
@@ -1815,6 +1995,38 @@ static void remote_gone(void *p)
     }
 }
 
+/* An "In Queue" of a queued entry's member on its way; the 201 waits for it (g). */
+struct remote_put {
+    struct gate *gate;
+    char token[JUDGE0_TOKEN_LEN + 1];
+};
+
+static void on_remote_shown(void *arg, int rc)
+{
+    struct remote_put *rp = arg;
+
+    if (rc < 0)
+        log_warnx("judge0: token %s: queued, but its \"In Queue\" could not be kept yet", rp->token);
+    if (rp->gate != NULL)
+        gate_put_done(rp->gate);
+    free(rp);
+}
+
+static void remote_show(struct remote *rem, size_t i, struct gate *g)
+{
+    struct remote_put *rp = calloc(1, sizeof(*rp));
+
+    if (rp == NULL) {
+        log_warnx("%s: token %s: out of memory: its \"In Queue\" is not kept", __func__, rem->tokens[i]);
+        return;
+    }
+    snprintf(rp->token, sizeof(rp->token), "%s", rem->tokens[i]);
+    if ((rp->gate = g) != NULL)
+        g->waiting++;
+    judge0_store_put_on(rem->st, rem->loop, rem->tenant, rem->tokens[i], rem->shown[i], strlen(rem->shown[i]),
+                        judge0_store_now_ms(), JUDGE0_PUT_IF_ABSENT, on_remote_shown, rp);
+}
+
 static void on_remote_queued(void *arg, enum qr_verdict v, char (*ids)[QR_ID_MAX], size_t n)
 {
     struct remote *rem = arg;
@@ -1825,24 +2037,30 @@ static void on_remote_queued(void *arg, enum qr_verdict v, char (*ids)[QR_ID_MAX
 
     (void)ids;
     (void)n;
-    if (v == QR_OK)
+    if (v == QR_OK) {
+        struct gate *g = r != NULL ? gate_new(r) : NULL;
         for (size_t i = 0; i < rem->n; i++)
-            if (rem->st != NULL && rem->shown[i] != NULL &&
-                judge0_store_put_mode(rem->st, rem->tenant, rem->tokens[i], rem->shown[i], strlen(rem->shown[i]),
-                                      judge0_store_now_ms(), JUDGE0_PUT_IF_ABSENT) < 0)
-                log_warnx("%s: token %s: queued, but its \"In Queue\" could not be kept", __func__, rem->tokens[i]);
+            if (rem->st != NULL && rem->shown[i] != NULL)
+                remote_show(rem, i, g);
+        if (r != NULL) {
+            r->body = rem->answer;
+            rem->answer = NULL;
+            r->ok_status = 201;
+            (void)gw_take_slot(r); /* none held (admission took none); the runs record their own results */
+            f = gate_arm(g, GW_NEXT);
+            remote_free(rem);
+            if (f != GW_WAIT)
+                gw_step_done(r, f);
+            return;
+        }
+    }
     if (r == NULL) { /* the client went away: what was queued runs all the same */
         remote_free(rem);
         return;
     }
     switch (v) {
     case QR_OK:
-        r->body = rem->answer;
-        rem->answer = NULL;
-        r->ok_status = 201;
-        (void)gw_take_slot(r); /* none held (admission took none); the runs record their own results */
-        f = GW_NEXT;
-        break;
+        break; /* answered above */
     case QR_FULL:
         gw_add_retry_after(r, GW_JUDGE0_QUEUE_RETRY_AFTER_MS);
         snprintf(msg, sizeof(msg), "the submissions queue is full%s", several);
@@ -1856,7 +2074,7 @@ static void on_remote_queued(void *arg, enum qr_verdict v, char (*ids)[QR_ID_MAX
         f = refuse(r, 429, GW_REASON_QUEUE, msg, NULL);
         break;
     case QR_DOWN:
-        f = store_down(r, redis_sync_retry_after_ms());
+        f = store_down(r, GW_JUDGE0_STORE_RETRY_AFTER_MS);
         break;
     }
     remote_free(rem);
@@ -1930,6 +2148,7 @@ static struct remote *remote_new(struct gw_request *r, int batch)
     rem->r = r;
     rem->batch = batch;
     rem->st = judge0_store_default();
+    rem->loop = r->worker->ctx.loop;
     snprintf(rem->tenant, sizeof(rem->tenant), "%s", r->tenant);
     return rem;
 }
@@ -1950,7 +2169,7 @@ static enum gw_flow remote_send(struct gw_request *r, struct remote *rem, char *
         free(texts[i]);
     if (rc != 0) {
         remote_free(rem);
-        return store_down(r, redis_sync_retry_after_ms());
+        return store_down(r, GW_JUDGE0_STORE_RETRY_AFTER_MS);
     }
     return GW_WAIT;
 }
@@ -2057,6 +2276,7 @@ static struct async_run *claim_run(struct gw_worker *w, struct claimed *cl, cons
 
     if (a == NULL)
         return NULL;
+    a->refs = 1;
     a->item.start = on_dispatch;
     a->item.discard = async_discard;
     snprintf(a->item.tenant, sizeof(a->item.tenant), "%s", cl->tenant);
@@ -2364,36 +2584,142 @@ static void orphan_failed(struct gw_request *r, struct judge0_store *st, const c
     set_status(record, JUDGE0_INTERNAL_ERROR);
     json_object_set_new(record, "message", json_string(b64));
     json_object_set_new(record, "finished_at", json_string(finished));
-    if ((text = json_dumps(record, JSON_COMPACT)) == NULL ||
-        judge0_store_put(st, r->tenant, token, text, strlen(text), judge0_store_now_ms()) != 0)
-        log_warnx("%s: id=%s: token %s: the Internal Error could not be kept", __func__, r->request_id, token);
-    else
-        judge0_callback_kept(r->cfg, r->tenant, token, text, strlen(text));
+    if ((text = json_dumps(record, JSON_COMPACT)) == NULL) {
+        log_warnx("%s: id=%s: token %s: out of memory: the Internal Error could not be kept", __func__, r->request_id, token);
+        return;
+    }
+    keep_logged(r, token, text, strlen(text)); /* final: a result that came meanwhile stays */
+    judge0_callback_kept(r->cfg, r->tenant, token, text, strlen(text));
     free(text);
 }
 
 /* Why stored() found nothing to show. */
 enum unshown { SHOWN, NOT_FOUND, NOT_UTF8, STORE_DOWN };
 
-/* The tenant's record of token rendered as q asks (new reference), or
- * NULL with *why: not found, not showable without base64, or the store
- * could not be asked (Redis unreachable: the record may exist). */
-static json_t *stored(struct gw_request *r, const char *token, const struct judge0_query *q, enum unshown *why)
+/*
+ * A store that answers later (Redis): a GET's prepare step asks for all
+ * its tokens at once (fetch_start: GW_WAIT), the answer is copied into
+ * the request's pool (struct fetched, r->job) and the step runs again
+ * (GW_REPEAT), rendering from it as from a store that answers at once.
+ * The request may go away meanwhile: the wait's guard says so.
+ */
+struct fetched {
+    int down; /* Redis did not answer */
+    size_t n;
+    struct {
+        char *text; /* in the pool; NULL: none */
+        size_t len;
+        int orphaned;
+    } got[JUDGE0_GET_MAX];
+};
+
+struct fetch_wait {
+    struct gw_request *r; /* NULL once the request is gone */
+    struct fetch_wait **guard;
+};
+
+static void fetch_gone(void *p)
+{
+    struct fetch_wait **guard = p;
+
+    if (*guard != NULL) {
+        (*guard)->r = NULL;
+        (*guard)->guard = NULL;
+    }
+}
+
+static void on_fetched(void *arg, int down, const struct judge0_got *got, size_t n)
+{
+    struct fetch_wait *fw = arg;
+    struct gw_request *r = fw->r;
+    struct fetched *f;
+
+    if (fw->guard != NULL)
+        *fw->guard = NULL;
+    free(fw);
+    if (r == NULL)
+        return;
+    f = h2o_mem_alloc_pool(&r->req->pool, sizeof(*f));
+    memset(f, 0, sizeof(*f));
+    f->down = down;
+    f->n = n;
+    for (size_t i = 0; !down && i < n; i++) {
+        if (got[i].text == NULL)
+            continue;
+        f->got[i].text = h2o_mem_alloc_pool(&r->req->pool, got[i].len + 1);
+        memcpy(f->got[i].text, got[i].text, got[i].len);
+        f->got[i].text[got[i].len] = '\0';
+        f->got[i].len = got[i].len;
+        f->got[i].orphaned = got[i].orphaned;
+    }
+    r->job = f;
+    gw_step_done(r, GW_REPEAT);
+}
+
+/* Ask the store for tokens[0..n) (an empty one is asked as a token that
+ * cannot exist): GW_WAIT, or the refusal (Redis unreachable). */
+static enum gw_flow fetch_start(struct gw_request *r, const char *const *tokens, size_t n)
 {
     struct judge0_store *st = judge0_store_default();
-    char *text;
-    size_t len;
+    struct fetch_wait *fw = calloc(1, sizeof(*fw)), **guard;
+
+    if (fw == NULL || (guard = h2o_mem_alloc_shared(&r->req->pool, sizeof(*guard), fetch_gone)) == NULL) {
+        free(fw);
+        return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
+    }
+    *guard = fw;
+    fw->guard = guard;
+    fw->r = r;
+    if (judge0_store_get_on(st, r->worker->ctx.loop, r->tenant, tokens, n, on_fetched, fw) != 0) {
+        *guard = NULL;
+        free(fw);
+        return store_down(r, GW_JUDGE0_STORE_RETRY_AFTER_MS);
+    }
+    return GW_WAIT;
+}
+
+/* Must the prepare step fetch first (a store that answers later, not yet asked)? */
+static int must_fetch(const struct gw_request *r)
+{
+    struct judge0_store *st = judge0_store_default();
+
+    return st != NULL && judge0_store_remote(st) && r->job == NULL;
+}
+
+/* The tenant's record of token (the i-th asked) rendered as q asks (new
+ * reference), or NULL with *why: not found, not showable without base64,
+ * or the store could not be asked (Redis unreachable: the record may
+ * exist). */
+static json_t *stored(struct gw_request *r, size_t i, const char *token, const struct judge0_query *q, enum unshown *why)
+{
+    struct judge0_store *st = judge0_store_default();
+    const struct fetched *f = r->job;
+    char *text = NULL;
+    size_t len = 0;
     int orphaned = 0, not_utf8 = 0;
+    json_t *record = NULL;
 
     *why = NOT_FOUND;
-    if (st == NULL || token[0] == '\0' ||
-        (text = judge0_store_get(st, r->tenant, token, judge0_store_now_ms(), &len, &orphaned)) == NULL) {
-        if (orphaned == JUDGE0_STORE_DOWN)
-            *why = STORE_DOWN;
+    if (st == NULL || token[0] == '\0')
         return NULL;
+    if (f != NULL) { /* fetched */
+        if (f->down || i >= f->n) {
+            *why = STORE_DOWN;
+            return NULL;
+        }
+        if (f->got[i].text == NULL)
+            return NULL;
+        record = json_loadb(f->got[i].text, f->got[i].len, 0, NULL);
+        orphaned = f->got[i].orphaned;
+    } else {
+        if ((text = judge0_store_get(st, r->tenant, token, judge0_store_now_ms(), &len, &orphaned)) == NULL) {
+            if (orphaned == JUDGE0_STORE_DOWN)
+                *why = STORE_DOWN;
+            return NULL;
+        }
+        record = json_loadb(text, len, 0, NULL);
+        free(text);
     }
-    json_t *record = json_loadb(text, len, 0, NULL);
-    free(text);
     if (record != NULL && orphaned)
         orphan_failed(r, st, token, record);
     json_t *o = record != NULL ? judge0_render_object(record, q, &not_utf8) : NULL;
@@ -2437,9 +2763,13 @@ static enum gw_flow submission_prepare(struct gw_request *r)
         memcpy(token, p, len);
         token[len] = '\0';
     }
-    json_t *o = stored(r, token, &q, &why);
+    if (token[0] != '\0' && must_fetch(r)) {
+        const char *t = token;
+        return fetch_start(r, &t, 1);
+    }
+    json_t *o = stored(r, 0, token, &q, &why);
     if (why == STORE_DOWN)
-        return store_down(r, redis_sync_retry_after_ms());
+        return store_down(r, GW_JUDGE0_STORE_RETRY_AFTER_MS);
     if (o == NULL)
         return why == NOT_UTF8 ? not_utf8_refusal(r) : refuse(r, 404, GW_REASON_ENDPOINT, "submission not found", NULL);
     r->body = json_dumps(o, JSON_COMPACT);
@@ -2462,10 +2792,17 @@ static enum gw_flow batch_prepare(struct gw_request *r)
         json_decref(a);
         return f;
     }
+    if (q.ntokens > 0 && must_fetch(r)) {
+        const char *t[JUDGE0_BATCH_MAX];
+        for (size_t i = 0; i < q.ntokens; i++)
+            t[i] = q.tokens[i];
+        json_decref(a);
+        return fetch_start(r, t, q.ntokens);
+    }
     for (size_t i = 0; a != NULL && i < q.ntokens; i++) {
-        if ((o = stored(r, q.tokens[i], &q, &why)) == NULL && why == STORE_DOWN) {
+        if ((o = stored(r, i, q.tokens[i], &q, &why)) == NULL && why == STORE_DOWN) {
             json_decref(a);
-            return store_down(r, redis_sync_retry_after_ms());
+            return store_down(r, GW_JUDGE0_STORE_RETRY_AFTER_MS);
         }
         if (o == NULL && why == NOT_UTF8) {
             json_decref(a);

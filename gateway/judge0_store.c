@@ -30,6 +30,7 @@
 #include "log.h"
 #include "moat_hex.h"
 #include "redis_sync.h"
+#include "store/redis_client.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -81,16 +82,14 @@ struct judge0_store {
     DIR *sweep_top;    /* the sweep's place: in the tenants' directories */
     DIR *sweep_tenant; /* and in one tenant's */
     int redis;         /* the Redis store (judge0_store_open_redis) */
-    int queue_owned;   /* its records are the shared queue's (judge0_store_owned_by_queue) */
+    struct redis_client *rc;
+    int queue_owned; /* its records are the shared queue's (judge0_store_owned_by_queue) */
 };
 
 static int dir_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms);
 static char *dir_get(struct judge0_store *s, const char *tenant, const char *token, uint64_t now_ms, size_t *len, int *orphaned);
 static void dir_close(struct judge0_store *s);
-static int redis_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms,
-                     enum judge0_put_mode mode);
 static void redis_close(struct judge0_store *s);
-static char *redis_get(const struct judge0_store *s, const char *tenant, const char *token, size_t *len, int *orphaned);
 
 static unsigned fnv1a(const char *s)
 {
@@ -277,7 +276,7 @@ int judge0_store_put_mode(struct judge0_store *s, const char *tenant, const char
     if (s->dirfd >= 0)
         return dir_put(s, tenant, token, text, len, now_ms);
     if (s->redis)
-        return redis_put(s, tenant, token, text, len, now_ms, mode);
+        return -1; /* answered on a loop: judge0_store_put_on */
     if (len > s->lim.max_bytes || strlen(tenant) > GW_MAX_TENANT_NAME || strlen(token) >= sizeof(r->token) ||
         s->lim.max_records == 0 || s->lim.max_records_per_tenant == 0)
         return -1;
@@ -327,8 +326,10 @@ char *judge0_store_get(struct judge0_store *s, const char *tenant, const char *t
     *orphaned = 0;
     if (s->dirfd >= 0)
         return dir_get(s, tenant, token, now_ms, len, orphaned);
-    if (s->redis)
-        return redis_get(s, tenant, token, len, orphaned);
+    if (s->redis) {
+        *orphaned = JUDGE0_STORE_DOWN; /* answered on a loop: judge0_store_get_on */
+        return NULL;
+    }
     pthread_mutex_lock(&s->lock);
     for (struct record *r = s->buckets[bucket_of(token)]; r != NULL; r = r->next_in_bucket) {
         if (strcmp(r->token, token) != 0 || strcmp(r->tenant, tenant) != 0 || r->expires_ms <= now_ms)
@@ -832,15 +833,16 @@ out:
 /*
  * Theory of operation
  * -------------------
- * Several gateways share one Redis (the limiter section's connection
- * settings: one place for them) through redis_sync.c's bounded blocking
- * calls, one connection per thread.  Why blocking and what it costs the
- * event loop is redis_sync.c's theory; the measured figures are in
- * tests/bench/RESULTS.md (bench_judge0_redis.py).
+ * Several gateways share one Redis through the gateway's one asynchronous
+ * client (store/redis_client.c: a connection per event loop, bounded by
+ * timeouts; the limiter section's connection settings).  Nothing here
+ * blocks: a get or a put is sent on the calling loop's connection and
+ * answered on that loop, so a slow Redis delays the requests that need it
+ * and no others (tests/bench/bench_redis_slow.py measures it).
  *
  *   P j:<tenant hex>:<token>  a hash {i: the putting gateway's name,
- *                             t: the record's text}, expiring ttl_ms after
- *                             its put (PEXPIRE: Redis drops it itself)
+ *                             t: the record's text, f: 1 when final},
+ *                             expiring ttl_ms after its put (PEXPIRE)
  *   P j:<tenant hex>          the tenant's tokens, a sorted set scored by
  *                             expiry (the put's wall clock + ttl_ms)
  *
@@ -854,40 +856,43 @@ out:
  * maxmemory bounds it (the README says how to set it); a record is still
  * capped at GW_JUDGE0_RECORD_MAX_BYTES.
  *
- * A get is one script too: the record's text, its owner, and whether the
- * owner's heartbeat key still exists.  A record kept by another gateway
- * whose heartbeat is gone is an orphan (*orphaned 1: if it is pending, its
- * run died with that gateway and judge0_handlers.c turns it into an
- * Internal Error, as with the directory store); one kept by a live gateway
- * is not, even if it is pending: its run is still going on over there.
- * Only a settled connection judges (redis_sync_settled): after a Redis
- * restart without persistence every heartbeat key is gone for a moment.
+ * A get is one script for all the tokens asked (GET /submissions/batch:
+ * one round trip): per token the record's text, its owner, and whether
+ * the owner's heartbeat key still exists.  A record kept by another
+ * gateway whose heartbeat is gone is an orphan (if it is pending, its run
+ * died with that gateway and judge0_handlers.c turns it into an Internal
+ * Error, as with the directory store); one kept by a live gateway is not,
+ * even if it is pending: its run is still going on over there.  Only a
+ * settled connection judges (redis_conn_settled): after a Redis restart
+ * without persistence every heartbeat key is gone for a moment.
  *
+ * How a put meets what is kept is its mode (judge0_put_mode): a final
+ * record (f = 1) is never replaced by a pending one or another final one,
+ * "In Queue" is written only where nothing is.  So puts of one token from
+ * different loops (connections), or one retried late, cannot undo an end.
  * With queue: redis (judge0_store_owned_by_queue) the records belong to
  * the shared queue: their owner is JUDGE0_QUEUE_OWNER and they are never
  * orphaned (a dead gateway's runs are taken over, and the queue ends each
- * one).  Several gateways may then put the same token, so a put says how
- * it meets what is kept (judge0_put_mode): a final record (hash field
- * f = 1) is never replaced, "In Queue" is written only where nothing is.
+ * one).
  *
- * Redis unreachable: a get answers JUDGE0_STORE_DOWN (the handler: 503
- * store_unavailable with Retry-After); judge0_store_ready (a PING) lets a
- * POST refuse before it runs anything whose result it could not keep.  A
- * put that fails anyway (Redis went away during a run) is kept here, on a
- * list of at most GW_JUDGE0_REDIS_RETRY_MAX records (a newer put of the
- * same token replaces it; past the cap the oldest goes, logged), and
- * written again after each heartbeat (redis_sync_on_beat) until Redis
- * takes it: a finished run's result is not lost to a short outage, and
- * its "Processing" is not shown for ever.  Puts go one at a time under
- * the list's mutex, so a retried old record can never overwrite a newer
- * one of the same token.
+ * Redis unreachable: a get is not sent (the handler: 503
+ * store_unavailable with Retry-After); judge0_store_ready (the loop's
+ * connection is up or being made: no round trip) lets a POST refuse before it runs
+ * anything whose result it could not keep.  A put that fails anyway
+ * (Redis went away during a run) is kept here, on a list of at most
+ * GW_JUDGE0_REDIS_RETRY_MAX records (a newer put of the same token
+ * replaces it; past the cap the oldest goes, logged), and written again,
+ * oldest first and one at a time, from the loop of a put that failed,
+ * every GW_JUDGE0_REDIS_RETRY_MS until Redis takes them: a finished run's
+ * result is not lost to a short outage, and its "Processing" is not shown
+ * for ever.
  */
 #define RKEY_MAX (GW_REDIS_MAX_PREFIX + 2 + 2 * GW_MAX_TENANT_NAME + 1 + 40)
 
 /* KEYS: record, tenant's set.  ARGV: token, owner, text, ttl_ms, now_ms,
  * cap, record keys' prefix (the tenant's set key and ":"), mode
  * (judge0_put_mode).  1 written, 2 not (the mode keeps what is there). */
-static struct redis_sync_script put_script = {
+static struct redis_script put_script = {
     "local token, ttl, now, cap = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])\n"
     "local mode = tonumber(ARGV[8])\n"
     "if mode == 1 and redis.call('EXISTS', KEYS[1]) == 1 then return 2 end\n"
@@ -906,18 +911,26 @@ static struct redis_sync_script put_script = {
     "redis.call('ZADD', KEYS[2], now + ttl, token)\n"
     "redis.call('PEXPIRE', KEYS[2], ttl)\n"
     "return 1\n",
-    ""};
+    "", NULL};
 
-/* KEYS: record.  ARGV: the heartbeat keys' prefix.  {text, owner, alive}
- * or nil. */
-static struct redis_sync_script get_script = {"local v = redis.call('HMGET', KEYS[1], 'i', 't')\n"
-                                              "if not v[1] or not v[2] then return false end\n"
-                                              "return {v[2], v[1], redis.call('EXISTS', ARGV[1] .. v[1])}\n",
-                                              ""};
+/* KEYS: the records.  ARGV: the heartbeat keys' prefix.  Per key
+ * {text, owner, alive}, or 0 (none). */
+static struct redis_script get_script = {"local out = {}\n"
+                                         "for i = 1, #KEYS do\n"
+                                         "  local v = redis.call('HMGET', KEYS[i], 'i', 't')\n"
+                                         "  if v[1] and v[2] then out[i] = {v[2], v[1], redis.call('EXISTS', ARGV[1] .. v[1])}\n"
+                                         "  else out[i] = 0 end\n"
+                                         "end\n"
+                                         "return out\n",
+                                         "", NULL};
 
-/* A put Redis did not take, to be tried again. */
-struct retry {
-    struct retry *next;
+/* A put on its way to Redis, or one Redis did not take, to be tried again. */
+struct rput {
+    struct rput *next; /* the retries, oldest first */
+    struct judge0_store *s;
+    h2o_loop_t *loop; /* whose connection it went on */
+    judge0_put_fn fn;
+    void *arg;
     uint64_t now_ms;
     size_t len;
     enum judge0_put_mode mode;
@@ -927,24 +940,31 @@ struct retry {
 };
 
 static pthread_mutex_t retry_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct retry *retries; /* oldest first */
+static struct rput *retries; /* oldest first */
 static size_t nretries;
+static int flushing;                     /* a retry is on its way */
 static struct judge0_store *retry_store; /* the Redis store the retries are for */
 
+/* The flush's timer, on the loop of each thread whose put failed. */
+static __thread struct {
+    h2o_loop_t *loop;
+    h2o_timeout_t timeout;
+    h2o_timeout_entry_t entry;
+} flush_timer;
+
 /* The tenant's set key, and the record's key (NULL: only the set's). */
-static void redis_keys(const char *tenant, const char *token, char set[RKEY_MAX], char rec[RKEY_MAX])
+static void redis_keys(const struct judge0_store *s, const char *tenant, const char *token, char set[RKEY_MAX], char rec[RKEY_MAX])
 {
     char hex[2 * GW_MAX_TENANT_NAME + 1];
 
     moat_hex_encode(tenant, strlen(tenant), hex);
-    snprintf(set, RKEY_MAX, "%sj:%s", redis_sync_prefix(), hex);
+    snprintf(set, RKEY_MAX, "%sj:%s", redis_client_prefix(s->rc), hex);
     if (rec != NULL)
         snprintf(rec, RKEY_MAX, "%s:%s", set, token);
 }
 
-static void retry_flush(void);
-
-struct judge0_store *judge0_store_open_redis(const struct judge0_store_limits *lim, char *err, size_t errlen)
+struct judge0_store *judge0_store_open_redis(struct redis_client *rc, const struct judge0_store_limits *lim, char *err,
+                                             size_t errlen)
 {
     struct judge0_store *s;
 
@@ -952,57 +972,48 @@ struct judge0_store *judge0_store_open_redis(const struct judge0_store_limits *l
         snprintf(err, errlen, "one Redis store per process");
         return NULL;
     }
-    if ((s = judge0_store_new(lim)) == NULL || redis_sync_on_beat(retry_flush) != 0) {
-        judge0_store_free(s);
+    if ((s = judge0_store_new(lim)) == NULL) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    redis_sync_script_init(&put_script);
-    redis_sync_script_init(&get_script);
+    redis_script_init(&put_script);
+    redis_script_init(&get_script);
+    redis_client_add_script(rc, &put_script);
+    redis_client_add_script(rc, &get_script);
     s->redis = 1;
+    s->rc = rc;
     retry_store = s;
     return s;
 }
 
-/* The put itself: 0, or -1 (Redis could not take it). */
-static int redis_write(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms,
-                       enum judge0_put_mode mode)
+int judge0_store_remote(const struct judge0_store *s)
 {
-    char set[RKEY_MAX], rec[RKEY_MAX], prefix[RKEY_MAX + 1], ttl[24], now[24], cap[24], m[4];
-    const char *argv[10];
-    size_t lens[10];
-    redisReply *rep;
-    int ok;
+    return s->redis;
+}
 
-    redis_keys(tenant, token, set, rec);
-    snprintf(prefix, sizeof(prefix), "%s:", set);
-    snprintf(ttl, sizeof(ttl), "%" PRIu64, s->lim.ttl_ms);
-    snprintf(now, sizeof(now), "%" PRIu64, now_ms);
-    snprintf(cap, sizeof(cap), "%zu", s->lim.max_records_per_tenant);
-    argv[0] = rec;
-    argv[1] = set;
-    argv[2] = token;
-    argv[3] = s->queue_owned ? JUDGE0_QUEUE_OWNER : redis_sync_instance();
-    argv[4] = text;
-    argv[5] = ttl;
-    argv[6] = now;
-    argv[7] = cap;
-    argv[8] = prefix;
-    snprintf(m, sizeof(m), "%d", (int)mode);
-    argv[9] = m;
-    for (int i = 0; i < 10; i++)
-        lens[i] = i == 4 ? len : strlen(argv[i]);
-    if ((rep = redis_sync_eval(&put_script, 2, 10, argv, lens)) == NULL)
-        return -1;
-    ok = rep->type == REDIS_REPLY_INTEGER && (rep->integer == 1 || rep->integer == 2) ? (int)rep->integer : 0;
-    freeReplyObject(rep);
-    return ok == 1 ? 0 : ok == 2 ? 1 : -1;
+static struct rput *rput_new(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len,
+                             uint64_t now_ms, enum judge0_put_mode mode)
+{
+    struct rput *p = malloc(sizeof(*p) + len + 1);
+
+    if (p == NULL)
+        return NULL;
+    memset(p, 0, sizeof(*p));
+    p->s = s;
+    snprintf(p->tenant, sizeof(p->tenant), "%s", tenant);
+    snprintf(p->token, sizeof(p->token), "%s", token);
+    memcpy(p->text, text, len);
+    p->text[len] = '\0';
+    p->len = len;
+    p->now_ms = now_ms;
+    p->mode = mode;
+    return p;
 }
 
 /* Forget the retry of tenant's token, if any (retry_mu held). */
 static void retry_forget(const char *tenant, const char *token)
 {
-    for (struct retry **pp = &retries, *q; (q = *pp) != NULL; pp = &q->next)
+    for (struct rput **pp = &retries, *q; (q = *pp) != NULL; pp = &q->next)
         if (strcmp(q->token, token) == 0 && strcmp(q->tenant, tenant) == 0) {
             *pp = q->next;
             free(q);
@@ -1011,69 +1022,271 @@ static void retry_forget(const char *tenant, const char *token)
         }
 }
 
-/* Keep a put Redis did not take, replacing an older one of its token (retry_mu held). */
-static void retry_keep(const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms,
-                       enum judge0_put_mode mode)
-{
-    struct retry *q = malloc(sizeof(*q) + len + 1), **pp;
+static void flush_arm(h2o_loop_t *loop);
 
-    retry_forget(tenant, token);
-    if (q == NULL) {
-        log_warnx("%s: token %s: out of memory: its result is lost", __func__, token);
-        return;
-    }
+/* Keep p to try again (taking it), replacing an older one of its token,
+ * or ahead of every other (first: a retry that failed again). */
+static void retry_keep(struct rput *p, h2o_loop_t *loop, int first)
+{
+    struct rput **pp;
+
+    p->fn = NULL;
+    pthread_mutex_lock(&retry_mu);
+    if (!first)
+        retry_forget(p->tenant, p->token);
     if (nretries >= GW_JUDGE0_REDIS_RETRY_MAX) {
-        struct retry *old = retries;
+        struct rput *old = retries;
         log_warnx("%s: token %s: more than %u puts wait for Redis: the oldest is lost", __func__, old->token,
                   GW_JUDGE0_REDIS_RETRY_MAX);
         retries = old->next;
         free(old);
         nretries--;
     }
-    memset(q, 0, sizeof(*q));
-    snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
-    snprintf(q->token, sizeof(q->token), "%s", token);
-    memcpy(q->text, text, len);
-    q->text[len] = '\0';
-    q->len = len;
-    q->now_ms = now_ms;
-    q->mode = mode;
-    for (pp = &retries; *pp != NULL; pp = &(*pp)->next)
-        ;
-    *pp = q;
+    if (first) {
+        p->next = retries;
+        retries = p;
+    } else {
+        for (pp = &retries; *pp != NULL; pp = &(*pp)->next)
+            ;
+        p->next = NULL;
+        *pp = p;
+    }
     nretries++;
+    pthread_mutex_unlock(&retry_mu);
+    flush_arm(loop);
 }
 
-static int redis_put(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len, uint64_t now_ms,
-                     enum judge0_put_mode mode)
+static int rput_send(struct rput *p, h2o_loop_t *loop, redis_reply_fn done);
+
+/* A put's answer: 1 written, 2 kept what was there (0 or 1 to the
+ * caller); anything else is "not taken": kept to try again (-1). */
+static int put_answer(const redisReply *reply)
+{
+    if (reply == NULL || reply->type != REDIS_REPLY_INTEGER || (reply->integer != 1 && reply->integer != 2))
+        return -1;
+    return reply->integer == 1 ? 0 : 1;
+}
+
+static void flush_next(h2o_loop_t *loop);
+
+static void on_retried(void *arg, const redisReply *reply)
+{
+    struct rput *p = arg;
+    h2o_loop_t *loop = p->loop;
+
+    if (put_answer(reply) < 0) {
+        pthread_mutex_lock(&retry_mu);
+        flushing = 0;
+        pthread_mutex_unlock(&retry_mu);
+        retry_keep(p, loop, 1);
+        return;
+    }
+    log_info("judge0_store: token %s: kept in Redis after an outage", p->token);
+    free(p);
+    pthread_mutex_lock(&retry_mu);
+    flushing = 0;
+    pthread_mutex_unlock(&retry_mu);
+    flush_next(loop);
+}
+
+/* Send the oldest retry, unless one is on its way already. */
+static void flush_next(h2o_loop_t *loop)
+{
+    struct rput *p;
+
+    pthread_mutex_lock(&retry_mu);
+    if (flushing || (p = retries) == NULL || retry_store == NULL) {
+        pthread_mutex_unlock(&retry_mu);
+        return;
+    }
+    retries = p->next;
+    nretries--;
+    flushing = 1;
+    pthread_mutex_unlock(&retry_mu);
+    if (rput_send(p, loop, on_retried) != 0) {
+        pthread_mutex_lock(&retry_mu);
+        flushing = 0;
+        pthread_mutex_unlock(&retry_mu);
+        retry_keep(p, loop, 1);
+    }
+}
+
+static void on_flush_tick(h2o_timeout_entry_t *entry)
+{
+    (void)entry;
+    flush_next(flush_timer.loop);
+    pthread_mutex_lock(&retry_mu);
+    int more = retries != NULL;
+    pthread_mutex_unlock(&retry_mu);
+    if (more)
+        flush_arm(flush_timer.loop);
+}
+
+/* Try the retries again in GW_JUDGE0_REDIS_RETRY_MS, on loop (this thread's). */
+static void flush_arm(h2o_loop_t *loop)
+{
+    if (loop == NULL)
+        return;
+    if (flush_timer.loop == NULL) {
+        flush_timer.loop = loop;
+        h2o_timeout_init(loop, &flush_timer.timeout, GW_JUDGE0_REDIS_RETRY_MS);
+        flush_timer.entry.cb = on_flush_tick;
+    }
+    if (!h2o_timeout_is_linked(&flush_timer.entry))
+        h2o_timeout_link(flush_timer.loop, &flush_timer.timeout, &flush_timer.entry);
+}
+
+/* The put script for p on loop's connection: 0 sent (done hears it), -1 not. */
+static int rput_send(struct rput *p, h2o_loop_t *loop, redis_reply_fn done)
+{
+    const struct judge0_store *s = p->s;
+    char set[RKEY_MAX], rec[RKEY_MAX], prefix[RKEY_MAX + 1], ttl[24], now[24], cap[24], m[4];
+    const char *argv[10];
+    size_t lens[10];
+    struct redis_conn *c = redis_client_conn(s->rc, loop);
+
+    if (c == NULL)
+        return -1;
+    p->loop = loop;
+    redis_keys(s, p->tenant, p->token, set, rec);
+    snprintf(prefix, sizeof(prefix), "%s:", set);
+    snprintf(ttl, sizeof(ttl), "%" PRIu64, s->lim.ttl_ms);
+    snprintf(now, sizeof(now), "%" PRIu64, p->now_ms);
+    snprintf(cap, sizeof(cap), "%zu", s->lim.max_records_per_tenant);
+    snprintf(m, sizeof(m), "%d", (int)p->mode);
+    argv[0] = rec;
+    argv[1] = set;
+    argv[2] = p->token;
+    argv[3] = s->queue_owned ? JUDGE0_QUEUE_OWNER : redis_sync_instance();
+    argv[4] = p->text;
+    argv[5] = ttl;
+    argv[6] = now;
+    argv[7] = cap;
+    argv[8] = prefix;
+    argv[9] = m;
+    for (int i = 0; i < 10; i++)
+        lens[i] = i == 4 ? p->len : strlen(argv[i]);
+    return redis_conn_eval(c, &put_script, 2, 10, argv, lens, done, p);
+}
+
+static void on_put(void *arg, const redisReply *reply)
+{
+    struct rput *p = arg;
+    int rc = put_answer(reply);
+    judge0_put_fn fn = p->fn;
+    void *fn_arg = p->arg;
+
+    if (rc < 0) {
+        if (p->s != retry_store) /* the store is gone (shutting down) */
+            free(p);
+        else
+            retry_keep(p, p->loop, 0);
+    } else {
+        pthread_mutex_lock(&retry_mu);
+        retry_forget(p->tenant, p->token); /* an older one still waiting would undo this */
+        pthread_mutex_unlock(&retry_mu);
+        free(p);
+    }
+    if (fn != NULL)
+        fn(fn_arg, rc);
+}
+
+/* As judge0_store_put_on for the Redis store. */
+static void redis_put_on(struct judge0_store *s, h2o_loop_t *loop, const char *tenant, const char *token, const char *text,
+                         size_t len, uint64_t now_ms, enum judge0_put_mode mode, judge0_put_fn fn, void *arg)
+{
+    struct rput *p;
+
+    if (len > GW_JUDGE0_RECORD_MAX_BYTES || strlen(tenant) > GW_MAX_TENANT_NAME || strlen(token) >= 40 ||
+        s->lim.max_records_per_tenant == 0 || (p = rput_new(s, tenant, token, text, len, now_ms, mode)) == NULL) {
+        if (fn != NULL)
+            fn(arg, -1);
+        return;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    if (rput_send(p, loop, on_put) != 0) {
+        retry_keep(p, loop, 0);
+        if (fn != NULL)
+            fn(arg, -1);
+    }
+}
+
+/* A get on its way. */
+struct rget {
+    struct judge0_store *s;
+    judge0_get_fn fn;
+    void *arg;
+    size_t n;
+    int settled; /* the connection could judge orphans when it asked */
+};
+
+static void on_got(void *arg, const redisReply *reply)
+{
+    struct rget *g = arg;
+    struct judge0_got got[JUDGE0_GET_MAX];
+    int ok = reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == g->n;
+
+    memset(got, 0, sizeof(got));
+    for (size_t i = 0; ok && i < g->n; i++) {
+        const redisReply *e = reply->element[i];
+        if (e->type == REDIS_REPLY_INTEGER && e->integer == 0)
+            continue; /* none */
+        if (e->type != REDIS_REPLY_ARRAY || e->elements != 3 || e->element[0]->type != REDIS_REPLY_STRING ||
+            e->element[1]->type != REDIS_REPLY_STRING || e->element[2]->type != REDIS_REPLY_INTEGER) {
+            ok = 0;
+            break;
+        }
+        got[i].text = e->element[0]->str;
+        got[i].len = e->element[0]->len;
+        got[i].orphaned = !g->s->queue_owned && strcmp(e->element[1]->str, redis_sync_instance()) != 0 &&
+                          e->element[2]->integer == 0 && g->settled;
+    }
+    if (!ok && reply != NULL)
+        log_warnx("judge0_store: an answer to a get that is not the script's: taken as no answer");
+    g->fn(g->arg, !ok, got, g->n);
+    free(g);
+}
+
+int judge0_store_get_on(struct judge0_store *s, h2o_loop_t *loop, const char *tenant, const char *const *tokens, size_t n,
+                        judge0_get_fn fn, void *arg)
+{
+    char keys[JUDGE0_GET_MAX][RKEY_MAX], set[RKEY_MAX];
+    const char *argv[JUDGE0_GET_MAX + 1];
+    struct redis_conn *c;
+    struct rget *g;
+
+    if (!s->redis || n == 0 || n > JUDGE0_GET_MAX || strlen(tenant) > GW_MAX_TENANT_NAME)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (strlen(tokens[i]) >= 40)
+            return -1;
+        redis_keys(s, tenant, tokens[i], set, keys[i]);
+        argv[i] = keys[i];
+    }
+    argv[n] = redis_sync_heartbeat_prefix();
+    if ((c = redis_client_conn(s->rc, loop)) == NULL || (g = calloc(1, sizeof(*g))) == NULL)
+        return -1;
+    *g = (struct rget){s, fn, arg, n, redis_conn_settled(c)};
+    if (redis_conn_eval(c, &get_script, (int)n, (int)n + 1, argv, NULL, on_got, g) != 0) {
+        free(g);
+        return -1;
+    }
+    return 0;
+}
+
+void judge0_store_put_on(struct judge0_store *s, h2o_loop_t *loop, const char *tenant, const char *token, const char *text,
+                         size_t len, uint64_t now_ms, enum judge0_put_mode mode, judge0_put_fn fn, void *arg)
 {
     int rc;
 
-    if (len > GW_JUDGE0_RECORD_MAX_BYTES || strlen(tenant) > GW_MAX_TENANT_NAME || strlen(token) >= 40 ||
-        s->lim.max_records_per_tenant == 0)
-        return -1;
-    pthread_mutex_lock(&retry_mu);
-    if ((rc = redis_write(s, tenant, token, text, len, now_ms, mode)) >= 0)
-        retry_forget(tenant, token);
-    else
-        retry_keep(tenant, token, text, len, now_ms, mode);
-    pthread_mutex_unlock(&retry_mu);
-    return rc;
-}
-
-/* After each heartbeat: the puts Redis did not take, oldest first, until one fails again. */
-static void retry_flush(void)
-{
-    struct retry *q;
-
-    pthread_mutex_lock(&retry_mu);
-    while ((q = retries) != NULL && redis_write(retry_store, q->tenant, q->token, q->text, q->len, q->now_ms, q->mode) >= 0) {
-        retries = q->next;
-        nretries--;
-        log_info("%s: token %s: kept in Redis after an outage", __func__, q->token);
-        free(q);
+    if (s->redis) {
+        redis_put_on(s, loop, tenant, token, text, len, now_ms, mode, fn, arg);
+        return;
     }
-    pthread_mutex_unlock(&retry_mu);
+    rc = judge0_store_put_mode(s, tenant, token, text, len, now_ms, mode);
+    if (fn != NULL)
+        fn(arg, rc);
 }
 
 static void redis_close(struct judge0_store *s)
@@ -1082,45 +1295,24 @@ static void redis_close(struct judge0_store *s)
         return;
     pthread_mutex_lock(&retry_mu);
     while (retries != NULL) {
-        struct retry *q = retries;
+        struct rput *q = retries;
         retries = q->next;
         free(q);
     }
     nretries = 0;
-    retry_store = NULL; /* the heartbeat's flush finds nothing to do */
+    retry_store = NULL; /* a flush finds nothing to do */
     pthread_mutex_unlock(&retry_mu);
 }
 
-static char *redis_get(const struct judge0_store *s, const char *tenant, const char *token, size_t *len, int *orphaned)
+int judge0_store_ready(struct judge0_store *s, h2o_loop_t *loop, uint64_t *retry_after_ms)
 {
-    char set[RKEY_MAX], rec[RKEY_MAX], *text = NULL;
-    const char *argv[2] = {rec, redis_sync_heartbeat_prefix()};
-    redisReply *rep;
+    struct redis_conn *c;
 
-    if (strlen(tenant) > GW_MAX_TENANT_NAME || strlen(token) >= 40)
-        return NULL;
-    redis_keys(tenant, token, set, rec);
-    if ((rep = redis_sync_eval(&get_script, 1, 2, argv, NULL)) == NULL) {
-        *orphaned = JUDGE0_STORE_DOWN;
-        return NULL;
-    }
-    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 && rep->element[0]->type == REDIS_REPLY_STRING &&
-        rep->element[1]->type == REDIS_REPLY_STRING && rep->element[2]->type == REDIS_REPLY_INTEGER &&
-        (text = malloc(rep->element[0]->len + 1)) != NULL) {
-        memcpy(text, rep->element[0]->str, rep->element[0]->len);
-        text[rep->element[0]->len] = '\0';
-        *len = rep->element[0]->len;
-        *orphaned = !s->queue_owned && strcmp(rep->element[1]->str, redis_sync_instance()) != 0 && rep->element[2]->integer == 0 &&
-                    redis_sync_settled();
-    }
-    freeReplyObject(rep);
-    return text;
-}
-
-int judge0_store_ready(struct judge0_store *s, uint64_t *retry_after_ms)
-{
-    if (!s->redis || redis_sync_ping())
+    if (!s->redis)
         return 1;
-    *retry_after_ms = redis_sync_retry_after_ms();
+    c = redis_client_conn(s->rc, loop);
+    if (redis_conn_usable(c))
+        return 1;
+    *retry_after_ms = c != NULL ? redis_conn_retry_after_ms(c) : GW_REDIS_BACKOFF_MIN_MS;
     return 0;
 }

@@ -13,13 +13,18 @@
  *     store_dir): one file per record, written atomically, so results
  *     survive a restart.  Its theory of operation is in judge0_store.c;
  *   - in Redis (judge0_store_open_redis, submissions.store: redis): shared
- *     by several gateways, kept across restarts of all of them.
+ *     by several gateways, kept across restarts of all of them; answered
+ *     on the caller's event loop (judge0_store_get_on, _put_on): never a
+ *     blocking round trip.
  */
 #ifndef GW_JUDGE0_STORE_H
 #define GW_JUDGE0_STORE_H
 
+#include <h2o.h>
 #include <stddef.h>
 #include <stdint.h>
+
+struct redis_client;
 
 struct judge0_store_limits {
     size_t max_records;            /* all tenants together */
@@ -43,16 +48,24 @@ void judge0_store_free(struct judge0_store *s);
 struct judge0_store *judge0_store_open_dir(const char *dir, const struct judge0_store_limits *lim, char *err, size_t errlen);
 
 /*
- * A store in the Redis the limiter section names (redis_sync_start must
- * have run): records per tenant capped, each expiring ttl_ms after its
- * put; the overall caps are Redis' maxmemory.  NULL with err set.
+ * A store in the Redis of rc (the gateway's one asynchronous client, on
+ * the limiter section's settings; before rc's first connection: its
+ * scripts are registered), answering on the caller's loop
+ * (judge0_store_get_on, judge0_store_put_on): records per tenant capped,
+ * each expiring ttl_ms after its put; the overall caps are Redis'
+ * maxmemory.  NULL with err set.
  */
-struct judge0_store *judge0_store_open_redis(const struct judge0_store_limits *lim, char *err, size_t errlen);
+struct judge0_store *judge0_store_open_redis(struct redis_client *rc, const struct judge0_store_limits *lim, char *err,
+                                             size_t errlen);
 
-/* Can s keep a result now (Redis: a PING answered)?  1; or 0 with
- * *retry_after_ms (Redis is unreachable: a POST is refused rather than run
- * and its result lost). */
-int judge0_store_ready(struct judge0_store *s, uint64_t *retry_after_ms);
+/* 1: s answers on an event loop, later (the Redis store): gets go through
+ * judge0_store_get_on.  0: judge0_store_get answers at once. */
+int judge0_store_remote(const struct judge0_store *s);
+
+/* Can s keep a result now (Redis: loop's connection is up or being made,
+ * no round trip)?  1; or 0 with *retry_after_ms (Redis is unreachable: a
+ * POST is refused rather than run and its result lost). */
+int judge0_store_ready(struct judge0_store *s, h2o_loop_t *loop, uint64_t *retry_after_ms);
 
 /* Only the checks of judge0_store_open_dir on dir (moat-gateway -n, as the
  * gateway's user): 0, or -1 with err set. */
@@ -100,6 +113,18 @@ enum judge0_put_mode { JUDGE0_PUT_REPLACE, JUDGE0_PUT_IF_ABSENT, JUDGE0_PUT_PEND
 int judge0_store_put_mode(struct judge0_store *s, const char *tenant, const char *token, const char *text, size_t len,
                           uint64_t now_ms, enum judge0_put_mode mode);
 
+/*
+ * The put for every store, on loop: fn (may be NULL) hears
+ * judge0_store_put_mode's answer exactly once: before this returns for
+ * the memory and directory stores, or when Redis cannot be asked; else
+ * later, on loop.  A put Redis did not take (-1) is also kept and tried
+ * again until it does (at most GW_JUDGE0_REDIS_RETRY_MAX of them).  Puts
+ * of one token sent on one loop reach Redis in order.
+ */
+typedef void (*judge0_put_fn)(void *arg, int rc);
+void judge0_store_put_on(struct judge0_store *s, h2o_loop_t *loop, const char *tenant, const char *token, const char *text,
+                         size_t len, uint64_t now_ms, enum judge0_put_mode mode, judge0_put_fn fn, void *arg);
+
 /* queue: redis: the Redis store's records belong to the shared queue, not
  * to the gateway that put them: never orphaned when it stops (another
  * gateway takes its runs over).  At start-up. */
@@ -116,6 +141,24 @@ void judge0_store_owned_by_queue(struct judge0_store *s);
  */
 #define JUDGE0_STORE_DOWN 2
 char *judge0_store_get(struct judge0_store *s, const char *tenant, const char *token, uint64_t now_ms, size_t *len, int *orphaned);
+
+/*
+ * The Redis store's get: tenant's records of n tokens (1 <= n <=
+ * JUDGE0_GET_MAX) in one round trip, on loop.  0: fn is called exactly
+ * once, later, on loop, with got[i] for tokens[i] (text NULL: none, as
+ * judge0_store_get's NULL; valid during the call only) or down 1 (Redis
+ * did not answer: the records may exist).  -1: not sent (Redis is
+ * unreachable, or not the Redis store): fn is not called.
+ */
+#define JUDGE0_GET_MAX 20
+struct judge0_got {
+    const char *text;
+    size_t len;
+    int orphaned; /* as judge0_store_get's */
+};
+typedef void (*judge0_get_fn)(void *arg, int down, const struct judge0_got *got, size_t n);
+int judge0_store_get_on(struct judge0_store *s, h2o_loop_t *loop, const char *tenant, const char *const *tokens, size_t n,
+                        judge0_get_fn fn, void *arg);
 
 /* Records held (tests, /config_info). */
 size_t judge0_store_count(struct judge0_store *s);

@@ -233,7 +233,7 @@ static int start_queue(struct gw_server *srv, const struct gw_config *cfg, char 
  * be its own): the submissions section's store, memory by default.  Read
  * at start only: a reload keeps the running store.
  */
-static int start_store(const struct gw_submissions_config *c, char *err, size_t errlen)
+static int start_store(struct gw_server *srv, const struct gw_submissions_config *c, char *err, size_t errlen)
 {
     const struct judge0_store_limits lim = {c->max_records, c->max_per_tenant, c->max_bytes, c->ttl_s * 1000u};
     struct judge0_store *s;
@@ -243,7 +243,11 @@ static int start_store(const struct gw_submissions_config *c, char *err, size_t 
         s = judge0_store_open_dir(c->store_dir, &lim, err, errlen);
         break;
     case GW_SUBMISSIONS_REDIS:
-        s = judge0_store_open_redis(&lim, err, errlen);
+        if (srv->redis == NULL) {
+            snprintf(err, errlen, "submissions store redis: no Redis client");
+            return -1;
+        }
+        s = judge0_store_open_redis(srv->redis, &lim, err, errlen);
         break;
     default:
         if ((s = judge0_store_new(&lim)) == NULL)
@@ -388,7 +392,7 @@ int main(int argc, char **argv)
     }
     if (gw_drop_privileges(server.user, err, sizeof(err)) != 0)
         fatalx("%s: privilege drop: %s", __func__, err);
-    if (start_store(&server.gen->cfg.submissions, err, sizeof(err)) != 0 ||
+    if (start_store(&server, &server.gen->cfg.submissions, err, sizeof(err)) != 0 ||
         start_shared(&server.gen->cfg.limiter, err, sizeof(err)) != 0 ||
         start_queue(&server, &server.gen->cfg, err, sizeof(err)) != 0)
         fatalx("%s: submissions: %s", __func__, err);

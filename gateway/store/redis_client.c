@@ -70,6 +70,7 @@ struct redis_conn {
     redisAsyncContext *ac; /* NULL: down */
     int up;                /* the connect completed */
     int ready;             /* and the setup is through */
+    uint64_t ready_since;  /* when it last became ready */
     int lost;              /* has been down since the last success (log the recovery); __atomic */
     char owner[REDIS_CLIENT_OWNER_MAX];
     char heartbeat[REDIS_CLIENT_KEY_MAX];
@@ -195,6 +196,7 @@ static void conn_works(struct redis_conn *c)
     char name[96];
 
     c->ready = 1;
+    c->ready_since = now_ms();
     c->backoff_ms = GW_REDIS_BACKOFF_MIN_MS;
     if (c->lost)
         log_info("redis_client: Redis at %s answers again (%s)", redis_name(c->rc, name, sizeof(name)), c->rc->what);
@@ -397,6 +399,16 @@ int redis_client_subscribe(struct redis_client *rc, h2o_loop_t *loop, const char
 int redis_conn_ready(const struct redis_conn *c)
 {
     return c != NULL && c->ac != NULL && c->ready;
+}
+
+int redis_conn_usable(const struct redis_conn *c)
+{
+    return c != NULL && c->ac != NULL;
+}
+
+int redis_conn_settled(const struct redis_conn *c)
+{
+    return redis_conn_ready(c) && now_ms() - c->ready_since >= c->rc->lease_ms;
 }
 
 uint64_t redis_conn_retry_after_ms(const struct redis_conn *c)

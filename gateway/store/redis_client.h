@@ -4,8 +4,8 @@
  * after a loss, with the Lua scripts its users register loaded on each.
  * Theory of operation: redis_client.c.
  *
- * Users: the limiter (ratelimit_redis.c) and the submissions queue
- * (queue_redis.c).  A user never sees a redisAsyncContext: it sends a
+ * Users: the limiter (ratelimit_redis.c), the submissions queue
+ * (queue_redis.c) and the results store (judge0_store.c).  A user never sees a redisAsyncContext: it sends a
  * script or a command on the connection of the loop it runs on and gets
  * the reply (or NULL: no answer) back on that loop.
  */
@@ -72,6 +72,14 @@ struct redis_conn *redis_client_thread_conn(const struct redis_client *rc);
 
 /* Connected and set up (AUTH, SELECT, scripts): 1 or 0. */
 int redis_conn_ready(const struct redis_conn *c);
+
+/* Connected or connecting: a command sent now is sent (answered, or
+ * timed out), not refused at once.  1 or 0. */
+int redis_conn_usable(const struct redis_conn *c);
+
+/* Ready for lease_ms at least, so that every live gateway's heartbeat
+ * key must exist by now (right after Redis restarts one may not yet). */
+int redis_conn_settled(const struct redis_conn *c);
 
 /* Down: how long until the next attempt (at least 1000 ms, for Retry-After). */
 uint64_t redis_conn_retry_after_ms(const struct redis_conn *c);
