@@ -737,6 +737,47 @@ static void async_who(const struct async_run *a, struct gw_audit_who *who)
 static int claim_unfinished(struct claimed *cl, const char *tenant, const char *token, const char *text, size_t len);
 
 /*
+ * A wait that may outlive its request (an answer from Redis): watch.r is
+ * NULL once h2o disposed of the request (the pool's guard points back).
+ * The waits below (gate, remote, a GET's fetch) embed one.
+ */
+struct req_watch {
+    struct gw_request *r;
+    struct req_watch **guard; /* in the request's pool */
+};
+
+static void watch_gone(void *p)
+{
+    struct req_watch **guard = p;
+
+    if (*guard != NULL) {
+        (*guard)->r = NULL;
+        (*guard)->guard = NULL;
+    }
+}
+
+/* Watch r: 0, or -1 out of memory. */
+static int watch_start(struct req_watch *w, struct gw_request *r)
+{
+    struct req_watch **guard = h2o_mem_alloc_shared(&r->req->pool, sizeof(*guard), watch_gone);
+
+    if (guard == NULL)
+        return -1;
+    *guard = w;
+    w->guard = guard;
+    w->r = r;
+    return 0;
+}
+
+/* The wait is over (before w is freed). */
+static void watch_end(struct req_watch *w)
+{
+    if (w->guard != NULL)
+        *w->guard = NULL;
+    w->guard = NULL;
+}
+
+/*
  * What a 201 waits for with a store that answers later (Redis): the
  * records ("In Queue", or "Processing" of a run started at once) of what
  * it accepted, kept, so that a GET on any gateway right after it finds
@@ -745,50 +786,35 @@ static int claim_unfinished(struct claimed *cl, const char *tenant, const char *
  * the step waits.
  */
 struct gate {
-    struct gw_request *r; /* NULL once the request is gone */
-    struct gate **guard;  /* the request pool's pointer to this */
-    unsigned waiting;     /* puts not yet answered */
-    int armed;            /* the step is over: the last answer ends it */
-    enum gw_flow flow;    /* what follows then */
+    struct req_watch watch;
+    unsigned waiting;  /* puts not yet answered */
+    int armed;         /* the step is over: the last answer ends it */
+    enum gw_flow flow; /* what follows then */
 };
 
 static __thread struct gate *answer_gate;
 
-static void gate_gone(void *p)
-{
-    struct gate **guard = p;
-
-    if (*guard != NULL) {
-        (*guard)->r = NULL;
-        (*guard)->guard = NULL;
-    }
-}
-
 /* A gate for r, or NULL (out of memory: the answer does not wait). */
 static struct gate *gate_new(struct gw_request *r)
 {
-    struct gate *g = calloc(1, sizeof(*g)), **guard;
+    struct gate *g = calloc(1, sizeof(*g));
 
-    if (g == NULL || (guard = h2o_mem_alloc_shared(&r->req->pool, sizeof(*guard), gate_gone)) == NULL) {
+    if (g == NULL || watch_start(&g->watch, r) != 0) {
         free(g);
         return NULL;
     }
-    *guard = g;
-    g->guard = guard;
-    g->r = r;
     return g;
 }
 
 static void gate_free(struct gate *g)
 {
-    if (g->guard != NULL)
-        *g->guard = NULL;
+    watch_end(&g->watch);
     free(g);
 }
 
 static void gate_put_done(struct gate *g)
 {
-    struct gw_request *r = g->r;
+    struct gw_request *r = g->watch.r;
     enum gw_flow flow = g->flow;
 
     if (--g->waiting > 0 || !g->armed)
@@ -1963,8 +1989,7 @@ static void claim_release(struct claimed *cl)
 
 /* What an accepted POST's answer waits for: the enqueue's reply. */
 struct remote {
-    struct gw_request *r;  /* NULL once the request is gone */
-    struct remote **guard; /* the request pool's pointer to this */
+    struct req_watch watch;
     struct judge0_store *st;
     h2o_loop_t *loop; /* the request's */
     char tenant[GW_MAX_TENANT_NAME + 1];
@@ -1977,22 +2002,11 @@ struct remote {
 
 static void remote_free(struct remote *rem)
 {
-    if (rem->guard != NULL)
-        *rem->guard = NULL;
+    watch_end(&rem->watch);
     for (size_t i = 0; i < rem->n; i++)
         free(rem->shown[i]);
     free(rem->answer);
     free(rem);
-}
-
-static void remote_gone(void *p)
-{
-    struct remote **guard = p;
-
-    if (*guard != NULL) {
-        (*guard)->r = NULL;
-        (*guard)->guard = NULL;
-    }
 }
 
 /* An "In Queue" of a queued entry's member on its way; the 201 waits for it (g). */
@@ -2030,7 +2044,7 @@ static void remote_show(struct remote *rem, size_t i, struct gate *g)
 static void on_remote_queued(void *arg, enum qr_verdict v, char (*ids)[QR_ID_MAX], size_t n)
 {
     struct remote *rem = arg;
-    struct gw_request *r = rem->r;
+    struct gw_request *r = rem->watch.r;
     enum gw_flow f = GW_DENY;
     const char *several = rem->batch ? ": the batch is refused whole, none of it was queued" : "";
     char msg[GW_ERR_MSG_MAX];
@@ -2135,17 +2149,11 @@ static char *in_queue_text(const char *token, int64_t created_ms, const struct j
 static struct remote *remote_new(struct gw_request *r, int batch)
 {
     struct remote *rem = calloc(1, sizeof(*rem));
-    struct remote **guard;
 
-    if (rem == NULL)
-        return NULL;
-    if ((guard = h2o_mem_alloc_shared(&r->req->pool, sizeof(*guard), remote_gone)) == NULL) {
+    if (rem == NULL || watch_start(&rem->watch, r) != 0) {
         free(rem);
         return NULL;
     }
-    *guard = rem;
-    rem->guard = guard;
-    rem->r = r;
     rem->batch = batch;
     rem->st = judge0_store_default();
     rem->loop = r->worker->ctx.loop;
@@ -2601,7 +2609,7 @@ enum unshown { SHOWN, NOT_FOUND, NOT_UTF8, STORE_DOWN };
  * its tokens at once (fetch_start: GW_WAIT), the answer is copied into
  * the request's pool (struct fetched, r->job) and the step runs again
  * (GW_REPEAT), rendering from it as from a store that answers at once.
- * The request may go away meanwhile: the wait's guard says so.
+ * The request may go away meanwhile: the wait is a req_watch.
  */
 struct fetched {
     int down; /* Redis did not answer */
@@ -2613,29 +2621,13 @@ struct fetched {
     } got[JUDGE0_GET_MAX];
 };
 
-struct fetch_wait {
-    struct gw_request *r; /* NULL once the request is gone */
-    struct fetch_wait **guard;
-};
-
-static void fetch_gone(void *p)
-{
-    struct fetch_wait **guard = p;
-
-    if (*guard != NULL) {
-        (*guard)->r = NULL;
-        (*guard)->guard = NULL;
-    }
-}
-
 static void on_fetched(void *arg, int down, const struct judge0_got *got, size_t n)
 {
-    struct fetch_wait *fw = arg;
+    struct req_watch *fw = arg;
     struct gw_request *r = fw->r;
     struct fetched *f;
 
-    if (fw->guard != NULL)
-        *fw->guard = NULL;
+    watch_end(fw);
     free(fw);
     if (r == NULL)
         return;
@@ -2661,17 +2653,14 @@ static void on_fetched(void *arg, int down, const struct judge0_got *got, size_t
 static enum gw_flow fetch_start(struct gw_request *r, const char *const *tokens, size_t n)
 {
     struct judge0_store *st = judge0_store_default();
-    struct fetch_wait *fw = calloc(1, sizeof(*fw)), **guard;
+    struct req_watch *fw = calloc(1, sizeof(*fw));
 
-    if (fw == NULL || (guard = h2o_mem_alloc_shared(&r->req->pool, sizeof(*guard), fetch_gone)) == NULL) {
+    if (fw == NULL || watch_start(fw, r) != 0) {
         free(fw);
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
     }
-    *guard = fw;
-    fw->guard = guard;
-    fw->r = r;
     if (judge0_store_get_on(st, r->worker->ctx.loop, r->tenant, tokens, n, on_fetched, fw) != 0) {
-        *guard = NULL;
+        watch_end(fw);
         free(fw);
         return store_down(r, GW_JUDGE0_STORE_RETRY_AFTER_MS);
     }
