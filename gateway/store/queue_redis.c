@@ -94,6 +94,16 @@
 #define QR_SWEEP_SCAN  32 /* pending entries looked at per stream per sweep */
 #define QR_DEAD_SHOWN  10 /* dead letters the counts show */
 
+/* Lua, for a script whose KEYS[2..5] are wait, bytes, ring, tenants:
+ * k submissions of b bytes of tenant t are waiting now (counted, the
+ * tenant in the ring if it was not, a wake-up on chan). */
+#define QR_LUA_WAITING                                                                                                             \
+    "redis.call('HINCRBY', KEYS[2], '*', k)\n"                                                                                     \
+    "redis.call('HINCRBY', KEYS[3], t, b)\n"                                                                                       \
+    "if redis.call('HINCRBY', KEYS[2], t, k) == k then redis.call('RPUSH', KEYS[4], t) end\n"                                      \
+    "redis.call('SADD', KEYS[5], t)\n"                                                                                             \
+    "redis.call('PUBLISH', chan, t)\n"
+
 /* KEYS: stream, wait, bytes, ring, tenants.  ARGV: T, queue_max,
  * per_tenant, bytes_per_tenant, group, channel, n, then per entry k, n, g, e.
  * {1, {ids}} or {0, reason} (1 queue_max, 2 per tenant, 3 bytes). */
@@ -113,13 +123,7 @@ static struct redis_script enqueue_script = {
     "for i = 0, n - 1 do\n"
     "  ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', 'k', ARGV[8 + 4 * i], 'n', ARGV[9 + 4 * i], 'g', ARGV[10 + 4 * i],\n"
     "                             'e', ARGV[11 + 4 * i])\n"
-    "end\n"
-    "redis.call('HINCRBY', KEYS[2], '*', k)\n"
-    "redis.call('HINCRBY', KEYS[3], t, b)\n"
-    "if redis.call('HINCRBY', KEYS[2], t, k) == k then redis.call('RPUSH', KEYS[4], t) end\n"
-    "redis.call('SADD', KEYS[5], t)\n"
-    "redis.call('PUBLISH', chan, t)\n"
-    "return {1, ids}\n",
+    "end\n" QR_LUA_WAITING "return {1, ids}\n",
     "", NULL};
 
 /* KEYS: wait, bytes, ring, tenants.  ARGV: streams' prefix, group,
@@ -201,19 +205,13 @@ static struct redis_script release_script = {
     "redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])\n"
     "redis.call('XDEL', KEYS[1], ARGV[2])\n"
     "if not r[1] then return 0 end\n"
-    "local f, k, b, g, e = r[1][2], '1', '0', '', ''\n"
+    "local f, ks, bs, g, e = r[1][2], '1', '0', '', ''\n"
     "for j = 1, #f, 2 do\n"
-    "  if f[j] == 'k' then k = f[j + 1] elseif f[j] == 'n' then b = f[j + 1]\n"
+    "  if f[j] == 'k' then ks = f[j + 1] elseif f[j] == 'n' then bs = f[j + 1]\n"
     "  elseif f[j] == 'g' then g = f[j + 1] elseif f[j] == 'e' then e = f[j + 1] end\n"
     "end\n"
-    "local t = ARGV[6]\n"
-    "redis.call('XADD', KEYS[1], '*', 'k', k, 'n', b, 'g', g, 'e', e, 'a', ARGV[5])\n"
-    "redis.call('HINCRBY', KEYS[2], '*', tonumber(k))\n"
-    "redis.call('HINCRBY', KEYS[3], t, tonumber(b))\n"
-    "if redis.call('HINCRBY', KEYS[2], t, tonumber(k)) == tonumber(k) then redis.call('RPUSH', KEYS[4], t) end\n"
-    "redis.call('SADD', KEYS[5], t)\n"
-    "redis.call('PUBLISH', ARGV[4], t)\n"
-    "return 1\n",
+    "local t, k, b, chan = ARGV[6], tonumber(ks), tonumber(bs), ARGV[4]\n"
+    "redis.call('XADD', KEYS[1], '*', 'k', ks, 'n', bs, 'g', g, 'e', e, 'a', ARGV[5])\n" QR_LUA_WAITING "return 1\n",
     "", NULL};
 
 /* KEYS: stream.  ARGV: group, id.  The entries acknowledged (0 or 1). */
