@@ -110,13 +110,21 @@ struct gw_control_config {
 /* The top-level limiter section (config_limiter.c): where tenants' limits
  * are kept.  redis 0: in this process's memory. */
 struct gw_limiter_config {
-    int redis;      /* store: redis */
-    char *socket;   /* redis.socket, or NULL */
-    char *host;     /* redis.host (numeric), or NULL */
-    unsigned port;  /* redis.port */
-    char *password; /* the password_file's secret, or NULL */
-    unsigned db;    /* redis.db */
-    char *prefix;   /* redis.prefix */
+    int redis;     /* store: redis */
+    char *socket;  /* redis.socket, or NULL */
+    char *host;    /* redis.host (numeric), or NULL */
+    unsigned port; /* redis.port */
+    /* or redis.sentinels (numeric "host:port" each) and redis.master */
+    struct {
+        char *host;
+        unsigned port;
+    } sentinels[GW_REDIS_MAX_SENTINELS];
+    size_t nsentinels;
+    char *master;
+    char *sentinel_password; /* the sentinel_password_file's secret, or NULL */
+    char *password;          /* the password_file's secret, or NULL */
+    unsigned db;             /* redis.db */
+    char *prefix;            /* redis.prefix */
     uint64_t connect_timeout_ms, timeout_ms, lease_ms;
     int local_fallback; /* on_unavailable: local */
     unsigned gateways;  /* the local fallback's divisor */

@@ -10,7 +10,9 @@
  *     store: redis                # memory (default) | redis
  *     redis:                      # required with store: redis, refused without
  *       socket: /run/redis/redis.sock   # or host: 10.0.0.5 (numeric) and port: 6379
- *       password_file: /etc/moat/redis.password  # required with host
+ *       # or sentinels: ["10.0.0.7:26379", "[fd00::8]:26379"] and master: mymaster
+ *       password_file: /etc/moat/redis.password  # required with host or sentinels
+ *       sentinel_password_file: /etc/moat/sentinel.password  # the Sentinels' own, if any
  *       db: 0
  *       prefix: "moat:"
  *       connect_timeout_ms: 1000
@@ -48,7 +50,7 @@
 #include "moat_io.h"
 
 /* The password file: the secret, its one trailing newline dropped. */
-static int read_password(struct parse_ctx *pc, const yaml_node_t *n, const char *path, char **out)
+static int read_password(struct parse_ctx *pc, const yaml_node_t *n, const char *key, const char *path, char **out)
 {
     char err[512], buf[GW_REDIS_MAX_PASSWORD + 2];
     struct stat st;
@@ -56,20 +58,20 @@ static int read_password(struct parse_ctx *pc, const yaml_node_t *n, const char 
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY), saved;
 
     if (fd == -1)
-        return cfg_fail(pc, n, "limiter.redis.password_file %s: %s", path, strerror(errno));
+        return cfg_fail(pc, n, "limiter.redis.%s %s: %s", key, path, strerror(errno));
     if (gw_check_file_secrecy(fd, path, err, sizeof(err)) != 0 || fstat(fd, &st) != 0) {
         close(fd);
         return cfg_fail(pc, n, "%s", err);
     }
     if ((st.st_mode & S_IRWXO) != 0) {
         close(fd);
-        return cfg_fail(pc, n, "limiter.redis.password_file %s: others may read it (chmod o-rwx)", path);
+        return cfg_fail(pc, n, "limiter.redis.%s %s: others may read it (chmod o-rwx)", key, path);
     }
     got = moat_read_full(fd, buf, sizeof(buf) - 1);
     saved = errno;
     close(fd);
     if (got < 0)
-        return cfg_fail(pc, n, "limiter.redis.password_file %s: %s", path, strerror(saved));
+        return cfg_fail(pc, n, "limiter.redis.%s %s: %s", key, path, strerror(saved));
     if (got > 0 && buf[got - 1] == '\n')
         got--;
     if (got > 0 && buf[got - 1] == '\r')
@@ -77,7 +79,7 @@ static int read_password(struct parse_ctx *pc, const yaml_node_t *n, const char 
     buf[got] = '\0';
     if (got == 0 || got > GW_REDIS_MAX_PASSWORD || strlen(buf) != (size_t)got || strpbrk(buf, "\r\n") != NULL) {
         OPENSSL_cleanse(buf, sizeof(buf));
-        return cfg_fail(pc, n, "limiter.redis.password_file %s: want one line of 1 to %d bytes", path, GW_REDIS_MAX_PASSWORD);
+        return cfg_fail(pc, n, "limiter.redis.%s %s: want one line of 1 to %d bytes", key, path, GW_REDIS_MAX_PASSWORD);
     }
     if (*out != NULL) {
         OPENSSL_cleanse(*out, strlen(*out));
@@ -101,6 +103,55 @@ static int good_prefix(const char *s)
         if (*s <= ' ' || *s > '~')
             return 0;
     return 1;
+}
+
+/* "host:port" or "[v6]:port", numeric, into *a. */
+static int parse_sentinel(struct parse_ctx *pc, const yaml_node_t *e, char **host, unsigned *port)
+{
+    const char *s = cfg_scalar(e), *colon;
+    char h[64], *end;
+    unsigned long p;
+    size_t hl;
+
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        colon = close != NULL && close[1] == ':' ? close + 1 : NULL;
+        s++;
+        hl = colon != NULL ? (size_t)(colon - 1 - s) : 0;
+    } else {
+        colon = strrchr(s, ':');
+        hl = colon != NULL ? (size_t)(colon - s) : 0;
+    }
+    if (colon == NULL || hl == 0 || hl >= sizeof(h))
+        return cfg_fail(pc, e, "limiter.redis.sentinels: want \"host:port\" (\"[v6]:port\"), got '%s'", cfg_scalar(e));
+    memcpy(h, s, hl);
+    h[hl] = '\0';
+    errno = 0;
+    p = strtoul(colon + 1, &end, 10);
+    if (!numeric_host(h) || errno != 0 || *end != '\0' || colon[1] == '\0' || p == 0 || p > 65535)
+        return cfg_fail(pc, e, "limiter.redis.sentinels: '%s': a numeric address and a port from 1 to 65535", cfg_scalar(e));
+    if ((*host = strdup(h)) == NULL)
+        return cfg_fail(pc, e, "out of memory");
+    *port = (unsigned)p;
+    return 0;
+}
+
+static int parse_sentinels(struct parse_ctx *pc, const yaml_node_t *v, struct gw_limiter_config *l)
+{
+    if (v->type != YAML_SEQUENCE_NODE || v->data.sequence.items.top == v->data.sequence.items.start)
+        return cfg_fail(pc, v, "limiter.redis.sentinels must be a sequence of 1 to %d \"host:port\"", GW_REDIS_MAX_SENTINELS);
+    if (l->nsentinels != 0)
+        return cfg_fail(pc, v, "limiter.redis.sentinels given twice");
+    for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+        yaml_node_t *e = yaml_document_get_node(pc->doc, *it);
+        if (l->nsentinels == GW_REDIS_MAX_SENTINELS)
+            return cfg_fail(pc, e, "limiter.redis.sentinels: at most %d", GW_REDIS_MAX_SENTINELS);
+        if (cfg_want_scalar(pc, e, "limiter.redis.sentinels") != 0 ||
+            parse_sentinel(pc, e, &l->sentinels[l->nsentinels].host, &l->sentinels[l->nsentinels].port) != 0)
+            return -1;
+        l->nsentinels++;
+    }
+    return 0;
 }
 
 static int redis_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
@@ -140,12 +191,22 @@ static int redis_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, vo
             return -1;
         return good_prefix(l->prefix) ? 0 : cfg_fail(pc, v, "limiter.redis.prefix: printable ASCII without spaces only");
     }
-    if (strcmp(key, "password_file") == 0) {
-        if (cfg_string(pc, v, "limiter.redis.password_file", GW_MAX_PATH_LEN, &path) != 0)
+    if (strcmp(key, "password_file") == 0 || strcmp(key, "sentinel_password_file") == 0) {
+        if (cfg_string(pc, v, key[0] == 'p' ? "limiter.redis.password_file" : "limiter.redis.sentinel_password_file",
+                       GW_MAX_PATH_LEN, &path) != 0)
             return -1;
-        rc = read_password(pc, v, path, &l->password);
+        rc = read_password(pc, v, key, path, key[0] == 'p' ? &l->password : &l->sentinel_password);
         free(path);
         return rc;
+    }
+    if (strcmp(key, "sentinels") == 0)
+        return parse_sentinels(pc, v, l);
+    if (strcmp(key, "master") == 0) {
+        if (cfg_string(pc, v, "limiter.redis.master", GW_REDIS_MAX_MASTER_NAME, &l->master) != 0)
+            return -1;
+        return l->master[0] != '\0' && good_prefix(l->master)
+                   ? 0
+                   : cfg_fail(pc, v, "limiter.redis.master: a Sentinel master name (printable ASCII without spaces)");
     }
     return cfg_uint_table(pc, fields, sizeof(fields) / sizeof(fields[0]), "limiter.redis", key, v, l);
 }
@@ -187,9 +248,13 @@ int cfg_parse_limiter(struct parse_ctx *pc, yaml_node_t *v)
         return redis != NULL ? cfg_fail(pc, redis, "limiter.redis needs store: redis") : 0;
     if (redis == NULL)
         return cfg_fail(pc, v, "limiter: store: redis needs a redis section (socket, or host and password_file)");
-    if ((l->socket == NULL) == (l->host == NULL))
-        return cfg_fail(pc, redis, "limiter.redis: give either socket or host (and port), not both");
-    if (l->host != NULL && l->password == NULL)
+    if ((l->socket != NULL) + (l->host != NULL) + (l->nsentinels > 0) != 1)
+        return cfg_fail(pc, redis, "limiter.redis: give one of socket, host (and port), or sentinels (and master)");
+    if ((l->nsentinels > 0) != (l->master != NULL))
+        return cfg_fail(pc, redis, "limiter.redis: sentinels and master go together");
+    if (l->sentinel_password != NULL && l->nsentinels == 0)
+        return cfg_fail(pc, redis, "limiter.redis.sentinel_password_file needs sentinels");
+    if ((l->host != NULL || l->nsentinels > 0) && l->password == NULL)
         return cfg_fail(pc, redis, "limiter.redis: a Redis reached over TCP needs a password_file");
     if (l->prefix == NULL && (l->prefix = strdup(GW_REDIS_DEFAULT_PREFIX)) == NULL)
         return cfg_fail(pc, v, "out of memory");
@@ -203,6 +268,13 @@ void cfg_free_limiter(struct gw_config *cfg)
     free(l->socket);
     free(l->host);
     free(l->prefix);
+    free(l->master);
+    for (size_t i = 0; i < l->nsentinels; i++)
+        free(l->sentinels[i].host);
+    if (l->sentinel_password != NULL) {
+        OPENSSL_cleanse(l->sentinel_password, strlen(l->sentinel_password));
+        free(l->sentinel_password);
+    }
     if (l->password != NULL) {
         OPENSSL_cleanse(l->password, strlen(l->password));
         free(l->password);

@@ -206,11 +206,13 @@
 #define GW_REDIS_MAX_LEASE_MS               3600000
 #define GW_REDIS_DEFAULT_GATEWAYS           1 /* on_unavailable: local divides each limit by this */
 #define GW_REDIS_MAX_GATEWAYS               1024
+#define GW_REDIS_MAX_SENTINELS              16   /* limiter.redis.sentinels */
+#define GW_REDIS_MAX_MASTER_NAME            64   /* limiter.redis.master */
 #define GW_REDIS_TICK_MS                    100  /* reconnects, connect deadlines and heartbeats are checked this often */
 #define GW_REDIS_BACKOFF_MIN_MS             100  /* the first reconnect after a loss */
 #define GW_REDIS_BACKOFF_MAX_MS             2000 /* reconnects, doubling up to this */
 /* Beside the heartbeat keys (<prefix>g:<name>, names are hex): the time of
- * any process's last beat, and the grace after Redis was away (redis_sync.c). */
+ * any process's last beat, and the grace after Redis was away (redis_beat.c). */
 #define GW_REDIS_BEAT_LAST  "~last"
 #define GW_REDIS_BEAT_GRACE "~grace"
 

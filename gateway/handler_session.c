@@ -9,24 +9,79 @@
  * `init` will be judged with, and counts the session against the tenant's
  * sessions.max_concurrent and the gateway's sessions.max_sessions: over
  * either it is a 429 (tenant) or 503 (gateway) with Retry-After, before the
- * upgrade.  Step 9 upgrades, and the session takes the count over.
+ * upgrade.  With counts shared in Redis the step waits for Redis' answer
+ * (struct asking) and runs again with it.  Step 9 upgrades, and the
+ * session takes the count over.
  */
 #include "pipeline.h"
 #include "http.h"
-#include "redis_sync.h"
 #include "runtime_table.h"
 #include "session_ws.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define GW_SESSION_RETRY_AFTER_MS 1000
 
 struct connect_job {
     int asked_table;
-    int counted; /* holds a count in the session registry */
+    int counted;  /* holds a count in the session registry */
+    int answered; /* Redis answered the count's acquire: verdict */
+    enum gw_session_refusal verdict;
     char tenant[GW_MAX_TENANT_NAME + 1];
 };
+
+/* An acquire waiting for Redis; its request may go away meanwhile (then
+ * a count granted is given back at once). */
+struct asking {
+    struct gw_req_watch watch;
+    char tenant[GW_MAX_TENANT_NAME + 1];
+};
+
+static void on_counted(void *arg, enum gw_session_refusal verdict)
+{
+    struct asking *a = arg;
+    struct gw_request *r = a->watch.r;
+    struct connect_job *job;
+
+    gw_req_watch_end(&a->watch);
+    if (r == NULL) {
+        if (verdict == GW_SESSIONS_OK)
+            gw_sessions_release(a->tenant);
+        free(a);
+        return;
+    }
+    free(a);
+    job = r->job;
+    job->answered = 1;
+    job->verdict = verdict;
+    gw_step_done(r, GW_REPEAT);
+}
+
+/* Count the session: the registry's answer now, or GW_SESSIONS_ASKING
+ * (on_counted follows). */
+static enum gw_session_refusal count_session(struct gw_request *r)
+{
+    const struct policy_session_limits *sl = &r->tenant_cfg->policy.sessions;
+    struct connect_job *job = r->job;
+    struct asking *a;
+    enum gw_session_refusal v;
+
+    if (job->answered)
+        return job->verdict;
+    if ((a = calloc(1, sizeof(*a))) == NULL || gw_req_watch_start(&a->watch, r) != 0) {
+        free(a);
+        return GW_SESSIONS_NO_MEMORY;
+    }
+    snprintf(a->tenant, sizeof(a->tenant), "%s", r->tenant);
+    v = gw_sessions_acquire(r->tenant, sl->max_concurrent, r->cfg->sessions.max_sessions, r->worker->ctx.loop, on_counted, a);
+    if (v != GW_SESSIONS_ASKING) {
+        gw_req_watch_end(&a->watch);
+        free(a);
+    }
+    return v;
+}
 
 static void connect_dispose(void *p)
 {
@@ -54,7 +109,9 @@ static enum gw_flow connect_prepare(struct gw_request *r)
         job->asked_table = 1;
         return gw_runtime_table_fetch(r); /* then this step again */
     }
-    switch (gw_sessions_acquire(r->tenant, sl->max_concurrent, r->cfg->sessions.max_sessions)) {
+    switch (count_session(r)) {
+    case GW_SESSIONS_ASKING:
+        return GW_WAIT;
     case GW_SESSIONS_OK:
         break;
     case GW_SESSIONS_TENANT_FULL:
@@ -68,7 +125,7 @@ static enum gw_flow connect_prepare(struct gw_request *r)
         r->code = "sessions_full";
         return gw_deny(r, 503, GW_REASON_CONCURRENCY, "the gateway holds as many sessions as it may (sessions.max_sessions)");
     case GW_SESSIONS_UNAVAILABLE:
-        gw_add_retry_after(r, redis_sync_retry_after_ms());
+        gw_add_retry_after(r, gw_sessions_retry_after_ms());
         r->code = "sessions_unavailable";
         return gw_deny(r, 503, GW_REASON_CONCURRENCY, "the shared session counts cannot be reached (Redis): try again later");
     default:

@@ -737,47 +737,6 @@ static void async_who(const struct async_run *a, struct gw_audit_who *who)
 static int claim_unfinished(struct claimed *cl, const char *tenant, const char *token, const char *text, size_t len);
 
 /*
- * A wait that may outlive its request (an answer from Redis): watch.r is
- * NULL once h2o disposed of the request (the pool's guard points back).
- * The waits below (gate, remote, a GET's fetch) embed one.
- */
-struct req_watch {
-    struct gw_request *r;
-    struct req_watch **guard; /* in the request's pool */
-};
-
-static void watch_gone(void *p)
-{
-    struct req_watch **guard = p;
-
-    if (*guard != NULL) {
-        (*guard)->r = NULL;
-        (*guard)->guard = NULL;
-    }
-}
-
-/* Watch r: 0, or -1 out of memory. */
-static int watch_start(struct req_watch *w, struct gw_request *r)
-{
-    struct req_watch **guard = h2o_mem_alloc_shared(&r->req->pool, sizeof(*guard), watch_gone);
-
-    if (guard == NULL)
-        return -1;
-    *guard = w;
-    w->guard = guard;
-    w->r = r;
-    return 0;
-}
-
-/* The wait is over (before w is freed). */
-static void watch_end(struct req_watch *w)
-{
-    if (w->guard != NULL)
-        *w->guard = NULL;
-    w->guard = NULL;
-}
-
-/*
  * What a 201 waits for with a store that answers later (Redis): the
  * records ("In Queue", or "Processing" of a run started at once) of what
  * it accepted, kept, so that a GET on any gateway right after it finds
@@ -786,7 +745,7 @@ static void watch_end(struct req_watch *w)
  * the step waits.
  */
 struct gate {
-    struct req_watch watch;
+    struct gw_req_watch watch;
     unsigned waiting;  /* puts not yet answered */
     int armed;         /* the step is over: the last answer ends it */
     enum gw_flow flow; /* what follows then */
@@ -799,7 +758,7 @@ static struct gate *gate_new(struct gw_request *r)
 {
     struct gate *g = calloc(1, sizeof(*g));
 
-    if (g == NULL || watch_start(&g->watch, r) != 0) {
+    if (g == NULL || gw_req_watch_start(&g->watch, r) != 0) {
         free(g);
         return NULL;
     }
@@ -808,7 +767,7 @@ static struct gate *gate_new(struct gw_request *r)
 
 static void gate_free(struct gate *g)
 {
-    watch_end(&g->watch);
+    gw_req_watch_end(&g->watch);
     free(g);
 }
 
@@ -1989,7 +1948,7 @@ static void claim_release(struct claimed *cl)
 
 /* What an accepted POST's answer waits for: the enqueue's reply. */
 struct remote {
-    struct req_watch watch;
+    struct gw_req_watch watch;
     struct judge0_store *st;
     h2o_loop_t *loop; /* the request's */
     char tenant[GW_MAX_TENANT_NAME + 1];
@@ -2002,7 +1961,7 @@ struct remote {
 
 static void remote_free(struct remote *rem)
 {
-    watch_end(&rem->watch);
+    gw_req_watch_end(&rem->watch);
     for (size_t i = 0; i < rem->n; i++)
         free(rem->shown[i]);
     free(rem->answer);
@@ -2150,7 +2109,7 @@ static struct remote *remote_new(struct gw_request *r, int batch)
 {
     struct remote *rem = calloc(1, sizeof(*rem));
 
-    if (rem == NULL || watch_start(&rem->watch, r) != 0) {
+    if (rem == NULL || gw_req_watch_start(&rem->watch, r) != 0) {
         free(rem);
         return NULL;
     }
@@ -2623,11 +2582,11 @@ struct fetched {
 
 static void on_fetched(void *arg, int down, const struct judge0_got *got, size_t n)
 {
-    struct req_watch *fw = arg;
+    struct gw_req_watch *fw = arg;
     struct gw_request *r = fw->r;
     struct fetched *f;
 
-    watch_end(fw);
+    gw_req_watch_end(fw);
     free(fw);
     if (r == NULL)
         return;
@@ -2653,14 +2612,14 @@ static void on_fetched(void *arg, int down, const struct judge0_got *got, size_t
 static enum gw_flow fetch_start(struct gw_request *r, const char *const *tokens, size_t n)
 {
     struct judge0_store *st = judge0_store_default();
-    struct req_watch *fw = calloc(1, sizeof(*fw));
+    struct gw_req_watch *fw = calloc(1, sizeof(*fw));
 
-    if (fw == NULL || watch_start(fw, r) != 0) {
+    if (fw == NULL || gw_req_watch_start(fw, r) != 0) {
         free(fw);
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
     }
     if (judge0_store_get_on(st, r->worker->ctx.loop, r->tenant, tokens, n, on_fetched, fw) != 0) {
-        watch_end(fw);
+        gw_req_watch_end(fw);
         free(fw);
         return store_down(r, GW_JUDGE0_STORE_RETRY_AFTER_MS);
     }

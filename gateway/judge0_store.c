@@ -29,7 +29,6 @@
 #include "gw_limits.h"
 #include "log.h"
 #include "moat_hex.h"
-#include "redis_sync.h"
 #include "store/redis_client.h"
 
 #include <dirent.h>
@@ -1157,7 +1156,7 @@ static int rput_send(struct rput *p, h2o_loop_t *loop, redis_reply_fn done)
     argv[0] = rec;
     argv[1] = set;
     argv[2] = p->token;
-    argv[3] = s->queue_owned ? JUDGE0_QUEUE_OWNER : redis_sync_instance();
+    argv[3] = s->queue_owned ? JUDGE0_QUEUE_OWNER : redis_client_id(s->rc);
     argv[4] = p->text;
     argv[5] = ttl;
     argv[6] = now;
@@ -1239,7 +1238,7 @@ static void on_got(void *arg, const redisReply *reply)
         }
         got[i].text = e->element[0]->str;
         got[i].len = e->element[0]->len;
-        got[i].orphaned = !g->s->queue_owned && strcmp(e->element[1]->str, redis_sync_instance()) != 0 &&
+        got[i].orphaned = !g->s->queue_owned && strcmp(e->element[1]->str, redis_client_id(g->s->rc)) != 0 &&
                           e->element[2]->integer == 0 && g->settled;
     }
     if (!ok && reply != NULL)
@@ -1264,7 +1263,7 @@ int judge0_store_get_on(struct judge0_store *s, h2o_loop_t *loop, const char *te
         redis_keys(s, tenant, tokens[i], set, keys[i]);
         argv[i] = keys[i];
     }
-    argv[n] = redis_sync_heartbeat_prefix();
+    argv[n] = redis_client_beat_prefix(s->rc);
     if ((c = redis_client_conn(s->rc, loop)) == NULL || (g = calloc(1, sizeof(*g))) == NULL)
         return -1;
     *g = (struct rget){s, fn, arg, n, redis_conn_settled(c)};

@@ -57,7 +57,7 @@
 #include "control.h"
 #include "keyuse.h"
 #include "judge0_store.h"
-#include "redis_sync.h"
+#include "store/redis_beat.h"
 #include "session_registry.h"
 #include "store/queue_redis.h"
 #include "privsep.h"
@@ -193,31 +193,14 @@ static enum reload_check check_reload(const char *path, const char *user, int tc
 }
 
 /*
- * With limiter.store redis, the state other gateways share besides the
- * limits (Judge0 results when submissions.store is redis, session counts)
- * goes through redis_sync.c, on the limiter's connection settings.
- */
-static int start_shared(const struct gw_limiter_config *l, char *err, size_t errlen)
-{
-    const struct redis_sync_options o = {l->socket,     l->host,    l->port, l->password, l->db, l->prefix, l->connect_timeout_ms,
-                                         l->timeout_ms, l->lease_ms};
-
-    if (!l->redis)
-        return 0;
-    gw_sessions_share(l->lease_ms);
-    return redis_sync_start(&o, err, errlen);
-}
-
-/*
  * submissions.queue redis: the shared queue on the server's Redis client,
- * this process its consumer under its redis_sync name, alive while its
- * heartbeat key is (after start_shared; before the workers run, so the
- * scripts are loaded on every connection).
+ * this process its consumer under its client's name, alive while its
+ * heartbeat key is (before the workers run, so the scripts are loaded on
+ * every connection).
  */
 static int start_queue(struct gw_server *srv, const struct gw_config *cfg, char *err, size_t errlen)
 {
-    struct qr_options o = {redis_sync_instance(), redis_sync_heartbeat_prefix(), cfg->limiter.lease_ms,
-                           (unsigned)cfg->submissions.max_attempts};
+    struct qr_options o = {NULL, NULL, cfg->limiter.lease_ms, (unsigned)cfg->submissions.max_attempts};
 
     if (!cfg->submissions.queue_redis)
         return 0;
@@ -225,7 +208,24 @@ static int start_queue(struct gw_server *srv, const struct gw_config *cfg, char 
         snprintf(err, errlen, "queue redis: no Redis client");
         return -1;
     }
+    o.consumer = redis_client_id(srv->redis);
+    o.heartbeat_prefix = redis_client_beat_prefix(srv->redis);
     return (srv->queue = queue_redis_new(srv->redis, &o, err, errlen)) != NULL ? 0 : -1;
+}
+
+/*
+ * With limiter.store redis, the state other gateways share besides the
+ * limits (Judge0 results when submissions.store is redis, the queue,
+ * session counts) is held in this process's name, alive while its
+ * heartbeat beats (redis_beat.c): started last, once every user of the
+ * client registered its scripts.
+ */
+static int start_shared(struct gw_server *srv, char *err, size_t errlen)
+{
+    if (srv->redis == NULL)
+        return 0;
+    gw_sessions_share(srv->redis);
+    return redis_beat_start(srv->redis, err, errlen);
 }
 
 /*
@@ -342,7 +342,8 @@ int main(int argc, char **argv)
     if (config.ntenants == 0 || config.nkeys == 0)
         log_warnx("%s: no API keys configured: every /api/v2/ request will get 401", path);
     if (geteuid() == 0 || getuid() == 0) {
-        enum reload_check rc = check_reload(path, config.user, config.limiter.host != NULL, check_only);
+        enum reload_check rc =
+            check_reload(path, config.user, config.limiter.host != NULL || config.limiter.nsentinels > 0, check_only);
         if (check_only && (rc == RELOAD_FAILS || rc == RELOAD_UNTRIED)) {
             SSL_CTX_free(ssl_ctx);
             gw_config_free(&config);
@@ -393,10 +394,9 @@ int main(int argc, char **argv)
     if (gw_drop_privileges(server.user, err, sizeof(err)) != 0)
         fatalx("%s: privilege drop: %s", __func__, err);
     if (start_store(&server, &server.gen->cfg.submissions, err, sizeof(err)) != 0 ||
-        start_shared(&server.gen->cfg.limiter, err, sizeof(err)) != 0 ||
-        start_queue(&server, &server.gen->cfg, err, sizeof(err)) != 0)
+        start_queue(&server, &server.gen->cfg, err, sizeof(err)) != 0 || start_shared(&server, err, sizeof(err)) != 0)
         fatalx("%s: submissions: %s", __func__, err);
-    if (gw_confine(server.gen->cfg.limiter.host != NULL, err, sizeof(err)) != 0)
+    if (gw_confine(server.gen->cfg.limiter.host != NULL || server.gen->cfg.limiter.nsentinels > 0, err, sizeof(err)) != 0)
         fatalx("%s: confinement: %s", __func__, err);
     if (geteuid() != 0)
         log_debug("%s: running as uid %u", __func__, (unsigned)geteuid());

@@ -512,6 +512,37 @@ void gw_step_done(struct gw_request *r, enum gw_flow flow)
     drive(r);
 }
 
+/* ------------------------------------------------- waits that outlive a request */
+
+static void watch_gone(void *p)
+{
+    struct gw_req_watch **guard = p;
+
+    if (*guard != NULL) {
+        (*guard)->r = NULL;
+        (*guard)->guard = NULL;
+    }
+}
+
+int gw_req_watch_start(struct gw_req_watch *w, struct gw_request *r)
+{
+    struct gw_req_watch **guard = h2o_mem_alloc_shared(&r->req->pool, sizeof(*guard), watch_gone);
+
+    if (guard == NULL)
+        return -1;
+    *guard = w;
+    w->guard = guard;
+    w->r = r;
+    return 0;
+}
+
+void gw_req_watch_end(struct gw_req_watch *w)
+{
+    if (w->guard != NULL)
+        *w->guard = NULL;
+    w->guard = NULL;
+}
+
 /* ------------------------------------------------- a request's whole life */
 
 static void on_dispose(void *p)

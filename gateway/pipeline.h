@@ -127,6 +127,22 @@ enum gw_flow gw_deny_copy(struct gw_request *r, int status, enum gw_reason reaso
  * after gw_deny, or GW_REPEAT).  May be called from inside the step. */
 void gw_step_done(struct gw_request *r, enum gw_flow flow);
 
+/*
+ * A wait that may outlive its request (an answer from Redis): r is NULL
+ * once h2o disposed of the request (a guard in the request's pool points
+ * back).  The waiting thing embeds one, starts it with the request, ends
+ * it when its answer comes (before it is freed), and then finds r or
+ * NULL.
+ */
+struct gw_req_watch {
+    struct gw_request *r;
+    struct gw_req_watch **guard; /* in the request's pool */
+};
+/* Watch r: 0, or -1 out of memory. */
+int gw_req_watch_start(struct gw_req_watch *w, struct gw_request *r);
+/* The wait is over: w may be freed after it. */
+void gw_req_watch_end(struct gw_req_watch *w);
+
 /* An execution that goes on after its answer (step 9) takes over r's
  * in-flight slot: the pipeline no longer gives it back, and no result
  * record follows the answer; the caller calls rl_release once the run is

@@ -12,17 +12,30 @@
  * Several gateways (limiter.store redis: gw_sessions_share): a tenant's
  * max_concurrent holds across all of them.  Each gateway writes its own
  * count of the tenant's sessions into the hash P s:<tenant hex> (field:
- * its redis_sync name), and an acquire is one script that adds the other
- * live gateways' fields to this one's count plus one and writes it only if
- * the sum stays within the max.  Counts are written as absolute values,
- * never incremented, so a write that a lost connection failed is repaired
- * by the next one: the heartbeat thread (redis_sync.c) writes every count
- * again after each beat (lease_ms / 3).  A gateway that dies stops beating:
- * lease_ms later the others stop counting its fields (and the scripts
- * delete them): the limiter's lease pattern (ratelimit_redis.c).  The
- * Redis calls run under the registry's mutex, so a count written is always
- * the count held (sessions open at a WebSocket's pace, not a request's;
- * the cost is a round trip per open and close).  Redis unreachable: an
+ * its name, redis_beat.c; value "<count>:<seq>"), and an acquire is one
+ * script that adds the other live gateways' counts to this one's and
+ * writes it only if the sum stays within the max.  Nothing waits for
+ * Redis under the mutex, and no loop waits at all: an acquire reserves
+ * its count here at once (counted, and `asking`) and the WebSocket's
+ * upgrade waits for the script's answer on its worker's connection
+ * (redis_client.c); a release is told as it happens, answered by nobody.
+ *
+ * Writes from different workers travel on different connections, so they
+ * may reach Redis out of order; each carries a sequence number taken
+ * under the mutex, and the script keeps only the newest (an older one is
+ * answered "superseded").  That is safe because of one rule: while any
+ * acquire of the tenant is still asking, every write of its count is
+ * checked against the max.  So a newer write that was kept while this
+ * acquire was asking counted it, and was within the max: a superseded
+ * acquire holds.  A refused one gives its count back here and writes the
+ * count again (a newer write may have carried it).  Counts are absolute
+ * values, never increments, so a write a lost connection failed is
+ * repaired by the next one: the heartbeat (redis_beat.c) writes every
+ * count again after each beat (lease_ms / 3).  A gateway that dies stops
+ * beating: lease_ms later the others stop counting its fields (and the
+ * scripts delete them): the limiter's lease pattern (ratelimit_redis.c).
+ * A count of zero stays written as "0:<seq>" (an older write arriving
+ * later must still lose) until the hash expires.  Redis unreachable: an
  * acquire is refused (GW_SESSIONS_UNAVAILABLE: 503, fail closed); a
  * release is counted here and told to Redis by the next beat that reaches
  * it; until then the other gateways see the old count (erring towards
@@ -49,13 +62,16 @@
 #include <openssl/sha.h>
 
 #include "moat_hex.h"
-#include "redis_sync.h"
+#include "store/redis_beat.h"
 
 #define GW_WATCH_MAX_TOKENS 4096
 
 struct tenant_count {
     struct tenant_count *next;
-    unsigned count;
+    unsigned count;    /* sessions held, and asked for */
+    unsigned asking;   /* acquires whose answer from Redis has not come */
+    long long max;     /* the max_concurrent the asking acquires are checked against */
+    uint64_t last_seq; /* of the last write of this count */
     char name[GW_MAX_TENANT_NAME + 1];
 };
 
@@ -106,113 +122,184 @@ static void drop_tenant(struct tenant_count *c)
 /* ---------------------------------------------------- counts in Redis */
 
 /* KEYS: the tenant's hash.  ARGV: this gateway's name, its count now,
- * the tenant's max (-1: publish without a check), the heartbeat keys'
- * prefix, the hash's life (ms).  1: written; 0: over the max (nothing
- * written).  Dead gateways' fields go on the way. */
-static struct redis_sync_script count_script = {
-    "local mine, max = tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+ * the max to check against (-1: none), the heartbeat keys' prefix, the
+ * hash's life (ms), the write's sequence number.  1: written; 0: over the
+ * max (nothing written); 2: superseded (a newer write of this gateway is
+ * there).  Dead gateways' fields go on the way. */
+static struct redis_script count_script = {
+    "local mine, max, seq = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[6])\n"
     "local h = redis.call('HGETALL', KEYS[1])\n"
-    "local n = mine\n"
+    "local n, held = mine, -1\n"
     "for i = 1, #h, 2 do\n"
-    "  if h[i] ~= ARGV[1] then\n"
-    "    if redis.call('EXISTS', ARGV[4] .. h[i]) == 1 then n = n + tonumber(h[i + 1])\n"
-    "    else redis.call('HDEL', KEYS[1], h[i]) end\n"
-    "  end\n"
+    "  if h[i] == ARGV[1] then held = tonumber(string.match(h[i + 1], ':(%d+)$') or '-1')\n"
+    "  elseif redis.call('EXISTS', ARGV[4] .. h[i]) == 1 then n = n + tonumber(string.match(h[i + 1], '^%d+') or '0')\n"
+    "  else redis.call('HDEL', KEYS[1], h[i]) end\n"
     "end\n"
+    "if seq <= held then return 2 end\n"
     "if max >= 0 and n > max then return 0 end\n"
-    "if mine > 0 then\n"
-    "  redis.call('HSET', KEYS[1], ARGV[1], mine)\n"
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[5])\n"
-    "else redis.call('HDEL', KEYS[1], ARGV[1]) end\n"
+    "redis.call('HSET', KEYS[1], ARGV[1], mine .. ':' .. seq)\n"
+    "redis.call('PEXPIRE', KEYS[1], ARGV[5])\n"
     "return 1\n",
-    ""};
+    "", NULL};
 
-static int shared;        /* gw_sessions_share: counts go to Redis too */
-static uint64_t lease_ms; /* the limiter's lease: the hashes live twice that */
+static struct redis_client *shared; /* gw_sessions_share: counts go to Redis too */
+static uint64_t next_seq;           /* under mu */
 
-/* Publish tenant's count here as mine, checked against max (-1: not
- * checked): 1 written, 0 over the max, -1 Redis could not be asked (mu held). */
-static int publish(const char *tenant, unsigned mine, long long max)
+/* One write in flight: whose, which, and what waits for it. */
+struct publish {
+    char tenant[GW_MAX_TENANT_NAME + 1];
+    uint64_t seq;
+    int acquire; /* an acquire's own write: fn answers it */
+    gw_sessions_fn fn;
+    void *arg;
+};
+
+static void on_published(void *arg, const redisReply *reply);
+
+/* Write c's count on conn (mu held): checked while an acquire asks.
+ * acquire/fn/arg: an acquire's own write.  0 sent, -1 not. */
+static int publish(struct redis_conn *conn, struct tenant_count *c, int acquire, gw_sessions_fn fn, void *arg)
 {
-    char hex[2 * GW_MAX_TENANT_NAME + 1], key[GW_REDIS_MAX_PREFIX + 3 + 2 * GW_MAX_TENANT_NAME], n[16], m[24], life[24];
-    const char *argv[6] = {key, redis_sync_instance(), n, m, redis_sync_heartbeat_prefix(), life};
-    redisReply *rep;
-    int rc;
+    char hex[2 * GW_MAX_TENANT_NAME + 1], key[GW_REDIS_MAX_PREFIX + 3 + 2 * GW_MAX_TENANT_NAME], n[16], m[24], life[24], seq[24];
+    const char *argv[7] = {key, redis_client_id(shared), n, m, redis_client_beat_prefix(shared), life, seq};
+    struct publish *p;
 
-    moat_hex_encode(tenant, strlen(tenant), hex);
-    snprintf(key, sizeof(key), "%ss:%s", redis_sync_prefix(), hex);
-    snprintf(n, sizeof(n), "%u", mine);
-    snprintf(m, sizeof(m), "%lld", max);
-    snprintf(life, sizeof(life), "%llu", (unsigned long long)(2 * lease_ms));
-    if ((rep = redis_sync_eval(&count_script, 1, 6, argv, NULL)) == NULL)
+    if (conn == NULL || (p = calloc(1, sizeof(*p))) == NULL)
         return -1;
-    rc = rep->type == REDIS_REPLY_INTEGER && (rep->integer == 0 || rep->integer == 1) ? (int)rep->integer : -1;
-    freeReplyObject(rep);
-    return rc;
+    moat_hex_encode(c->name, strlen(c->name), hex);
+    snprintf(key, sizeof(key), "%ss:%s", redis_client_prefix(shared), hex);
+    snprintf(n, sizeof(n), "%u", c->count);
+    snprintf(m, sizeof(m), "%lld", c->asking > 0 ? c->max : -1);
+    snprintf(life, sizeof(life), "%llu", (unsigned long long)(2 * redis_client_lease_ms(shared)));
+    c->last_seq = ++next_seq;
+    snprintf(seq, sizeof(seq), "%llu", (unsigned long long)c->last_seq);
+    snprintf(p->tenant, sizeof(p->tenant), "%s", c->name);
+    p->seq = c->last_seq;
+    p->acquire = acquire;
+    p->fn = fn;
+    p->arg = arg;
+    if (redis_conn_eval(conn, &count_script, 1, 7, argv, NULL, on_published, p) != 0) {
+        free(p);
+        return -1;
+    }
+    return 0;
 }
 
-/* The heartbeat thread, after each beat: every count again, so that one a
- * lost connection failed to write heals; tenants at zero go once written. */
-static void republish(void)
+/* Is c at zero, nothing asking, and its zero written?  Then it goes (mu held). */
+static void drop_if_told(struct tenant_count *c, uint64_t seq)
 {
-    struct tenant_count *c, *next;
+    if (c->count == 0 && c->asking == 0 && c->last_seq == seq)
+        drop_tenant(c);
+}
+
+/* An acquire's answer came (mu held): 1 or 2 holds, 0 or none gives the
+ * count back and writes it again (a newer write may have carried it). */
+static enum gw_session_refusal acquire_answered(struct tenant_count *c, long long verdict)
+{
+    c->asking--;
+    if (verdict == 1 || verdict == 2)
+        return GW_SESSIONS_OK;
+    c->count--;
+    total--;
+    if (verdict == 0)
+        (void)publish(redis_client_thread_conn(shared), c, 0, NULL, NULL);
+    return verdict == 0 ? GW_SESSIONS_TENANT_FULL : GW_SESSIONS_UNAVAILABLE;
+}
+
+static void on_published(void *arg, const redisReply *reply)
+{
+    struct publish *p = arg;
+    long long verdict = reply != NULL && reply->type == REDIS_REPLY_INTEGER ? reply->integer : -1;
+    enum gw_session_refusal r = GW_SESSIONS_UNAVAILABLE;
+    struct tenant_count *c;
 
     pthread_mutex_lock(&mu);
-    for (c = tenants; c != NULL; c = next) {
-        next = c->next;
-        if (publish(c->name, c->count, -1) == 1 && c->count == 0)
-            drop_tenant(c);
+    if ((c = find_tenant(p->tenant)) != NULL) {
+        if (p->acquire)
+            r = acquire_answered(c, verdict);
+        if (verdict == 1 || verdict == 2)
+            drop_if_told(c, p->seq);
     }
+    pthread_mutex_unlock(&mu);
+    if (p->fn != NULL)
+        p->fn(p->arg, r);
+    free(p);
+}
+
+/* After each beat, on the beat's connection: every count again, so that
+ * one a lost connection failed to write heals; tenants at zero go once
+ * written. */
+static void republish(struct redis_conn *conn)
+{
+    pthread_mutex_lock(&mu);
+    for (struct tenant_count *c = tenants; c != NULL; c = c->next)
+        (void)publish(conn, c, 0, NULL, NULL);
     pthread_mutex_unlock(&mu);
 }
 
-void gw_sessions_share(uint64_t lease)
+void gw_sessions_share(struct redis_client *rc)
 {
-    redis_sync_script_init(&count_script);
-    lease_ms = lease;
-    shared = 1;
-    (void)redis_sync_on_beat(republish); /* the first hook: there is room */
+    redis_client_add_script(rc, &count_script);
+    shared = rc;
+    (void)redis_beat_on_beat(republish); /* the first hook: there is room */
+}
+
+uint64_t gw_sessions_retry_after_ms(void)
+{
+    return shared != NULL ? redis_conn_retry_after_ms(redis_client_thread_conn(shared)) : 1000;
 }
 
 /* ---------------------------------------------------------------- counting */
 
-enum gw_session_refusal gw_sessions_acquire(const char *tenant, unsigned tenant_max, unsigned total_max)
+/* Count one more session of tenant here, unless it or the gateway is
+ * full: its entry, or NULL with *r set (mu held). */
+static struct tenant_count *count_here(const char *tenant, unsigned tenant_max, unsigned total_max, enum gw_session_refusal *r)
 {
-    enum gw_session_refusal r = GW_SESSIONS_OK;
+    struct tenant_count *c = find_tenant(tenant);
+
+    if (total >= total_max) {
+        *r = GW_SESSIONS_FULL;
+        return NULL;
+    }
+    if ((c != NULL ? c->count : 0) >= tenant_max) {
+        *r = GW_SESSIONS_TENANT_FULL;
+        return NULL;
+    }
+    if (c == NULL) {
+        if ((c = calloc(1, sizeof(*c))) == NULL) {
+            *r = GW_SESSIONS_NO_MEMORY;
+            return NULL;
+        }
+        snprintf(c->name, sizeof(c->name), "%s", tenant);
+        c->next = tenants;
+        tenants = c;
+    }
+    c->count++;
+    total++;
+    *r = GW_SESSIONS_OK;
+    return c;
+}
+
+enum gw_session_refusal gw_sessions_acquire(const char *tenant, unsigned tenant_max, unsigned total_max, h2o_loop_t *loop,
+                                            gw_sessions_fn fn, void *arg)
+{
+    enum gw_session_refusal r;
     struct tenant_count *c;
 
     pthread_mutex_lock(&mu);
-    c = find_tenant(tenant);
-    if (total >= total_max) {
-        r = GW_SESSIONS_FULL;
-    } else if ((c != NULL ? c->count : 0) >= tenant_max) {
-        r = GW_SESSIONS_TENANT_FULL;
-    } else if (c == NULL) {
-        if ((c = calloc(1, sizeof(*c))) == NULL) {
-            r = GW_SESSIONS_NO_MEMORY;
+    if ((c = count_here(tenant, tenant_max, total_max, &r)) != NULL && shared != NULL) {
+        c->asking++;
+        c->max = tenant_max;
+        if (loop != NULL && fn != NULL && publish(redis_client_conn(shared, loop), c, 1, fn, arg) == 0) {
+            r = GW_SESSIONS_ASKING;
         } else {
-            snprintf(c->name, sizeof(c->name), "%s", tenant);
-            c->next = tenants;
-            tenants = c;
-        }
-    }
-    if (r == GW_SESSIONS_OK && shared) {
-        switch (publish(tenant, c->count + 1, tenant_max)) {
-        case 1:
-            break;
-        case 0:
-            r = GW_SESSIONS_TENANT_FULL; /* the other gateways hold the rest */
-            break;
-        default:
+            c->asking--;
+            c->count--;
+            total--;
             r = GW_SESSIONS_UNAVAILABLE;
-            break;
+            if (c->count == 0 && c->asking == 0 && c->last_seq == 0)
+                drop_tenant(c); /* never written: nothing to tell */
         }
-        if (r != GW_SESSIONS_OK && c->count == 0)
-            drop_tenant(c);
-    }
-    if (r == GW_SESSIONS_OK) {
-        c->count++;
-        total++;
     }
     pthread_mutex_unlock(&mu);
     return r;
@@ -228,10 +315,10 @@ void gw_sessions_release(const char *tenant)
         c->count--;
         /* in Redis too; if it cannot be told now, the next beat tells it
          * (the entry stays until then, even at zero) */
-        if (c->count == 0 && (!shared || publish(tenant, 0, -1) == 1))
+        if (shared != NULL)
+            (void)publish(redis_client_thread_conn(shared), c, 0, NULL, NULL);
+        else if (c->count == 0)
             drop_tenant(c);
-        else if (c->count > 0 && shared)
-            (void)publish(tenant, c->count, -1);
     }
     pthread_mutex_unlock(&mu);
 }

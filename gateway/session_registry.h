@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <h2o.h>
+
 #include "gw_limits.h"
 #include "transcript.h"
 
@@ -21,15 +23,30 @@ enum gw_session_refusal {
     GW_SESSIONS_FULL,        /* the gateway holds sessions.max_sessions */
     GW_SESSIONS_NO_MEMORY,
     GW_SESSIONS_UNAVAILABLE, /* shared counts, and Redis could not be asked (fail closed) */
+    GW_SESSIONS_ASKING,      /* shared counts: the answer comes later */
 };
 
-/* Count each tenant's sessions across gateways too, in the Redis
- * redis_sync.c reaches (at start, before redis_sync_start; lease: the
- * limiter's lease_ms, after which a dead gateway's sessions stop counting). */
-void gw_sessions_share(uint64_t lease);
+struct redis_client;
+struct redis_conn;
 
-/* Count one more session of tenant, unless it or the gateway is full. */
-enum gw_session_refusal gw_sessions_acquire(const char *tenant, unsigned tenant_max, unsigned total_max);
+/* Count each tenant's sessions across gateways too, in rc's Redis (at
+ * start, before its first connection and redis_beat_start; a dead
+ * gateway's sessions stop counting lease_ms after its last beat). */
+void gw_sessions_share(struct redis_client *rc);
+
+/* The answer to an acquire that asked Redis, on the loop it was made on,
+ * exactly once: GW_SESSIONS_OK (counted), TENANT_FULL or UNAVAILABLE. */
+typedef void (*gw_sessions_fn)(void *arg, enum gw_session_refusal r);
+
+/* Count one more session of tenant, unless it or the gateway is full.
+ * With shared counts an acquire that fits here asks Redis on loop's
+ * connection: GW_SESSIONS_ASKING, counted meanwhile, and fn(arg, ...)
+ * follows (a refusal gives the count back). */
+enum gw_session_refusal gw_sessions_acquire(const char *tenant, unsigned tenant_max, unsigned total_max, h2o_loop_t *loop,
+                                            gw_sessions_fn fn, void *arg);
+
+/* Retry-After for GW_SESSIONS_UNAVAILABLE (>= 1000 ms). */
+uint64_t gw_sessions_retry_after_ms(void);
 void gw_sessions_release(const char *tenant);
 /* Sessions open now (of tenant; NULL: all). */
 unsigned gw_sessions_count(const char *tenant);

@@ -71,7 +71,7 @@
  *   Redis itself away (frozen, restarted): every heartbeat may have
  *             expired at once.  The sweep takes nothing of another
  *             consumer's while the beat's grace key stands or while the
- *             newest beat is older than 2/3 of the lease (redis_sync.c).
+ *             newest beat is older than 2/3 of the lease (redis_beat.c).
  *
  * Answers are checked field by field; anything else is logged and taken
  * as "Redis did not answer" (QR_DOWN, or nothing claimed).

@@ -97,7 +97,7 @@ typedef void (*qr_claim_fn)(void *arg, const struct qr_claim *c, int down);
 
 /* Claim one entry for this consumer: first (sweep 1) one a dead consumer
  * held (none in the lease after Redis itself was away: the heartbeats'
- * grace, redis_sync.c), or one pending at this consumer that it does not
+ * grace, redis_beat.c), or one pending at this consumer that it does not
  * hold (a claim whose answer was lost: it never ran, its attempt stays),
  * else the next tenant's in turn.  The claim, the ack, the release and
  * the dead letter run on one loop (the dispatcher's): they keep what

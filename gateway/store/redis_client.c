@@ -54,6 +54,7 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,13 +66,16 @@ struct redis_conn {
     struct redis_client *rc;
     struct redis_conn *next;
     h2o_loop_t *loop;
-    unsigned index;        /* which connection of this process: part of the owner's name */
-    unsigned gen;          /* connections made so far: the other part */
-    redisAsyncContext *ac; /* NULL: down */
-    int up;                /* the connect completed */
-    int ready;             /* and the setup is through */
-    uint64_t ready_since;  /* when it last became ready */
-    int lost;              /* has been down since the last success (log the recovery); __atomic */
+    unsigned index;         /* which connection of this process: part of the owner's name */
+    unsigned gen;           /* connections made so far: the other part */
+    redisAsyncContext *ac;  /* NULL: down */
+    int up;                 /* the connect completed */
+    int ready;              /* and the setup is through */
+    uint64_t ready_since;   /* when it last became ready */
+    int lost;               /* has been down since the last success (log the recovery); __atomic */
+    redisAsyncContext *sac; /* asking a Sentinel for the primary; NULL: not */
+    char host[64];          /* where the connection goes (the primary the Sentinels named) */
+    unsigned port;
     char owner[REDIS_CLIENT_OWNER_MAX];
     char heartbeat[REDIS_CLIENT_KEY_MAX];
     uint64_t next_attempt, backoff_ms, connect_deadline, next_heartbeat;
@@ -100,8 +104,20 @@ struct redis_call {
 struct redis_client {
     char *socket_path, *host, *password, *prefix, *what;
     unsigned port, db;
+    /* Sentinels (nsentinels > 0): whom to ask for master's primary, and
+     * the answer last given (mu; known 0: ask again) */
+    struct {
+        char host[64];
+        unsigned port;
+    } sentinels[REDIS_CLIENT_MAX_SENTINELS];
+    size_t nsentinels;
+    char *master, *sentinel_password;
+    char primary_host[64];
+    unsigned primary_port, next_sentinel;
+    int primary_known;
     uint64_t connect_timeout_ms, timeout_ms, lease_ms;
     char id[17];
+    char beat_prefix[GW_REDIS_MAX_PREFIX + 3];
     struct redis_script *scripts;
     pthread_mutex_t mu; /* conns, nconns */
     struct redis_conn *conns;
@@ -133,12 +149,33 @@ static void schedule_retry(struct redis_conn *c)
     c->backoff_ms = min_u64(c->backoff_ms * 2, GW_REDIS_BACKOFF_MAX_MS);
 }
 
-static const char *redis_name(const struct redis_client *rc, char *buf, size_t len)
+static const char *redis_name(const struct redis_conn *c, char *buf, size_t len)
 {
+    const struct redis_client *rc = c->rc;
+
     if (rc->socket_path != NULL)
         return rc->socket_path;
-    snprintf(buf, len, "%s port %u", rc->host, rc->port);
+    if (rc->nsentinels == 0)
+        snprintf(buf, len, "%s port %u", c->host, c->port);
+    else if (c->host[0] != '\0')
+        snprintf(buf, len, "%s port %u (primary of %s)", c->host, c->port, rc->master);
+    else
+        snprintf(buf, len, "the primary of %s (the Sentinels)", rc->master);
     return buf;
+}
+
+/* The primary the Sentinels named is in doubt (its connection failed, it
+ * is not the primary any more): the next connection asks them again. */
+static void primary_doubted(const struct redis_conn *c)
+{
+    struct redis_client *rc = c->rc;
+
+    if (rc->nsentinels == 0)
+        return;
+    pthread_mutex_lock(&rc->mu);
+    if (rc->primary_known && strcmp(rc->primary_host, c->host) == 0 && rc->primary_port == c->port)
+        rc->primary_known = 0;
+    pthread_mutex_unlock(&rc->mu);
 }
 
 /* Mark c down (logged once per outage) and schedule the next attempt. */
@@ -149,8 +186,9 @@ static void conn_lost(struct redis_conn *c, const char *why)
     c->ac = NULL;
     c->up = 0;
     c->ready = 0;
+    primary_doubted(c);
     if (!c->lost && why != NULL)
-        log_warnx("redis_client: Redis at %s: %s; %s wait until it answers again", redis_name(c->rc, name, sizeof(name)), why,
+        log_warnx("redis_client: Redis at %s: %s; %s wait until it answers again", redis_name(c, name, sizeof(name)), why,
                   c->rc->what);
     __atomic_store_n(&c->lost, 1, __ATOMIC_RELAXED);
     schedule_retry(c);
@@ -199,7 +237,7 @@ static void conn_works(struct redis_conn *c)
     c->ready_since = now_ms();
     c->backoff_ms = GW_REDIS_BACKOFF_MIN_MS;
     if (c->lost)
-        log_info("redis_client: Redis at %s answers again (%s)", redis_name(c->rc, name, sizeof(name)), c->rc->what);
+        log_info("redis_client: Redis at %s answers again (%s)", redis_name(c, name, sizeof(name)), c->rc->what);
     __atomic_store_n(&c->lost, 0, __ATOMIC_RELAXED);
 }
 
@@ -210,8 +248,15 @@ struct setup_step {
     int last;
 };
 
-static const struct setup_step step_auth = {"AUTH", 0}, step_select = {"SELECT", 0}, step_script = {"SCRIPT LOAD", 0},
-                               step_last_script = {"SCRIPT LOAD", 1}, step_ping = {"PING", 1};
+static const struct setup_step step_auth = {"AUTH", 0}, step_select = {"SELECT", 0}, step_role = {"ROLE", 0},
+                               step_script = {"SCRIPT LOAD", 0}, step_last_script = {"SCRIPT LOAD", 1}, step_ping = {"PING", 1};
+
+/* Is rep ROLE's answer of a primary? */
+static int role_primary(const redisReply *rep)
+{
+    return rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 && rep->element[0]->type == REDIS_REPLY_STRING &&
+           strcmp(rep->element[0]->str, "master") == 0;
+}
 
 static void on_setup_reply(redisAsyncContext *ac, void *reply, void *arg)
 {
@@ -222,6 +267,10 @@ static void on_setup_reply(redisAsyncContext *ac, void *reply, void *arg)
 
     if (rep == NULL || c == NULL || c->ac != ac)
         return;
+    if (step == &step_role && rep->type != REDIS_REPLY_ERROR && !role_primary(rep)) {
+        conn_drop(c, "the Sentinels named a server that is not the primary (ROLE): asking them again");
+        return;
+    }
     if (rep->type != REDIS_REPLY_ERROR) {
         if (step->last)
             conn_works(c);
@@ -261,18 +310,18 @@ static void setup_command(struct redis_conn *c, const struct setup_step *step, i
     (void)redisAsyncCommandArgv(c->ac, on_setup_reply, (void *)(uintptr_t)step, argc, argv, NULL);
 }
 
-/* Start a connection; queue its setup on it. */
-static void conn_start(struct redis_conn *c)
+/* Open the connection to c->host (or the socket); queue its setup on it. */
+static void conn_open(struct redis_conn *c)
 {
     struct redis_client *rc = c->rc;
     redisAsyncContext *ac =
-        rc->socket_path != NULL ? redisAsyncConnectUnix(rc->socket_path) : redisAsyncConnect(rc->host, (int)rc->port);
+        rc->socket_path != NULL ? redisAsyncConnectUnix(rc->socket_path) : redisAsyncConnect(c->host, (int)c->port);
     char db[16];
 
     if (ac == NULL || ac->err || redis_h2o_attach(ac, c->loop) != REDIS_OK) {
         char name[96];
         if (!c->lost)
-            log_warnx("redis_client: Redis at %s: %s", redis_name(rc, name, sizeof(name)),
+            log_warnx("redis_client: Redis at %s: %s", redis_name(c, name, sizeof(name)),
                       ac != NULL && ac->err ? ac->errstr : "out of memory");
         __atomic_store_n(&c->lost, 1, __ATOMIC_RELAXED);
         if (ac != NULL)
@@ -297,6 +346,8 @@ static void conn_start(struct redis_conn *c)
         snprintf(db, sizeof(db), "%u", rc->db);
         setup_command(c, &step_select, 2, (const char *[]){"SELECT", db});
     }
+    if (rc->nsentinels > 0)
+        setup_command(c, &step_role, 1, (const char *[]){"ROLE"});
     if (c->channel != NULL) {
         (void)redisAsyncCommandArgv(ac, on_subscribed, NULL, 2, (const char *[]){"SUBSCRIBE", c->channel}, NULL);
         return;
@@ -305,6 +356,152 @@ static void conn_start(struct redis_conn *c)
         setup_command(c, s->next == NULL ? &step_last_script : &step_script, 3, (const char *[]){"SCRIPT", "LOAD", s->body});
     if (rc->scripts == NULL)
         setup_command(c, &step_ping, 1, (const char *[]){"PING"});
+}
+
+/* ------------------------------------------------------------ Sentinels */
+
+/* Asking a Sentinel failed: log it once per outage, try again (the next
+ * Sentinel in turn) after the backoff. */
+static void sentinel_failed(struct redis_conn *c, const char *why)
+{
+    char name[96];
+
+    if (!c->lost)
+        log_warnx("redis_client: Redis at %s: %s; %s wait until it answers again", redis_name(c, name, sizeof(name)), why,
+                  c->rc->what);
+    __atomic_store_n(&c->lost, 1, __ATOMIC_RELAXED);
+    schedule_retry(c);
+}
+
+/* Drop the Sentinel connection (its callbacks see c->sac no longer theirs). */
+static void sentinel_drop(struct redis_conn *c)
+{
+    redisAsyncContext *ac = c->sac;
+
+    c->sac = NULL;
+    if (ac != NULL)
+        redisAsyncFree(ac); /* deferred by hiredis inside its callbacks */
+}
+
+static int numeric_address(const char *s)
+{
+    unsigned char a[16];
+
+    return inet_pton(AF_INET, s, a) == 1 || inet_pton(AF_INET6, s, a) == 1;
+}
+
+/* SENTINEL get-master-addr-by-name's answer: the primary's address. */
+static void on_primary_named(redisAsyncContext *ac, void *reply, void *arg)
+{
+    struct redis_conn *c = ac->data;
+    struct redis_client *rc;
+    const redisReply *rep = reply;
+    char why[192];
+    unsigned long port;
+    char *end;
+
+    (void)arg;
+    if (c == NULL || c->sac != ac)
+        return;
+    rc = c->rc;
+    sentinel_drop(c);
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 || rep->element[0]->type != REDIS_REPLY_STRING ||
+        rep->element[1]->type != REDIS_REPLY_STRING) {
+        snprintf(why, sizeof(why), "a Sentinel %s",
+                 rep == NULL                      ? "did not answer"
+                 : rep->type == REDIS_REPLY_ERROR ? rep->str
+                                                  : "does not know that master");
+        sentinel_failed(c, why);
+        return;
+    }
+    port = strtoul(rep->element[1]->str, &end, 10);
+    if (!numeric_address(rep->element[0]->str) || rep->element[0]->len >= sizeof(c->host) || *end != '\0' || port == 0 ||
+        port > 65535) {
+        sentinel_failed(c, "a Sentinel named the primary by a name, not a numeric address (no resolver on the loop)");
+        return;
+    }
+    snprintf(c->host, sizeof(c->host), "%s", rep->element[0]->str);
+    c->port = (unsigned)port;
+    pthread_mutex_lock(&rc->mu);
+    snprintf(rc->primary_host, sizeof(rc->primary_host), "%s", c->host);
+    rc->primary_port = c->port;
+    rc->primary_known = 1;
+    pthread_mutex_unlock(&rc->mu);
+    conn_open(c);
+}
+
+static void on_sentinel_connect(const redisAsyncContext *ac, int status)
+{
+    struct redis_conn *c = ac->data;
+
+    if (c == NULL || c->sac != ac || status == REDIS_OK)
+        return;
+    c->sac = NULL; /* hiredis frees ac after this returns */
+    sentinel_failed(c, ac->errstr[0] != '\0' ? ac->errstr : "a Sentinel refused the connection");
+}
+
+static void on_sentinel_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct redis_conn *c = ac->data;
+
+    (void)status;
+    if (c == NULL || c->sac != ac)
+        return;
+    c->sac = NULL;
+    sentinel_failed(c, "a Sentinel closed the connection");
+}
+
+/* Ask the next Sentinel in turn where the primary is (on_primary_named). */
+static void ask_sentinel(struct redis_conn *c)
+{
+    struct redis_client *rc = c->rc;
+    redisAsyncContext *ac;
+    unsigned i;
+
+    pthread_mutex_lock(&rc->mu);
+    i = rc->next_sentinel++ % (unsigned)rc->nsentinels;
+    pthread_mutex_unlock(&rc->mu);
+    c->host[0] = '\0';
+    ac = redisAsyncConnect(rc->sentinels[i].host, (int)rc->sentinels[i].port);
+    if (ac == NULL || ac->err || redis_h2o_attach(ac, c->loop) != REDIS_OK) {
+        if (ac != NULL)
+            redisAsyncFree(ac);
+        sentinel_failed(c, "cannot reach a Sentinel");
+        return;
+    }
+    ac->data = c;
+    c->sac = ac;
+    c->connect_deadline = now_ms() + rc->connect_timeout_ms;
+    redisAsyncSetConnectCallback(ac, on_sentinel_connect);
+    redisAsyncSetDisconnectCallback(ac, on_sentinel_disconnect);
+    if (rc->sentinel_password != NULL)
+        (void)redisAsyncCommandArgv(ac, NULL, NULL, 2, (const char *[]){"AUTH", rc->sentinel_password}, NULL);
+    (void)redisAsyncCommandArgv(ac, on_primary_named, NULL, 3, (const char *[]){"SENTINEL", "get-master-addr-by-name", rc->master},
+                                NULL);
+}
+
+/* Start a connection: to the configured server, or to the primary the
+ * Sentinels named last (asking them first when that is in doubt). */
+static void conn_start(struct redis_conn *c)
+{
+    struct redis_client *rc = c->rc;
+    int known = 0;
+
+    if (rc->nsentinels == 0) {
+        conn_open(c);
+        return;
+    }
+    pthread_mutex_lock(&rc->mu);
+    if (rc->primary_known) {
+        known = 1;
+        snprintf(c->host, sizeof(c->host), "%s", rc->primary_host);
+        c->port = rc->primary_port;
+    }
+    pthread_mutex_unlock(&rc->mu);
+    if (known)
+        conn_open(c);
+    else
+        ask_sentinel(c);
 }
 
 static void send_heartbeat(struct redis_conn *c)
@@ -321,7 +518,10 @@ static void on_tick(h2o_timeout_entry_t *entry)
     struct redis_conn *c = H2O_STRUCT_FROM_MEMBER(struct redis_conn, tick, entry);
     uint64_t now = now_ms();
 
-    if (c->ac == NULL && now >= c->next_attempt)
+    if (c->sac != NULL && now >= c->connect_deadline) {
+        sentinel_drop(c);
+        sentinel_failed(c, "a Sentinel did not answer in time");
+    } else if (c->ac == NULL && c->sac == NULL && now >= c->next_attempt)
         conn_start(c);
     else if (c->ac != NULL && !c->ready && now >= c->connect_deadline)
         conn_drop(c, "connect timed out");
@@ -343,6 +543,10 @@ static struct redis_conn *conn_new(struct redis_client *rc, h2o_loop_t *loop)
     c->loop = loop;
     c->index = rc->nconns++;
     c->backoff_ms = GW_REDIS_BACKOFF_MIN_MS;
+    if (rc->host != NULL) {
+        snprintf(c->host, sizeof(c->host), "%s", rc->host);
+        c->port = rc->port;
+    }
     c->next = rc->conns;
     rc->conns = c;
     h2o_timeout_init(loop, &c->cmd_timeout, rc->timeout_ms);
@@ -445,6 +649,11 @@ uint64_t redis_client_lease_ms(const struct redis_client *rc)
     return rc->lease_ms;
 }
 
+const char *redis_client_beat_prefix(const struct redis_client *rc)
+{
+    return rc->beat_prefix;
+}
+
 int redis_client_lost(struct redis_client *rc)
 {
     int lost = 0;
@@ -507,6 +716,8 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *arg)
     }
     if (k->fn != NULL)
         k->fn(k->arg, rep);
+    if (rep != NULL && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "READONLY", 8) == 0)
+        conn_drop(k->c, "the server is a replica now (READONLY): looking for the primary again");
     free(k);
 }
 
@@ -632,6 +843,11 @@ static void client_free_fields(struct redis_client *rc)
     }
     free(rc->prefix);
     free(rc->what);
+    free(rc->master);
+    if (rc->sentinel_password != NULL) {
+        OPENSSL_cleanse(rc->sentinel_password, strlen(rc->sentinel_password));
+        free(rc->sentinel_password);
+    }
     pthread_mutex_destroy(&rc->mu);
     free(rc);
 }
@@ -653,8 +869,12 @@ struct redis_client *redis_client_new(const struct redis_client_options *o, char
     struct redis_client *rc;
     const char *why = NULL;
 
-    if ((o->socket_path == NULL) == (o->host == NULL))
-        why = "name either a Unix socket or a host";
+    if ((o->socket_path != NULL) + (o->host != NULL) + (o->nsentinels > 0) != 1)
+        why = "name either a Unix socket, a host or Sentinels";
+    else if (o->nsentinels > REDIS_CLIENT_MAX_SENTINELS || (o->nsentinels > 0 && (o->master == NULL || o->master[0] == '\0')))
+        why = "too many Sentinels, or no master name";
+    else if (o->host != NULL && strlen(o->host) >= sizeof(((struct redis_conn *)0)->host))
+        why = "the host is too long";
     else if (o->prefix == NULL || strlen(o->prefix) > GW_REDIS_MAX_PREFIX)
         why = "bad key prefix";
     else if (o->timeout_ms == 0 || o->connect_timeout_ms == 0 || o->lease_ms < 3)
@@ -674,9 +894,21 @@ struct redis_client *redis_client_new(const struct redis_client_options *o, char
     rc->timeout_ms = o->timeout_ms;
     rc->lease_ms = o->lease_ms;
     name_this_process(rc);
+    for (size_t i = 0; i < o->nsentinels; i++) {
+        if (strlen(o->sentinels[i].host) >= sizeof(rc->sentinels[i].host)) {
+            client_free_fields(rc);
+            snprintf(err, errlen, "a Sentinel's host is too long");
+            return NULL;
+        }
+        snprintf(rc->sentinels[i].host, sizeof(rc->sentinels[i].host), "%s", o->sentinels[i].host);
+        rc->sentinels[i].port = o->sentinels[i].port;
+    }
+    rc->nsentinels = o->nsentinels;
+    snprintf(rc->beat_prefix, sizeof(rc->beat_prefix), "%sg:", o->prefix);
     if (copy_opt(o->socket_path, &rc->socket_path) != 0 || copy_opt(o->host, &rc->host) != 0 ||
         copy_opt(o->password, &rc->password) != 0 || copy_opt(o->prefix, &rc->prefix) != 0 ||
-        copy_opt(o->what != NULL ? o->what : "commands", &rc->what) != 0) {
+        copy_opt(o->what != NULL ? o->what : "commands", &rc->what) != 0 || copy_opt(o->master, &rc->master) != 0 ||
+        copy_opt(o->sentinel_password, &rc->sentinel_password) != 0) {
         client_free_fields(rc);
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -694,6 +926,7 @@ void redis_client_free(struct redis_client *rc)
         next = c->next;
         __atomic_store_n(&c->lost, 1, __ATOMIC_RELAXED); /* nothing to warn about */
         conn_drop(c, NULL);
+        sentinel_drop(c);
         h2o_timeout_unlink(&c->tick);
         h2o_timeout_dispose(c->loop, &c->cmd_timeout);
         h2o_timeout_dispose(c->loop, &c->tick_timeout);

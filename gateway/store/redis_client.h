@@ -20,8 +20,16 @@
 #define REDIS_CLIENT_OWNER_MAX 64
 #define REDIS_CLIENT_KEY_MAX   192
 
+#define REDIS_CLIENT_MAX_SENTINELS 16
+
+/* A Sentinel: a numeric address and its port. */
+struct redis_sentinel_addr {
+    const char *host;
+    unsigned port;
+};
+
 struct redis_client_options {
-    const char *socket_path; /* a Unix socket, or NULL for host:port */
+    const char *socket_path; /* a Unix socket, or NULL for host:port or Sentinels */
     const char *host;        /* a numeric IPv4 or IPv6 address (no resolver on the loop) */
     unsigned port;
     const char *password; /* AUTH with it on every connection; NULL: none */
@@ -31,6 +39,12 @@ struct redis_client_options {
     uint64_t timeout_ms; /* each command's answer */
     uint64_t lease_ms;   /* each connection's heartbeat key ("<prefix>o:<owner>") lives this long unless renewed */
     const char *what;    /* for log lines: what the connections are for ("decisions", ...) */
+    /* or (socket_path and host NULL) the primary the Sentinels name
+     * master: asked of them at each connection, checked with ROLE */
+    const struct redis_sentinel_addr *sentinels;
+    size_t nsentinels;
+    const char *master;
+    const char *sentinel_password; /* AUTH with it on each Sentinel; NULL: none */
 };
 
 /* A Lua script and its SHA-1 (redis_script_init), registered with a
@@ -94,6 +108,10 @@ const char *redis_conn_heartbeat(const struct redis_conn *c);
 const char *redis_client_prefix(const struct redis_client *rc);
 const char *redis_client_id(const struct redis_client *rc);
 uint64_t redis_client_lease_ms(const struct redis_client *rc);
+
+/* The process heartbeats' key prefix, "<prefix>g:" (redis_beat.c keeps
+ * this process's key, that and redis_client_id, alive). */
+const char *redis_client_beat_prefix(const struct redis_client *rc);
 
 /* Has any connection failed since it last answered?  (A scrape, /readyz.) */
 int redis_client_lost(struct redis_client *rc);

@@ -11,8 +11,8 @@ same keys and tenant "reader" (a rate nobody reaches):
 
   mem    limiter memory, submissions memory (the baseline)
   rlim   limiter redis, submissions memory (what the Redis limiter alone costs)
-  redis  limiter redis, submissions redis: each GET is one more blocking
-         EVALSHA on the worker's thread (gateway/redis_sync.c)
+  redis  limiter redis, submissions redis: each GET is one more EVALSHA
+         on the worker's asynchronous connection (gateway/store/redis_client.c)
 
 makes one submission on each (wait=true), then reads its token again and
 again, in interleaved rounds (mem, rlim, redis, ...):

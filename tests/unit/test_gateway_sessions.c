@@ -25,15 +25,15 @@
 static void test_counts(void **state)
 {
     (void)state;
-    assert_int_equal(gw_sessions_acquire("a", 2, 3), GW_SESSIONS_OK);
-    assert_int_equal(gw_sessions_acquire("a", 2, 3), GW_SESSIONS_OK);
-    assert_int_equal(gw_sessions_acquire("a", 2, 3), GW_SESSIONS_TENANT_FULL);
-    assert_int_equal(gw_sessions_acquire("b", 2, 3), GW_SESSIONS_OK);
-    assert_int_equal(gw_sessions_acquire("c", 2, 3), GW_SESSIONS_FULL); /* the gateway's cap first */
+    assert_int_equal(gw_sessions_acquire("a", 2, 3, NULL, NULL, NULL), GW_SESSIONS_OK);
+    assert_int_equal(gw_sessions_acquire("a", 2, 3, NULL, NULL, NULL), GW_SESSIONS_OK);
+    assert_int_equal(gw_sessions_acquire("a", 2, 3, NULL, NULL, NULL), GW_SESSIONS_TENANT_FULL);
+    assert_int_equal(gw_sessions_acquire("b", 2, 3, NULL, NULL, NULL), GW_SESSIONS_OK);
+    assert_int_equal(gw_sessions_acquire("c", 2, 3, NULL, NULL, NULL), GW_SESSIONS_FULL); /* the gateway's cap first */
     assert_int_equal(gw_sessions_count("a"), 2);
     assert_int_equal(gw_sessions_count(NULL), 3);
     gw_sessions_release("a");
-    assert_int_equal(gw_sessions_acquire("c", 2, 3), GW_SESSIONS_OK);
+    assert_int_equal(gw_sessions_acquire("c", 2, 3, NULL, NULL, NULL), GW_SESSIONS_OK);
     gw_sessions_release("a");
     gw_sessions_release("b");
     gw_sessions_release("c");

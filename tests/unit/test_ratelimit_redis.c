@@ -174,7 +174,8 @@ static struct rl_decision decide(struct rl_limiter *l, h2o_loop_t *loop, enum rl
 
 static struct rl_limiter *limiter(const char *path, enum rl_redis_unavailable mode)
 {
-    struct rl_redis_options o = {{path, NULL, 0, NULL, 0, "moat-unit:", 1000, TIMEOUT_MS, 3000, "decisions"}, mode, 2};
+    struct rl_redis_options o = {
+        {path, NULL, 0, NULL, 0, "moat-unit:", 1000, TIMEOUT_MS, 3000, "decisions", NULL, 0, NULL, NULL}, mode, 2};
     char err[128];
     struct rl_limiter *l = rl_redis_new(&o, err, sizeof(err));
 
@@ -463,7 +464,8 @@ static void test_same_answers_as_memory(void **state)
 
 static void test_bad_options(void **state)
 {
-    struct rl_redis_options o = {{NULL, NULL, 0, NULL, 0, "p:", 1000, 100, 3000, "decisions"}, RL_REDIS_FAIL_CLOSED, 1};
+    struct rl_redis_options o = {
+        {NULL, NULL, 0, NULL, 0, "p:", 1000, 100, 3000, "decisions", NULL, 0, NULL, NULL}, RL_REDIS_FAIL_CLOSED, 1};
     char err[128];
 
     (void)state;
