@@ -91,6 +91,7 @@ struct gw_submissions_config {
     int queue_redis;
     uint64_t queue_max_bytes_per_tenant; /* bytes of entries waiting, one tenant */
     uint64_t max_attempts;               /* runs of one submission (a dead gateway's taken over) */
+    int replicated;                      /* durability: replicated - a 201 once a replica has the entry (WAIT) */
 };
 
 /* The control section (config_control.c): the supervisor's control socket

@@ -19,6 +19,7 @@
  *     queue: memory             # memory (default) | redis: shared by every gateway
  *     queue_max_bytes_per_tenant: 268435456  # queue: redis: bytes waiting, one tenant (429)
  *     max_attempts: 3           # queue: redis: runs of a submission whose gateway died
+ *     durability: primary       # queue: redis: | replicated: a 201 once a replica has the entry (WAIT)
  *
  * Defaults and bounds come from gw_limits.h (GW_DEFAULT_JUDGE0_*,
  * GW_MAX_JUDGE0_*); queue_max_per_tenant may not exceed queue_max.  store_dir must be absolute; that the directory is the
@@ -74,6 +75,14 @@ static int submissions_field(struct parse_ctx *pc, const char *key, yaml_node_t 
         s->queue_redis = strcmp(cfg_scalar(v), "redis") == 0;
         return 0;
     }
+    if (strcmp(key, "durability") == 0) {
+        if (cfg_want_scalar(pc, v, "submissions.durability") != 0)
+            return -1;
+        if (strcmp(cfg_scalar(v), "primary") != 0 && strcmp(cfg_scalar(v), "replicated") != 0)
+            return cfg_fail(pc, v, "submissions.durability must be primary or replicated");
+        s->replicated = strcmp(cfg_scalar(v), "replicated") == 0;
+        return 0;
+    }
     if (strcmp(key, "store_dir") == 0) {
         if (cfg_string(pc, v, "submissions.store_dir", GW_MAX_PATH_LEN, &s->store_dir) != 0)
             return -1;
@@ -106,5 +115,7 @@ int cfg_submissions_finish(struct parse_ctx *pc)
                         "submissions.store redis needs limiter.store redis (the connection settings are limiter.redis's)");
     if (pc->cfg->submissions.queue_redis && pc->cfg->submissions.store != GW_SUBMISSIONS_REDIS)
         return cfg_fail(pc, NULL, "submissions.queue redis needs submissions.store redis (any gateway answers for a result)");
+    if (pc->cfg->submissions.replicated && !pc->cfg->submissions.queue_redis)
+        return cfg_fail(pc, NULL, "submissions.durability replicated needs submissions.queue redis (what a 201 waits for)");
     return 0;
 }

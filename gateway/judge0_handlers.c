@@ -2049,6 +2049,13 @@ static void on_remote_queued(void *arg, enum qr_verdict v, char (*ids)[QR_ID_MAX
     case QR_DOWN:
         f = store_down(r, GW_JUDGE0_STORE_RETRY_AFTER_MS);
         break;
+    case QR_UNREPLICATED:
+        gw_add_retry_after(r, GW_JUDGE0_STORE_RETRY_AFTER_MS);
+        f = refuse(r, 503, GW_REASON_STORE,
+                   "no Redis replica confirmed the submission in time (submissions.durability: replicated): not accepted, "
+                   "though it may still run; try again later",
+                   NULL);
+        break;
     }
     remote_free(rem);
     gw_step_done(r, f);

@@ -200,7 +200,13 @@ static enum reload_check check_reload(const char *path, const char *user, int tc
  */
 static int start_queue(struct gw_server *srv, const struct gw_config *cfg, char *err, size_t errlen)
 {
-    struct qr_options o = {NULL, NULL, cfg->limiter.lease_ms, (unsigned)cfg->submissions.max_attempts};
+    /* durability replicated: WAIT for one replica, for half of a command's timeout (the rest is the client's) */
+    struct qr_options o = {NULL,
+                           NULL,
+                           cfg->limiter.lease_ms,
+                           (unsigned)cfg->submissions.max_attempts,
+                           cfg->submissions.replicated ? 1u : 0u,
+                           cfg->limiter.timeout_ms / 2 > 0 ? cfg->limiter.timeout_ms / 2 : 1};
 
     if (!cfg->submissions.queue_redis)
         return 0;

@@ -279,6 +279,8 @@ struct queue_redis {
     char *consumer, *heartbeat_prefix;
     uint64_t lease_ms;
     unsigned max_attempts;
+    unsigned wait_replicas; /* durability replicated: WAIT for this many, wait_ms */
+    uint64_t wait_ms;
     struct qr_held *held; /* the dispatcher's loop only */
     size_t nheld, held_cap;
     char k_wait[QR_PREFIX_MAX], k_bytes[QR_PREFIX_MAX], k_ring[QR_PREFIX_MAX], k_tenants[QR_PREFIX_MAX], k_dead[QR_PREFIX_MAX];
@@ -421,6 +423,49 @@ static int call_eval(struct qr_call *k, h2o_loop_t *loop, struct redis_script *s
 
 /* ------------------------------------------------------------- enqueue */
 
+/* durability replicated: what the enqueue waits for after Redis queued it. */
+struct qr_waiting {
+    struct qr_call *k;
+    char ids[QR_MAX_ENTRIES][QR_ID_MAX];
+};
+
+static void on_replicated(void *arg, const redisReply *rep)
+{
+    struct qr_waiting *w = arg;
+    struct qr_call *k = w->k;
+    qr_enqueue_fn fn = (qr_enqueue_fn)k->fn;
+    int safe = rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer >= (long long)k->q->wait_replicas;
+
+    if (!safe)
+        log_warnx("queue_redis: %s replica(s) had the entries within %llu ms (durability: replicated wants %u): refused",
+                  rep != NULL && rep->type == REDIS_REPLY_INTEGER ? "too few" : "no answer: unknown how many",
+                  (unsigned long long)k->q->wait_ms, k->q->wait_replicas);
+    fn(k->arg, safe ? QR_OK : QR_UNREPLICATED, safe ? w->ids : NULL, safe ? k->n : 0);
+    free(w);
+    free(k);
+}
+
+/* WAIT for the replicas on the connection that queued (on its loop,
+ * the one answering now): 0 sent (on_replicated follows), -1 not. */
+static int wait_for_replicas(struct qr_call *k, char (*ids)[QR_ID_MAX])
+{
+    struct qr_waiting *w = calloc(1, sizeof(*w));
+    char nrep[16], ms[24];
+    const char *argv[3] = {"WAIT", nrep, ms};
+
+    if (w == NULL)
+        return -1;
+    w->k = k;
+    memcpy(w->ids, ids, k->n * sizeof(w->ids[0]));
+    snprintf(nrep, sizeof(nrep), "%u", k->q->wait_replicas);
+    snprintf(ms, sizeof(ms), "%llu", (unsigned long long)k->q->wait_ms);
+    if (redis_conn_command(redis_client_thread_conn(k->q->rc), 3, argv, NULL, on_replicated, w) != 0) {
+        free(w);
+        return -1;
+    }
+    return 0;
+}
+
 static void on_enqueued(void *arg, const redisReply *rep)
 {
     struct qr_call *k = arg;
@@ -446,7 +491,10 @@ static void on_enqueued(void *arg, const redisReply *rep)
     } else if (rep != NULL) {
         log_odd("enqueue", rep);
     }
-    fn(k->arg, v, v == QR_OK ? ids : NULL, v == QR_OK ? k->n : 0);
+    if (v == QR_OK && k->q->wait_replicas > 0 && wait_for_replicas(k, ids) == 0)
+        return; /* on_replicated answers */
+    fn(k->arg, v == QR_OK && k->q->wait_replicas > 0 ? QR_UNREPLICATED : v, v == QR_OK && k->q->wait_replicas == 0 ? ids : NULL,
+       v == QR_OK && k->q->wait_replicas == 0 ? k->n : 0);
     free(k);
 }
 
@@ -810,6 +858,8 @@ struct queue_redis *queue_redis_new(struct redis_client *rc, const struct qr_opt
     q->rc = rc;
     q->lease_ms = o->lease_ms;
     q->max_attempts = o->max_attempts;
+    q->wait_replicas = o->wait_replicas;
+    q->wait_ms = o->wait_ms;
     snprintf(q->k_wait, sizeof(q->k_wait), "%sq:w", p);
     snprintf(q->k_bytes, sizeof(q->k_bytes), "%sq:b", p);
     snprintf(q->k_ring, sizeof(q->k_ring), "%sq:ring", p);

@@ -30,6 +30,8 @@ struct qr_options {
     const char *heartbeat_prefix; /* a consumer whose key is gone is dead: its entries are taken over */
     uint64_t lease_ms;            /* an entry of a dead consumer idle this long is taken over */
     unsigned max_attempts;        /* runs of one entry; the next claim past it ends it (QR_EXHAUSTED) */
+    unsigned wait_replicas;       /* durability replicated: an enqueue is QR_OK once this many replicas have it (WAIT) */
+    uint64_t wait_ms;             /* and waits this long for them (less than the client's timeout_ms) */
 };
 
 /* The caps an enqueue checks, atomically across every gateway. */
@@ -45,6 +47,7 @@ enum qr_verdict {
     QR_TENANT_FULL,  /* queue_max_per_tenant */
     QR_TENANT_BYTES, /* queue_max_bytes_per_tenant */
     QR_DOWN,         /* Redis did not answer (nothing was queued, or it is not known: the caller refuses) */
+    QR_UNREPLICATED, /* queued on the primary, but no replica said it has the entries within wait_ms */
 };
 
 /* One entry to queue. */

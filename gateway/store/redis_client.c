@@ -112,6 +112,7 @@ struct redis_client {
     } sentinels[REDIS_CLIENT_MAX_SENTINELS];
     size_t nsentinels;
     char *master, *sentinel_password;
+    pthread_mutex_t primary_mu; /* the four below (conn_start runs under mu) */
     char primary_host[64];
     unsigned primary_port, next_sentinel;
     int primary_known;
@@ -172,10 +173,10 @@ static void primary_doubted(const struct redis_conn *c)
 
     if (rc->nsentinels == 0)
         return;
-    pthread_mutex_lock(&rc->mu);
+    pthread_mutex_lock(&rc->primary_mu);
     if (rc->primary_known && strcmp(rc->primary_host, c->host) == 0 && rc->primary_port == c->port)
         rc->primary_known = 0;
-    pthread_mutex_unlock(&rc->mu);
+    pthread_mutex_unlock(&rc->primary_mu);
 }
 
 /* Mark c down (logged once per outage) and schedule the next attempt. */
@@ -422,11 +423,11 @@ static void on_primary_named(redisAsyncContext *ac, void *reply, void *arg)
     }
     snprintf(c->host, sizeof(c->host), "%s", rep->element[0]->str);
     c->port = (unsigned)port;
-    pthread_mutex_lock(&rc->mu);
+    pthread_mutex_lock(&rc->primary_mu);
     snprintf(rc->primary_host, sizeof(rc->primary_host), "%s", c->host);
     rc->primary_port = c->port;
     rc->primary_known = 1;
-    pthread_mutex_unlock(&rc->mu);
+    pthread_mutex_unlock(&rc->primary_mu);
     conn_open(c);
 }
 
@@ -458,9 +459,9 @@ static void ask_sentinel(struct redis_conn *c)
     redisAsyncContext *ac;
     unsigned i;
 
-    pthread_mutex_lock(&rc->mu);
+    pthread_mutex_lock(&rc->primary_mu);
     i = rc->next_sentinel++ % (unsigned)rc->nsentinels;
-    pthread_mutex_unlock(&rc->mu);
+    pthread_mutex_unlock(&rc->primary_mu);
     c->host[0] = '\0';
     ac = redisAsyncConnect(rc->sentinels[i].host, (int)rc->sentinels[i].port);
     if (ac == NULL || ac->err || redis_h2o_attach(ac, c->loop) != REDIS_OK) {
@@ -491,13 +492,13 @@ static void conn_start(struct redis_conn *c)
         conn_open(c);
         return;
     }
-    pthread_mutex_lock(&rc->mu);
+    pthread_mutex_lock(&rc->primary_mu);
     if (rc->primary_known) {
         known = 1;
         snprintf(c->host, sizeof(c->host), "%s", rc->primary_host);
         c->port = rc->primary_port;
     }
-    pthread_mutex_unlock(&rc->mu);
+    pthread_mutex_unlock(&rc->primary_mu);
     if (known)
         conn_open(c);
     else
@@ -849,6 +850,7 @@ static void client_free_fields(struct redis_client *rc)
         free(rc->sentinel_password);
     }
     pthread_mutex_destroy(&rc->mu);
+    pthread_mutex_destroy(&rc->primary_mu);
     free(rc);
 }
 
@@ -883,7 +885,8 @@ struct redis_client *redis_client_new(const struct redis_client_options *o, char
         snprintf(err, errlen, "%s", why);
         return NULL;
     }
-    if ((rc = calloc(1, sizeof(*rc))) == NULL || pthread_mutex_init(&rc->mu, NULL) != 0) {
+    if ((rc = calloc(1, sizeof(*rc))) == NULL || pthread_mutex_init(&rc->mu, NULL) != 0 ||
+        pthread_mutex_init(&rc->primary_mu, NULL) != 0) {
         free(rc);
         snprintf(err, errlen, "out of memory");
         return NULL;

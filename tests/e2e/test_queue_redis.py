@@ -93,9 +93,9 @@ def limiter(redis):
 class Host:
     """One backend (one slot) and its gateway; keys and certificates shared with the first host."""
 
-    def __init__(self, name, redis, first=None, submissions=""):
+    def __init__(self, name, redis, first=None, submissions="", limiter_text=None):
         self.mport = free_port()
-        extra = (limiter(redis) + "submissions:\n  store: redis\n  queue: redis\n  ttl_s: 3600\n" + submissions +
+        extra = ((limiter_text or limiter(redis)) + "submissions:\n  store: redis\n  queue: redis\n  ttl_s: 3600\n" + submissions +
                  "control:\n  socket: @CTL@\nmetrics: {port: %d}\n" % self.mport)
         self.stack = Stack(tenants=TENANTS, extra_config=extra, backend_args=["-j", "1", "-o", "run_timeout=20000"])
         s = self.stack

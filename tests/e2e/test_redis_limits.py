@@ -490,7 +490,11 @@ class LimiterConfigTest(unittest.TestCase):
                      "limiter:\n  store: redis\n  redis: {host: 10.0.0.5, port: 6380, password_file: %s, db: 3,"
                      " prefix: \"a:b:\", connect_timeout_ms: 500, timeout_ms: 100, lease_ms: 10000}\n"
                      "  on_unavailable: local\n  gateways: 3\n" % self.password,
-                     "limiter:\n  store: redis\n  redis: {host: \"::1\", password_file: %s}\n" % self.password):
+                     "limiter:\n  store: redis\n  redis: {host: \"::1\", password_file: %s}\n" % self.password,
+                     "limiter:\n  store: redis\n  redis: {sentinels: [\"10.0.0.7:26379\", \"[fd00::8]:26380\"], master: m1,"
+                     " password_file: %s, sentinel_password_file: %s}\n" % (self.password, self.password),
+                     "limiter:\n  store: redis\n  redis: {socket: /x}\nsubmissions: {store: redis, queue: redis,"
+                     " durability: replicated}\n"):
             with self.subTest(text=text):
                 p, _ = self.check(text)
                 self.assertEqual((p.returncode, p.stdout.strip()), (0, "configuration OK"), p.stderr)
@@ -501,7 +505,7 @@ class LimiterConfigTest(unittest.TestCase):
             ("limiter: {stor: redis}\n", ":2: unknown key 'stor' in limiter"),
             ("limiter:\n  store: redis\n", ":3: limiter: store: redis needs a redis section"),
             ("limiter:\n  redis: {socket: /x}\n", ":3: limiter.redis needs store: redis"),
-            ("limiter:\n  store: redis\n  redis: {socket: /x, host: 10.0.0.1}\n", ":4: limiter.redis: give either"),
+            ("limiter:\n  store: redis\n  redis: {socket: /x, host: 10.0.0.1}\n", ":4: limiter.redis: give one of socket, host (and port), or sentinels"),
             ("limiter:\n  store: redis\n  redis: {host: redis.example}\n", ":4: limiter.redis.host must be a numeric"),
             ("limiter:\n  store: redis\n  redis: {host: 10.0.0.1}\n", ":4: limiter.redis: a Redis reached over TCP "
                                                                       "needs a password_file"),
@@ -516,6 +520,22 @@ class LimiterConfigTest(unittest.TestCase):
              ":5: limiter.on_unavailable must be fail_closed or local"),
             ("limiter:\n  store: redis\n  redis: {socket: /x}\n  gateways: 0\n", ":5: limiter.gateways must be between"),
             ("limiter:\n  store: redis\n  redis: {socket: /x, password: hunter2}\n", ":4: unknown key 'password'"),
+            ("limiter:\n  store: redis\n  redis: {sentinels: [\"10.0.0.7:26379\"], master: m}\n",
+             ":4: limiter.redis: a Redis reached over TCP needs a password_file"),
+            ("limiter:\n  store: redis\n  redis: {sentinels: [\"10.0.0.7:26379\"], password_file: %s}\n" % self.password,
+             ":4: limiter.redis: sentinels and master go together"),
+            ("limiter:\n  store: redis\n  redis: {sentinels: [\"sentinel.example:26379\"], master: m}\n",
+             ":4: limiter.redis.sentinels: 'sentinel.example:26379': a numeric address and a port"),
+            ("limiter:\n  store: redis\n  redis: {sentinels: [\"10.0.0.7\"], master: m}\n",
+             ":4: limiter.redis.sentinels: want \"host:port\""),
+            ("limiter:\n  store: redis\n  redis: {sentinels: [], master: m}\n",
+             ":4: limiter.redis.sentinels must be a sequence of 1 to 16"),
+            ("limiter:\n  store: redis\n  redis: {socket: /x, sentinels: [\"10.0.0.7:1\"], master: m}\n",
+             ":4: limiter.redis: give one of socket, host (and port), or sentinels"),
+            ("limiter:\n  store: redis\n  redis: {socket: /x}\nsubmissions: {store: redis, durability: always}\n",
+             ":5: submissions.durability must be primary or replicated"),
+            ("limiter:\n  store: redis\n  redis: {socket: /x}\nsubmissions: {store: redis, durability: replicated}\n",
+             ": submissions.durability replicated needs submissions.queue redis"),
         ]
         for text, want in cases:
             with self.subTest(want=want):

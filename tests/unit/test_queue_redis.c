@@ -152,7 +152,7 @@ struct fixture {
 static void fixture_open(struct fixture *f, const char *consumer, uint64_t lease_ms, unsigned max_attempts)
 {
     const struct redis_client_options o = {sock_path, NULL, 0, NULL, 0, PREFIX, 1000, 1000, lease_ms, "tests", NULL, 0, NULL, NULL};
-    const struct qr_options qo = {consumer, HB, lease_ms, max_attempts};
+    const struct qr_options qo = {consumer, HB, lease_ms, max_attempts, 0, 0};
     char err[256];
 
     f->loop = h2o_evloop_create();
@@ -564,7 +564,7 @@ static void test_redis_away_nothing_sent(void **state)
 {
     const struct redis_client_options o = {
         "/nonexistent/redis.sock", NULL, 0, NULL, 0, PREFIX, 200, 200, 3000, "tests", NULL, 0, NULL, NULL};
-    const struct qr_options qo = {"gw1", HB, 3000, 3};
+    const struct qr_options qo = {"gw1", HB, 3000, 3, 0, 0};
     struct qr_entry_in in = {1, "x", 1};
     struct redis_client *rc;
     struct queue_redis *q;
