@@ -106,6 +106,27 @@ class BenchError(Exception):
     pass
 
 
+def start_redis_bench(build_dir):
+    """What a bench on the Redis limiter does first: SIGINT/SIGTERM end it
+    through its finally blocks, MOAT_BUILD_DIR and the e2e helpers set up,
+    and the tools it needs checked.  Returns (moat_harness, test_redis_limits)."""
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, interrupted)
+    signal.signal(signal.SIGTERM, interrupted)
+    os.environ["MOAT_BUILD_DIR"] = os.path.abspath(build_dir)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+    import moat_harness  # noqa: E402  (reads MOAT_BUILD_DIR at import)
+    import test_redis_limits  # noqa: E402  (its Redis and Gateway helpers)
+    if shutil.which("wrk") is None:
+        raise BenchError("wrk not found (.ci/install-deps)")
+    if not test_redis_limits.HAVE_REDIS:
+        raise BenchError("redis-server not found (apt-get install redis-server)")
+    if os.geteuid() != 0:
+        raise BenchError("run as root (the backend runs boxes)")
+    return moat_harness, test_redis_limits
+
+
 def log(msg):
     print(msg, flush=True)
 

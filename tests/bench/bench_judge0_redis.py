@@ -29,14 +29,12 @@ when every GET answered 200; 1 on any error.
 import argparse
 import json
 import os
-import shutil
-import signal
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-from bench_gateway import BenchError, cpu_seconds, https_request, log, median, run_wrk  # noqa: E402
+from bench_gateway import BenchError, cpu_seconds, https_request, log, median, run_wrk, start_redis_bench  # noqa: E402
 
 CASES = ("mem", "rlim", "redis")
 SUBMISSION = {"source_code": "print('x' * 100)", "language_id": 71}
@@ -52,23 +50,7 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="short run: check that everything works")
     args = ap.parse_args()
 
-    def interrupted(signum, frame):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGINT, interrupted)
-    signal.signal(signal.SIGTERM, interrupted)
-
-    build = os.path.abspath(args.build_dir)
-    os.environ["MOAT_BUILD_DIR"] = build
-    sys.path.insert(0, os.path.join(SOURCE, "tests", "e2e"))
-    import moat_harness  # noqa: E402  (reads MOAT_BUILD_DIR at import)
-    import test_redis_limits  # noqa: E402  (its Redis and Gateway helpers)
-
-    if shutil.which("wrk") is None:
-        raise BenchError("wrk not found (.ci/install-deps)")
-    if not test_redis_limits.HAVE_REDIS:
-        raise BenchError("redis-server not found (apt-get install redis-server)")
-    if os.geteuid() != 0:
-        raise BenchError("run as root (the backend runs boxes)")
+    moat_harness, test_redis_limits = start_redis_bench(args.build_dir)
     tenant = ("rate: {per_second: 100000, burst: 100000}\nmax_in_flight: 64\n"
               "endpoints: [execute, runtimes, submissions, languages]\n")
     stack = moat_harness.Stack(tenants=[("reader", tenant, "")], audit=False,
