@@ -88,14 +88,8 @@ static int control_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, 
         return control_users(pc, v, c);
     if (strcmp(key, "store") == 0)
         return absolute(pc, v, "control.store", &c->store);
-    if (strcmp(key, "store_backend") == 0) {
-        if (cfg_want_scalar(pc, v, "control.store_backend") != 0)
-            return -1;
-        if (strcmp(cfg_scalar(v), "file") != 0 && strcmp(cfg_scalar(v), "redis") != 0)
-            return cfg_fail(pc, v, "control.store_backend must be file or redis");
-        c->redis_store = strcmp(cfg_scalar(v), "redis") == 0;
-        return 0;
-    }
+    if (strcmp(key, "store_backend") == 0)
+        return cfg_either(pc, v, "control.store_backend", "file", "redis", &c->redis_store);
     return 1;
 }
 

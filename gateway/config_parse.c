@@ -97,6 +97,16 @@ int cfg_unsigned(struct parse_ctx *pc, const yaml_node_t *n, const char *name, u
     return 0;
 }
 
+int cfg_either(struct parse_ctx *pc, const yaml_node_t *n, const char *name, const char *off, const char *on, int *out)
+{
+    if (cfg_want_scalar(pc, n, name) != 0)
+        return -1;
+    if (strcmp(cfg_scalar(n), off) != 0 && strcmp(cfg_scalar(n), on) != 0)
+        return cfg_fail(pc, n, "%s must be %s or %s", name, off, on);
+    *out = strcmp(cfg_scalar(n), on) == 0;
+    return 0;
+}
+
 int cfg_bool(struct parse_ctx *pc, const yaml_node_t *n, const char *name, int *out)
 {
     static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};

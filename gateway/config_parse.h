@@ -70,6 +70,9 @@ int cfg_unsigned(struct parse_ctx *pc, const yaml_node_t *n, const char *name, u
 /* true/false (also yes/no, on/off). */
 int cfg_bool(struct parse_ctx *pc, const yaml_node_t *n, const char *name, int *out);
 
+/* One of two words: *out 0 for off, 1 for on; else "name must be off or on". */
+int cfg_either(struct parse_ctx *pc, const yaml_node_t *n, const char *name, const char *off, const char *on, int *out);
+
 /* A sequence of endpoint names from policy's endpoint table, as POLICY_EP_* bits. */
 int cfg_endpoints(struct parse_ctx *pc, const yaml_node_t *n, const char *name, unsigned *out);
 

@@ -68,21 +68,10 @@ static int submissions_field(struct parse_ctx *pc, const char *key, yaml_node_t 
         return cfg_fail(pc, v, "submissions.store must be memory, dir or redis");
     }
     if (strcmp(key, "queue") == 0) {
-        if (cfg_want_scalar(pc, v, "submissions.queue") != 0)
-            return -1;
-        if (strcmp(cfg_scalar(v), "memory") != 0 && strcmp(cfg_scalar(v), "redis") != 0)
-            return cfg_fail(pc, v, "submissions.queue must be memory or redis");
-        s->queue_redis = strcmp(cfg_scalar(v), "redis") == 0;
-        return 0;
+        return cfg_either(pc, v, "submissions.queue", "memory", "redis", &s->queue_redis);
     }
-    if (strcmp(key, "durability") == 0) {
-        if (cfg_want_scalar(pc, v, "submissions.durability") != 0)
-            return -1;
-        if (strcmp(cfg_scalar(v), "primary") != 0 && strcmp(cfg_scalar(v), "replicated") != 0)
-            return cfg_fail(pc, v, "submissions.durability must be primary or replicated");
-        s->replicated = strcmp(cfg_scalar(v), "replicated") == 0;
-        return 0;
-    }
+    if (strcmp(key, "durability") == 0)
+        return cfg_either(pc, v, "submissions.durability", "primary", "replicated", &s->replicated);
     if (strcmp(key, "store_dir") == 0) {
         if (cfg_string(pc, v, "submissions.store_dir", GW_MAX_PATH_LEN, &s->store_dir) != 0)
             return -1;

@@ -491,10 +491,12 @@ static void on_enqueued(void *arg, const redisReply *rep)
     } else if (rep != NULL) {
         log_odd("enqueue", rep);
     }
-    if (v == QR_OK && k->q->wait_replicas > 0 && wait_for_replicas(k, ids) == 0)
-        return; /* on_replicated answers */
-    fn(k->arg, v == QR_OK && k->q->wait_replicas > 0 ? QR_UNREPLICATED : v, v == QR_OK && k->q->wait_replicas == 0 ? ids : NULL,
-       v == QR_OK && k->q->wait_replicas == 0 ? k->n : 0);
+    if (v == QR_OK && k->q->wait_replicas > 0) {
+        if (wait_for_replicas(k, ids) == 0)
+            return;          /* on_replicated answers */
+        v = QR_UNREPLICATED; /* the WAIT could not be sent */
+    }
+    fn(k->arg, v, v == QR_OK ? ids : NULL, v == QR_OK ? k->n : 0);
     free(k);
 }
 
