@@ -56,26 +56,43 @@
  * reconnecting gateway's copy, which may be older than what was lost
  * (give Redis persistence: README).
  *
- * Unreachable Redis.  The supervisor talks to Redis synchronously (hiredis
- * blocking contexts with the section's connect_timeout_ms and timeout_ms
- * on every call), so no call stalls the control socket longer than those.
- * A failed call drops both connections; they come back on the follower's
- * schedule (backoff doubling GW_REDIS_BACKOFF_MIN_MS to _MAX_MS) or at
- * once when moatctl asks for something.  Meanwhile the gateway keeps the
- * copy it has (its last state) and moatctl's changes fail with a message
- * naming Redis; on reconnection the supervisor resyncs at once.  Logged
+ * Unreachable Redis.  The supervisor's calls go through the gateway's
+ * one Redis client (store/redis_client.c: its timeouts, backoff,
+ * reconnection and Sentinels), on a thread of the supervisor's own that
+ * runs an event loop with two connections: commands, and the
+ * subscription.  The supervisor stays single-threaded in what it does: a
+ * call is posted to the thread and waited for (a condition variable,
+ * bounded by the section's connect_timeout_ms + timeout_ms and a slack),
+ * and the thread turns each published message, and each (re)subscription,
+ * into a byte on a pipe the poll loop watches.  So no call stalls the
+ * control socket longer than those timeouts, and a store named through
+ * limiter.redis.sentinels follows a failover as every other use of Redis
+ * does.  While Redis is down a call fails at once with why (the client's
+ * last failure: a refused AUTH, the server gone, no answer in time); the
+ * connections come back on the client's schedule (backoff doubling to
+ * GW_REDIS_BACKOFF_MAX_MS); the resubscription wakes the supervisor,
+ * which resyncs.  Meanwhile the gateway keeps the copy it has (its last
+ * state) and moatctl's changes fail with a message naming Redis.  Logged
  * once per outage.
+ *
+ * The thread is started on first use, in the supervisor (after the
+ * gateway was forked: no thread crosses a fork), and lives as long as it.
  */
 #include "admin_store_redis.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <h2o.h>
+#include <h2o/multithread.h>
 #include <hiredis/hiredis.h>
-#include <openssl/crypto.h>
 #include <openssl/rand.h>
 
 #include "admin.h"
@@ -84,10 +101,16 @@
 #include "moat_errf.h"
 #include "moat_hex.h"
 #include "ratelimit.h"
+#include "store/redis_client.h"
+#include "store/redis_options.h"
 
-#define AR_KEY_MAX   (GW_REDIS_MAX_PREFIX + 16)
-#define AR_TOKEN_LEN 32 /* hex digits of the lock's random token */
-/* A command's argc and argv from its words: the count cannot disagree with the list. */
+#define AR_KEY_MAX     (GW_REDIS_MAX_PREFIX + 16)
+#define AR_TOKEN_LEN   32   /* hex digits of the lock's random token */
+#define AR_MAX_ARGS    8    /* of one call */
+#define AR_SLACK_MS    1000 /* a call's wait beyond the client's own timeouts (which answer it first) */
+#define AR_WHERE_MAX   (GW_MAX_PATH_LEN + 96)
+#define AR_REPLY_DEPTH 2 /* arrays of values: all the store's answers are */
+/* A call's argc and argv from its words: the count cannot disagree with the list. */
 #define AR_ARGS(...)                                                                                                               \
     (int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *)), (const char *[])                                          \
     {                                                                                                                              \
@@ -95,33 +118,68 @@
     }
 
 /* KEYS: the store hash.  ARGV: the version read, the new document, the channel. */
-static const char commit_script[] = "local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')\n"
-                                    "if v ~= tonumber(ARGV[1]) then return {0, v} end\n"
-                                    "v = tostring(v + 1)\n"
-                                    "redis.call('HSET', KEYS[1], 'version', v, 'doc', ARGV[2])\n"
-                                    "redis.call('PUBLISH', ARGV[3], v)\n"
-                                    "return {1, v}\n";
+static struct redis_script commit_script = {"local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')\n"
+                                            "if v ~= tonumber(ARGV[1]) then return {0, v} end\n"
+                                            "v = tostring(v + 1)\n"
+                                            "redis.call('HSET', KEYS[1], 'version', v, 'doc', ARGV[2])\n"
+                                            "redis.call('PUBLISH', ARGV[3], v)\n"
+                                            "return {1, v}\n",
+                                            "", NULL};
 
 /* KEYS: the lock.  ARGV: our token, its life in ms.  1: ours now. */
-static const char lock_script[] =
+static struct redis_script lock_script = {
     "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end\n"
     "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end\n"
-    "return 0\n";
+    "return 0\n",
+    "", NULL};
 
 /* KEYS: the lock.  ARGV: our token. */
-static const char unlock_script[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
-                                    "return 0\n";
+static struct redis_script unlock_script = {"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
+                                            "return 0\n",
+                                            "", NULL};
+
+/* A reply, copied off the Redis thread (hiredis' is valid during its callback only). */
+struct ar_reply {
+    int type; /* REDIS_REPLY_* */
+    long long integer;
+    char *str; /* STRING, STATUS, ERROR: NUL-terminated */
+    size_t len;
+    size_t elements;
+    struct ar_reply **element;
+};
+
+/* One call, from the supervisor to the Redis thread and back. */
+struct ar_call {
+    h2o_multithread_message_t super;
+    struct admin_redis *r;
+    struct redis_script *script; /* NULL: a command */
+    int nkeys;                   /* a script's */
+    int argc;
+    char *copy[AR_MAX_ARGS];       /* the arguments, owned */
+    const char *argv[AR_MAX_ARGS]; /* the same, as the client takes them */
+    /* the answer, under r->mu */
+    int done, abandoned;
+    struct ar_reply *reply;         /* NULL: none came */
+    char why[REDIS_CLIENT_WHY_MAX]; /* why none came */
+};
 
 struct admin_redis {
-    /* the limiter section's connection */
-    char *socket_path, *host, *password;
-    unsigned port, db;
-    uint64_t connect_timeout_ms, timeout_ms;
+    struct redis_client *rc;
+    char where[AR_WHERE_MAX];
     char key[AR_KEY_MAX], lock_key[AR_KEY_MAX], channel[AR_KEY_MAX];
-    redisContext *cmd; /* commands; NULL while disconnected */
-    redisContext *sub; /* the subscription; NULL while disconnected */
-    int lost;          /* an outage is being logged */
-    uint64_t backoff_ms, retry_at, resync_at;
+    uint64_t call_wait_ms; /* a call's bound: connect_timeout_ms + timeout_ms + AR_SLACK_MS */
+    /* the Redis thread (started: on first use) */
+    int started, subscribed;
+    h2o_evloop_t *loop;
+    h2o_multithread_queue_t *queue;
+    h2o_multithread_receiver_t receiver;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int wake[2];   /* the thread's wake-ups: published, (re)subscribed */
+    int connected; /* the last call was answered (__atomic: the thread writes it) */
+    /* the supervisor's */
+    int lost; /* an outage is being logged */
+    uint64_t resync_at;
     int known;                    /* applied is the copy's version */
     uint64_t applied;             /* the version the copy holds */
     uint64_t refused;             /* a version the parser refused here (0: none) */
@@ -131,146 +189,276 @@ struct admin_redis {
     int locked;                   /* we hold the lock (as far as we know) */
 };
 
-/* ---------------------------------------------------------------- connections */
+/* ---------------------------------------------------------------- replies */
 
-static const char *redis_where(const struct admin_redis *r, char *buf, size_t len)
+static void reply_free(struct ar_reply *x)
 {
-    if (r->socket_path != NULL)
-        snprintf(buf, len, "unix:%s", r->socket_path);
+    if (x == NULL)
+        return;
+    for (size_t i = 0; i < x->elements; i++)
+        reply_free(x->element[i]);
+    free(x->element);
+    free(x->str);
+    free(x);
+}
+
+/* A copy of rep, or NULL out of memory (or nested deeper than the store's answers are). */
+static struct ar_reply *reply_copy(const redisReply *rep, int depth)
+{
+    struct ar_reply *x = calloc(1, sizeof(*x));
+
+    if (x == NULL || depth > AR_REPLY_DEPTH)
+        goto fail;
+    x->type = rep->type;
+    x->integer = rep->integer;
+    if (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS || rep->type == REDIS_REPLY_ERROR) {
+        if ((x->str = malloc(rep->len + 1)) == NULL)
+            goto fail;
+        memcpy(x->str, rep->str, rep->len);
+        x->str[rep->len] = '\0';
+        x->len = rep->len;
+    }
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements > 0) {
+        if ((x->element = calloc(rep->elements, sizeof(*x->element))) == NULL)
+            goto fail;
+        for (; x->elements < rep->elements; x->elements++)
+            if ((x->element[x->elements] = reply_copy(rep->element[x->elements], depth + 1)) == NULL)
+                goto fail;
+    }
+    return x;
+fail:
+    reply_free(x);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- the Redis thread */
+
+static void call_free(struct ar_call *k)
+{
+    for (int i = 0; i < k->argc; i++)
+        free(k->copy[i]);
+    reply_free(k->reply);
+    free(k);
+}
+
+/* On the thread: k's answer (rep NULL: none, why says why) to the supervisor waiting for it, or to nobody. */
+static void call_done(struct ar_call *k, const redisReply *rep, const char *why)
+{
+    struct admin_redis *r = k->r;
+
+    __atomic_store_n(&r->connected, rep != NULL, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&r->mu);
+    if (k->abandoned) {
+        pthread_mutex_unlock(&r->mu);
+        call_free(k);
+        return;
+    }
+    if (rep != NULL && (k->reply = reply_copy(rep, 0)) == NULL)
+        why = "out of memory for the answer";
+    if (k->reply == NULL)
+        snprintf(k->why, sizeof(k->why), "%s", why != NULL && why[0] != '\0' ? why : "no answer");
+    k->done = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void on_answer(void *arg, const redisReply *reply)
+{
+    struct ar_call *k = arg;
+    const struct redis_conn *c = redis_client_thread_conn(k->r->rc);
+
+    call_done(k, reply, reply == NULL && c != NULL ? redis_conn_why(c) : NULL);
+}
+
+static void call_send(struct ar_call *k)
+{
+    struct admin_redis *r = k->r;
+    struct redis_conn *c = redis_client_conn(r->rc, r->loop);
+    int sent;
+
+    if (c == NULL) {
+        call_done(k, NULL, "out of memory");
+        return;
+    }
+    if (k->script != NULL)
+        sent = redis_conn_eval(c, k->script, k->nkeys, k->argc, k->argv, NULL, on_answer, k);
     else
-        snprintf(buf, len, "%s:%u", r->host, r->port);
-    return buf;
+        sent = redis_conn_command(c, k->argc, k->argv, NULL, on_answer, k);
+    if (sent != 0)
+        call_done(k, NULL, redis_conn_why(c)[0] != '\0' ? redis_conn_why(c) : "not connected yet (finding the primary)");
 }
 
-static struct timeval ms_tv(uint64_t ms)
+/* The supervisor's calls, posted to the thread's loop. */
+static void on_calls(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
 {
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-
-    return tv;
+    (void)receiver;
+    while (!h2o_linklist_is_empty(messages)) {
+        struct ar_call *k = H2O_STRUCT_FROM_MEMBER(struct ar_call, super.link, messages->next);
+        h2o_linklist_unlink(&k->super.link);
+        call_send(k);
+    }
 }
 
-/* Both connections go; the next attempt after the backoff.  why: logged once per outage. */
-static void conn_lost(struct admin_redis *r, const char *why)
+/* The subscription: a change was published (payload), or the
+ * subscription was made again (NULL: messages may have been missed).
+ * Either way the supervisor compares versions now. */
+static void on_published(void *arg, const char *payload, size_t len)
 {
-    char where[GW_MAX_PATH_LEN + 8];
+    struct admin_redis *r = arg;
+    ssize_t n;
 
-    if (r->cmd != NULL)
-        redisFree(r->cmd);
-    if (r->sub != NULL)
-        redisFree(r->sub);
-    r->cmd = r->sub = NULL;
+    (void)len;
+    if (payload == NULL)
+        __atomic_store_n(&r->connected, 1, __ATOMIC_RELAXED);
+    n = write(r->wake[1], "", 1); /* full pipe: a wake-up is pending already */
+    (void)n;
+}
+
+static void *thread_main(void *arg)
+{
+    struct admin_redis *r = arg;
+
+    for (;;)
+        h2o_evloop_run(r->loop, INT32_MAX);
+    return NULL;
+}
+
+/* The thread, its loop and the subscription; on first use.  0 or -1 with err. */
+static int thread_start(struct admin_redis *r, char *err, size_t errlen)
+{
+    sigset_t all, old;
+    pthread_attr_t attr;
+    pthread_t t;
+    int e;
+
+    if (r->started)
+        return 0;
+    if (r->wake[0] < 0 && pipe2(r->wake, O_CLOEXEC | O_NONBLOCK) != 0)
+        return moat_errf(err, errlen, "the admin store in Redis: pipe: %s", strerror(errno));
+    if (r->loop == NULL && (r->loop = h2o_evloop_create()) == NULL)
+        return moat_errf(err, errlen, "the admin store in Redis: out of memory");
+    if (r->queue == NULL) {
+        if ((r->queue = h2o_multithread_create_queue(r->loop)) == NULL)
+            return moat_errf(err, errlen, "the admin store in Redis: out of memory");
+        h2o_multithread_register_receiver(r->queue, &r->receiver, on_calls);
+    }
+    if (!r->subscribed) {
+        if (redis_client_subscribe(r->rc, r->loop, r->channel, on_published, r) != 0)
+            return moat_errf(err, errlen, "the admin store in Redis: out of memory");
+        r->subscribed = 1;
+    }
+    /* the thread takes no signal: the supervisor's signalfd has them all */
+    sigfillset(&all);
+    if ((e = pthread_attr_init(&attr)) != 0)
+        return moat_errf(err, errlen, "the admin store in Redis: cannot start its thread: %s", strerror(e));
+    if ((e = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED)) == 0 &&
+        (e = pthread_sigmask(SIG_SETMASK, &all, &old)) == 0) {
+        e = pthread_create(&t, &attr, thread_main, r);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    pthread_attr_destroy(&attr);
+    if (e != 0)
+        return moat_errf(err, errlen, "the admin store in Redis: cannot start its thread: %s", strerror(e));
+    r->started = 1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- calls */
+
+/* Wait for k until the bound; 1 answered, 0 not (k is then the thread's to free). */
+static int call_wait(struct admin_redis *r, struct ar_call *k)
+{
+    struct timespec until;
+    int done;
+
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)(r->call_wait_ms / 1000);
+    until.tv_nsec += (long)(r->call_wait_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&r->mu);
+    while (!k->done && pthread_cond_timedwait(&r->cv, &r->mu, &until) != ETIMEDOUT)
+        ;
+    done = k->done;
+    if (!done)
+        k->abandoned = 1;
+    pthread_mutex_unlock(&r->mu);
+    return done;
+}
+
+/* Redis did not answer (why): logged once per outage. */
+static void store_unreachable(struct admin_redis *r, const char *why)
+{
+    __atomic_store_n(&r->connected, 0, __ATOMIC_RELAXED);
     if (!r->lost)
         log_warnx("%s: the admin store in Redis at %s: %s; the gateway keeps its copy, moatctl changes fail until it answers",
-                  __func__, redis_where(r, where, sizeof(where)), why);
+                  __func__, r->where, why);
     r->lost = 1;
-    r->retry_at = rl_monotonic_ms() + r->backoff_ms;
-    r->backoff_ms = r->backoff_ms * 2 > GW_REDIS_BACKOFF_MAX_MS ? GW_REDIS_BACKOFF_MAX_MS : r->backoff_ms * 2;
 }
 
-/* One command on c; an error reply is an error too.  The reply, or NULL with err. */
-static redisReply *command(redisContext *c, int argc, const char **argv, char *err, size_t errlen)
+static void store_answers(struct admin_redis *r)
 {
-    redisReply *rep = redisCommandArgv(c, argc, argv, NULL);
+    if (r->lost) {
+        log_info("%s: the admin store in Redis at %s answers again: resyncing", __func__, r->where);
+        r->resync_at = rl_monotonic_ms();
+    }
+    r->lost = 0;
+}
 
-    if (rep == NULL) {
-        moat_errf(err, errlen, "%s", c->err ? c->errstr : "no answer");
+/*
+ * One call (script NULL: argv is a command; else script's nkeys keys then
+ * its arguments) on the Redis thread, waited for.  The reply (the
+ * caller's to reply_free), or NULL with err: Redis unreachable (naming
+ * it), or its error reply.
+ */
+static struct ar_reply *call(struct admin_redis *r, struct redis_script *script, int nkeys, int argc, const char **argv, char *err,
+                             size_t errlen)
+{
+    struct ar_call *k;
+    struct ar_reply *rep;
+    char why[REDIS_CLIENT_WHY_MAX + 64];
+
+    if (thread_start(r, err, errlen) != 0)
+        return NULL;
+    if (argc > AR_MAX_ARGS || (k = calloc(1, sizeof(*k))) == NULL) {
+        moat_errf(err, errlen, "the admin store in Redis: out of memory");
         return NULL;
     }
+    k->r = r;
+    k->script = script;
+    k->nkeys = nkeys;
+    for (; k->argc < argc; k->argc++)
+        if ((k->argv[k->argc] = k->copy[k->argc] = strdup(argv[k->argc])) == NULL) {
+            call_free(k);
+            moat_errf(err, errlen, "the admin store in Redis: out of memory");
+            return NULL;
+        }
+    h2o_multithread_send_message(&r->receiver, &k->super);
+    if (!call_wait(r, k)) {
+        snprintf(why, sizeof(why), "no answer within %llu ms", (unsigned long long)r->call_wait_ms);
+        store_unreachable(r, why);
+        moat_errf(err, errlen, "the admin store in Redis at %s is unreachable: %s", r->where, why);
+        return NULL;
+    }
+    rep = k->reply;
+    k->reply = NULL;
+    snprintf(why, sizeof(why), "%s", k->why);
+    call_free(k);
+    if (rep == NULL) {
+        store_unreachable(r, why);
+        moat_errf(err, errlen, "the admin store in Redis at %s is unreachable: %s", r->where, why);
+        return NULL;
+    }
+    store_answers(r);
     if (rep->type == REDIS_REPLY_ERROR) {
-        moat_errf(err, errlen, "%s refused: %.*s", argv[0], (int)(rep->len > 160 ? 160 : rep->len), rep->str);
-        freeReplyObject(rep);
+        moat_errf(err, errlen, "the admin store in Redis at %s: %s refused: %.*s", r->where, script != NULL ? "a script" : argv[0],
+                  (int)(rep->len > 160 ? 160 : rep->len), rep->str);
+        reply_free(rep);
         return NULL;
     }
     return rep;
-}
-
-/* AUTH when there is a password, SELECT when the database is not 0.  0 or -1 with err. */
-static int conn_setup(const struct admin_redis *r, redisContext *c, char *err, size_t errlen)
-{
-    redisReply *rep;
-    char db[16];
-
-    if (r->password != NULL) {
-        if ((rep = command(c, AR_ARGS("AUTH", r->password), err, errlen)) == NULL)
-            return -1;
-        freeReplyObject(rep);
-    }
-    if (r->db != 0) {
-        snprintf(db, sizeof(db), "%u", r->db);
-        if ((rep = command(c, AR_ARGS("SELECT", db), err, errlen)) == NULL)
-            return -1;
-        freeReplyObject(rep);
-    }
-    return 0;
-}
-
-/* A connection with its timeouts, authenticated, on the section's database; NULL with err. */
-static redisContext *conn_open(const struct admin_redis *r, char *err, size_t errlen)
-{
-    struct timeval ctv = ms_tv(r->connect_timeout_ms);
-    redisContext *c = r->socket_path != NULL ? redisConnectUnixWithTimeout(r->socket_path, ctv)
-                                             : redisConnectWithTimeout(r->host, (int)r->port, ctv);
-
-    if (c == NULL || c->err) {
-        moat_errf(err, errlen, "%s", c != NULL ? c->errstr : "out of memory");
-    } else if (redisSetTimeout(c, ms_tv(r->timeout_ms)) != REDIS_OK) {
-        moat_errf(err, errlen, "cannot set the timeout: %s", c->errstr);
-    } else if (conn_setup(r, c, err, errlen) == 0) {
-        return c;
-    }
-    if (c != NULL)
-        redisFree(c);
-    return NULL;
-}
-
-/* Both connections, the second subscribed; then a resync at once. */
-static int conn_up(struct admin_redis *r, char *err, size_t errlen)
-{
-    redisReply *rep;
-    char where[GW_MAX_PATH_LEN + 8];
-
-    if ((r->cmd = conn_open(r, err, errlen)) == NULL || (r->sub = conn_open(r, err, errlen)) == NULL ||
-        (rep = command(r->sub, AR_ARGS("SUBSCRIBE", r->channel), err, errlen)) == NULL) {
-        char why[512];
-        snprintf(why, sizeof(why), "%s", err);
-        conn_lost(r, why);
-        return -1;
-    }
-    freeReplyObject(rep);
-    if (r->lost)
-        log_info("%s: the admin store in Redis at %s answers again: resyncing", __func__, redis_where(r, where, sizeof(where)));
-    r->lost = 0;
-    r->backoff_ms = GW_REDIS_BACKOFF_MIN_MS;
-    r->resync_at = rl_monotonic_ms();
-    return 0;
-}
-
-/* Connected, or connected now (moatctl waits for no backoff).  0, or -1 with err naming Redis. */
-static int conn_ready(struct admin_redis *r, char *err, size_t errlen)
-{
-    char why[512], where[GW_MAX_PATH_LEN + 8];
-
-    if (r->cmd != NULL)
-        return 0;
-    if (conn_up(r, why, sizeof(why)) == 0)
-        return 0;
-    return moat_errf(err, errlen, "the admin store in Redis at %s is unreachable: %s", redis_where(r, where, sizeof(where)), why);
-}
-
-/* A command on the command connection; a failure that is not Redis' answer drops the connections.  Reply or NULL with err. */
-static redisReply *call(struct admin_redis *r, int argc, const char **argv, char *err, size_t errlen)
-{
-    redisReply *rep;
-    char why[512], where[GW_MAX_PATH_LEN + 8];
-
-    if (conn_ready(r, err, errlen) != 0)
-        return NULL;
-    if ((rep = command(r->cmd, argc, argv, why, sizeof(why))) != NULL)
-        return rep;
-    if (r->cmd->err)
-        conn_lost(r, why);
-    moat_errf(err, errlen, "the admin store in Redis at %s: %s", redis_where(r, where, sizeof(where)), why);
-    return NULL;
 }
 
 /* ---------------------------------------------------------------- the document */
@@ -299,7 +487,7 @@ static json_t *doc_parse(const char *text, size_t len, uint64_t version, char *e
 }
 
 /* A reply's integer (an integer reply, or a string of digits); 0 for nil. */
-static int reply_u64(const redisReply *rep, uint64_t *out)
+static int reply_u64(const struct ar_reply *rep, uint64_t *out)
 {
     char *end;
 
@@ -322,19 +510,19 @@ static int reply_u64(const redisReply *rep, uint64_t *out)
 static int run_commit(struct admin_redis *r, uint64_t expect, const char *text, uint64_t *version, char *err, size_t errlen)
 {
     char exp[24];
-    redisReply *rep;
+    struct ar_reply *rep;
     uint64_t done = 0;
     int rc = -1;
 
     snprintf(exp, sizeof(exp), "%llu", (unsigned long long)expect);
-    if ((rep = call(r, AR_ARGS("EVAL", commit_script, "1", r->key, exp, text, r->channel), err, errlen)) == NULL)
+    if ((rep = call(r, &commit_script, 1, AR_ARGS(r->key, exp, text, r->channel), err, errlen)) == NULL)
         return -1;
     if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 && reply_u64(rep->element[0], &done) == 0 &&
         reply_u64(rep->element[1], version) == 0)
         rc = done == 1;
     else
         moat_errf(err, errlen, "the admin store in Redis: an unexpected answer to the commit");
-    freeReplyObject(rep);
+    reply_free(rep);
     return rc;
 }
 
@@ -375,20 +563,20 @@ static int seed(struct admin_store *s, char *err, size_t errlen)
 static int fetch(struct admin_store *s, uint64_t *version, json_t **doc, char *err, size_t errlen)
 {
     struct admin_redis *r = s->redis;
-    redisReply *rep = NULL;
+    struct ar_reply *rep = NULL;
 
     *version = 0;
     for (int attempt = 0; attempt < 2; attempt++) {
-        if ((rep = call(r, AR_ARGS("HMGET", r->key, "version", "doc"), err, errlen)) == NULL)
+        if ((rep = call(r, NULL, 0, AR_ARGS("HMGET", r->key, "version", "doc"), err, errlen)) == NULL)
             return -1;
         if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 || reply_u64(rep->element[0], version) != 0 ||
             (*version != 0 && rep->element[1]->type != REDIS_REPLY_STRING)) {
-            freeReplyObject(rep);
+            reply_free(rep);
             return moat_errf(err, errlen, "the admin store in Redis (%s) is not a version and a document", r->key);
         }
         if (*version != 0)
             break;
-        freeReplyObject(rep);
+        reply_free(rep);
         rep = NULL;
         if (attempt == 0 && seed(s, err, errlen) != 0)
             return -1;
@@ -398,7 +586,7 @@ static int fetch(struct admin_store *s, uint64_t *version, json_t **doc, char *e
         return *doc != NULL ? 0 : moat_errf(err, errlen, "out of memory");
     }
     *doc = doc_parse(rep->element[1]->str, rep->element[1]->len, *version, err, errlen);
-    freeReplyObject(rep);
+    reply_free(rep);
     return *doc != NULL ? 0 : -1;
 }
 
@@ -413,11 +601,11 @@ static int redis_lock(struct admin_store *s, char *err, size_t errlen)
 
     snprintf(px, sizeof(px), "%d", GW_ADMIN_REDIS_LOCK_MS);
     for (;;) {
-        redisReply *rep = call(r, AR_ARGS("EVAL", lock_script, "1", r->lock_key, r->token, px), err, errlen);
+        struct ar_reply *rep = call(r, &lock_script, 1, AR_ARGS(r->lock_key, r->token, px), err, errlen);
         int got = rep != NULL && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
         if (rep == NULL)
             return -1;
-        freeReplyObject(rep);
+        reply_free(rep);
         if (got)
             break;
         if (rl_monotonic_ms() >= deadline)
@@ -476,7 +664,7 @@ static void redis_unlock(struct admin_store *s)
 {
     struct admin_redis *r = s->redis;
     char err[512];
-    redisReply *rep;
+    struct ar_reply *rep;
 
     admin_store_file_ops.unlock(s);
     free(r->staged_text);
@@ -484,22 +672,60 @@ static void redis_unlock(struct admin_store *s)
     if (!r->locked)
         return;
     /* unreachable now: this supervisor's next change retakes it, or it expires */
-    if ((rep = call(r, AR_ARGS("EVAL", unlock_script, "1", r->lock_key, r->token), err, sizeof(err))) != NULL)
-        freeReplyObject(rep);
+    if ((rep = call(r, &unlock_script, 1, AR_ARGS(r->lock_key, r->token), err, sizeof(err))) != NULL)
+        reply_free(rep);
     r->locked = 0;
 }
 
 static const struct admin_store_ops redis_ops = {redis_lock, redis_read, redis_stage, redis_commit, redis_unlock};
 
-static int copy_opt(const char *from, char **to)
+/* Where the store is, for messages and moatctl status. */
+static void name_where(struct admin_redis *r, const struct gw_limiter_config *l)
 {
-    *to = NULL;
-    return from == NULL || (*to = strdup(from)) != NULL ? 0 : -1;
+    if (l->socket != NULL)
+        snprintf(r->where, sizeof(r->where), "unix:%s", l->socket);
+    else if (l->nsentinels == 0)
+        snprintf(r->where, sizeof(r->where), "%s:%u", l->host, l->port);
+    else
+        snprintf(r->where, sizeof(r->where), "the primary of %s (%zu Sentinels)", l->master, l->nsentinels);
+}
+
+static int redis_state_init(struct admin_redis *r, const struct gw_limiter_config *l)
+{
+    struct redis_sentinel_addr sentinels[GW_REDIS_MAX_SENTINELS];
+    struct redis_client_options o;
+    unsigned char raw[AR_TOKEN_LEN / 2];
+    pthread_condattr_t ca;
+    char err[256];
+
+    r->wake[0] = r->wake[1] = -1;
+    if (RAND_bytes(raw, sizeof(raw)) != 1)
+        return -1;
+    moat_hex_encode(raw, sizeof(raw), r->token);
+    name_where(r, l);
+    r->call_wait_ms = l->connect_timeout_ms + l->timeout_ms + AR_SLACK_MS;
+    snprintf(r->key, sizeof(r->key), "%sadmin:store", l->prefix);
+    snprintf(r->lock_key, sizeof(r->lock_key), "%sadmin:lock", l->prefix);
+    snprintf(r->channel, sizeof(r->channel), "%sadmin:changed", l->prefix);
+    if (pthread_mutex_init(&r->mu, NULL) != 0)
+        return -1;
+    if (pthread_condattr_init(&ca) != 0 || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
+        pthread_cond_init(&r->cv, &ca) != 0)
+        return -1;
+    pthread_condattr_destroy(&ca);
+    gw_redis_options(l, "the admin store's changes", sentinels, &o);
+    if ((r->rc = redis_client_new(&o, err, sizeof(err))) == NULL) {
+        log_warnx("%s: the admin store in Redis: %s", __func__, err);
+        return -1;
+    }
+    redis_client_add_script(r->rc, &commit_script);
+    redis_client_add_script(r->rc, &lock_script);
+    redis_client_add_script(r->rc, &unlock_script);
+    return 0;
 }
 
 int admin_store_redis_init(struct admin_store *s, const char *path, uid_t owner, gid_t group, const struct gw_limiter_config *l)
 {
-    unsigned char raw[AR_TOKEN_LEN / 2];
     struct admin_redis *r;
 
     if (admin_store_file_init(s, path, owner, group) != 0)
@@ -510,20 +736,7 @@ int admin_store_redis_init(struct admin_store *s, const char *path, uid_t owner,
     }
     s->redis = r;
     s->ops = &redis_ops;
-    if (RAND_bytes(raw, sizeof(raw)) != 1) {
-        admin_store_free(s);
-        return -1;
-    }
-    moat_hex_encode(raw, sizeof(raw), r->token);
-    r->port = l->port;
-    r->db = l->db;
-    r->connect_timeout_ms = l->connect_timeout_ms;
-    r->timeout_ms = l->timeout_ms;
-    r->backoff_ms = GW_REDIS_BACKOFF_MIN_MS;
-    snprintf(r->key, sizeof(r->key), "%sadmin:store", l->prefix);
-    snprintf(r->lock_key, sizeof(r->lock_key), "%sadmin:lock", l->prefix);
-    snprintf(r->channel, sizeof(r->channel), "%sadmin:changed", l->prefix);
-    if (copy_opt(l->socket, &r->socket_path) != 0 || copy_opt(l->host, &r->host) != 0 || copy_opt(l->password, &r->password) != 0) {
+    if (redis_state_init(r, l) != 0) {
         admin_store_free(s);
         return -1;
     }
@@ -534,18 +747,12 @@ void admin_store_free(struct admin_store *s)
 {
     struct admin_redis *r = s->redis;
 
-    if (r != NULL) {
-        if (r->cmd != NULL)
-            redisFree(r->cmd);
-        if (r->sub != NULL)
-            redisFree(r->sub);
-        if (r->password != NULL)
-            OPENSSL_cleanse(r->password, strlen(r->password));
-        free(r->password);
-        free(r->socket_path);
-        free(r->host);
+    /* the thread, once started, lives as long as the supervisor: only a store never used is freed */
+    if (r != NULL && !r->started) {
+        redis_client_free(r->rc);
         free(r->staged_text);
         free(r);
+        s->redis = NULL;
     }
     admin_store_file_free(s);
 }
@@ -554,9 +761,9 @@ void admin_store_free(struct admin_store *s)
 
 int admin_store_redis_pollfd(const struct admin_store *s, struct pollfd *p)
 {
-    if (s->redis == NULL || s->redis->sub == NULL)
+    if (s->redis == NULL || !s->redis->started)
         return 0;
-    p->fd = s->redis->sub->fd;
+    p->fd = s->redis->wake[0];
     p->events = POLLIN;
     p->revents = 0;
     return 1;
@@ -565,40 +772,22 @@ int admin_store_redis_pollfd(const struct admin_store *s, struct pollfd *p)
 int admin_store_redis_timeout(const struct admin_store *s)
 {
     const struct admin_redis *r = s->redis;
-    uint64_t now = rl_monotonic_ms(), at;
+    uint64_t now = rl_monotonic_ms();
 
     if (r == NULL)
         return -1;
-    at = r->cmd != NULL ? r->resync_at : r->retry_at;
-    return at <= now ? 0 : (int)(at - now);
+    return !r->started || r->resync_at <= now ? 0 : (int)(r->resync_at - now);
 }
 
-/* Whatever the subscription delivered: 1 if a change was published, 0 if not, -1 when the connection failed (dropped). */
+/* The thread's wake-ups, all read: 1 if there was any. */
 static int drain(struct admin_redis *r)
 {
-    void *rep;
-    int changed = 0;
+    char buf[64];
+    int any = 0;
 
-    if (redisBufferRead(r->sub) != REDIS_OK) {
-        char why[256];
-        snprintf(why, sizeof(why), "the subscription: %s", r->sub->errstr[0] != '\0' ? r->sub->errstr : "closed");
-        conn_lost(r, why);
-        return -1;
-    }
-    for (;;) {
-        const redisReply *m;
-        if (redisGetReplyFromReader(r->sub, &rep) != REDIS_OK) {
-            conn_lost(r, "the subscription: a malformed message");
-            return -1;
-        }
-        if (rep == NULL)
-            return changed;
-        m = rep;
-        if (m->type == REDIS_REPLY_ARRAY && m->elements == 3 && m->element[0]->type == REDIS_REPLY_STRING &&
-            strcmp(m->element[0]->str, "message") == 0)
-            changed = 1;
-        freeReplyObject(rep);
-    }
+    while (read(r->wake[0], buf, sizeof(buf)) > 0)
+        any = 1;
+    return any;
 }
 
 /* Redis' version against the copy's: 1 with the document when they differ.  Failures are logged (once per outage). */
@@ -606,20 +795,23 @@ static int compare(struct admin_store *s, json_t **doc, uint64_t *version)
 {
     struct admin_redis *r = s->redis;
     char err[1024];
-    redisReply *rep;
+    struct ar_reply *rep;
     uint64_t v = 0;
     json_t *copy;
     int same;
 
-    if ((rep = call(r, AR_ARGS("HGET", r->key, "version"), err, sizeof(err))) == NULL)
-        return 0; /* logged by conn_lost, or Redis refused: tried again at the next resync */
+    if ((rep = call(r, NULL, 0, AR_ARGS("HGET", r->key, "version"), err, sizeof(err))) == NULL) {
+        /* logged (once per outage), or Redis refused: tried again soon */
+        r->resync_at = rl_monotonic_ms() + GW_REDIS_BACKOFF_MAX_MS;
+        return 0;
+    }
     if (reply_u64(rep, &v) != 0)
         v = UINT64_MAX; /* not a version: fetch says what is wrong */
-    freeReplyObject(rep);
+    reply_free(rep);
     if ((r->known && v == r->applied) || (v != 0 && v == r->refused))
         return 0;
     if (fetch(s, version, doc, err, sizeof(err)) != 0) {
-        if (r->cmd != NULL && *version != r->refused)
+        if (!r->lost && *version != r->refused)
             log_warnx("%s: %s; the gateway keeps its copy", __func__, err);
         r->refused = *version;
         return 0;
@@ -651,12 +843,16 @@ int admin_store_redis_follow(struct admin_store *s, short revents, json_t **doc,
 
     if (r == NULL)
         return 0;
-    if (r->sub != NULL && (revents & (POLLIN | POLLHUP | POLLERR)) && drain(r) == 1)
-        r->resync_at = now;
-    if (r->cmd == NULL) {
-        if (now < r->retry_at || conn_up(r, err, sizeof(err)) != 0)
+    if (!r->started) {
+        if (thread_start(r, err, sizeof(err)) != 0) {
+            log_warnx("%s: %s; the gateway keeps its copy", __func__, err);
+            r->resync_at = now + GW_ADMIN_REDIS_RESYNC_MS;
             return 0;
+        }
+        r->resync_at = now;
     }
+    if ((revents & POLLIN) && drain(r))
+        r->resync_at = now; /* published, or subscribed again */
     if (now < r->resync_at)
         return 0;
     r->resync_at = now + GW_ADMIN_REDIS_RESYNC_MS;
@@ -681,10 +877,10 @@ void admin_store_redis_applied(struct admin_store *s, uint64_t version, int ok)
 json_t *admin_store_redis_status(const struct admin_store *s)
 {
     const struct admin_redis *r = s->redis;
-    char where[GW_MAX_PATH_LEN + 8];
 
     if (r == NULL)
         return json_string("not configured");
-    return json_pack("{s:s, s:s, s:b, s:o}", "admin_store", redis_where(r, where, sizeof(where)), "key", r->key, "connected",
-                     r->cmd != NULL, "version", r->known ? json_integer((json_int_t)r->applied) : json_null());
+    return json_pack("{s:s, s:s, s:b, s:o}", "admin_store", r->where, "key", r->key, "connected",
+                     r->started && __atomic_load_n(&r->connected, __ATOMIC_RELAXED), "version",
+                     r->known ? json_integer((json_int_t)r->applied) : json_null());
 }

@@ -27,9 +27,10 @@ int admin_store_redis_init(struct admin_store *s, const char *path, uid_t owner,
 void admin_store_free(struct admin_store *s);
 
 /* Keeping the copy in step, from the supervisor's poll loop (control.c):
- * the subscription's descriptor (1 if there is one, 0 while disconnected)
- * and the milliseconds until the next reconnect or resync (-1: never; not
- * a Redis store). */
+ * the descriptor the store's Redis thread wakes it on (a change was
+ * published, the subscription was made again; 1 once the thread runs,
+ * else 0) and the milliseconds until the next resync (-1: never; not a
+ * Redis store). */
 int admin_store_redis_pollfd(const struct admin_store *s, struct pollfd *p);
 int admin_store_redis_timeout(const struct admin_store *s);
 

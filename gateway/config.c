@@ -190,10 +190,6 @@ static int parse_document(struct parse_ctx *pc, const char *store_path)
         return cfg_fail(pc, NULL, "control needs the audit section: the control socket lives in the audit trail's supervisor");
     if (pc->cfg->control.redis_store && !pc->cfg->limiter.redis)
         return cfg_fail(pc, NULL, "control.store_backend: redis needs limiter: store: redis (its redis section is the connection)");
-    if (pc->cfg->control.redis_store && pc->cfg->limiter.nsentinels > 0)
-        return cfg_fail(pc, NULL,
-                        "control.store_backend: redis cannot follow limiter.redis.sentinels yet: name the primary with "
-                        "host (and port), or keep the admin store in its file");
     if (pc->cfg->control.socket != NULL && cfg_load_store(pc, store_path != NULL ? store_path : pc->cfg->control.store) != 0)
         return -1;
     if (issuer_tenants_known(pc) != 0 || cfg_callbacks_finish(pc) != 0 || cfg_submissions_finish(pc) != 0)

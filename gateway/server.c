@@ -53,6 +53,7 @@
 #include "ratelimit_redis.h"
 #include "routes.h"
 #include "store/redis_client.h"
+#include "store/redis_options.h"
 #include "tls.h"
 
 #include <jansson.h>
@@ -210,18 +211,14 @@ static void h2_header_limits(h2o_context_t *ctx, struct gw_h2_header_limits *out
 static struct rl_limiter *limiter_new(struct gw_server *srv, const struct gw_limiter_config *c)
 {
     struct redis_sentinel_addr sentinels[GW_REDIS_MAX_SENTINELS];
-    struct rl_redis_options o = {{c->socket, c->host, c->port, c->password, c->db, c->prefix, c->connect_timeout_ms, c->timeout_ms,
-                                  c->lease_ms, "decisions and queued submissions", sentinels, c->nsentinels, c->master,
-                                  c->sentinel_password},
-                                 c->local_fallback ? RL_REDIS_LOCAL : RL_REDIS_FAIL_CLOSED,
-                                 c->gateways};
+    struct rl_redis_options o = {.on_unavailable = c->local_fallback ? RL_REDIS_LOCAL : RL_REDIS_FAIL_CLOSED,
+                                 .gateways = c->gateways};
     struct rl_limiter *l;
     char err[256];
 
     if (!c->redis)
         return rl_memory_new();
-    for (size_t i = 0; i < c->nsentinels; i++)
-        sentinels[i] = (struct redis_sentinel_addr){c->sentinels[i].host, c->sentinels[i].port};
+    gw_redis_options(c, "decisions and queued submissions", sentinels, &o.redis);
     if (srv->redis == NULL && (srv->redis = redis_client_new(&o.redis, err, sizeof(err))) == NULL) {
         log_warnx("%s: %s", __func__, err);
         return NULL;

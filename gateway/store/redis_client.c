@@ -78,6 +78,7 @@ struct redis_conn {
     unsigned port;
     char owner[REDIS_CLIENT_OWNER_MAX];
     char heartbeat[REDIS_CLIENT_KEY_MAX];
+    char why[REDIS_CLIENT_WHY_MAX]; /* why the last attempt failed; "" since the last success */
     uint64_t next_attempt, backoff_ms, connect_deadline, next_heartbeat;
     h2o_timeout_t cmd_timeout;
     h2o_timeout_t tick_timeout;
@@ -144,8 +145,11 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 
 /* ------------------------------------------------------------ connections */
 
-static void schedule_retry(struct redis_conn *c)
+/* Note why c is down (for redis_conn_why), and when to try again. */
+static void schedule_retry(struct redis_conn *c, const char *why)
 {
+    if (why != NULL)
+        snprintf(c->why, sizeof(c->why), "%s", why);
     c->next_attempt = now_ms() + c->backoff_ms;
     c->backoff_ms = min_u64(c->backoff_ms * 2, GW_REDIS_BACKOFF_MAX_MS);
 }
@@ -192,7 +196,7 @@ static void conn_lost(struct redis_conn *c, const char *why)
         log_warnx("redis_client: Redis at %s: %s; %s wait until it answers again", redis_name(c, name, sizeof(name)), why,
                   c->rc->what);
     __atomic_store_n(&c->lost, 1, __ATOMIC_RELAXED);
-    schedule_retry(c);
+    schedule_retry(c, why);
 }
 
 /* Give up on the connection: every pending command is answered (no reply),
@@ -235,6 +239,7 @@ static void conn_works(struct redis_conn *c)
     char name[96];
 
     c->ready = 1;
+    c->why[0] = '\0';
     c->ready_since = now_ms();
     c->backoff_ms = GW_REDIS_BACKOFF_MIN_MS;
     if (c->lost)
@@ -325,9 +330,9 @@ static void conn_open(struct redis_conn *c)
             log_warnx("redis_client: Redis at %s: %s", redis_name(c, name, sizeof(name)),
                       ac != NULL && ac->err ? ac->errstr : "out of memory");
         __atomic_store_n(&c->lost, 1, __ATOMIC_RELAXED);
+        schedule_retry(c, ac != NULL && ac->err ? ac->errstr : "out of memory");
         if (ac != NULL)
             redisAsyncFree(ac);
-        schedule_retry(c);
         return;
     }
     ac->data = c;
@@ -371,7 +376,7 @@ static void sentinel_failed(struct redis_conn *c, const char *why)
         log_warnx("redis_client: Redis at %s: %s; %s wait until it answers again", redis_name(c, name, sizeof(name)), why,
                   c->rc->what);
     __atomic_store_n(&c->lost, 1, __ATOMIC_RELAXED);
-    schedule_retry(c);
+    schedule_retry(c, why);
 }
 
 /* Drop the Sentinel connection (its callbacks see c->sac no longer theirs). */
@@ -623,6 +628,11 @@ uint64_t redis_conn_retry_after_ms(const struct redis_conn *c)
     if (c != NULL && c->ac == NULL && c->next_attempt > now + 1000)
         return c->next_attempt - now;
     return 1000;
+}
+
+const char *redis_conn_why(const struct redis_conn *c)
+{
+    return c->why;
 }
 
 const char *redis_conn_owner(const struct redis_conn *c)

@@ -5,7 +5,8 @@
  * Theory of operation: redis_client.c.
  *
  * Users: the limiter (ratelimit_redis.c), the submissions queue
- * (queue_redis.c) and the results store (judge0_store.c).  A user never sees a redisAsyncContext: it sends a
+ * (queue_redis.c), the results store (judge0_store.c), the heartbeat
+ * (redis_beat.c) and the supervisor's admin store (admin_store_redis.c).  A user never sees a redisAsyncContext: it sends a
  * script or a command on the connection of the loop it runs on and gets
  * the reply (or NULL: no answer) back on that loop.
  */
@@ -21,6 +22,7 @@
 #define REDIS_CLIENT_KEY_MAX   192
 
 #define REDIS_CLIENT_MAX_SENTINELS 16
+#define REDIS_CLIENT_WHY_MAX       192
 
 /* A Sentinel: a numeric address and its port. */
 struct redis_sentinel_addr {
@@ -97,6 +99,11 @@ int redis_conn_settled(const struct redis_conn *c);
 
 /* Down: how long until the next attempt (at least 1000 ms, for Retry-After). */
 uint64_t redis_conn_retry_after_ms(const struct redis_conn *c);
+
+/* Why the connection's last attempt failed (a refused AUTH, a timeout,
+ * the server gone, ...), or "" when it has worked since (or is making
+ * its first attempt).  On its loop's thread. */
+const char *redis_conn_why(const struct redis_conn *c);
 
 /* This connection's owner name ("<client id>.<index>.<generation>": a new
  * one for each reconnection) and its heartbeat key, kept alive while it

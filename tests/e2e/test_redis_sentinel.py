@@ -12,6 +12,9 @@ What is checked:
   - durability replicated: with the replica frozen (SIGSTOP) no replica
     confirms an entry (WAIT), and a POST is refused 503 with the reason;
     the replica back, POSTs are accepted again;
+  - the admin store (control.store_backend: redis) on the same Sentinels:
+    moatctl's changes go to the primary they name and, after a failover,
+    to the promoted replica, with no restart;
   - a failover with entries waiting: the primary killed -9 while accepted
     submissions wait behind a running one; the Sentinels promote the
     replica, the gateway follows them to it, and every accepted token ends
@@ -20,6 +23,7 @@ What is checked:
 Skipped (with the reason) when redis-server is not installed.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -29,6 +33,7 @@ import unittest
 
 from moat_harness import Stack, free_port, wait_until
 from test_queue_redis import LEASE_MS, PREFIX, TENANTS, Host, finished
+from test_redis_admin import PREFIX as ADMIN_PREFIX, AdminGateway
 from test_redis_limits import HAVE_REDIS, REDIS, password_file
 
 PASSWORD = "sentinel-e2e-password"
@@ -121,6 +126,30 @@ class Sentinel:
             self.log.close()
 
 
+def start_watched_pair(cls):
+    """A primary and its replica in cls.tmp, synced, and three Sentinels watching them (cls.primary,
+    cls.replica; every process in cls.nodes and cls.sentinels, for the caller's teardown)."""
+    cls.primary = Node(cls.tmp, "primary")
+    cls.nodes.append(cls.primary)
+    cls.primary.start()
+    cls.replica = Node(cls.tmp, "replica", primary=cls.primary)
+    cls.nodes.append(cls.replica)
+    cls.replica.start()
+    wait_until(lambda: "master_link_status:up" in (cls.replica.cli("INFO", "replication") or ""), "the replica to sync")
+    for i in range(3):
+        s = Sentinel(cls.tmp, i, cls.primary)
+        cls.sentinels.append(s)
+        s.start()
+
+
+def fail_over(cls):
+    """Kill the primary -9 and wait until the Sentinels promote the replica."""
+    cls.primary.stop(signal.SIGKILL)
+    wait_until(lambda: all(s.primary_port() == cls.replica.port for s in cls.sentinels),
+               "the Sentinels to promote the replica", timeout=60)
+    wait_until(lambda: cls.replica.role() == "master", "the replica to be the primary", timeout=30)
+
+
 @unittest.skipUnless(HAVE_REDIS, "redis-server is not installed (Debian: apt-get install redis-server)")
 class SentinelTest(unittest.TestCase):
     @classmethod
@@ -128,18 +157,7 @@ class SentinelTest(unittest.TestCase):
         cls.tmp = Stack(tenants=TENANTS, audit=False).tmp
         cls.nodes, cls.sentinels, cls.host = [], [], None
         try:
-            cls.primary = Node(cls.tmp, "primary")
-            cls.nodes.append(cls.primary)
-            cls.primary.start()
-            cls.replica = Node(cls.tmp, "replica", primary=cls.primary)
-            cls.nodes.append(cls.replica)
-            cls.replica.start()
-            wait_until(lambda: "master_link_status:up" in (cls.replica.cli("INFO", "replication") or ""),
-                       "the replica to sync")
-            for i in range(3):
-                s = Sentinel(cls.tmp, i, cls.primary)
-                cls.sentinels.append(s)
-                s.start()
+            start_watched_pair(cls)
             pw = password_file(cls.tmp, "sentinel-gw", PASSWORD)
             text = ("limiter:\n  store: redis\n  redis:\n    sentinels: [%s]\n    master: %s\n    password_file: %s\n"
                     "    timeout_ms: 1000\n    connect_timeout_ms: 500\n    lease_ms: %d\n    prefix: \"%s\"\n"
@@ -207,11 +225,7 @@ class SentinelTest(unittest.TestCase):
             st, _, data = self.host.submit("alpha", SLEEPER)
             self.assertEqual(st, 201, data)
             tokens.append(data["token"])
-        old = self.primary
-        old.stop(signal.SIGKILL)
-        wait_until(lambda: all(s.primary_port() == self.replica.port for s in self.sentinels),
-                   "the Sentinels to promote the replica", timeout=60)
-        wait_until(lambda: self.replica.role() == "master", "the replica to be the primary", timeout=30)
+        fail_over(self)
         done = self.wait_all(tokens, timeout=180)
         for t in tokens:
             self.assertEqual(done[t]["status"]["id"], 3, done[t])
@@ -225,6 +239,54 @@ class SentinelTest(unittest.TestCase):
         again.start()
         token = self.wait_accepting()
         self.wait_all([token])
+
+
+@unittest.skipUnless(HAVE_REDIS, "redis-server is not installed (Debian: apt-get install redis-server)")
+class AdminStoreSentinelTest(unittest.TestCase):
+    """control.store_backend: redis on a Redis named by Sentinels: moatctl's changes go to the primary
+    they name, and after a failover to the promoted replica, with no restart."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stack = Stack()
+        cls.addClassCleanup(cls.stack.stop)
+        cls.tmp = cls.stack.tmp
+        cls.nodes, cls.sentinels = [], []
+        cls.addClassCleanup(lambda: [n.stop() for n in cls.nodes])
+        cls.addClassCleanup(lambda: [s.stop() for s in cls.sentinels])
+        start_watched_pair(cls)
+        cls.stack.start_backend()
+        pw = password_file(cls.tmp, "admin-sentinel", PASSWORD)
+        cls.gw = AdminGateway(cls.stack, "gw-sentinel", connection="sentinels: [%s], master: %s, password_file: %s" % (
+            ", ".join('"127.0.0.1:%d"' % s.port for s in cls.sentinels), MASTER, pw))
+        cls.addClassCleanup(cls.gw.stop)
+        cls.gw.start()
+
+    def stored_key_ids(self, node):
+        doc = json.loads(node.cli("HGET", ADMIN_PREFIX + "admin:store", "doc") or "{}")
+        return [k["id"] for k in doc.get("keys", [])]
+
+    def test_changes_follow_the_primary_through_a_failover(self):
+        self.gw.ok("tenant", "add", "acme")
+        token, kid = self.gw.new_key("acme")
+        wait_until(lambda: self.gw.runtimes(token) == 200, "the key to work", detail=self.gw.log_text)
+        self.assertIn(kid, self.stored_key_ids(self.primary))
+        status = json.loads(self.gw.ok("--json", "status").stdout)["redis"]
+        self.assertEqual(status["admin_store"], "the primary of %s (3 Sentinels)" % MASTER, status)
+        self.assertTrue(status["connected"], status)
+        wait_until(lambda: kid in self.stored_key_ids(self.replica), "the store to reach the replica")
+        fail_over(self)
+        # the supervisor's connection follows the Sentinels to the promoted replica: changes work again
+        reply = wait_until(lambda: (lambda p: p.returncode == 0 and json.loads(p.stdout))(
+            self.gw.moatctl("--json", "key", "create", "--tenant", "acme")), "moatctl to work on the new primary",
+            timeout=60)
+        self.assertEqual(set(self.stored_key_ids(self.replica)) >= {kid, reply["key_id"]}, True,
+                         self.stored_key_ids(self.replica))
+        wait_until(lambda: self.gw.runtimes(reply["token"]) == 200, "the new key to work", detail=self.gw.log_text)
+        self.assertEqual(self.gw.runtimes(token), 200)
+        self.gw.ok("key", "revoke", kid)
+        wait_until(lambda: self.gw.runtimes(token) == 401, "the revocation to apply")
+        self.assertIsNone(self.gw.proc.poll())
 
 
 if __name__ == "__main__":
