@@ -83,6 +83,7 @@ reported, not an error.
 
 import argparse
 import json
+import math
 import os
 import resource
 import shutil
@@ -235,9 +236,12 @@ def median(values):
 
 
 def percentile(sorted_values, q):
+    """Nearest rank: the smallest value with at least q% of the samples at or below it (p99 of 100
+    samples is the second highest).  Until 2026-12-07 this rounded q% of n + 0.5 half to even, which
+    is one rank too high when q% of n is whole: p99 of 100 was the maximum."""
     if not sorted_values:
         return 0.0
-    k = min(len(sorted_values) - 1, max(0, int(round(q / 100.0 * len(sorted_values) + 0.5)) - 1))
+    k = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values) / 100.0 - 1e-9) - 1))
     return sorted_values[k]
 
 

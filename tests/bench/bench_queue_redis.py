@@ -234,9 +234,14 @@ def latency_samples(client, language_id, samples):
     return out
 
 
+def slowest(v, k=3):
+    """the k slowest samples as "ms (#index)": a tail at the start (a cold connection) or spread out reads differently"""
+    return ", ".join("%.2f (#%d)" % (v[i], i) for i in sorted(range(len(v)), key=lambda i: -v[i])[:k])
+
+
 def bare_start_ms(language_id, n=20):
     """the same clock program run outside a box: Popen to the printed time, ms (median)."""
-    cmd = ["bash", "-c", CLOCK[BASH]] if language_id == BASH else ["python3", "-B", "-c", CLOCK[PYTHON]]
+    cmd = ["bash", "-c", CLOCK[BASH]] if language_id == BASH else ["/usr/bin/python3.11", "-B", "-c", CLOCK[PYTHON]]  # the box's interpreter, not PATH's
     vals = []
     for _ in range(n):
         t0 = time.time()
@@ -334,18 +339,19 @@ def main():
         wait_claiming(ca, 6)
         for lang in (BASH, PYTHON):
             lat[("redis3", lang)] = latency_samples(ca, lang, args.samples)
-            log("  claim latency %-6s redis, hosts a b c: p50 %.2f ms  p99 %.2f ms  min %.2f  max %.2f"
+            log("  claim latency %-6s redis, hosts a b c: p50 %.2f ms  p99 %.2f ms  min %.2f  max %.2f; slowest %s"
                 % (LANG_NAME[lang], percentile(sorted(lat[("redis3", lang)]), 50),
                    percentile(sorted(lat[("redis3", lang)]), 99), min(lat[("redis3", lang)]),
-                   max(lat[("redis3", lang)])))
+                   max(lat[("redis3", lang)]), slowest(lat[("redis3", lang)])))
         for queue in ("memory", "redis"):
             hosts.q_with(queue)
             cq = client_of(hosts.q)
             wait_claiming(cq, 4)
             for lang in (BASH, PYTHON):
                 v = lat[(queue + "1", lang)] = latency_samples(cq, lang, args.samples)
-                log("  claim latency %-6s %s, host q alone: p50 %.2f ms  p99 %.2f ms  min %.2f  max %.2f"
-                    % (LANG_NAME[lang], queue, percentile(sorted(v), 50), percentile(sorted(v), 99), min(v), max(v)))
+                log("  claim latency %-6s %s, host q alone: p50 %.2f ms  p99 %.2f ms  min %.2f  max %.2f; slowest %s"
+                    % (LANG_NAME[lang], queue, percentile(sorted(v), 50), percentile(sorted(v), 99), min(v), max(v),
+                       slowest(v)))
         bare = {lang: bare_start_ms(lang) for lang in (BASH, PYTHON)}
         log("  bare interpreter start (outside a box, Popen to the printed time, median of 20): bash %.2f ms, "
             "python %.2f ms" % (bare[BASH], bare[PYTHON]))
