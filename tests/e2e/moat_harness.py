@@ -39,6 +39,24 @@ LANGUAGES = os.path.join(SOURCE, "backend", "languages")
 DEADLINE_S = float(os.environ.get("MOAT_E2E_DEADLINE_S", "120"))
 
 
+def reachable(program):
+    """A copy of program (a file of the build tree) that every user can run, for a test that runs it as
+    another user: the checkout may sit under a directory only root can enter (root's home, mode 0700,
+    where a fresh machine's root clones it), and the copy does not depend on that.  The copy is made
+    again when the build changed the program."""
+    d = "/tmp/moat-e2e-programs"
+    os.makedirs(d, mode=0o755, exist_ok=True)
+    os.chmod(d, 0o755)
+    st = os.stat(program)
+    out = os.path.join(d, "%s-%d-%d" % (os.path.basename(program), st.st_size, st.st_mtime_ns))
+    if not os.path.exists(out):
+        tmp = "%s.%d" % (out, os.getpid())
+        shutil.copyfile(program, tmp)
+        os.chmod(tmp, 0o755)
+        os.rename(tmp, out)
+    return out
+
+
 def wait_until(predicate, what, timeout=None, detail=None):
     """Polls predicate() until it returns a true value, and returns that value.
     After timeout seconds (default DEADLINE_S) raises AssertionError naming

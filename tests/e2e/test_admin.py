@@ -20,7 +20,7 @@ import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 
-from moat_harness import GATEWAY, MOAT_AUDIT, MOATCTL, Stack, wait_until
+from moat_harness import GATEWAY, MOAT_AUDIT, MOATCTL, Stack, reachable, wait_until
 
 MOAT_GID = grp.getgrnam("moat").gr_gid
 
@@ -45,6 +45,7 @@ def moatctl(stack, *args, user=None, socket_path=None):
     cmd = [MOATCTL, "--socket", socket_path or stack.control, *args]
     if user is not None:
         pw = pwd.getpwnam(user)
+        cmd[0] = reachable(MOATCTL)  # the checkout may be root's alone
         cmd = ["setpriv", "--reuid", str(pw.pw_uid), "--regid", str(pw.pw_gid), "--clear-groups", *cmd]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
 

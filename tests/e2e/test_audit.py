@@ -29,7 +29,7 @@ import threading
 import time
 import unittest
 
-from moat_harness import wait_until
+from moat_harness import reachable, wait_until
 
 BUILD = os.environ.get("MOAT_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
 WRITER = os.path.join(BUILD, "audit", "moat-audit-writer")
@@ -792,6 +792,7 @@ class AuditTest(unittest.TestCase):
         copy = os.path.join(home, "trail")
 
         def as_nobody(*args, check=0):
+            args = [reachable(AUDIT) if a == AUDIT else a for a in args]  # the checkout may be root's alone
             p = subprocess.run(list(args), preexec_fn=as_user("nobody"), capture_output=True, timeout=120, cwd=home)
             if check is not None and p.returncode != check:
                 raise AssertionError("%s: exit %d\n%s" % (args, p.returncode, p.stderr.decode(errors="replace")))
