@@ -10,8 +10,9 @@
  * raw system calls instead).
  *
  * Warm, before any request:  setup_fds -> setup_generic_mounts (private
- *   propagation, tmpfs root, /tmp, /proc, /dev, /etc) -> setup_proc_masks,
- *   then block on the control socket.
+ *   propagation, tmpfs root, /tmp, /proc, /dev, /etc) -> setup_proc_masks
+ *   -> setup_loopback (the namespace's lo up: see below), then block on
+ *   the control socket.
  * On the plan:  read_plan -> unshare the cgroup namespace (the host has
  *   attached us by now) -> setup_job_mounts (read-only runtime binds, /box
  *   with the job's files; a nested name's directories are made below /box's
@@ -52,6 +53,13 @@
  *   socket closes, and init exits on the end of file (read_plan, the loop
  *   for "go").
  *
+ * The network wall is the box's own network namespace (S33): it holds
+ *   only lo, which init brings up, so a program may serve and call itself
+ *   on 127.0.0.1 and ::1 (test programs do; Piston's and Isolate's boxes
+ *   allow it), and every other address has no route: ENETUNREACH, what a
+ *   machine without a network answers.  No namespace is shared: each box
+ *   gets a fresh one at its clone and it goes with the box.
+ *
  * What a box must not learn from the host (S28, S30): /dev holds device
  *   nodes made here (mknod), not binds of the host's devtmpfs, so the
  *   box's mountinfo names no host device but the runtime's own filesystem
@@ -65,16 +73,20 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/seccomp.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -688,6 +700,25 @@ static void setup_pivot(const struct slot *s)
         child_die("remount root read-only");
 }
 
+/* lo up in the box's fresh network namespace (init still holds
+ * CAP_NET_ADMIN there): loopback works, nothing else is reachable. */
+static void setup_loopback(void)
+{
+    struct ifreq ifr;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+    if (fd < 0)
+        child_die("socket for lo");
+    memset(&ifr, 0, sizeof(ifr));
+    memcpy(ifr.ifr_name, "lo", 3);
+    if (ioctl(fd, SIOCGIFFLAGS, &ifr) != 0)
+        child_die("lo: SIOCGIFFLAGS");
+    ifr.ifr_flags |= IFF_UP;
+    if (ioctl(fd, SIOCSIFFLAGS, &ifr) != 0)
+        child_die("lo: bring it up");
+    close(fd);
+}
+
 static void setup_uts(void)
 {
     if (sethostname(BOX_HOSTNAME, strlen(BOX_HOSTNAME)) != 0 || setdomainname(BOX_HOSTNAME, strlen(BOX_HOSTNAME)) != 0)
@@ -1200,6 +1231,7 @@ int box_init_main(void *arg)
     int sig_fd = setup_child_signals();
     int dev_own = setup_generic_mounts(a);
     setup_proc_masks(a->slot, dev_own);
+    setup_loopback();
     read_plan(&pp);
     if (unshare(CLONE_NEWCGROUP) != 0) /* the box's cgroup becomes its root */
         child_die("unshare cgroup namespace");

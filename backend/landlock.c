@@ -11,8 +11,10 @@
  * writable, a path a runtime dir drags in), the ruleset still allows only
  * what the table below names.  And it closes what the mounts leave open:
  * the box's own /proc is writable by its uid (/proc/self/mem writes into
- * the program's read-only code, /proc/self/attr, oom_score_adj), and its
- * sockets may bind and connect on the namespace's loopback.
+ * the program's read-only code, /proc/self/attr, oom_score_adj).  TCP is
+ * left to the box's network namespace, the network wall (box_init.c): a
+ * program may serve and call itself on its own loopback, as it may on a
+ * machine with no network, and every other address is unreachable.
  *
  * Three steps, three system calls, no library:
  *   landlock_setup    at start-up: the kernel's ABI (create_ruleset with
@@ -34,8 +36,9 @@
  *      across directories is always refused (EXDEV) on ABI 1
  *   2  REFER: such renames and links, allowed in /box and /tmp
  *   3  TRUNCATE: truncate(2), ftruncate(2), O_TRUNC
- *   4  TCP: bind and connect handled with no rule, so refused everywhere
- *      (the box's network namespace has only loopback; UDP is not covered)
+ *   4  TCP bind and connect: not handled (the network namespace is the
+ *      wall; a refusal here would give EACCES for an unreachable address
+ *      and forbid the box its own loopback)
  *   5  IOCTL_DEV: ioctl on device files, allowed on the /dev nodes only
  *   6  scopes: abstract Unix sockets and signals only within the box's
  *      own Landlock domain (its program and what it starts)
@@ -183,8 +186,6 @@ int landlock_build(int abi, char *const *ro, uint32_t nro, const char **what)
 
     memset(&attr, 0, sizeof(attr));
     attr.handled_access_fs = fs;
-    if (abi >= 4) /* no rule: every TCP bind and connect refused */
-        attr.handled_access_net = LANDLOCK_ACCESS_NET_BIND_TCP | LANDLOCK_ACCESS_NET_CONNECT_TCP;
     if (abi >= 6) /* abstract sockets and signals stay within the box's domain */
         attr.scoped = LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL;
     size_t size = abi >= 6 ? sizeof(attr) : abi >= 4 ? 2 * sizeof(uint64_t) : sizeof(uint64_t);

@@ -324,12 +324,12 @@ static const struct seccomp_spec box_spec = {
  * An inet socket only as TCP or UDP (S35): SOCK_STREAM with protocol 0 or
  * IPPROTO_TCP, SOCK_DGRAM with 0 or IPPROTO_UDP (the type's low four bits;
  * the rest are SOCK_NONBLOCK and SOCK_CLOEXEC).  The rules on the family
- * (below) cannot also look at the type and protocol, and any other inet
- * socket is a way around Landlock's TCP rules, which (ABI 4) handle
- * IPPROTO_TCP alone: IPPROTO_MPTCP binds and connects as if no rule
- * existed, and so would SMC, SCTP (SOCK_SEQPACKET with protocol 0 is SCTP)
- * or DCCP where the kernel has them (an inet socket() loads a missing
- * protocol's module).  AF_UNIX sockets pass to the family rule.  The kernel
+ * (below) cannot also look at the type and protocol.  Every other inet
+ * protocol is kernel code a program has no need of (MPTCP, SMC, SCTP --
+ * SOCK_SEQPACKET with protocol 0 is SCTP -- or DCCP where the kernel has
+ * them; an inet socket() loads a missing protocol's module), and when
+ * Landlock's TCP rules were used (ABI 4: IPPROTO_TCP alone) MPTCP walked
+ * around them.  AF_UNIX sockets pass to the family rule.  The kernel
  * reads all three arguments as ints: the low words.
  */
 #define SECCOMP_DATA_NR         0

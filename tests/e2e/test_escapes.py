@@ -477,8 +477,57 @@ print(json.dumps(out, sort_keys=True))
 """
 
 
+# S33's probe: a TCP server on the box's loopback answered by the box itself, a closed port, far
+# addresses over TCP (a 2 s timeout: a route would make them hang, not fail) and UDP, the interfaces.
+NETWORK_PROBE = r"""
+import socket, threading
+out = {}
+def serve_once(family, host):
+    try:
+        srv = socket.socket(family, socket.SOCK_STREAM)
+        srv.bind((host, 0)); srv.listen(1)
+    except OSError as e:
+        return e.errno
+    port = srv.getsockname()[1]
+    def answer():
+        c, _ = srv.accept(); c.sendall(c.recv(4).replace(b'ping', b'pong')); c.close()
+    t = threading.Thread(target=answer); t.start()
+    try:
+        cl = socket.create_connection((host, port), timeout=5); cl.sendall(b'ping')
+        got = cl.recv(4).decode()
+    except OSError as e:
+        got = e.errno
+    t.join(5)
+    return got
+out['v4'] = serve_once(socket.AF_INET, '127.0.0.1')
+v6 = serve_once(socket.AF_INET6, '::1') if socket.has_ipv6 else 'no ipv6'
+out['v6'] = 'no ipv6' if v6 in (97, 99) else v6  # EAFNOSUPPORT, EADDRNOTAVAIL: a kernel without IPv6
+try:
+    socket.create_connection(('127.0.0.1', 9), timeout=5); out['closed_port'] = 0
+except OSError as e:
+    out['closed_port'] = e.errno
+for far in ('1.1.1.1', '10.0.0.1', '169.254.169.254'):
+    s = socket.socket(); s.settimeout(2)
+    try:
+        s.connect((far, 80)); out[far] = 0
+    except socket.timeout:
+        out[far] = 'timeout'
+    except OSError as e:
+        out[far] = e.errno
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    u.sendto(b'x', ('1.1.1.1', 53)); out['udp 1.1.1.1'] = 0
+except OSError as e:
+    out['udp 1.1.1.1'] = e.errno
+try:  # the namespace's interfaces (if_nameindex would need netlink, which the allow-list refuses)
+    out['interfaces'] = sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:])
+except OSError as e:
+    out['interfaces'] = e.errno
+"""
+
+
 class LandlockTest(unittest.TestCase):
-    """S32, S33: what only Landlock refuses.  Each probe runs twice, in a box with Landlock and in
+    """S32: what only Landlock refuses.  Each probe runs twice, in a box with Landlock and in
     one whose backend runs with --no-landlock: the mounts, namespaces and seccomp are the same, so
     a difference is Landlock's alone."""
 
@@ -511,25 +560,35 @@ out['box'] = open('/box/x', 'w').write('x') == 1
         self.assertEqual(on, {"/proc/self/mem": 13, "/proc/self/oom_score_adj": 13, "read": True, "box": True})
         self.assertEqual(off, {"/proc/self/mem": "written", "/proc/self/oom_score_adj": "written", "read": True, "box": True})
 
-    def test_s33_tcp_bind_and_connect_only_landlock_refuses(self):
-        # the namespace's loopback is down: a bind works there, a connect finds no route
-        on, off = self.compare("""
-import socket
-out = {}
-s = socket.socket()
-try:
-    s.bind(('127.0.0.1', 0)); out['bind'] = 0
-except OSError as e:
-    out['bind'] = e.errno
-try:
-    socket.socket().connect(('127.0.0.1', 9)); out['connect'] = 0
-except OSError as e:
-    out['connect'] = e.errno
-u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-u.bind(('127.0.0.1', 0)); out['udp'] = 0
-""", 4)
-        self.assertEqual(on, {"bind": 13, "connect": 13, "udp": 0})
-        self.assertEqual(off, {"bind": 0, "connect": 101, "udp": 0})
+class NetworkWallTest(unittest.TestCase):
+    """S33: the box's network namespace is its network wall.  The same in a box with Landlock and in
+    one whose backend runs with --no-landlock (Landlock handles no TCP: a refusal there would say
+    EACCES for an unreachable address, and forbid the box its own loopback)."""
+
+    def run_probe(self, extra=()):
+        res = backend_run(PRELUDE + NETWORK_PROBE + "\nprint(json.dumps(out))", extra=extra)
+        self.assertEqual(res["run"]["code"], 0, res)
+        return json.loads(res["run"]["stdout"])
+
+    def test_s33_loopback_serves_the_box_nothing_else_is_reachable(self):
+        runs = [self.run_probe()] + ([self.run_probe(("--no-landlock",))] if landlock_abi() > 0 else [])
+        for got in runs:
+            self.assertEqual(got["v4"], "pong", got)
+            self.assertIn(got["v6"], ("pong", "no ipv6"), got)
+            self.assertEqual(got["closed_port"], 111, got)  # ECONNREFUSED: lo is up, nothing listens
+            for far in ("1.1.1.1", "10.0.0.1", "169.254.169.254", "udp 1.1.1.1"):
+                self.assertEqual(got[far], 101, (far, got))  # ENETUNREACH, as with no network at all
+            self.assertEqual(got["interfaces"], ["lo"], got)
+
+    def test_s33_the_host_reaches_what_the_box_cannot(self):
+        # the same probe outside the box: the host's own namespace routes what the box's does not,
+        # so the box's ENETUNREACH is its namespace's (skipped where the host has no route either)
+        outside = bare(NETWORK_PROBE)
+        if outside["1.1.1.1"] == 101 and outside["10.0.0.1"] == 101:
+            self.skipTest("this host has no route to 1.1.1.1 or 10.0.0.1 either: nothing to tell apart")
+        inside = self.run_probe()
+        self.assertEqual((inside["1.1.1.1"], inside["10.0.0.1"]), (101, 101), inside)
+        self.assertNotEqual(outside["interfaces"], ["lo"], outside)
 
 
 class LandlockScopeTest(unittest.TestCase):
