@@ -138,19 +138,16 @@ int alog_open_file(struct audit_log *l, uint64_t first_seq, int create, char *er
     return 0;
 }
 
-static int rotation_due(const struct audit_log *l)
+int alog_rotation_due(const struct audit_log *l)
 {
     return (l->file_bytes >= l->cfg.rotate_bytes ||
             (l->cfg.rotate_seconds && (uint64_t)(time(NULL) - l->file_started) >= l->cfg.rotate_seconds)) &&
            l->file_bytes > 0;
 }
 
-int alog_rotate_if_due(struct audit_log *l, char *err, size_t errlen)
+int alog_rotate(struct audit_log *l, char *err, size_t errlen)
 {
-    if (!rotation_due(l))
-        return 0;
-    /* a torn line is ended, and repaired, in the file it is in */
-    if (alog_end_torn(l, err, errlen) != 0 || alog_sync_files(l, err, errlen) != 0)
+    if (alog_sync_files(l, err, errlen) != 0)
         return -1;
     return alog_open_file(l, l->seq + 1, 1, err, errlen);
 }

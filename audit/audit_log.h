@@ -102,6 +102,9 @@ struct audit_log {
     int write_failed;                  /* errno of a write that failed since the last audit_log_sync */
     struct audit_line_ref last_line;   /* the line sealed last (a checkpoint's too) */
     struct audit_line_ref record_line; /* the line of the body appended last (audit_log_append*) */
+    /* what comes before every seal (the core's layer above the line's
+     * installs it at open: audit_log_internal.h) */
+    int (*before_seal)(struct audit_log *l, char *err, size_t errlen);
 };
 
 void audit_config_defaults(struct audit_config *c);

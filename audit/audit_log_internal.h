@@ -2,16 +2,21 @@
  * audit_log_internal.h - what the files of the writer's core share among
  * themselves and with nobody else (audit_log.h is the public side).
  *
- *   audit_log.c     a record: its body checked, sealed into a line, batched,
- *                   written with one write(2), made durable (sync)
+ * Its files, top down; each calls only those below it (no circles:
+ * .ci/layers objects), and audit_log.c reaches down into audit_line.c's
+ * seal through a hook it installs at open (before_seal):
+ *   audit_open.c    open (its steps in order), the timed duties, close
+ *   audit_log.c     a record: its body checked, the steps around its seal
+ *                   (rotation, packet, torn line, ratchet, checkpoint)
  *   audit_keys.c    the keys: the state file (the epoch and its MAC key), the
  *                   ratchet, the signing key and the checkpoints it signs, and
  *                   a new directory's keys (moat-audit init)
- *   audit_files.c   log files and packs: names, opening, rotation, packets,
- *                   retention
  *   audit_repair.c  the log's end: the last record found on open, a torn line
  *                   ended and repaired
- *   audit_open.c    open (its steps in order), the timed duties, close
+ *   audit_files.c   log files and packs: names, opening, rotation, packets,
+ *                   retention
+ *   audit_line.c    a line sealed, batched, written with one write(2); the
+ *                   files made durable (sync)
  *
  * Errors are values, as in the public functions: 0, or -1 with err set (a
  * seq, or 0 with err set).
@@ -52,13 +57,24 @@ struct log_tail {
     uint8_t torn_hash[AUDIT_HASH_LEN];
 };
 
-/* ---- audit_log.c ---- */
+/* The most a body may take of a line, as jansson encodes it (packet included). */
+#define MAX_BODY (AUDIT_MAX_LINE - 256)
+
+/* ---- audit_line.c ---- */
 __attribute__((format(printf, 3, 4))) int alog_fail(char *err, size_t errlen, const char *fmt, ...); /* returns -1 */
+/* A body refused for what it is: err set, errno EINVAL; returns -1. */
+__attribute__((format(printf, 3, 4))) int alog_refuse(char *err, size_t errlen, const char *fmt, ...);
+/* What a body of ilen bytes takes of a line (with a packet's members or not). */
+size_t alog_body_size(size_t ilen, int with_packet);
+/* Seals inner (a JSON object's text; the members between its braces) and
+ * pk's members as the next line of the batch: its seq, or 0 with err. */
+uint64_t alog_seal_line(struct audit_log *l, const char *inner, size_t ilen, const struct packet_ref *pk, char *err, size_t errlen);
 /* CLOCK_MONOTONIC in milliseconds. */
 uint64_t alog_now_ms(void);
 /* "YYYY-MM-DDTHH:MM:SS.mmmZ" (RFC 3339, UTC) of a CLOCK_REALTIME time. */
 void alog_format_time(const struct timespec *ts, char out[32]);
-/* Seals body (jansson's encoding of it, plus pk's members) as the next record. */
+/* Seals body (jansson's encoding of it, plus pk's members) as the next
+ * record, after l->before_seal. */
 uint64_t alog_seal(struct audit_log *l, json_t *body, const struct packet_ref *pk, char *err, size_t errlen);
 /* Writes the batch with one write(2); after a short one, seq and prev are
  * back at the last whole line (audit_log.c). */
@@ -66,6 +82,11 @@ int alog_flush(struct audit_log *l, char *err, size_t errlen);
 /* Writes and syncs the batch, packs and checkpoints.log; fails while a
  * failed write is remembered (only audit_log_sync forgets it). */
 int alog_sync_files(struct audit_log *l, char *err, size_t errlen);
+
+/* ---- audit_log.c ---- */
+/* What comes before any record (l->before_seal, installed at open): a torn
+ * line ended and repaired, the epoch ratcheted when it is full. */
+int alog_seal_begin(struct audit_log *l, char *err, size_t errlen);
 
 /* ---- audit_keys.c ---- */
 int alog_load_state(struct audit_log *l, char *err, size_t errlen);
@@ -83,8 +104,10 @@ int alog_log_name(char *buf, size_t size, uint64_t first_seq);
 uint64_t alog_newest_log(int dirfd, uint64_t below);
 /* Makes audit-<first_seq>.log the current file (create: a new one). */
 int alog_open_file(struct audit_log *l, uint64_t first_seq, int create, char *err, size_t errlen);
-/* A new log file when the current one is too large or too old. */
-int alog_rotate_if_due(struct audit_log *l, char *err, size_t errlen);
+/* Is the current log file too large or too old? */
+int alog_rotation_due(const struct audit_log *l);
+/* A new log file (after a torn line in the current one was ended: the caller's). */
+int alog_rotate(struct audit_log *l, char *err, size_t errlen);
 int alog_store_packet(struct audit_log *l, const void *packet, size_t len, struct packet_ref *ref, char *err, size_t errlen);
 /* Removes packs past the retention (never the current one). */
 void alog_expire_packs(struct audit_log *l, time_t now);

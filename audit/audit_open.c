@@ -73,6 +73,7 @@ static void release(struct audit_log *l)
 static int open_dir(struct audit_log *l, const char *dir, const struct audit_config *cfg, char *err, size_t errlen)
 {
     memset(l, 0, sizeof(*l));
+    l->before_seal = alog_seal_begin;
     l->cfg = *cfg;
     l->fd = l->ckpt_fd = l->pack_fd = l->state_fd = l->dirfd = -1;
     l->wcap = WBUF_CAP;
