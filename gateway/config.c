@@ -36,25 +36,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int gw_check_file_secrecy(int fd, const char *path, char *err, size_t errlen)
-{
-    struct stat st;
-
-    if (fstat(fd, &st) == -1) {
-        snprintf(err, errlen, "%s: fstat: %s", path, strerror(errno));
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: not a regular file", path);
-        return -1;
-    }
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-        snprintf(err, errlen, "%s: writable by group or others, refusing it", path);
-        return -1;
-    }
-    return 0;
-}
-
 /* ---------------------------------------------------------------- loading */
 
 static int set_defaults(struct gw_config *cfg)
@@ -99,39 +80,6 @@ static int set_defaults(struct gw_config *cfg)
     cfg->backend_socket = strdup(GW_DEFAULT_BACKEND_SOCKET);
     cfg->user = strdup(GW_DEFAULT_USER);
     return cfg->listen_address != NULL && cfg->backend_socket != NULL && cfg->user != NULL ? 0 : -1;
-}
-
-/* Step 2: the file, checked and parsed into *doc (the caller deletes it). */
-int cfg_load_document(struct parse_ctx *pc, yaml_document_t *doc, int missing_ok)
-{
-    yaml_parser_t parser;
-    FILE *fp;
-    int fd, rc = 0;
-
-    if ((fd = open(pc->path, O_RDONLY | O_CLOEXEC | O_NOCTTY)) == -1) {
-        if (errno == ENOENT && missing_ok)
-            return 1;
-        return cfg_fail(pc, NULL, "%s", strerror(errno));
-    }
-    if (gw_check_file_secrecy(fd, pc->path, pc->err, pc->errlen) != 0 || (fp = fdopen(fd, "r")) == NULL) {
-        if (pc->err[0] == '\0')
-            cfg_fail(pc, NULL, "%s", strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (!yaml_parser_initialize(&parser)) {
-        fclose(fp);
-        return cfg_fail(pc, NULL, "cannot initialise the YAML parser");
-    }
-    yaml_parser_set_input_file(&parser, fp);
-    if (!yaml_parser_load(&parser, doc)) {
-        snprintf(pc->err, pc->errlen, "%s:%lu: %s", pc->path, (unsigned long)parser.problem_mark.line + 1,
-                 parser.problem != NULL ? parser.problem : "YAML syntax error");
-        rc = -1;
-    }
-    yaml_parser_delete(&parser);
-    fclose(fp);
-    return rc;
 }
 
 /* A top-level key: a section of its own, or one about serving (config_server.c). */
@@ -246,30 +194,4 @@ void gw_config_free(struct gw_config *cfg)
     cfg_free_limiter(cfg);
     free(cfg->metrics.address);
     memset(cfg, 0, sizeof(*cfg));
-}
-
-/* ---------------------------------------------------------------- lookups */
-
-/* Both go through the hash indexes config_index.h keeps (a request's key
- * lookup must not cost more with 16,000 keys than with 10). */
-const struct gw_tenant *gw_config_find_tenant(const struct gw_config *cfg, const char *name)
-{
-    uint32_t h = gw_index_hash(name, strlen(name));
-    size_t pos = 0, c;
-
-    while ((c = gw_index_next(&cfg->tenant_index, h, &pos)) != 0)
-        if (c <= cfg->ntenants && strcmp(cfg->tenants[c - 1].name, name) == 0)
-            return &cfg->tenants[c - 1];
-    return NULL;
-}
-
-const struct gw_key *gw_config_find_key(const struct gw_config *cfg, const char *id)
-{
-    uint32_t h = gw_index_hash(id, APIKEY_ID_LEN);
-    size_t pos = 0, c;
-
-    while ((c = gw_index_next(&cfg->key_index, h, &pos)) != 0)
-        if (c <= cfg->nkeys && memcmp(cfg->keys[c - 1].id, id, APIKEY_ID_LEN) == 0)
-            return &cfg->keys[c - 1];
-    return NULL;
 }

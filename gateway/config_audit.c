@@ -4,7 +4,7 @@
  * Present, it turns the audit trail on: dir (made by moat-audit init) is
  * required, user and writer default to GW_DEFAULT_AUDIT_USER and
  * GW_DEFAULT_AUDIT_WRITER, packets defaults to true, and the writer's
- * cadences and disk reserve (gw_audit_tuning_specs in privsep.c:
+ * cadences and disk reserve (gw_audit_tuning_specs below:
  * checkpoint_delay_ms, reserve_bytes, ...) are taken by name, each within
  * its own range, and passed on only when given.  Absent, the gateway runs
  * without a trail (audit_enabled 0).
@@ -15,6 +15,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Each tuning key of the audit section, the writer's option it becomes
+ * (privsep.c passes it on) and its bounds. */
+const struct gw_audit_tuning_spec gw_audit_tuning_specs[GW_AUDIT_NTUNING] = {
+    [GW_AUDIT_CHECKPOINT_RECORDS] = {"checkpoint_records", "--checkpoint-records", 1, 10000000},
+    [GW_AUDIT_CHECKPOINT_SECONDS] = {"checkpoint_seconds", "--checkpoint-seconds", 1, 86400},
+    [GW_AUDIT_CHECKPOINT_DELAY_MS] = {"checkpoint_delay_ms", "--checkpoint-delay-ms", 10, 3600000},
+    [GW_AUDIT_EPOCH_RECORDS] = {"epoch_records", "--epoch-records", 1, 10000000},
+    [GW_AUDIT_EPOCH_SECONDS] = {"epoch_seconds", "--epoch-seconds", 1, 30 * 86400},
+    [GW_AUDIT_ROTATE_BYTES] = {"rotate_bytes", "--rotate-bytes", 65536, 1ull << 40},
+    [GW_AUDIT_ROTATE_SECONDS] = {"rotate_seconds", "--rotate-seconds", 60, 366 * 86400},
+    [GW_AUDIT_PACKET_RETENTION_DAYS] = {"packet_retention_days", "--packet-retention-days", 0, 3650},
+    [GW_AUDIT_RESERVE_BYTES] = {"reserve_bytes", "--reserve-bytes", 0, 1ull << 40},
+};
 
 static int audit_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, void *arg)
 {

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -259,4 +260,58 @@ int cfg_read_key_file(struct parse_ctx *pc, const yaml_node_t *n, const char *pa
     *out = buf;
     *len = (size_t)got;
     return 0;
+}
+
+/* ---------------------------------------------------------------- files */
+
+int gw_check_file_secrecy(int fd, const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+
+    if (fstat(fd, &st) == -1) {
+        snprintf(err, errlen, "%s: fstat: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file", path);
+        return -1;
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+        snprintf(err, errlen, "%s: writable by group or others, refusing it", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* The file (config.c's step 2, the store's too), checked and parsed into *doc (the caller deletes it). */
+int cfg_load_document(struct parse_ctx *pc, yaml_document_t *doc, int missing_ok)
+{
+    yaml_parser_t parser;
+    FILE *fp;
+    int fd, rc = 0;
+
+    if ((fd = open(pc->path, O_RDONLY | O_CLOEXEC | O_NOCTTY)) == -1) {
+        if (errno == ENOENT && missing_ok)
+            return 1;
+        return cfg_fail(pc, NULL, "%s", strerror(errno));
+    }
+    if (gw_check_file_secrecy(fd, pc->path, pc->err, pc->errlen) != 0 || (fp = fdopen(fd, "r")) == NULL) {
+        if (pc->err[0] == '\0')
+            cfg_fail(pc, NULL, "%s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!yaml_parser_initialize(&parser)) {
+        fclose(fp);
+        return cfg_fail(pc, NULL, "cannot initialise the YAML parser");
+    }
+    yaml_parser_set_input_file(&parser, fp);
+    if (!yaml_parser_load(&parser, doc)) {
+        snprintf(pc->err, pc->errlen, "%s:%lu: %s", pc->path, (unsigned long)parser.problem_mark.line + 1,
+                 parser.problem != NULL ? parser.problem : "YAML syntax error");
+        rc = -1;
+    }
+    yaml_parser_delete(&parser);
+    fclose(fp);
+    return rc;
 }

@@ -29,7 +29,6 @@
  * files, which the backend writes inside /box by the same name rules.
  */
 #include "judge0_zip.h"
-#include "judge0_api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +36,7 @@
 
 #include <zlib.h>
 
+#include "moat_errf.h"
 #include "moat_path.h"
 
 #define SIG_END   0x06054b50u
@@ -80,23 +80,23 @@ static int find_end(const uint8_t *zip, size_t len, size_t *dir_at, size_t *dir_
     size_t at;
 
     if (len < END_LEN)
-        return judge0_errf(err, errlen, "is not a zip archive");
+        return moat_errf(err, errlen, "is not a zip archive");
     for (at = len - END_LEN;; at--) {
         if (le32(zip + at) == SIG_END && at + END_LEN + le16(zip + at + 20) == len)
             break;
         if (at == 0 || len - at > END_LEN + 0xffff)
-            return judge0_errf(err, errlen, "is not a zip archive (no end of central directory)");
+            return moat_errf(err, errlen, "is not a zip archive (no end of central directory)");
     }
     const uint8_t *e = zip + at;
     if (le16(e + 4) != 0 || le16(e + 6) != 0 || le16(e + 8) != le16(e + 10))
-        return judge0_errf(err, errlen, "spans several disks");
+        return moat_errf(err, errlen, "spans several disks");
     if (le16(e + 10) == 0xffff || le32(e + 12) == 0xffffffffu || le32(e + 16) == 0xffffffffu)
-        return judge0_errf(err, errlen, "is a zip64 archive (not supported)");
+        return moat_errf(err, errlen, "is a zip64 archive (not supported)");
     *count = le16(e + 10);
     *dir_len = le32(e + 12);
     *dir_at = le32(e + 16);
     if (*dir_at > at || *dir_len > at - *dir_at)
-        return judge0_errf(err, errlen, "has its central directory outside the archive");
+        return moat_errf(err, errlen, "has its central directory outside the archive");
     return 0;
 }
 
@@ -108,11 +108,11 @@ static int read_entry(const uint8_t *p, size_t left, struct entry *e, size_t *us
     uint32_t mode;
 
     if (left < DIR_LEN || le32(p) != SIG_DIR)
-        return judge0_errf(err, errlen, "has a broken central directory");
+        return moat_errf(err, errlen, "has a broken central directory");
     e->name_len = le16(p + 28);
     *used = DIR_LEN + e->name_len + le16(p + 30) + le16(p + 32);
     if (*used > left)
-        return judge0_errf(err, errlen, "has a broken central directory");
+        return moat_errf(err, errlen, "has a broken central directory");
     e->name = (const char *)p + DIR_LEN;
     flags = le16(p + 8);
     e->method = le16(p + 10);
@@ -124,19 +124,19 @@ static int read_entry(const uint8_t *p, size_t left, struct entry *e, size_t *us
     e->is_dir = e->name_len > 0 && e->name[e->name_len - 1] == '/';
     problem = moat_path_check(e->name, e->name_len - (size_t)e->is_dir);
     if (problem != MOAT_PATH_OK)
-        return judge0_errf(err, errlen, "entry '%.*s' %s", (int)(e->name_len > 64 ? 64 : e->name_len), e->name,
-                           moat_path_problem_text(problem));
+        return moat_errf(err, errlen, "entry '%.*s' %s", (int)(e->name_len > 64 ? 64 : e->name_len), e->name,
+                         moat_path_problem_text(problem));
     if (flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTED))
-        return judge0_errf(err, errlen, "entry '%.*s' is encrypted", (int)e->name_len, e->name);
+        return moat_errf(err, errlen, "entry '%.*s' is encrypted", (int)e->name_len, e->name);
     if (p[5] == HOST_UNIX && (mode & MODE_TYPE) != 0 && (mode & MODE_TYPE) != (e->is_dir ? MODE_DIR : MODE_REG))
-        return judge0_errf(err, errlen, "entry '%.*s' is a symbolic link or a special file", (int)e->name_len, e->name);
+        return moat_errf(err, errlen, "entry '%.*s' is a symbolic link or a special file", (int)e->name_len, e->name);
     if (e->method != METHOD_STORED && e->method != METHOD_DEFLATED)
-        return judge0_errf(err, errlen, "entry '%.*s' uses compression method %u (only stored and deflate)", (int)e->name_len,
-                           e->name, e->method);
+        return moat_errf(err, errlen, "entry '%.*s' uses compression method %u (only stored and deflate)", (int)e->name_len,
+                         e->name, e->method);
     if (e->method == METHOD_STORED && e->csize != e->usize)
-        return judge0_errf(err, errlen, "entry '%.*s' has inconsistent sizes", (int)e->name_len, e->name);
+        return moat_errf(err, errlen, "entry '%.*s' has inconsistent sizes", (int)e->name_len, e->name);
     if (e->is_dir && e->usize != 0)
-        return judge0_errf(err, errlen, "directory entry '%.*s' has data", (int)e->name_len, e->name);
+        return moat_errf(err, errlen, "directory entry '%.*s' has data", (int)e->name_len, e->name);
     return 0;
 }
 
@@ -154,9 +154,9 @@ static int check_names(const struct entry *es, size_t n, char *err, size_t errle
             snprintf(a, sizeof(a), "%.*s", (int)es[i].name_len, es[i].name);
             snprintf(b, sizeof(b), "%.*s", (int)blen, es[k].name);
             if (strcmp(a, b) == 0)
-                return judge0_errf(err, errlen, "holds '%s' twice", a);
+                return moat_errf(err, errlen, "holds '%s' twice", a);
             if (moat_path_is_dir_of(a, b))
-                return judge0_errf(err, errlen, "holds '%s' both as a file and as a directory", a);
+                return moat_errf(err, errlen, "holds '%s' both as a file and as a directory", a);
         }
     }
     return 0;
@@ -168,13 +168,13 @@ static int locate(const uint8_t *zip, size_t dir_at, struct entry *e, char *err,
     const uint8_t *l = zip + e->local;
 
     if (e->local > dir_at || dir_at - e->local < LOCAL_LEN || le32(l) != SIG_LOCAL)
-        return judge0_errf(err, errlen, "entry '%.*s' has no local header", (int)e->name_len, e->name);
+        return moat_errf(err, errlen, "entry '%.*s' has no local header", (int)e->name_len, e->name);
     size_t nlen = le16(l + 26), xlen = le16(l + 28);
     e->data_at = e->local + LOCAL_LEN + nlen + xlen;
     if (nlen != e->name_len || memcmp(l + LOCAL_LEN, e->name, nlen) != 0 || le16(l + 8) != e->method)
-        return judge0_errf(err, errlen, "entry '%.*s' disagrees with its local header", (int)e->name_len, e->name);
+        return moat_errf(err, errlen, "entry '%.*s' disagrees with its local header", (int)e->name_len, e->name);
     if (e->data_at > dir_at || dir_at - e->data_at < e->csize)
-        return judge0_errf(err, errlen, "entry '%.*s' lies outside the archive", (int)e->name_len, e->name);
+        return moat_errf(err, errlen, "entry '%.*s' lies outside the archive", (int)e->name_len, e->name);
     return 0;
 }
 
@@ -186,7 +186,7 @@ static int check_overlaps(const struct entry *es, size_t n, char *err, size_t er
             size_t a0 = es[i].local, a1 = es[i].data_at + es[i].csize;
             size_t b0 = es[k].local, b1 = es[k].data_at + es[k].csize;
             if (a0 < b1 && b0 < a1)
-                return judge0_errf(err, errlen, "has overlapping entries");
+                return moat_errf(err, errlen, "has overlapping entries");
         }
     return 0;
 }
@@ -199,14 +199,14 @@ static int inflate_entry(const uint8_t *zip, const struct entry *e, uint8_t **ou
     int rc;
 
     if (buf == NULL)
-        return judge0_errf(err, errlen, "out of memory");
+        return moat_errf(err, errlen, "out of memory");
     if (e->method == METHOD_STORED) {
         memcpy(buf, zip + e->data_at, e->usize);
     } else {
         memset(&zs, 0, sizeof(zs));
         if (inflateInit2(&zs, -MAX_WBITS) != Z_OK) {
             free(buf);
-            return judge0_errf(err, errlen, "out of memory");
+            return moat_errf(err, errlen, "out of memory");
         }
         zs.next_in = (Bytef *)(uintptr_t)(zip + e->data_at); /* zlib only reads it */
         zs.avail_in = e->csize;
@@ -216,12 +216,12 @@ static int inflate_entry(const uint8_t *zip, const struct entry *e, uint8_t **ou
         inflateEnd(&zs);
         if (rc != Z_STREAM_END || zs.total_out != e->usize) {
             free(buf);
-            return judge0_errf(err, errlen, "entry '%.*s' does not inflate to its declared size", (int)e->name_len, e->name);
+            return moat_errf(err, errlen, "entry '%.*s' does not inflate to its declared size", (int)e->name_len, e->name);
         }
     }
     if (crc32(0, buf, e->usize) != e->crc) {
         free(buf);
-        return judge0_errf(err, errlen, "entry '%.*s' fails its CRC check", (int)e->name_len, e->name);
+        return moat_errf(err, errlen, "entry '%.*s' fails its CRC check", (int)e->name_len, e->name);
     }
     *out = buf;
     return 0;
@@ -249,15 +249,15 @@ int judge0_zip_unpack(const uint8_t *zip, size_t len, const struct judge0_zip_li
     if (find_end(zip, len, &dir_at, &dir_len, &count, err, errlen) != 0)
         return -1;
     if (count > 4 * lim->max_files + 16)
-        return judge0_errf(err, errlen, "has more than %zu files", lim->max_files);
+        return moat_errf(err, errlen, "has more than %zu files", lim->max_files);
     if (count > 0 && (es = calloc(count, sizeof(*es))) == NULL)
-        return judge0_errf(err, errlen, "out of memory");
+        return moat_errf(err, errlen, "out of memory");
     for (size_t at = dir_at; n < count; n++, at += used) {
         if (read_entry(zip + at, dir_at + dir_len - at, &es[n], &used, err, errlen) != 0)
             goto out;
         if (!es[n].is_dir && (++nreg > lim->max_files || (total += es[n].usize) > lim->max_bytes)) {
-            judge0_errf(err, errlen, nreg > lim->max_files ? "has more than %zu files" : "unpacks to more than %zu bytes",
-                        nreg > lim->max_files ? lim->max_files : lim->max_bytes);
+            moat_errf(err, errlen, nreg > lim->max_files ? "has more than %zu files" : "unpacks to more than %zu bytes",
+                      nreg > lim->max_files ? lim->max_files : lim->max_bytes);
             goto out;
         }
     }
@@ -269,14 +269,14 @@ int judge0_zip_unpack(const uint8_t *zip, size_t len, const struct judge0_zip_li
     if (check_overlaps(es, n, err, errlen) != 0)
         goto out;
     if (nreg > 0 && (fs = calloc(nreg, sizeof(*fs))) == NULL) {
-        judge0_errf(err, errlen, "out of memory");
+        moat_errf(err, errlen, "out of memory");
         goto out;
     }
     for (size_t i = 0, k = 0; i < n; i++) {
         if (es[i].is_dir)
             continue;
         if ((fs[k].name = strndup(es[i].name, es[i].name_len)) == NULL) {
-            judge0_errf(err, errlen, "out of memory");
+            moat_errf(err, errlen, "out of memory");
             goto out;
         }
         if (inflate_entry(zip, &es[i], &fs[k].content, err, errlen) != 0) {

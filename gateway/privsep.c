@@ -57,18 +57,6 @@
 
 _Static_assert(GW_PRIVSEP_MAX_FDS <= MOAT_IO_MAX_FDS, "one moat_send_fds carries every worker's socket");
 
-const struct gw_audit_tuning_spec gw_audit_tuning_specs[GW_AUDIT_NTUNING] = {
-    [GW_AUDIT_CHECKPOINT_RECORDS] = {"checkpoint_records", "--checkpoint-records", 1, 10000000},
-    [GW_AUDIT_CHECKPOINT_SECONDS] = {"checkpoint_seconds", "--checkpoint-seconds", 1, 86400},
-    [GW_AUDIT_CHECKPOINT_DELAY_MS] = {"checkpoint_delay_ms", "--checkpoint-delay-ms", 10, 3600000},
-    [GW_AUDIT_EPOCH_RECORDS] = {"epoch_records", "--epoch-records", 1, 10000000},
-    [GW_AUDIT_EPOCH_SECONDS] = {"epoch_seconds", "--epoch-seconds", 1, 30 * 86400},
-    [GW_AUDIT_ROTATE_BYTES] = {"rotate_bytes", "--rotate-bytes", 65536, 1ull << 40},
-    [GW_AUDIT_ROTATE_SECONDS] = {"rotate_seconds", "--rotate-seconds", 60, 366 * 86400},
-    [GW_AUDIT_PACKET_RETENTION_DAYS] = {"packet_retention_days", "--packet-retention-days", 0, 3650},
-    [GW_AUDIT_RESERVE_BYTES] = {"reserve_bytes", "--reserve-bytes", 0, 1ull << 40},
-};
-
 /* The writer with nfds client sockets (the workers', and the supervisor's own
  * last when there is a control socket); their other ends in gateway_ends. */
 static pid_t spawn_writer(const struct gw_audit_config *ac, int nfds, int *gateway_ends)
