@@ -23,6 +23,7 @@
  * lists them.
  */
 #include "fallback.h"
+#include "gw_clock.h"
 #include "conn.h"
 #include "denials.h"
 #include "http.h"

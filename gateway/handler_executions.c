@@ -101,7 +101,7 @@ static enum gw_flow packet_answer(struct gw_request *r, const struct backend_rep
     return GW_WAIT;
 }
 
-const struct gw_handler gw_handler_execution = {packet_prepare, packet_describe, packet_answer};
+const struct gw_handler gw_handler_execution = {packet_prepare, packet_describe, packet_answer, NULL};
 
 /* ------------------------------------------------------------ reviews */
 
@@ -231,4 +231,4 @@ static enum gw_flow review_answer(struct gw_request *r, const struct backend_rep
     return GW_WAIT;
 }
 
-const struct gw_handler gw_handler_execution_review = {review_prepare, review_describe, review_answer};
+const struct gw_handler gw_handler_execution_review = {review_prepare, review_describe, review_answer, NULL};

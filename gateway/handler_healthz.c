@@ -32,7 +32,7 @@ static enum gw_flow answer_live(struct gw_request *r, const struct backend_reply
     return GW_NEXT;
 }
 
-const struct gw_handler gw_handler_healthz = {NULL, NULL, answer_live};
+const struct gw_handler gw_handler_healthz = {NULL, NULL, answer_live, NULL};
 
 /* Step 7: the audit writer first (no I/O), then a backend query unless a
  * recent one answered. */
@@ -100,4 +100,4 @@ static enum gw_flow answer_ready(struct gw_request *r, const struct backend_repl
     return GW_NEXT;
 }
 
-const struct gw_handler gw_handler_readyz = {prepare_ready, NULL, answer_ready};
+const struct gw_handler gw_handler_readyz = {prepare_ready, NULL, answer_ready, NULL};

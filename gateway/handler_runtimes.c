@@ -41,4 +41,4 @@ static enum gw_flow answer(struct gw_request *r, const struct backend_reply *rep
     return GW_NEXT;
 }
 
-const struct gw_handler gw_handler_runtimes = {prepare, NULL, answer};
+const struct gw_handler gw_handler_runtimes = {prepare, NULL, answer, NULL};

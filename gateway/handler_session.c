@@ -154,7 +154,7 @@ static enum gw_flow connect_answer(struct gw_request *r, const struct backend_re
     return f;
 }
 
-const struct gw_handler gw_handler_connect = {connect_prepare, connect_describe, connect_answer};
+const struct gw_handler gw_handler_connect = {connect_prepare, connect_describe, connect_answer, NULL};
 
 /* ------------------------------------------------------------- watchers */
 
@@ -176,4 +176,4 @@ static enum gw_flow watch_answer(struct gw_request *r, const struct backend_repl
     return gw_ws_watch(r, r->ws_key, r->job); /* the grant from auth.c */
 }
 
-const struct gw_handler gw_handler_watch = {watch_prepare, watch_describe, watch_answer};
+const struct gw_handler gw_handler_watch = {watch_prepare, watch_describe, watch_answer, NULL};

@@ -6,6 +6,7 @@
  * attack.
  */
 #include "http.h"
+#include "gw_clock.h"
 #include "log.h"
 #include "metrics.h"
 #include "moat_json_escape.h"
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *reason_phrase(int status)
 {
@@ -311,4 +313,55 @@ void gw_respond_error(struct gw_request *r, int status, const char *code, const 
     off += idlen;
     memcpy(body + off, "\"}", 3);
     gw_respond(r, status, body);
+}
+
+/*
+ * "application/json", optionally with parameters (RFC 9110 8.3.1).  JSON is
+ * UTF-8 (RFC 8259 8.1): a charset parameter must say so, any other charset
+ * is refused rather than parsed as UTF-8.
+ */
+int gw_is_json_content_type(h2o_req_t *req)
+{
+    static const char want[] = "application/json";
+    const size_t wlen = sizeof(want) - 1;
+    ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1);
+    const char *p, *end;
+
+    if (i == -1)
+        return 0;
+    p = req->headers.entries[i].value.base;
+    end = p + req->headers.entries[i].value.len;
+    if ((size_t)(end - p) < wlen || strncasecmp(p, want, wlen) != 0)
+        return 0;
+    for (p += wlen;;) {
+        const char *name, *val;
+        size_t nlen, vlen;
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        if (p == end)
+            return 1;
+        if (*p++ != ';')
+            return 0;
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        for (name = p; p < end && *p != '=' && *p != ';' && *p != ' '; p++)
+            ;
+        nlen = (size_t)(p - name);
+        if (p == end || *p != '=')
+            return 0;
+        p++;
+        if (p < end && *p == '"') {
+            for (val = ++p; p < end && *p != '"'; p++)
+                ;
+            if (p == end)
+                return 0;
+            vlen = (size_t)(p++ - val);
+        } else {
+            for (val = p; p < end && *p != ';' && *p != ' ' && *p != '\t'; p++)
+                ;
+            vlen = (size_t)(p - val);
+        }
+        if (nlen == 7 && strncasecmp(name, "charset", 7) == 0 && !(vlen == 5 && strncasecmp(val, "utf-8", 5) == 0))
+            return 0;
+    }
 }

@@ -33,4 +33,8 @@ void gw_respond_error(struct gw_request *r, int status, const char *code, const 
  * are literals or otherwise outlive the request (h2o keeps the pointers). */
 void gw_add_header(struct gw_request *r, const char *name, const char *value);
 
+/* Is the body's Content-Type application/json (a charset, if any, utf-8)?
+ * (Piston's execute, Judge0's submissions, reviews) */
+int gw_is_json_content_type(h2o_req_t *req);
+
 #endif /* GW_HTTP_H */

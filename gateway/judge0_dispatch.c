@@ -34,6 +34,7 @@
  * the next round.
  */
 #include "judge0_dispatch.h"
+#include "metrics.h"
 #include "backend_client.h"
 #include "log.h"
 #include "runtime_table.h"
@@ -258,4 +259,31 @@ void gw_dispatch_note_exhausted(void)
     pthread_mutex_lock(&D.mu);
     D.st.exhausted++;
     pthread_mutex_unlock(&D.mu);
+}
+
+/* submissions.queue redis: the shared queue as this gateway's dispatcher
+ * last counted it (GW_QUEUE_STATS_MS), and its own claims. */
+void gw_dispatch_metrics(struct gw_metrics_text *t)
+{
+    struct gw_dispatch_state st;
+    struct qr_counts c;
+    int counted;
+
+    json_decref(gw_dispatch_queue_view(&c, &counted)); /* the counts only */
+    gw_dispatch_state(&st);
+    if (counted) {
+        gw_metrics_gauge(t, "moat_queue_depth", "Submissions waiting in the shared queue (Redis), all tenants.", c.waiting);
+        gw_metrics_gauge(t, "moat_queue_pending", "Entries of the shared queue claimed by a gateway and not yet ended.", c.pending);
+        gw_metrics_gauge(t, "moat_queue_pending_dead",
+                         "Of those, entries held by a gateway whose heartbeat is gone (to be taken over).", c.pending_dead);
+        gw_metrics_gauge(t, "moat_queue_oldest_seconds", "Age of the oldest entry in the shared queue, waiting or running.",
+                         c.oldest_ms / 1000);
+        gw_metrics_gauge(t, "moat_queue_dead_letters", "Entries in the shared queue's dead letter list.", c.dead);
+    }
+    gw_metrics_counter(t, "moat_queue_claims_total", "Entries this gateway claimed from the shared queue.", st.claims);
+    gw_metrics_counter(t, "moat_queue_reclaims_total", "Of those, entries taken over from a gateway that died.", st.reclaims);
+    gw_metrics_counter(t, "moat_queue_dead_total", "Entries this gateway moved to the dead letter list (never run).", st.dead);
+    gw_metrics_counter(t, "moat_queue_exhausted_total", "Entries this gateway ended past max_attempts, without running them.",
+                       st.exhausted);
+    gw_metrics_gauge(t, "moat_queue_running", "Claimed entries running on this gateway's backend.", st.claimed_running);
 }

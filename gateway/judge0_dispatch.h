@@ -52,4 +52,9 @@ json_t *gw_dispatch_queue_view(struct qr_counts *counts, int *counted);
 void gw_dispatch_note_dead(void);
 void gw_dispatch_note_exhausted(void);
 
+/* The shared queue's gauges and this gateway's claims, for /metrics
+ * (registered with gw_metrics_add_collector when the queue is redis). */
+struct gw_metrics_text;
+void gw_dispatch_metrics(struct gw_metrics_text *t);
+
 #endif /* GW_JUDGE0_DISPATCH_H */

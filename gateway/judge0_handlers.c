@@ -25,7 +25,7 @@
  * in the queue is reserved in step 7,
  * before the decision record (a batch fits whole or is refused whole), and
  * a queued submission holds no in-flight slot (its admission checks the
- * rate and the CPU budget only: gw_judge0_queued), and its run's CPU time
+ * rate and the CPU budget only: submit_queued, the handlers' queued), and its run's CPU time
  * is charged to the tenant's budget when it ends (rl_charge).
  *
  * Errors carry moat's {message, code, request_id} and, where Judge0
@@ -167,7 +167,7 @@ static enum gw_flow languages_answer(struct gw_request *r, const struct backend_
     return answer_with(r, s);
 }
 
-const struct gw_handler gw_handler_judge0_languages = {languages_prepare, NULL, languages_answer};
+const struct gw_handler gw_handler_judge0_languages = {languages_prepare, NULL, languages_answer, NULL};
 
 /* GET /languages/{id}: one of them; 404 unless installed and allowed. */
 static const struct judge0_lang *language_of_path(struct gw_request *r)
@@ -212,7 +212,7 @@ static enum gw_flow language_answer(struct gw_request *r, const struct backend_r
     return answer_with(r, s);
 }
 
-const struct gw_handler gw_handler_judge0_language = {language_prepare, NULL, language_answer};
+const struct gw_handler gw_handler_judge0_language = {language_prepare, NULL, language_answer, NULL};
 
 static enum gw_flow statuses_answer(struct gw_request *r, const struct backend_reply *reply)
 {
@@ -220,7 +220,7 @@ static enum gw_flow statuses_answer(struct gw_request *r, const struct backend_r
     return answer_with(r, judge0_statuses_json());
 }
 
-const struct gw_handler gw_handler_judge0_statuses = {no_query, NULL, statuses_answer};
+const struct gw_handler gw_handler_judge0_statuses = {no_query, NULL, statuses_answer, NULL};
 
 static enum gw_flow about_answer(struct gw_request *r, const struct backend_reply *reply)
 {
@@ -228,7 +228,7 @@ static enum gw_flow about_answer(struct gw_request *r, const struct backend_repl
     return answer_with(r, judge0_about_json());
 }
 
-const struct gw_handler gw_handler_judge0_about = {no_query, NULL, about_answer};
+const struct gw_handler gw_handler_judge0_about = {no_query, NULL, about_answer, NULL};
 
 /* GET /config_info: this tenant's effective limits, and the languages it
  * may use whose compiler options are allow-listed (the backend's table). */
@@ -257,7 +257,7 @@ static enum gw_flow config_info_answer(struct gw_request *r, const struct backen
     return answer_with(r, s);
 }
 
-const struct gw_handler gw_handler_judge0_config_info = {languages_prepare, NULL, config_info_answer};
+const struct gw_handler gw_handler_judge0_config_info = {languages_prepare, NULL, config_info_answer, NULL};
 
 /* --------------------------------------------------------- submissions */
 
@@ -412,14 +412,19 @@ static enum gw_flow queue_room(struct gw_request *r, size_t n, size_t *reserved,
     return gw_deny(r, 500, GW_REASON_FILTER, "out of memory");
 }
 
-int gw_judge0_queued(const struct gw_request *r)
+/* A batch always waits in the queue; a submission unless its query says wait=true. */
+static int batch_queued(const struct gw_request *r)
+{
+    (void)r;
+    return 1;
+}
+
+static int submit_queued(const struct gw_request *r)
 {
     const h2o_req_t *req = r->req;
     struct judge0_query q;
     char err[GW_ERR_MSG_MAX];
 
-    if (r->route->handler == &gw_handler_judge0_batch_submit)
-        return 1;
     if (req->query_at == SIZE_MAX)
         return 1; /* Judge0's default: wait=false */
     return judge0_parse_query(req->path.base + req->query_at + 1, req->path.len - req->query_at - 1,
@@ -599,7 +604,7 @@ static enum gw_flow submit_answer(struct gw_request *r, const struct backend_rep
     return GW_NEXT;
 }
 
-const struct gw_handler gw_handler_judge0_submit = {submit_prepare, submit_describe, submit_answer};
+const struct gw_handler gw_handler_judge0_submit = {submit_prepare, submit_describe, submit_answer, submit_queued};
 
 /* ------------------------------------------------ wait=false: after the answer */
 
@@ -1750,7 +1755,8 @@ static enum gw_flow batch_submit_answer(struct gw_request *r, const struct backe
     return gate_arm(g, GW_NEXT);
 }
 
-const struct gw_handler gw_handler_judge0_batch_submit = {batch_submit_prepare, batch_submit_describe, batch_submit_answer};
+const struct gw_handler gw_handler_judge0_batch_submit = {batch_submit_prepare, batch_submit_describe, batch_submit_answer,
+                                                          batch_queued};
 
 /* ------------------------------------------- the shared queue (queue: redis) */
 
@@ -2732,7 +2738,7 @@ static enum gw_flow submission_prepare(struct gw_request *r)
     return r->body != NULL ? GW_NEXT : gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
 }
 
-const struct gw_handler gw_handler_judge0_submission = {submission_prepare, NULL, body_made};
+const struct gw_handler gw_handler_judge0_submission = {submission_prepare, NULL, body_made, NULL};
 
 /* GET /submissions/batch?tokens=...: {"submissions": [...]}, null for a
  * token that is not the tenant's (or not a token at all). */
@@ -2774,4 +2780,4 @@ static enum gw_flow batch_prepare(struct gw_request *r)
     return r->body != NULL ? GW_NEXT : gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");
 }
 
-const struct gw_handler gw_handler_judge0_batch = {batch_prepare, NULL, body_made};
+const struct gw_handler gw_handler_judge0_batch = {batch_prepare, NULL, body_made, NULL};

@@ -62,8 +62,12 @@
 #include "store/queue_redis.h"
 #include "privsep.h"
 #include "log.h"
+#include "moat_errf.h"
+#include "metrics.h"
+#include "judge0_dispatch.h"
 #include "moat_notify.h"
 #include "privdrop.h"
+#include "route_table.h"
 #include "server.h"
 #include "tls.h"
 
@@ -216,7 +220,9 @@ static int start_queue(struct gw_server *srv, const struct gw_config *cfg, char 
     }
     o.consumer = redis_client_id(srv->redis);
     o.heartbeat_prefix = redis_client_beat_prefix(srv->redis);
-    return (srv->queue = queue_redis_new(srv->redis, &o, err, errlen)) != NULL ? 0 : -1;
+    if ((srv->queue = queue_redis_new(srv->redis, &o, err, errlen)) == NULL)
+        return -1;
+    return gw_metrics_add_collector(gw_dispatch_metrics) == 0 ? 0 : moat_errf(err, errlen, "metrics: too many collectors");
 }
 
 /*
@@ -367,6 +373,7 @@ int main(int argc, char **argv)
      * fork or thread (server.c sends READY=1 once the workers listen) */
     if (moat_notify_open(err, sizeof(err)) != 0)
         fatalx("%s: %s", __func__, err);
+    gw_route_table_install(); /* the routes the pipeline finds (route_table.c) */
     /* the server takes over config and ssl_ctx; path is kept for SIGHUP */
     if (gw_server_init(&server, &config, ssl_ctx, path) != 0)
         fatalx("%s: out of memory", __func__);

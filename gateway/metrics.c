@@ -24,7 +24,9 @@
  * scrape that sees `used` sees the key.  When a worker's table is full,
  * further new keys are counted in moat_requests_unlabelled_total.
  *
- * Scraping.  The metrics section binds one more listening socket before
+ * Scraping (metrics_serve.c; the gauges of layers above these counters,
+ * such as the shared queue's, come through gw_metrics_add_collector).
+ * The metrics section binds one more listening socket before
  * the privilege drop (gw_metrics_listen; loopback unless the operator says
  * otherwise, never the public port: config_observe.c).  Worker 0 serves it
  * on its own loop with h2o, plain HTTP/1.1 and a host table of its own
@@ -44,7 +46,6 @@
 #include "metrics.h"
 #include "backend_client.h"
 #include "config.h"
-#include "judge0_dispatch.h"
 #include "judge0_queue.h"
 #include "log.h"
 #include "moat_buf.h"
@@ -52,14 +53,10 @@
 #include "routes.h"
 #include "session_registry.h"
 
-#include <errno.h>
-#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 /* Upper bounds of the latency buckets, microseconds (the last is +Inf). */
 static const uint64_t bucket_us[GW_METRICS_BUCKETS - 1] = {500,    1000,   2500,   5000,    10000,   25000,   50000,
@@ -161,12 +158,12 @@ void gw_metrics_request(const struct gw_request *r, int status, uint64_t us)
 
 /* ---------------------------------------------------------------- the exposition */
 
-struct text {
+struct gw_metrics_text {
     struct moat_buf b;
     int failed;
 };
 
-__attribute__((format(printf, 2, 3))) static void put(struct text *t, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void put(struct gw_metrics_text *t, const char *fmt, ...)
 {
     va_list ap;
     int n;
@@ -186,7 +183,7 @@ __attribute__((format(printf, 2, 3))) static void put(struct text *t, const char
     t->b.len += (size_t)n;
 }
 
-static void family(struct text *t, const char *name, const char *type, const char *help)
+static void family(struct gw_metrics_text *t, const char *name, const char *type, const char *help)
 {
     put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
@@ -239,7 +236,7 @@ static uint64_t sum(size_t off)
 #define SUM(field) sum(offsetof(struct gw_metrics, field))
 
 /* moat_requests_total: every worker's entries merged by key. */
-static void render_requests(struct text *t)
+static void render_requests(struct gw_metrics_text *t)
 {
     size_t cap = (size_t)nworkers * GW_METRICS_TABLE * 2, used = 0;
     struct gw_metrics_count *merged = calloc(cap ? cap : 1, sizeof(*merged));
@@ -283,7 +280,7 @@ static void render_requests(struct text *t)
 
 /* moat_request_duration_seconds: one histogram per route row that has
  * answered; _count is the +Inf bucket, so the two always agree. */
-static void render_durations(struct text *t)
+static void render_durations(struct gw_metrics_text *t)
 {
     char path[128];
     const char *route, *method;
@@ -314,20 +311,20 @@ static void render_durations(struct text *t)
     }
 }
 
-static void gauge(struct text *t, const char *name, const char *help, unsigned long long v)
+static void gauge(struct gw_metrics_text *t, const char *name, const char *help, unsigned long long v)
 {
     family(t, name, "gauge", help);
     put(t, "%s %llu\n", name, v);
 }
 
-static void counter(struct text *t, const char *name, const char *help, unsigned long long v)
+static void counter(struct gw_metrics_text *t, const char *name, const char *help, unsigned long long v)
 {
     family(t, name, "counter", help);
     put(t, "%s %llu\n", name, v);
 }
 
 /* The audit client of each worker: connected, its oldest unacknowledged record, failures. */
-static void render_audit(struct text *t, struct gw_server *srv)
+static void render_audit(struct gw_metrics_text *t, struct gw_server *srv)
 {
     unsigned connected = 0;
     uint64_t dropped = 0, lag_ms = 0, now = srv->nworkers > 0 ? h2o_now(srv->workers[0].ctx.loop) : 0;
@@ -350,7 +347,7 @@ static void render_audit(struct text *t, struct gw_server *srv)
     counter(t, "moat_audit_dropped_total", "Denial records not written: no audit writer was connected.", dropped);
 }
 
-static void render_limiter(struct text *t, struct gw_server *srv)
+static void render_limiter(struct gw_metrics_text *t, struct gw_server *srv)
 {
     static const char *const states[] = {"up", "down", "fallback"};
     enum rl_store_state s = rl_store_state(srv->limiter);
@@ -363,7 +360,7 @@ static void render_limiter(struct text *t, struct gw_server *srv)
         put(t, "moat_limiter_store_state{store=\"%s\",state=\"%s\"} %d\n", store, states[i], (unsigned)s == i);
 }
 
-static void render_connections(struct text *t)
+static void render_connections(struct gw_metrics_text *t)
 {
     family(t, "moat_tls_handshake_failures_total", "counter",
            "TLS handshakes that failed (error) or did not finish in time (timeout).");
@@ -380,7 +377,7 @@ static void render_connections(struct text *t)
 }
 
 /* The backend's own account of its slots (RUNTIMES' load), asked at each scrape. */
-static void render_backend(struct text *t, const struct moat_backend_load *l)
+static void render_backend(struct gw_metrics_text *t, const struct moat_backend_load *l)
 {
     gauge(t, "moat_backend_up", "1 when moat-backend answered this scrape's query.", (unsigned long long)l->present);
     if (!l->present)
@@ -393,37 +390,34 @@ static void render_backend(struct text *t, const struct moat_backend_load *l)
     gauge(t, "moat_backend_session_slots_busy", "Session slots holding a live session now.", l->sessions_busy);
 }
 
-/* submissions.queue redis: the shared queue as this gateway's dispatcher
- * last counted it (GW_QUEUE_STATS_MS), and its own claims. */
-static void render_queue(struct text *t, const struct gw_server *srv)
-{
-    struct gw_dispatch_state st;
-    struct qr_counts c;
-    int counted;
+/* The gauges other layers register (the shared queue's: judge0_dispatch.c). */
+static gw_metrics_collector collectors[GW_METRICS_MAX_COLLECTORS];
+static unsigned ncollectors;
 
-    if (srv->queue == NULL)
-        return;
-    json_decref(gw_dispatch_queue_view(&c, &counted)); /* the counts only */
-    gw_dispatch_state(&st);
-    if (counted) {
-        gauge(t, "moat_queue_depth", "Submissions waiting in the shared queue (Redis), all tenants.", c.waiting);
-        gauge(t, "moat_queue_pending", "Entries of the shared queue claimed by a gateway and not yet ended.", c.pending);
-        gauge(t, "moat_queue_pending_dead", "Of those, entries held by a gateway whose heartbeat is gone (to be taken over).",
-              c.pending_dead);
-        gauge(t, "moat_queue_oldest_seconds", "Age of the oldest entry in the shared queue, waiting or running.",
-              c.oldest_ms / 1000);
-        gauge(t, "moat_queue_dead_letters", "Entries in the shared queue's dead letter list.", c.dead);
-    }
-    counter(t, "moat_queue_claims_total", "Entries this gateway claimed from the shared queue.", st.claims);
-    counter(t, "moat_queue_reclaims_total", "Of those, entries taken over from a gateway that died.", st.reclaims);
-    counter(t, "moat_queue_dead_total", "Entries this gateway moved to the dead letter list (never run).", st.dead);
-    counter(t, "moat_queue_exhausted_total", "Entries this gateway ended past max_attempts, without running them.", st.exhausted);
-    gauge(t, "moat_queue_running", "Claimed entries running on this gateway's backend.", st.claimed_running);
+int gw_metrics_add_collector(gw_metrics_collector fn)
+{
+    for (unsigned i = 0; i < ncollectors; i++)
+        if (collectors[i] == fn)
+            return 0;
+    if (ncollectors == GW_METRICS_MAX_COLLECTORS)
+        return -1;
+    collectors[ncollectors++] = fn;
+    return 0;
+}
+
+void gw_metrics_gauge(struct gw_metrics_text *t, const char *name, const char *help, unsigned long long v)
+{
+    gauge(t, name, help, v);
+}
+
+void gw_metrics_counter(struct gw_metrics_text *t, const char *name, const char *help, unsigned long long v)
+{
+    counter(t, name, help, v);
 }
 
 char *gw_metrics_render(struct gw_server *srv, const struct moat_backend_load *backend, size_t *len)
 {
-    struct text t = {{0}, 0};
+    struct gw_metrics_text t = {{0}, 0};
     struct jq_counts q;
 
     render_requests(&t);
@@ -436,7 +430,8 @@ char *gw_metrics_render(struct gw_server *srv, const struct moat_backend_load *b
     judge0_queue_counts(judge0_queue_default(), &q);
     gauge(&t, "moat_submissions_running", "Judge0 queued submissions running now.", q.running);
     gauge(&t, "moat_submissions_queue_depth", "Judge0 submissions waiting for a run.", q.queued);
-    render_queue(&t, srv);
+    for (unsigned i = 0; i < ncollectors; i++)
+        collectors[i](&t);
     gauge(&t, "moat_sessions_open", "Live sessions (WebSocket) open now.", gw_sessions_count(NULL));
     render_audit(&t, srv);
     render_limiter(&t, srv);
@@ -448,139 +443,4 @@ char *gw_metrics_render(struct gw_server *srv, const struct moat_backend_load *b
     }
     *len = t.b.len;
     return (char *)t.b.data;
-}
-
-/* ---------------------------------------------------------------- the listener */
-
-static int metrics_fd = -1;
-static h2o_globalconf_t mconf;
-static h2o_accept_ctx_t maccept;
-static h2o_socket_t *msock;
-static struct gw_server *msrv;
-
-int gw_metrics_listen(const struct gw_config *cfg, char *err, size_t errlen)
-{
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV}, *ai;
-    char port[8];
-    int rc, on = 1;
-
-    if (cfg->metrics.address == NULL)
-        return 0;
-    snprintf(port, sizeof(port), "%u", (unsigned)cfg->metrics.port);
-    if ((rc = getaddrinfo(cfg->metrics.address, port, &hints, &ai)) != 0) {
-        snprintf(err, errlen, "metrics listener %s: %s", cfg->metrics.address, gai_strerror(rc));
-        return -1;
-    }
-    metrics_fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-    if (metrics_fd == -1 || setsockopt(metrics_fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0 ||
-        bind(metrics_fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(metrics_fd, 64) != 0) {
-        snprintf(err, errlen, "metrics listener on %s port %s: %s", cfg->metrics.address, port, strerror(errno));
-        if (metrics_fd != -1)
-            close(metrics_fd);
-        metrics_fd = -1;
-        freeaddrinfo(ai);
-        return -1;
-    }
-    freeaddrinfo(ai);
-    log_info("%s: metrics on http://%s%s%s:%s/metrics", __func__, strchr(cfg->metrics.address, ':') ? "[" : "",
-             cfg->metrics.address, strchr(cfg->metrics.address, ':') ? "]" : "", port);
-    return 0;
-}
-
-static void respond(h2o_req_t *req, const struct moat_backend_load *backend);
-static void on_backend_load(void *data, enum backend_status status, const struct backend_reply *reply);
-
-/* GET /metrics (after a RUNTIMES query to the backend for its load);
- * anything else is a 404 (405 for another method). */
-static int on_metrics_req(h2o_handler_t *self, h2o_req_t *req)
-{
-    (void)self;
-    if (!h2o_memis(req->path_normalized.base, req->path_normalized.len, H2O_STRLIT("/metrics"))) {
-        h2o_send_error_generic(req, 404, "Not Found", "not found\n", 0);
-        return 0;
-    }
-    if (!h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET"))) {
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ALLOW, NULL, H2O_STRLIT("GET"));
-        h2o_send_error_generic(req, 405, "Method Not Allowed", "method not allowed\n", 0);
-        return 0;
-    }
-    struct gw_worker *w = gw_worker_of(req->conn->ctx);
-    struct moat_buf frame = {NULL, 0, 0};
-    uint64_t job = backend_next_job_id();
-    const char *why = NULL;
-
-    if (moat_encode_runtimes_query(&frame, job, &why) != 0) {
-        static const struct moat_backend_load none;
-        moat_buf_free(&frame);
-        respond(req, &none);
-        return 0;
-    }
-    /* the readiness probe's query; its reply (or its failure) answers the scrape */
-    backend_call(req, w->ctx.loop, &w->metrics_timeout, w->cfg->backend_socket, &frame, job, on_backend_load, req);
-    return 0;
-}
-
-/* The scrape's answer, with the backend's load when it answered. */
-static void on_backend_load(void *data, enum backend_status status, const struct backend_reply *reply)
-{
-    struct moat_backend_load none = {0};
-
-    respond(data, status == BACKEND_OK && reply->hdr.type == MOAT_MSG_RUNTIMES ? &reply->u.runtimes.load : &none);
-}
-
-static void respond(h2o_req_t *req, const struct moat_backend_load *backend)
-{
-    char *body;
-    size_t len = 0;
-
-    if ((body = gw_metrics_render(msrv, backend, &len)) == NULL) {
-        h2o_send_error_generic(req, 500, "Internal Server Error", "out of memory\n", 0);
-        return;
-    }
-    req->res.status = 200;
-    req->res.reason = "OK";
-    req->res.content_length = len;
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
-                   H2O_STRLIT("text/plain; version=0.0.4; charset=utf-8"));
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-store"));
-    h2o_send_inline(req, body, len); /* copies */
-    free(body);
-}
-
-static void on_metrics_accept(h2o_socket_t *listener, const char *err)
-{
-    h2o_socket_t *sock;
-
-    if (err != NULL || (sock = h2o_evloop_socket_accept(listener)) == NULL)
-        return;
-    h2o_accept(&maccept, sock); /* no ssl_ctx: plain HTTP/1.1 */
-}
-
-void gw_metrics_serve(struct gw_worker *w)
-{
-    h2o_hostconf_t *host;
-    h2o_handler_t *h;
-
-    if (metrics_fd == -1)
-        return;
-    msrv = w->server;
-    h2o_config_init(&mconf);
-    mconf.server_name = h2o_iovec_init(H2O_STRLIT("moat"));
-    host = h2o_config_register_host(&mconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    h = h2o_create_handler(h2o_config_register_path(host, "/", 0), sizeof(*h));
-    h->on_req = on_metrics_req;
-    maccept.ctx = &w->ctx;
-    maccept.hosts = mconf.hosts;
-    msock = h2o_evloop_socket_create(w->ctx.loop, metrics_fd, H2O_SOCKET_FLAG_DONT_READ);
-    h2o_socket_read_start(msock, on_metrics_accept);
-}
-
-void gw_metrics_stop(struct gw_worker *w)
-{
-    (void)w;
-    if (msock == NULL)
-        return;
-    h2o_socket_read_stop(msock);
-    h2o_socket_close(msock);
-    msock = NULL;
 }

@@ -70,7 +70,7 @@ static inline void gw_metric_add(uint64_t *c, int64_t d)
 /* The request is answered: count it by tenant, route and status, and its duration. */
 void gw_metrics_request(const struct gw_request *r, int status, uint64_t us);
 
-/* The metrics section's listener, bound before the privilege drop (nothing
+/* metrics_serve.c.  The metrics section's listener, bound before the privilege drop (nothing
  * when the section is absent): 0, or -1 with err. */
 int gw_metrics_listen(const struct gw_config *cfg, char *err, size_t errlen);
 
@@ -86,5 +86,16 @@ void gw_metrics_stop(struct gw_worker *w);
  * leave the backend's gauges out. */
 struct moat_backend_load;
 char *gw_metrics_render(struct gw_server *srv, const struct moat_backend_load *backend, size_t *len);
+
+/* Gauges of a layer above the counters, rendered at each scrape: fn
+ * writes them with gw_metrics_gauge and gw_metrics_counter.  At most
+ * GW_METRICS_MAX_COLLECTORS, registered before the workers start.  0, or
+ * -1 when full. */
+#define GW_METRICS_MAX_COLLECTORS 4
+struct gw_metrics_text;
+typedef void (*gw_metrics_collector)(struct gw_metrics_text *t);
+int gw_metrics_add_collector(gw_metrics_collector fn);
+void gw_metrics_gauge(struct gw_metrics_text *t, const char *name, const char *help, unsigned long long v);
+void gw_metrics_counter(struct gw_metrics_text *t, const char *name, const char *help, unsigned long long v);
 
 #endif /* GW_METRICS_H */

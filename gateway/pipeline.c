@@ -45,6 +45,7 @@
  * in-flight slot.
  */
 #include "pipeline.h"
+#include "gw_clock.h"
 #include "auth.h"
 #include "conn.h"
 #include "denials.h"
@@ -67,19 +68,6 @@
 typedef enum gw_flow (*step_fn)(struct gw_request *r);
 
 /* ------------------------------------------------------------- outcomes */
-
-enum gw_flow gw_deny(struct gw_request *r, int status, enum gw_reason reason, const char *message)
-{
-    r->status = status;
-    r->reason = reason;
-    r->message = message;
-    return GW_DENY;
-}
-
-enum gw_flow gw_deny_copy(struct gw_request *r, int status, enum gw_reason reason, const char *message)
-{
-    return gw_deny(r, status, reason, h2o_strdup(&r->req->pool, message, SIZE_MAX).base);
-}
 
 static int audited(const struct gw_request *r)
 {
@@ -291,7 +279,7 @@ static enum rl_admission admission_kind(const struct gw_request *r)
 {
     if (!is_execution(r))
         return RL_ADMIT_RATE;
-    if ((r->route->flags & GW_ROUTE_MAY_QUEUE) != 0 && gw_judge0_queued(r))
+    if ((r->route->flags & GW_ROUTE_MAY_QUEUE) != 0 && r->route->handler->queued != NULL && r->route->handler->queued(r))
         return RL_ADMIT_QUEUED;
     return RL_ADMIT_EXECUTION;
 }
@@ -585,14 +573,6 @@ static void random_bytes(uint8_t *out, size_t n)
     }
     memcpy(out, pool + sizeof(pool) - left, n);
     left -= n;
-}
-
-uint64_t gw_monotonic_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 void gw_new_request_id(char out[GW_REQUEST_ID_LEN + 1])

@@ -107,21 +107,32 @@ struct gw_handler {
     /* 9: the backend's reply (NULL when r->frame was empty) into r->body; an
      * execution also sets r->cpu_ms, r->result_fields and r->packet. */
     enum gw_flow (*answer)(struct gw_request *r, const struct backend_reply *reply);
+    /* 5, a GW_ROUTE_MAY_QUEUE route's: does r's run wait in the submissions
+     * queue (then its admission takes no in-flight slot)?  NULL: never. */
+    int (*queued)(const struct gw_request *r);
 };
-
-/* Is the body's Content-Type application/json (a charset, if any, utf-8)?
- * (handler_execute.c; Judge0's submissions too) */
-int gw_is_json_content_type(h2o_req_t *req);
 
 /* The record of a refusal nobody waits for ("request"/"denied", or an
  * execution's "result"/"failed"), built without allocating when it can. */
 void gw_record_refusal(struct gw_request *r, const char *type, const char *decision);
 
 /* Refuse the request: status >= 400, a reason, and a message that outlives
- * the request (a literal).  Returns GW_DENY for the step to return. */
-enum gw_flow gw_deny(struct gw_request *r, int status, enum gw_reason reason, const char *message);
+ * the request (a literal).  Returns GW_DENY for the step to return.  (A
+ * setter every layer uses, authentication too: inline, so that nothing
+ * below the pipeline calls back into it.) */
+static inline enum gw_flow gw_deny(struct gw_request *r, int status, enum gw_reason reason, const char *message)
+{
+    r->status = status;
+    r->reason = reason;
+    r->message = message;
+    return GW_DENY;
+}
+
 /* The same with a message of any lifetime (copied into the request's pool). */
-enum gw_flow gw_deny_copy(struct gw_request *r, int status, enum gw_reason reason, const char *message);
+static inline enum gw_flow gw_deny_copy(struct gw_request *r, int status, enum gw_reason reason, const char *message)
+{
+    return gw_deny(r, status, reason, h2o_strdup(&r->req->pool, message, SIZE_MAX).base);
+}
 
 /* A step that returned GW_WAIT is finished: how to go on (GW_NEXT, GW_DENY
  * after gw_deny, or GW_REPEAT).  May be called from inside the step. */
@@ -169,9 +180,6 @@ void gw_backend_call(struct gw_request *r, struct moat_buf *frame, uint64_t job_
 /* A fresh request id (GW_REQUEST_ID_LEN hex digits) from the worker's
  * pool of random bytes. */
 void gw_new_request_id(char out[GW_REQUEST_ID_LEN + 1]);
-
-/* CLOCK_MONOTONIC in nanoseconds (a request's duration in its log line). */
-uint64_t gw_monotonic_ns(void);
 
 /* Register the one h2o handler that runs every request through the steps. */
 void gw_pipeline_register(h2o_pathconf_t *pathconf);

@@ -1,5 +1,7 @@
 /*
- * routes.c - the one table of routes.
+ * routes.c - finding a request's route in the one table of routes
+ * (route_table.c, installed at start: the rows name the handlers, which
+ * sit above the request core; this file, below it, only matches).
  *
  * Only the paths below exist; everything else is a JSON 404, so nothing
  * h2o might serve by default is reachable.  A path is exact, or holds one
@@ -8,40 +10,24 @@
  * exact rows win over parameterised ones ("/submissions/batch" is not a
  * token).  A path may have a row per
  * method; another method gets 405.  Adding a route is one
- * row here and a handler (struct gw_handler) that translates the request
+ * row in route_table.c and a handler (struct gw_handler) that translates the request
  * into a backend message and the reply into a body: authentication,
  * authorization, admission and the audit trail come from the pipeline, and
  * a route is audited unless its row says GW_ROUTE_NO_AUDIT.
  */
 #include "routes.h"
-#include "policy.h"
 
 #include <string.h>
 
-static const struct gw_route routes[] = {
-    /* path, method, endpoint (authorization; 0 public), flags, handler */
-    {"/healthz", "GET", 0, GW_ROUTE_NO_AUDIT | GW_ROUTE_NO_ADMIT, &gw_handler_healthz},
-    {"/readyz", "GET", 0, GW_ROUTE_NO_AUDIT | GW_ROUTE_NO_ADMIT, &gw_handler_readyz},
-    {"/api/v2/runtimes", "GET", POLICY_EP_RUNTIMES, 0, &gw_handler_runtimes},
-    {"/api/v2/execute", "POST", POLICY_EP_EXECUTE, GW_ROUTE_EXECUTION, &gw_handler_execute},
-    {"/api/v2/connect", "GET", POLICY_EP_CONNECT, 0, &gw_handler_connect}, /* a live session: WebSocket */
-    {"/api/v2/watch", "GET", POLICY_EP_WATCH, GW_ROUTE_WATCH, &gw_handler_watch},
-    /* Judge0 CE's API (judge0_handlers.c) */
-    {"/languages", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_languages},
-    {"/languages/{id}", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_language},
-    {"/statuses", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_statuses},
-    {"/about", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_about},
-    {"/config_info", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_config_info},
-    {"/submissions", "POST", POLICY_EP_SUBMISSIONS, GW_ROUTE_EXECUTION | GW_ROUTE_MAY_QUEUE | GW_ROUTE_X_AUTH_TOKEN,
-     &gw_handler_judge0_submit},
-    {"/submissions/batch", "GET", POLICY_EP_SUBMISSIONS, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_batch},
-    {"/submissions/batch", "POST", POLICY_EP_SUBMISSIONS, GW_ROUTE_EXECUTION | GW_ROUTE_MAY_QUEUE | GW_ROUTE_X_AUTH_TOKEN,
-     &gw_handler_judge0_batch_submit},
-    {"/submissions/{token}", "GET", POLICY_EP_SUBMISSIONS, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_submission},
-    /* result packets and reviews (handler_executions.c) */
-    {"/api/v2/executions/{id}", "GET", POLICY_EP_PACKETS, 0, &gw_handler_execution},
-    {"/api/v2/executions/{id}/reviews", "POST", POLICY_EP_REVIEW, 0, &gw_handler_execution_review},
-};
+/* The table main.c installed (route_table.c); none before: every path a 404. */
+static const struct gw_route *routes;
+static size_t nroutes;
+
+void gw_routes_install(const struct gw_route *table, size_t n)
+{
+    routes = table;
+    nroutes = n;
+}
 
 /* Where a row's "{name}" segment starts (its prefix's length), or -1. */
 static long param_at(const char *pattern)
@@ -118,13 +104,13 @@ int gw_route_param(const struct gw_route *rt, const char *path, size_t path_len,
 
 const struct gw_route *gw_routes(size_t *n)
 {
-    *n = sizeof(routes) / sizeof(routes[0]);
+    *n = nroutes;
     return routes;
 }
 
 const struct gw_route *gw_route_find(const char *path, size_t path_len, const char *method, size_t method_len, int *method_ok)
 {
-    const struct gw_route *rt = match(routes, sizeof(routes) / sizeof(routes[0]), path, path_len, method, method_len);
+    const struct gw_route *rt = match(routes, nroutes, path, path_len, method, method_len);
 
     if (rt == NULL && &gw_test_nroutes != NULL && gw_test_routes != NULL)
         rt = match(gw_test_routes, gw_test_nroutes, path, path_len, method, method_len);

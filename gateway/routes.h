@@ -15,7 +15,7 @@ enum gw_route_flags {
     GW_ROUTE_WATCH = 1u << 3,        /* the credential is a session's watch token, nothing else */
     GW_ROUTE_X_AUTH_TOKEN = 1u << 4, /* the API key may also come as X-Auth-Token (Judge0's header) */
     GW_ROUTE_MAY_QUEUE = 1u << 5,    /* an execution whose run may wait in the submissions queue
-                                      * (gw_judge0_queued): then its admission takes no slot */
+                                      * (its handler's queued): then its admission takes no slot */
 };
 
 struct gw_route {
@@ -27,24 +27,15 @@ struct gw_route {
     const struct gw_handler *handler;
 };
 
-/* The handlers of the routes (handler_*.c). */
-extern const struct gw_handler gw_handler_healthz, gw_handler_readyz, gw_handler_runtimes, gw_handler_execute, gw_handler_connect,
-    gw_handler_watch, gw_handler_execution, gw_handler_execution_review, gw_handler_judge0_languages, gw_handler_judge0_language,
-    gw_handler_judge0_statuses, gw_handler_judge0_about, gw_handler_judge0_config_info, gw_handler_judge0_submit,
-    gw_handler_judge0_submission, gw_handler_judge0_batch, gw_handler_judge0_batch_submit;
-
-/* Does r's run wait in the submissions queue (judge0_queue.c) rather than
- * run at once?  POST /submissions/batch always; POST /submissions unless
- * its query says wait=true (one that does not parse: no, and step 7
- * refuses it).  Its admission then checks the rate and the CPU budget but
- * takes no in-flight slot (judge0_handlers.c). */
-int gw_judge0_queued(const struct gw_request *r);
-
 /* queue: redis: run an entry this gateway's dispatcher claimed from the
  * shared queue (judge0_dispatch.h), on w's loop: judged again by this
  * gateway's policy, recorded in its trail, its results kept once. */
 struct qr_claim;
 void gw_judge0_run_claim(struct gw_worker *w, const struct qr_claim *c);
+
+/* The table the routes are found in (route_table.c's, at start, before
+ * any worker runs); until then none is found. */
+void gw_routes_install(const struct gw_route *table, size_t n);
 
 /* The route for path, or NULL; *method_ok says whether method matches it. */
 const struct gw_route *gw_route_find(const char *path, size_t path_len, const char *method, size_t method_len, int *method_ok);

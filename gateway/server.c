@@ -75,21 +75,6 @@ static int gw_stopping; /* set once by the main thread, read by workers */
 
 /* ---------------------------------------------------------------- generations */
 
-void gw_generation_hold(struct gw_generation *gen)
-{
-    __atomic_add_fetch(&gen->refs, 1, __ATOMIC_RELAXED);
-}
-
-void gw_generation_release(struct gw_generation *gen)
-{
-    if (__atomic_sub_fetch(&gen->refs, 1, __ATOMIC_ACQ_REL) != 0)
-        return;
-    log_debug("%s: configuration generation %u freed", __func__, gen->serial);
-    gw_config_free(&gen->cfg);
-    SSL_CTX_free(gen->ssl_ctx);
-    free(gen);
-}
-
 /* Takes over *cfg (left zeroed) and ssl_ctx.  NULL if out of memory (nothing taken). */
 static struct gw_generation *generation_new(struct gw_config *cfg, SSL_CTX *ssl_ctx, unsigned serial)
 {
@@ -102,18 +87,6 @@ static struct gw_generation *generation_new(struct gw_config *cfg, SSL_CTX *ssl_
     gen->ssl_ctx = ssl_ctx;
     gen->refs = 1; /* the server's, while current */
     gen->serial = serial;
-    return gen;
-}
-
-/* The current generation, with a reference for the caller. */
-static struct gw_generation *generation_current(struct gw_server *srv)
-{
-    struct gw_generation *gen;
-
-    pthread_mutex_lock(&srv->gen_lock);
-    gen = srv->gen;
-    gw_generation_hold(gen);
-    pthread_mutex_unlock(&srv->gen_lock);
     return gen;
 }
 
@@ -131,51 +104,6 @@ static void generation_publish(struct gw_server *srv, struct gw_generation *gen)
 }
 
 /* ---------------------------------------------------------------- workers */
-
-/*
- * A generation's settings on the worker's own h2o context: h2o reads its
- * limits from globalconf on every use and its timeouts from the context's
- * h2o_timeout_t, which may change in place (entries expire in the order
- * they were linked either way).
- */
-static void apply_generation(struct gw_worker *w)
-{
-    const struct gw_config *cfg = &w->gen->cfg;
-
-    w->cfg = cfg;
-    w->accept_ctx.ssl_ctx = w->gen->ssl_ctx;
-    /*
-     * h2o enforces a hard cap with a bare 413 (HTTP/1, before reading the
-     * body when Content-Length says so) or REFUSED_STREAM (HTTP/2).  Set it
-     * above the configured limit so that moderately oversized bodies reach
-     * handle_execute and get a JSON 413 with a request id; the hard cap
-     * still bounds memory.
-     */
-    w->h2o.max_request_entity_size = cfg->max_request_entity_size * GW_ENTITY_HARD_CAP_FACTOR;
-    w->h2o.http2.max_concurrent_requests_per_connection = cfg->http2_max_streams;
-    w->h2o.handshake_timeout = cfg->header_timeout_ms;
-    /* h2o's single HTTP/1 request timer is only a backstop: conn.c times each phase */
-    w->h2o.http1.req_timeout = cfg->idle_timeout_ms + cfg->header_timeout_ms + cfg->body_timeout_ms;
-    w->h2o.http2.idle_timeout = cfg->idle_timeout_ms;
-    w->ctx.handshake_timeout.timeout = w->h2o.handshake_timeout;
-    w->ctx.http1.req_timeout.timeout = w->h2o.http1.req_timeout;
-    w->ctx.http2.idle_timeout.timeout = w->h2o.http2.idle_timeout;
-    w->backend_timeout.timeout = cfg->backend_timeout_ms;
-    w->metrics_timeout.timeout = cfg->metrics.backend_timeout_ms;
-    w->group_timeout.timeout = cfg->backend_timeout_ms + MOAT_MAX_TESTS_WALL_MS;
-}
-
-void gw_worker_refresh(struct gw_worker *w)
-{
-    struct gw_generation *old = w->gen;
-
-    if (__atomic_load_n(&w->server->gen, __ATOMIC_ACQUIRE) == old)
-        return;
-    w->gen = generation_current(w->server);
-    apply_generation(w);
-    log_debug("%s: worker %u now on configuration generation %u", __func__, w->index, w->gen->serial);
-    gw_generation_release(old);
-}
 
 /* This worker's h2o configuration: one host, the guard, then the router. */
 static void worker_h2o_config(struct gw_worker *w)
@@ -374,7 +302,7 @@ static void *worker_main(void *arg)
     uint64_t deadline;
 
     gw_metrics_attach(w->index);
-    w->gen = generation_current(w->server);
+    w->gen = gw_generation_current(w->server);
     h2o_context_init(&w->ctx, loop, &w->h2o);
     h2o_timeout_init(loop, &w->backend_timeout, w->gen->cfg.backend_timeout_ms);
     h2o_timeout_init(loop, &w->metrics_timeout, w->gen->cfg.metrics.backend_timeout_ms);
@@ -382,7 +310,7 @@ static void *worker_main(void *arg)
     h2o_timeout_init(loop, &w->session_tick, GW_SESSION_TICK_MS);
     h2o_timeout_init(loop, &w->watch_tick, GW_WATCH_POLL_MS);
     h2o_linklist_init_anchor(&w->conns);
-    apply_generation(w);
+    gw_worker_apply_generation(w);
     gw_conn_watchdog_start(w);
     gw_audit_init(&w->audit, loop);
     /* enabled whether or not the socket works: without one every audited
@@ -546,7 +474,7 @@ int gw_server_reload(struct gw_server *srv, char *err, size_t errlen)
                   strstr(err, strerror(EACCES)) != NULL ? " (the file must be readable by the gateway's user)" : "");
         return -1;
     }
-    cur = generation_current(srv);
+    cur = gw_generation_current(srv);
     if (keep_fixed_settings(srv, &cfg, &cur->cfg) != 0) {
         snprintf(err, errlen, "%s: out of memory", srv->config_path);
         log_warnx("reload failed: %s; keeping the running configuration", err);
@@ -648,7 +576,7 @@ static json_t *queue_status(void)
 /* GW_CTL_STATUS: the gateway's side of moatctl status, as JSON. */
 static int ctl_status(struct gw_server *srv, char *out, size_t outlen)
 {
-    struct gw_generation *gen = generation_current(srv);
+    struct gw_generation *gen = gw_generation_current(srv);
     char backend[512];
     int audit_ok = 1;
     json_t *o;

@@ -45,6 +45,9 @@ void gw_generation_hold(struct gw_generation *gen);
 /* Drops a reference; the last one frees the generation. */
 void gw_generation_release(struct gw_generation *gen);
 
+/* The server's current generation, with a reference for the caller (worker.c). */
+struct gw_generation *gw_generation_current(struct gw_server *srv);
+
 /*
  * One worker thread: its own evloop, listener (SO_REUSEPORT), timers and h2o
  * configuration (so that a reload changes h2o's settings on the worker's own
@@ -141,5 +144,9 @@ int gw_server_reload(struct gw_server *srv, char *err, size_t errlen);
  * h2o context.
  */
 void gw_worker_refresh(struct gw_worker *w);
+
+/* w->gen's settings onto w's own h2o context (worker.c; at start and at
+ * each refresh). */
+void gw_worker_apply_generation(struct gw_worker *w);
 
 #endif /* GW_SERVER_H */

@@ -49,6 +49,7 @@
  * The transcript keeps the exact bytes.
  */
 #include "session.h"
+#include "gw_clock.h"
 
 #include <signal.h>
 #include <stdarg.h>

@@ -44,6 +44,7 @@
  * connection is gone; the struct is freed there.
  */
 #include "session_ws.h"
+#include "gw_clock.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -160,8 +160,8 @@ static enum gw_flow answer(struct gw_request *r, const struct backend_reply *rep
     return GW_NEXT;
 }
 
-static const struct gw_handler execution = {prepare_execution, NULL, answer};
-static const struct gw_handler reviews = {prepare_review, NULL, answer};
+static const struct gw_handler execution = {prepare_execution, NULL, answer, NULL};
+static const struct gw_handler reviews = {prepare_review, NULL, answer, NULL};
 
 const struct gw_route gw_test_routes[] = {
     {"/test/executions/{id}", "GET", POLICY_EP_RUNTIMES, 0, &execution},

@@ -23,7 +23,7 @@ static enum gw_flow answer(struct gw_request *r, const struct backend_reply *rep
     return GW_NEXT;
 }
 
-static const struct gw_handler echo = {NULL, NULL, answer};
+static const struct gw_handler echo = {NULL, NULL, answer, NULL};
 
 const struct gw_route gw_test_routes[] = {
     {"/test/echo", "POST", POLICY_EP_RUNTIMES, 0, &echo},

@@ -15,7 +15,7 @@
 
 #include "metrics.h"
 #include "pipeline.h"
-#include "routes.h"
+#include "route_table.h"
 
 static struct gw_server srv; /* no workers of its own: the gauges read nothing */
 
@@ -118,6 +118,7 @@ int main(void)
         cmocka_unit_test(test_table_full),
     };
 
+    gw_route_table_install();
     if (gw_metrics_init(2) != 0)
         return 1;
     return cmocka_run_group_tests(tests, NULL, NULL);
