@@ -57,8 +57,10 @@
  *   only lo, which init brings up, so a program may serve and call itself
  *   on 127.0.0.1 and ::1 (test programs do; Piston's and Isolate's boxes
  *   allow it), and every other address has no route: ENETUNREACH, what a
- *   machine without a network answers.  No namespace is shared: each box
- *   gets a fresh one at its clone and it goes with the box.
+ *   machine without a network answers.  When the backend lacks
+ *   CAP_NET_ADMIN lo stays down (the box as walled, only without its
+ *   loopback; the backend warns at start).  No namespace is shared: each
+ *   box gets a fresh one at its clone and it goes with the box.
  *
  * What a box must not learn from the host (S28, S30): /dev holds device
  *   nodes made here (mknod), not binds of the host's devtmpfs, so the
@@ -700,22 +702,24 @@ static void setup_pivot(const struct slot *s)
         child_die("remount root read-only");
 }
 
-/* lo up in the box's fresh network namespace (init still holds
- * CAP_NET_ADMIN there): loopback works, nothing else is reachable. */
+/* lo up in the box's fresh network namespace (init holds CAP_NET_ADMIN
+ * there when the backend has it): loopback works, nothing else is
+ * reachable.  Without the capability (a service manager's bounding set
+ * that leaves it out) lo stays down: the box is as walled, only without
+ * its own loopback, and the backend said so at start (main.c). */
 static void setup_loopback(void)
 {
     struct ifreq ifr;
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 
     if (fd < 0)
-        child_die("socket for lo");
+        return;
     memset(&ifr, 0, sizeof(ifr));
     memcpy(ifr.ifr_name, "lo", 3);
-    if (ioctl(fd, SIOCGIFFLAGS, &ifr) != 0)
-        child_die("lo: SIOCGIFFLAGS");
-    ifr.ifr_flags |= IFF_UP;
-    if (ioctl(fd, SIOCSIFFLAGS, &ifr) != 0)
-        child_die("lo: bring it up");
+    if (ioctl(fd, SIOCGIFFLAGS, &ifr) == 0) {
+        ifr.ifr_flags |= IFF_UP;
+        (void)ioctl(fd, SIOCSIFFLAGS, &ifr);
+    }
     close(fd);
 }
 

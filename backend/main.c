@@ -277,6 +277,23 @@ static void setup_seccomp(struct backend *b)
         fatalx("%s", e.msg);
 }
 
+/* Does this process hold CAP_NET_ADMIN (a box's init brings up lo with
+ * it)?  Read from /proc/self/status's CapEff: no library for one bit. */
+static int has_net_admin(void)
+{
+    char line[256];
+    unsigned long long eff = 0;
+    int found = 0;
+    FILE *f = fopen("/proc/self/status", "re");
+
+    if (f == NULL)
+        return 1; /* unknown: say nothing */
+    while (!found && fgets(line, sizeof(line), f) != NULL)
+        found = sscanf(line, "CapEff: %llx", &eff) == 1;
+    fclose(f);
+    return !found || (eff >> 12 & 1) != 0; /* CAP_NET_ADMIN is 12 */
+}
+
 /* Before the slots: every box made from now on gets the ABI found here. */
 static void setup_landlock(const struct options *o)
 {
@@ -287,6 +304,9 @@ static void setup_landlock(const struct options *o)
     else
         log_warnx("landlock: not available (%s) - one wall missing", why);
     log_info("walls: %s", box_walls(MOAT_ISOLATION_NAMESPACES));
+    if (!has_net_admin())
+        log_warnx("no CAP_NET_ADMIN: boxes get no loopback (a program cannot serve and call itself on 127.0.0.1); "
+                  "every other address is unreachable either way");
 }
 
 static void setup_slots(struct backend *b, const struct options *o, const struct box_uids *u, int sessions)
