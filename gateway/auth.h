@@ -7,7 +7,7 @@
 #include <stddef.h>
 
 #include "config.h"
-#include "pipeline.h"
+#include "request.h"
 
 /*
  * The one parser of "Bearer <token>" (RFC 6750 2.1, RFC 9110 11.4): the

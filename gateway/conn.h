@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "proxies.h"
-#include "server.h"
+#include "worker.h"
 
 struct gw_conn;
 

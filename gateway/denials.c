@@ -29,7 +29,8 @@
  */
 #include "denials.h"
 #include "conn.h"
-#include "pipeline.h"
+#include "request.h"
+#include "audit_records.h"
 #include "http.h"
 #include "log.h"
 

@@ -11,7 +11,7 @@
 #include "metrics.h"
 #include "moat_json_escape.h"
 #include "piston_json.h"
-#include "pipeline.h"
+#include "request.h"
 #include "routes.h"
 
 #include <stdio.h>

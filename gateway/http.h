@@ -7,7 +7,7 @@
 #define GW_HTTP_H
 
 #include "gw_limits.h"
-#include "server.h"
+#include "worker.h"
 #include "ratelimit.h"
 
 struct gw_request;

@@ -8,7 +8,7 @@
 
 #include "policy.h"
 #include "moat_proto.h"
-#include "server.h"
+#include "worker.h"
 
 /*
  * Judge ereq for endpoint (POLICY_EP_EXECUTE or POLICY_EP_CONNECT) by the

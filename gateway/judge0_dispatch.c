@@ -38,7 +38,7 @@
 #include "backend_client.h"
 #include "log.h"
 #include "runtime_table.h"
-#include "server.h"
+#include "worker.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -49,7 +49,7 @@
 #include "judge0_queue.h"
 #include "log.h"
 #include "moat_buf.h"
-#include "pipeline.h"
+#include "request.h"
 #include "routes.h"
 #include "session_registry.h"
 

@@ -10,7 +10,7 @@
 #include "config.h"
 #include "log.h"
 #include "pipeline.h"
-#include "server.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <netdb.h>

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "pipeline.h"
+#include "request.h"
 
 enum gw_route_flags {
     GW_ROUTE_NO_AUDIT = 1u << 0,     /* opt out of the audit trail (healthz); audited otherwise */

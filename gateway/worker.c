@@ -6,7 +6,7 @@
  * server.c, which starts the workers, the listeners and what else runs,
  * sits above everything it starts and nothing calls back into it.
  */
-#include "server.h"
+#include "worker.h"
 #include "config.h"
 #include "log.h"
 #include "gw_limits.h"

@@ -24,6 +24,7 @@
 
 #include "audit_client.h"
 #include "audit_records.h"
+#include "pipeline.h"
 #include "routes.h"
 #include "server.h"
 
