@@ -6,10 +6,9 @@ trusted range, which must start each connection with a PROXY v2 header."""
 import json
 import socket
 import struct
-import time
 import unittest
 
-from moat_harness import Stack
+from moat_harness import Stack, wait_until
 
 SIG = b"\r\n\r\n\x00\r\nQUIT\n"
 BALANCER = "127.0.0.2"
@@ -64,12 +63,12 @@ class ProxiesTest(unittest.TestCase):
         return int(lines[0].split()[1]), headers, body
 
     def client_of(self, request_id):
-        for _ in range(100):
+        def found():
             for r in self.stack.audit_records():
                 if r.get("request_id") == request_id:
-                    return r["client"]
-            time.sleep(0.1)
-        self.fail("no record of " + request_id)
+                    return {"client": r["client"]}  # truthy even when the client is empty
+            return None
+        return wait_until(found, "the record of " + request_id)["client"]
 
     def test_proxy_header_names_the_client(self):
         st, h, body = self.request(proxy_v2("203.0.113.9"))

@@ -12,7 +12,7 @@ summary; limits per case (only lowering) and for the whole job
 import time
 import unittest
 
-from moat_harness import Stack
+from moat_harness import Stack, wait_until
 
 # Reads its first argument to decide what to do, so one binary serves every case.
 C_JUDGE = r"""
@@ -305,14 +305,15 @@ class TestCasesTest(unittest.TestCase):
     def test_records_carry_the_cases(self):
         data = self.judge([case("ok", ["sum"], stdin="1 1", expected_output="2"), case("bad", ["exit"])])
         self.assertEqual(data["summary"]["passed"], 1)
-        deadline = time.monotonic() + 10
-        while True:
-            records = self.stack.audit_records()
-            decided = [r for r in records if isinstance(r.get("tests"), dict) and r["tests"].get("count") == 2]
-            results = [r for r in records if isinstance(r.get("tests"), dict) and "verdicts" in r["tests"]]
-            if (decided and results) or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+        seen = {}
+
+        def both_records():
+            records = seen["records"] = self.stack.audit_records()
+            seen["decided"] = [r for r in records if isinstance(r.get("tests"), dict) and r["tests"].get("count") == 2]
+            seen["results"] = [r for r in records if isinstance(r.get("tests"), dict) and "verdicts" in r["tests"]]
+            return seen["decided"] and seen["results"]
+        wait_until(both_records, "the decision and result records with the tests", detail=lambda: seen.get("records", [])[-3:])
+        records, decided, results = seen["records"], seen["decided"], seen["results"]
         self.assertTrue(decided, records[-3:])
         self.assertEqual(len(decided[-1]["tests"]["cases"][0]["stdin_sha256"]), 64)
         self.assertTrue(results, records[-3:])
