@@ -105,7 +105,8 @@ static void usage(FILE *f)
                "TIME is 2026-11-29T16:40:00Z (fractions allowed) or seconds since the epoch; --since\n"
                "is inclusive, --until exclusive.  Commands never modify the log.  Exit status: 0 ok,\n"
                "1 verification failed (with --strict: or records not covered yet) or not found, 2 usage\n"
-               "error.\n");
+               "error.\n"
+               "see moat-audit(1)\n");
 }
 
 __attribute__((format(printf, 2, 3))) static int die(int code, const char *fmt, ...)

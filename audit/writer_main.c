@@ -50,7 +50,8 @@ static void usage(FILE *f)
                "        packets older than N days are removed; 0 keeps them (30)\n"
                "  --reserve-bytes N\n"
                "        with less than N bytes free, records nobody waits for (denials) are counted,\n"
-               "        not written; 0 turns the reserve off (67108864)\n");
+               "        not written; 0 turns the reserve off (67108864)\n"
+               "see moat-audit-writer(8)\n");
 }
 
 /* A whole decimal number in [min, max], or -1 with one line on stderr. */

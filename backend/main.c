@@ -142,7 +142,8 @@ static void usage(FILE *f)
                "  -i, --stdin TEXT       standard input\n"
                "  -a, --arg ARG          program argument (repeatable)\n"
                "      --run-timeout MS   --run-memory BYTES   --compile-timeout MS   --compile-memory BYTES\n"
-               "      --isolation namespaces|gvisor   the walls the job needs (a tenant's isolation)\n");
+               "      --isolation namespaces|gvisor   the walls the job needs (a tenant's isolation)\n"
+               "see moat-backend(8), moat-languages(5) and moat-protocol(7)\n");
 }
 
 /* ---- setup steps ---------------------------------------------------------- */

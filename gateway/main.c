@@ -94,7 +94,8 @@ static void usage(FILE *fp)
                 "  -d, --debug          verbose logging\n"
                 "  -h, --help           this text\n"
                 "environment: MOAT_PORT overrides listen.port\n"
-                "signals: SIGHUP reloads CONFIG, SIGTERM/SIGINT stop gracefully\n");
+                "signals: SIGHUP reloads CONFIG, SIGTERM/SIGINT stop gracefully\n"
+                "see moat-gateway(8) and gateway.conf(5)\n");
 }
 
 /* The configuration's path as a reload will open it: after the drop the working directory is "/". */

@@ -61,7 +61,8 @@ static const char usage_text[] =
     "  key new [--id HEX12] | key hash TOKEN offline: a token for the configuration file\n"
     "durations: N, Ns, Nm, Nh or Nd.  --json: the gateway's answer as JSON.\n"
     "socket: --socket, else $MOAT_CONTROL, else " GW_DEFAULT_CONTROL_SOCKET ".\n"
-    "exit: 0 done, 1 refused or failed, 2 usage, 3 cannot reach the gateway\n";
+    "exit: 0 done, 1 refused or failed, 2 usage, 3 cannot reach the gateway\n"
+    "see moatctl(8)\n";
 
 struct opts {
     const char *socket;
