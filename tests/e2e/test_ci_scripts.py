@@ -24,7 +24,7 @@ SOURCE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 INSTALL_DEPS = os.path.join(SOURCE, ".ci", "install-deps")
 QUICKSTART = os.path.join(SOURCE, ".ci", "quickstart")
 TEST_ONLY = ["qemu-system-x86", "linux-image-amd64", "clang", "wrk", "redis-server", "runsc", "cppcheck",
-             "clang-format", "libcmocka-dev", "openjdk-17-jdk-headless", "golang-go", "rustc", "nodejs", "hyperfine"]
+             "clang-format", "libcmocka-dev", "mandoc", "openjdk-17-jdk-headless", "golang-go", "rustc", "nodejs", "hyperfine"]
 
 
 def package_set(name):

@@ -23,7 +23,7 @@ keys in one of five ways, and each has a pattern here:
                           (CFG_UINT_SPEC stringizes the field: #field)
   4. a table of sections and their field functions (config_server.c):
                           {"listen", listen_field}
-  5. the audit writer's settings, gw_audit_tuning_specs (privsep.c):
+  5. the audit writer's settings, gw_audit_tuning_specs (config_audit.c):
                           {"checkpoint_records", "--checkpoint-records", 1, ...}
 
 C comments are removed first, so an example in a comment counts for

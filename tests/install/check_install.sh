@@ -110,7 +110,7 @@ check_units() {
 
     # the exposure scores, recorded in the README; a unit that loses its
     # hardening scores above these ceilings (0..100: ten times the score)
-    for u in moat-gateway:35 moat-backend:48; do
+    for u in moat-gateway:35 moat-backend:50; do
         name=${u%%:*} ceiling=${u#*:}
         systemd-analyze security --offline=true --threshold="$ceiling" "$stage$unitdir/$name.service" >"$work/security" 2>&1 || {
             grep "Overall" "$work/security" >&2 || cat "$work/security" >&2
