@@ -9,7 +9,7 @@
  *   submissions:
  *     store: memory             # memory (default) | dir | redis
  *     store_dir: /var/lib/moat/submissions  # with store: dir (alone: store dir)
- *     ttl_s: 86400              # a record's life, by the wall clock
+ *     ttl_s: 3600               # a record's life, by the wall clock
  *     max_per_tenant: 1000      # records one tenant may hold
  *     max_records: 20000        # records of all tenants together
  *     max_bytes: 268435456      # bytes of records, all tenants together

@@ -98,9 +98,9 @@
 #define GW_JUDGE0_REDIS_RETRY_MS       500u  /* how often puts Redis did not take are tried again */
 /* The queue of submissions waiting for a run (wait=false and batches;
  * judge0_queue.c).  max_running: runs at once against the backend, all
- * tenants; the gateway cannot know the backend's slot count (its -j), so
- * the default is the backend's default of 4 and a deployment with more
- * slots raises both.  queue_max / queue_max_per_tenant: submissions
+ * tenants; with queue: memory the gateway cannot know the backend's slot
+ * count (its -j, default 2 x CPUs), so the default is 4 and a deployment
+ * with more slots raises it (queue: redis uses the backend's own count).  queue_max / queue_max_per_tenant: submissions
  * waiting, all tenants / one tenant (each holds its request in memory:
  * at most max_request_entity_size, usually far less).  Past a cap the
  * POST is refused with this Retry-After. */
