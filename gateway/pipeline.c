@@ -279,7 +279,7 @@ static enum rl_admission admission_kind(const struct gw_request *r)
 {
     if (!is_execution(r))
         return RL_ADMIT_RATE;
-    if ((r->route->flags & GW_ROUTE_MAY_QUEUE) != 0 && r->route->handler->queued != NULL && r->route->handler->queued(r))
+    if (r->route->handler->queued != NULL && r->route->handler->queued(r))
         return RL_ADMIT_QUEUED;
     return RL_ADMIT_EXECUTION;
 }

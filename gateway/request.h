@@ -112,7 +112,7 @@ struct gw_handler {
     /* 9: the backend's reply (NULL when r->frame was empty) into r->body; an
      * execution also sets r->cpu_ms, r->result_fields and r->packet. */
     enum gw_flow (*answer)(struct gw_request *r, const struct backend_reply *reply);
-    /* 5, a GW_ROUTE_MAY_QUEUE route's: does r's run wait in the submissions
+    /* 6, an execution's: does r's run wait in the submissions
      * queue (then its admission takes no in-flight slot)?  NULL: never. */
     int (*queued)(const struct gw_request *r);
 };

@@ -22,10 +22,9 @@ static const struct gw_route table[] = {
     {"/statuses", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_statuses},
     {"/about", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_about},
     {"/config_info", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_config_info},
-    {"/submissions", "POST", POLICY_EP_SUBMISSIONS, GW_ROUTE_EXECUTION | GW_ROUTE_MAY_QUEUE | GW_ROUTE_X_AUTH_TOKEN,
-     &gw_handler_judge0_submit},
+    {"/submissions", "POST", POLICY_EP_SUBMISSIONS, GW_ROUTE_EXECUTION | GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_submit},
     {"/submissions/batch", "GET", POLICY_EP_SUBMISSIONS, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_batch},
-    {"/submissions/batch", "POST", POLICY_EP_SUBMISSIONS, GW_ROUTE_EXECUTION | GW_ROUTE_MAY_QUEUE | GW_ROUTE_X_AUTH_TOKEN,
+    {"/submissions/batch", "POST", POLICY_EP_SUBMISSIONS, GW_ROUTE_EXECUTION | GW_ROUTE_X_AUTH_TOKEN,
      &gw_handler_judge0_batch_submit},
     {"/submissions/{token}", "GET", POLICY_EP_SUBMISSIONS, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_submission},
     /* result packets and reviews (handler_executions.c) */

@@ -14,8 +14,6 @@ enum gw_route_flags {
     GW_ROUTE_EXECUTION = 1u << 2,    /* admission takes an in-flight slot; a result record follows */
     GW_ROUTE_WATCH = 1u << 3,        /* the credential is a session's watch token, nothing else */
     GW_ROUTE_X_AUTH_TOKEN = 1u << 4, /* the API key may also come as X-Auth-Token (Judge0's header) */
-    GW_ROUTE_MAY_QUEUE = 1u << 5,    /* an execution whose run may wait in the submissions queue
-                                      * (its handler's queued): then its admission takes no slot */
 };
 
 struct gw_route {
