@@ -25,11 +25,11 @@
  * the user, like the gateway's reload; one that fails to load keeps the
  * running one.
  */
-#include "callback_sender.h"
-#include "config.h"
-#include "confine.h"
+#include "callbacks/callback_sender.h"
+#include "config/config.h"
+#include "process/confine.h"
 #include "log.h"
-#include "privdrop.h"
+#include "process/privdrop.h"
 
 #include <getopt.h>
 #include <signal.h>

@@ -51,25 +51,25 @@
  * finished 4 MiB session 4.5 MiB).  The threshold is fixed at start
  * (pin_large_allocations), which keeps the kept memory near what is kept.
  */
-#include "config.h"
-#include "confine.h"
-#include "judge0_callback.h"
-#include "control.h"
-#include "keyuse.h"
-#include "judge0_store.h"
+#include "config/config.h"
+#include "process/confine.h"
+#include "apis/judge0/judge0_callback.h"
+#include "admin/control.h"
+#include "auth/keyuse.h"
+#include "store/judge0_store.h"
 #include "store/redis_beat.h"
-#include "session_registry.h"
+#include "sessions/session_registry.h"
 #include "store/queue_redis.h"
-#include "privsep.h"
+#include "process/privsep.h"
 #include "log.h"
 #include "moat_errf.h"
-#include "metrics.h"
-#include "judge0_dispatch.h"
+#include "common/metrics.h"
+#include "apis/judge0/judge0_dispatch.h"
 #include "moat_notify.h"
-#include "privdrop.h"
+#include "process/privdrop.h"
 #include "route_table.h"
 #include "server.h"
-#include "tls.h"
+#include "core/tls.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -19,8 +19,8 @@
  * 2 usage; 3 the gateway cannot be reached (no socket, nobody listening,
  * no answer).
  */
-#include "apikey.h"
-#include "gw_limits.h"
+#include "auth/apikey.h"
+#include "common/gw_limits.h"
 #include "moat_hex.h"
 
 #include <errno.h>

@@ -15,7 +15,7 @@ static const struct gw_route table[] = {
     {"/api/v2/runtimes", "GET", POLICY_EP_RUNTIMES, 0, &gw_handler_runtimes},
     {"/api/v2/execute", "POST", POLICY_EP_EXECUTE, GW_ROUTE_EXECUTION, &gw_handler_execute},
     {"/api/v2/connect", "GET", POLICY_EP_CONNECT, 0, &gw_handler_connect}, /* a live session: WebSocket */
-    {"/api/v2/watch", "GET", POLICY_EP_WATCH, GW_ROUTE_WATCH, &gw_handler_watch},
+    {"/api/v2/watch", "GET", POLICY_EP_WATCH, 0, &gw_handler_watch},
     /* Judge0 CE's API (judge0_handlers.c) */
     {"/languages", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_languages},
     {"/languages/{id}", "GET", POLICY_EP_LANGUAGES, GW_ROUTE_X_AUTH_TOKEN, &gw_handler_judge0_language},

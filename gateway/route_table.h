@@ -5,7 +5,7 @@
 #ifndef GW_ROUTE_TABLE_H
 #define GW_ROUTE_TABLE_H
 
-#include "routes.h"
+#include "core/routes.h"
 
 /* The handlers of the routes (handler_*.c). */
 extern const struct gw_handler gw_handler_healthz, gw_handler_readyz, gw_handler_runtimes, gw_handler_execute, gw_handler_connect,

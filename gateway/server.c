@@ -39,22 +39,24 @@
  * them.
  */
 #include "server.h"
-#include "conn.h"
-#include "gw_limits.h"
-#include "h2o_compat.h"
-#include "judge0_dispatch.h"
-#include "judge0_queue.h"
+#include "admin/control.h"
+#include "process/privsep.h"
+#include "core/conn.h"
+#include "common/gw_limits.h"
+#include "core/h2o_compat.h"
+#include "apis/judge0/judge0_dispatch.h"
+#include "apis/judge0/judge0_queue.h"
 #include "log.h"
-#include "metrics.h"
+#include "observe/metrics_serve.h"
 #include "moat_io.h"
 #include "moat_notify.h"
-#include "pipeline.h"
-#include "fallback.h"
-#include "ratelimit_redis.h"
-#include "routes.h"
+#include "core/pipeline.h"
+#include "core/fallback.h"
+#include "limits/ratelimit_redis.h"
+#include "core/routes.h"
 #include "store/redis_client.h"
 #include "store/redis_options.h"
-#include "tls.h"
+#include "core/tls.h"
 
 #include <jansson.h>
 
@@ -156,6 +158,14 @@ static struct rl_limiter *limiter_new(struct gw_server *srv, const struct gw_lim
     return l;
 }
 
+/* Each watchdog tick (conn.c): queued submissions start where a run ends or
+ * one is queued; this catches a reload that raised max_running while all
+ * is quiet. */
+static void on_tick(struct gw_worker *w)
+{
+    judge0_queue_pump(judge0_queue_default(), w, (unsigned)w->cfg->submissions.max_running);
+}
+
 int gw_server_init(struct gw_server *srv, struct gw_config *cfg, SSL_CTX *ssl_ctx, const char *config_path)
 {
     struct gw_generation *gen;
@@ -167,6 +177,7 @@ int gw_server_init(struct gw_server *srv, struct gw_config *cfg, SSL_CTX *ssl_ct
         return -1;
     }
     srv->audit_ctl = -1;
+    srv->on_tick = on_tick;
     srv->audit_enabled = cfg->audit_enabled;
     srv->config_path = config_path;
     srv->nworkers = cfg->workers;

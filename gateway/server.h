@@ -17,7 +17,7 @@
 #endif
 #include <h2o.h>
 
-#include "worker.h"
+#include "core/worker.h"
 
 /*
  * Set up the server around the first configuration: takes over *cfg (left

@@ -1,6 +1,6 @@
 /*
  * moat_hex.h - hexadecimal, the one copy every moat program uses: key ids
- * and digests (gateway/apikey.c), request ids, audit MACs and hashes.
+ * and digests (gateway/auth/apikey.c), request ids, audit MACs and hashes.
  *
  * moat_hex_encode writes lowercase.  Decoding is strict: an even number of
  * digits from the chosen alphabet, nothing else (no "0x", no spaces).

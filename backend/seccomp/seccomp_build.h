@@ -2,7 +2,7 @@
  * seccomp_build.h - a libseccomp filter from a table of system calls.
  *
  * The one copy of the filter-building code.  Each program keeps its own
- * table (backend/seccomp_policy.c for the box, gateway/confine.c for the
+ * table (backend/seccomp_policy.c for the box, gateway/process/confine.c for the
  * gateway); this file turns a table into a libseccomp context with the same
  * architecture handling for both.
  */

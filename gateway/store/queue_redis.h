@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gw_limits.h"
+#include "common/gw_limits.h"
 
 struct redis_client;
 struct queue_redis;

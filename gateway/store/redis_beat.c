@@ -30,7 +30,7 @@
  * written again there: what a lost connection failed to write heals).
  */
 #include "redis_beat.h"
-#include "gw_limits.h"
+#include "common/gw_limits.h"
 #include "log.h"
 
 #include <pthread.h>

@@ -45,7 +45,7 @@
  * (atomics).  redis_client_free must run after the loops have stopped.
  */
 #include "redis_client.h"
-#include "gw_limits.h"
+#include "common/gw_limits.h"
 #include "log.h"
 #include "moat_hex.h"
 #include "redis_h2o.h"

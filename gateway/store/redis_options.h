@@ -8,7 +8,7 @@
 #ifndef GW_REDIS_OPTIONS_H
 #define GW_REDIS_OPTIONS_H
 
-#include "config.h"
+#include "config/config.h"
 #include "redis_client.h"
 
 /* o from c; the Sentinels' addresses go in sentinels (which must live as

@@ -16,8 +16,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "metrics.h"
-#include "pipeline.h"
+#include "common/metrics.h"
+#include "core/http.h"
+#include "core/pipeline.h"
 #include "route_table.h"
 
 static double thread_ns(void)

@@ -16,7 +16,7 @@
  * verifier sees), and records are made durable once per 1000 (one group
  * commit per batch) rather than per client batch.
  *
- * The bodies are the gateway's (gateway/audit_records.c): three in four
+ * The bodies are the gateway's (gateway/records/audit_records.c): three in four
  * are an allowed execution (its request record, then its result record),
  * one in four a denial (401 or 429); tenants, key ids, clients and
  * languages vary so that query filters select a fraction.  No packets are

@@ -4,7 +4,7 @@
  *
  *   raw_h2o -c CERT -k KEY [-a ADDRESS] [-p PORT] [-t THREADS]
  *
- * It is built the way moat-gateway is (gateway/server.c, gateway/tls.c):
+ * It is built the way moat-gateway is (gateway/server.c, gateway/core/tls.c):
  * one h2o evloop and one SO_REUSEPORT listener per worker thread, the same
  * TLS context settings (TLS 1.2 minimum, ECDHE + AEAD, ALPN h2 and
  * http/1.1 through h2o_ssl_register_alpn_protocols), and the response is
@@ -35,7 +35,7 @@
 #endif
 #include <h2o.h>
 
-/* The same TLS settings as gateway/tls.c. */
+/* The same TLS settings as gateway/core/tls.c. */
 #define RAW_TLS12_CIPHERS                                                                                                          \
     "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"         \
     "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"

@@ -1,5 +1,5 @@
 """Refusals nobody authenticated for are bounded per client address
-(issue 6/11, item 17; gateway/denials.c): within the address's rate each is
+(issue 6/11, item 17; gateway/core/denials.c): within the address's rate each is
 answered and recorded as before; past it the answer is 429
 too_many_failed_requests with Retry-After, and the audit trail gets one
 counted summary record per address and reason instead of a record each.

@@ -1180,7 +1180,7 @@ class FramingTest(unittest.TestCase):
         straight on the socket (text/plain, no X-Request-Id, no log line or record) and the
         connection closed.  A request it parses but refuses before any handler runs keeps
         h2o's status and text/plain body, but gets an X-Request-Id, a log line and a denial
-        record (gateway/fallback.c).  Should either change, this test and the README change
+        record (gateway/core/fallback.c).  Should either change, this test and the README change
         together."""
         unparsed = [
             b"GARBAGE\r\n\r\n",

@@ -1,4 +1,4 @@
-"""The Judge0 submissions queue (gateway/judge0_queue.c) through the real
+"""The Judge0 submissions queue (gateway/apis/judge0/judge0_queue.c) through the real
 gateway and backend: fairness across tenants (tenant A queues 200, tenant B's
 one submission starts within one turn, measured by the order of the runs'
 starts as the result records give it, not by clocks), FIFO within a tenant,

@@ -1,4 +1,4 @@
-"""Observability (issue 14, item 3; gateway/metrics.c, config_observe.c):
+"""Observability (issue 14, item 3; gateway/observe/metrics_render.c, config_observe.c):
 a Prometheus text /metrics on a listener of its own (loopback, plain HTTP,
 never the public one), counters that move exactly with a known sequence of
 requests, consistent histograms, TLS handshake failures counted, JSON log

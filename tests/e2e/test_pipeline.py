@@ -1,4 +1,4 @@
-"""The request pipeline (gateway/pipeline.c) end to end: a route added
+"""The request pipeline (gateway/core/pipeline.c) end to end: a route added
 without any audit code is authenticated, admitted and audited anyway, and
 policy decides one way for /api/v2/runtimes and execute (a runtime a tenant
 is shown may be run under any of its names)."""

@@ -22,10 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "audit_client.h"
-#include "audit_records.h"
-#include "pipeline.h"
-#include "routes.h"
+#include "link/audit_client.h"
+#include "records/audit_records.h"
+#include "core/pipeline.h"
+#include "core/routes.h"
 #include "server.h"
 
 struct review_job {
@@ -161,8 +161,8 @@ static enum gw_flow answer(struct gw_request *r, const struct backend_reply *rep
     return GW_NEXT;
 }
 
-static const struct gw_handler execution = {prepare_execution, NULL, answer, NULL};
-static const struct gw_handler reviews = {prepare_review, NULL, answer, NULL};
+static const struct gw_handler execution = {prepare_execution, NULL, answer, NULL, NULL};
+static const struct gw_handler reviews = {prepare_review, NULL, answer, NULL, NULL};
 
 const struct gw_route gw_test_routes[] = {
     {"/test/executions/{id}", "GET", POLICY_EP_RUNTIMES, 0, &execution},

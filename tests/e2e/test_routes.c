@@ -7,7 +7,7 @@
  * all.  The test shows the pipeline still authenticates, admits and audits
  * it: a route cannot forget the audit trail.
  */
-#include "routes.h"
+#include "core/routes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +23,7 @@ static enum gw_flow answer(struct gw_request *r, const struct backend_reply *rep
     return GW_NEXT;
 }
 
-static const struct gw_handler echo = {NULL, NULL, answer, NULL};
+static const struct gw_handler echo = {NULL, NULL, answer, NULL, NULL};
 
 const struct gw_route gw_test_routes[] = {
     {"/test/echo", "POST", POLICY_EP_RUNTIMES, 0, &echo},

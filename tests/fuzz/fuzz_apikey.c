@@ -1,6 +1,6 @@
 /*
- * fuzz_apikey.c - libFuzzer target for the API key parser (gateway/apikey.c)
- * and the Authorization header check built on it (gateway/auth.c): the first
+ * fuzz_apikey.c - libFuzzer target for the API key parser (gateway/auth/apikey.c)
+ * and the Authorization header check built on it (gateway/core/auth.c): the first
  * code the gateway runs on a credential (F1 of tests/SECURITY-CHECKS.md).
  *
  * Every input is checked against the harness's own reading of the token
@@ -29,9 +29,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "apikey.h"
-#include "auth.h"
-#include "config.h"
+#include "auth/apikey.h"
+#include "core/auth.h"
+#include "config/config.h"
 #include "moat_hex.h"
 
 #define ID_OFF     APIKEY_PREFIX_LEN

@@ -2,7 +2,7 @@
  * fuzz_callback.c - libFuzzer target for what decides where a Judge0
  * callback may go and what the callback sender takes from the workers
  * (G38 of tests/SECURITY-CHECKS.md): cb_url_parse and cb_url_under
- * (gateway/callback_policy.c) and cb_message_decode (gateway/callback_wire.c).
+ * (gateway/net/callback_policy.c) and cb_message_decode (gateway/callbacks/callback_wire.c).
  *
  * The first byte picks the parser, the rest is its input.  For every input:
  *
@@ -27,8 +27,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "callback_policy.h"
-#include "callback_wire.h"
+#include "net/callback_policy.h"
+#include "callbacks/callback_wire.h"
 
 enum { MODE_URL, MODE_MESSAGE };
 

@@ -1,6 +1,6 @@
 /*
  * fuzz_judge0_zip.c - libFuzzer target for the zip reader of a Judge0
- * submission's additional_files (judge0_zip_unpack in gateway/judge0_zip.c),
+ * submission's additional_files (judge0_zip_unpack in gateway/apis/judge0/judge0_zip.c),
  * the one place the gateway parses a binary archive a client sends (G34 of
  * tests/SECURITY-CHECKS.md).
  *
@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "judge0_zip.h"
+#include "apis/judge0/judge0_zip.h"
 #include "moat_path.h"
 
 static const struct judge0_zip_limits lim = {8, 64 * 1024};

@@ -1,6 +1,6 @@
 /*
  * fuzz_jwt_struct.c - structure-aware libFuzzer target for the claims rules
- * of jwt_verify() (gateway/jwt_auth.c; F2, G24 of tests/SECURITY-CHECKS.md).
+ * of jwt_verify() (gateway/auth/jwt_auth.c; F2, G24 of tests/SECURITY-CHECKS.md).
  *
  * fuzz_jwt_auth.c mutates token bytes, and so almost never gets past the
  * signature.  Here the input is a token's parts, not the token:

@@ -1,6 +1,6 @@
 /*
  * fuzz_piston_request.c - libFuzzer target for the gateway's request filter
- * (piston_parse_exec_request in gateway/piston_json.c), which turns a
+ * (piston_parse_exec_request in gateway/json/piston_json.c), which turns a
  * client's POST /api/v2/execute body into the typed message sent to the
  * backend (F4 of tests/SECURITY-CHECKS.md).
  *
@@ -28,10 +28,10 @@
 
 #include <jansson.h>
 
-#include "gw_limits.h"
+#include "common/gw_limits.h"
 #include "moat_proto.h"
-#include "piston_json.h"
-#include "piston_tests.h"
+#include "json/piston_json.h"
+#include "apis/piston/piston_tests.h"
 
 static int str_eq(const char *a, const char *b)
 {

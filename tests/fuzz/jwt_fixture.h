@@ -15,7 +15,7 @@
 
 #include <openssl/evp.h>
 
-#include "jwt_auth.h"
+#include "auth/jwt_auth.h"
 
 #define FUZZ_NOW      ((time_t)1700000000)
 #define FUZZ_ISSUERS  3

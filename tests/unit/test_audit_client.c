@@ -1,5 +1,5 @@
 /*
- * test_audit_client.c - the gateway's audit client (gateway/audit_client.c)
+ * test_audit_client.c - the gateway's audit client (gateway/link/audit_client.c)
  * writing on a real h2o loop while its socket to the writer fills and
  * drains.  The peer is the other end of a socketpair, read by the test.
  *
@@ -31,7 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "audit_client.h"
+#include "link/audit_client.h"
 #include "audit_wire.h"
 
 static int acks;

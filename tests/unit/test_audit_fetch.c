@@ -1,6 +1,6 @@
 /*
  * test_audit_fetch.c - the gateway's side of reading an execution back and
- * reviewing it (gateway/audit_client.c gw_audit_fetch, audit_records.c
+ * reviewing it (gateway/link/audit_client.c gw_audit_fetch, audit_records.c
  * gw_audit_review, gw_audit_result_of, gw_audit_execution), on a real h2o
  * loop against the real moat-audit-writer started the way moat-gateway
  * starts it (one end of a socketpair on descriptor 3).
@@ -31,8 +31,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "audit_client.h"
-#include "audit_records.h"
+#include "link/audit_client.h"
+#include "records/audit_records.h"
 
 static char dir[256];
 static pid_t writer = -1;

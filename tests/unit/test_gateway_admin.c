@@ -16,8 +16,8 @@
 
 #include <cmocka.h>
 
-#include "admin.h"
-#include "config.h"
+#include "admin/admin.h"
+#include "config/config.h"
 
 static const char sha[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 

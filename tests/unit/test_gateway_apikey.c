@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "apikey.h"
+#include "auth/apikey.h"
 #include "moat_hex.h"
 
 static void make_token(char token[APIKEY_TOKEN_LEN + 1], const char *id)

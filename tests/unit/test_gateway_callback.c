@@ -17,8 +17,8 @@
 
 #include <openssl/hmac.h>
 
-#include "callback_policy.h"
-#include "callback_wire.h"
+#include "net/callback_policy.h"
+#include "callbacks/callback_wire.h"
 #include "moat_hex.h"
 
 /* ---------------------------------------------------------- addresses */

@@ -39,7 +39,7 @@
 #endif
 #include <h2o.h>
 
-#include "confine.h"
+#include "process/confine.h"
 
 /* A probe's verdicts, as exit codes of the child. */
 #define PROBE_OK       0  /* allowed calls worked, or a denied one said EPERM */

@@ -4,7 +4,7 @@
  * thousands of random blocks scanned and then decoded by h2o 2.2.5's own
  * decoder (h2o_hpack_parse_headers), which must agree on the fields, their
  * size and the dynamic table afterwards.  The test reads h2o's dynamic
- * table (http2_internal.h), as gateway/h2o_compat.c does.
+ * table (http2_internal.h), as gateway/core/h2o_compat.c does.
  *
  * Also the response side (h2o_compat.c's h2o_hpack_flatten_response, which
  * wraps h2o's): request ids are sent without indexing, so they never enter
@@ -20,8 +20,8 @@
 
 #include <cmocka.h>
 
-#include "h2o_compat.h"
-#include "hpack_scan.h"
+#include "core/h2o_compat.h"
+#include "core/hpack_scan.h"
 
 #include <h2o.h>
 #include <h2o/http2.h>

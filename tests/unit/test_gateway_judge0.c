@@ -15,10 +15,10 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "judge0_api.h"
-#include "gw_limits.h"
-#include "judge0_store.h"
-#include "judge0_zip.h"
+#include "apis/judge0/judge0_api.h"
+#include "common/gw_limits.h"
+#include "store/judge0_store.h"
+#include "apis/judge0/judge0_zip.h"
 #include "moat_base64.h"
 
 #include <zlib.h>

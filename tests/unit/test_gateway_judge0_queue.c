@@ -15,7 +15,7 @@
 #include <cmocka.h>
 #include <pthread.h>
 
-#include "judge0_queue.h"
+#include "apis/judge0/judge0_queue.h"
 
 /* A fake run: start() notes the order; the test ends runs by hand. */
 struct fake {

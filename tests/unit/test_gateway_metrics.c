@@ -13,8 +13,9 @@
 
 #include <cmocka.h>
 
-#include "metrics.h"
-#include "pipeline.h"
+#include "observe/metrics_serve.h"
+#include "core/http.h"
+#include "core/pipeline.h"
 #include "route_table.h"
 
 static struct gw_server srv; /* no workers of its own: the gauges read nothing */

@@ -12,9 +12,9 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "gw_limits.h"
-#include "piston_json.h"
-#include "piston_tests.h"
+#include "common/gw_limits.h"
+#include "json/piston_json.h"
+#include "apis/piston/piston_tests.h"
 
 static int parse(const char *body, struct moat_exec_request *r, char *err, size_t errlen)
 {

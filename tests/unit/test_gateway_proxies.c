@@ -13,7 +13,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
-#include "proxies.h"
+#include "net/proxies.h"
 
 static struct gw_addr addr(const char *s)
 {

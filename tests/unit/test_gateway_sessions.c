@@ -16,11 +16,11 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "apikey.h"
-#include "audit_records.h"
+#include "auth/apikey.h"
+#include "records/audit_records.h"
 #include "moat_hex.h"
-#include "session_registry.h"
-#include "transcript.h"
+#include "sessions/session_registry.h"
+#include "records/transcript.h"
 
 static void test_counts(void **state)
 {

@@ -25,7 +25,7 @@
 #include <openssl/hmac.h>
 #include <openssl/pem.h>
 
-#include "jwt_auth.h"
+#include "auth/jwt_auth.h"
 
 /* ---- jwt_decode wrapper (G3 invariant for the whole test run) ------------ */
 

@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "ratelimit.h"
+#include "limits/ratelimit.h"
 
 struct capture {
     int calls;

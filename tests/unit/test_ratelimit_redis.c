@@ -36,7 +36,7 @@
 #include <h2o.h>
 #include <hiredis/hiredis.h>
 
-#include "ratelimit_redis.h"
+#include "limits/ratelimit_redis.h"
 
 #define TIMEOUT_MS 300
 #define WAIT_MS    60000 /* readiness only: how long a test waits for an answer at most */

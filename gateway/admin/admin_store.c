@@ -1,0 +1,209 @@
+/*
+ * admin_store.c - the admin store in a file beside the configuration.
+ *
+ * Theory of operation: the supervisor (root) changes the store for
+ * moatctl; the gateway (its own user, after the privilege drop) reads it
+ * on every load of the configuration (config_store.c).  So:
+ *
+ *   lock     flock on PATH.lock (0600, root's): two moatctl runs, or two
+ *            supervisors given the same store, take turns; bounded wait
+ *   read     PATH, at most GW_STORE_MAX_BYTES, JSON with no duplicate
+ *            names, checked for shape; none yet: an empty store
+ *   stage    the candidate written to PATH.new (created fresh, never
+ *            through a link), owner the gateway's user, mode 0600,
+ *            fsync'ed: the configuration parser checks this very file
+ *   commit   rename PATH.new over PATH, then fsync the directory: a crash
+ *            leaves the old store or the new one, never a mix
+ *   unlock   remove a candidate not committed, release the lock
+ *
+ * A store torn by something else (an editor, a full disk before this
+ * code) fails read here and the parser at the gateway's next load, which
+ * then keeps its running generation.
+ */
+#include "admin_store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "admin.h"
+#include "common/gw_limits.h"
+#include "moat_io.h"
+
+#define STORE_LOCK_TRIES 500 /* 10 ms apart: 5 s */
+
+static char *suffixed(const char *path, const char *suffix)
+{
+    size_t n = strlen(path) + strlen(suffix) + 1;
+    char *s = malloc(n);
+
+    if (s != NULL)
+        snprintf(s, n, "%s%s", path, suffix);
+    return s;
+}
+
+static int file_lock(struct admin_store *s, char *err, size_t errlen)
+{
+    struct timespec ts = {0, 10 * 1000 * 1000};
+
+    if ((s->lock_fd = open(s->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0) {
+        snprintf(err, errlen, "%s: %s", s->lock_path, strerror(errno));
+        return -1;
+    }
+    for (int i = 0; i < STORE_LOCK_TRIES; i++) {
+        if (flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0)
+            return 0;
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            break;
+        nanosleep(&ts, NULL);
+    }
+    snprintf(err, errlen, "%s: cannot lock the store: %s", s->lock_path, strerror(errno));
+    close(s->lock_fd);
+    s->lock_fd = -1;
+    return -1;
+}
+
+static json_t *file_read(struct admin_store *s, char *err, size_t errlen)
+{
+    struct stat st;
+    json_error_t je;
+    json_t *doc;
+    FILE *fp;
+    int fd;
+
+    if ((fd = open(s->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+        if (errno == ENOENT)
+            return admin_store_empty();
+        snprintf(err, errlen, "%s: %s", s->path, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (off_t)GW_STORE_MAX_BYTES) {
+        snprintf(err, errlen, "%s: not a regular file of at most %u bytes", s->path, GW_STORE_MAX_BYTES);
+        close(fd);
+        return NULL;
+    }
+    if ((fp = fdopen(fd, "r")) == NULL) {
+        snprintf(err, errlen, "%s: %s", s->path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    doc = json_loadf(fp, JSON_REJECT_DUPLICATES, &je);
+    fclose(fp);
+    if (doc == NULL) {
+        snprintf(err, errlen, "%s:%d: the store is not valid JSON (%s): fix or restore it", s->path, je.line, je.text);
+        return NULL;
+    }
+    if (admin_store_check(doc, err, errlen) != 0) {
+        char why[256];
+        snprintf(why, sizeof(why), "%s", err);
+        snprintf(err, errlen, "%s: %s", s->path, why);
+        json_decref(doc);
+        return NULL;
+    }
+    return doc;
+}
+
+static int file_stage(struct admin_store *s, const json_t *doc, char *err, size_t errlen)
+{
+    char *text = json_dumps(doc, JSON_INDENT(2) | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);
+    int fd = -1, rc = -1;
+
+    if (text == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (unlink(s->temp) != 0 && errno != ENOENT)
+        snprintf(err, errlen, "%s: %s", s->temp, strerror(errno));
+    else if ((fd = open(s->temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
+        snprintf(err, errlen, "%s: %s", s->temp, strerror(errno));
+    else if (moat_write_full(fd, text, strlen(text), NULL) != 0 || moat_write_full(fd, "\n", 1, NULL) != 0 ||
+             fchown(fd, s->owner, s->group) != 0 || fsync(fd) != 0)
+        snprintf(err, errlen, "%s: %s", s->temp, strerror(errno));
+    else
+        rc = 0;
+    if (fd >= 0 && close(fd) != 0 && rc == 0) {
+        snprintf(err, errlen, "%s: %s", s->temp, strerror(errno));
+        rc = -1;
+    }
+    free(text);
+    s->staged = s->temp;
+    return rc;
+}
+
+static int fsync_dir(const char *path, char *err, size_t errlen)
+{
+    char *copy = strdup(path);
+    int fd, rc = -1;
+
+    if (copy == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if ((fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0 && fsync(fd) == 0)
+        rc = 0;
+    else
+        snprintf(err, errlen, "%s: fsync of its directory: %s", path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    free(copy);
+    return rc;
+}
+
+static int file_commit(struct admin_store *s, char *err, size_t errlen)
+{
+    if (s->staged == NULL) {
+        snprintf(err, errlen, "nothing staged");
+        return -1;
+    }
+    if (rename(s->staged, s->path) != 0) {
+        snprintf(err, errlen, "%s: rename: %s", s->path, strerror(errno));
+        return -1;
+    }
+    s->staged = NULL;
+    return fsync_dir(s->path, err, errlen);
+}
+
+static void file_unlock(struct admin_store *s)
+{
+    if (s->staged != NULL)
+        unlink(s->staged);
+    s->staged = NULL;
+    if (s->lock_fd >= 0)
+        close(s->lock_fd); /* releases the flock */
+    s->lock_fd = -1;
+}
+
+const struct admin_store_ops admin_store_file_ops = {file_lock, file_read, file_stage, file_commit, file_unlock};
+
+int admin_store_file_init(struct admin_store *s, const char *path, uid_t owner, gid_t group)
+{
+    memset(s, 0, sizeof(*s));
+    s->ops = &admin_store_file_ops;
+    s->lock_fd = -1;
+    s->owner = owner;
+    s->group = group;
+    s->path = strdup(path);
+    s->temp = suffixed(path, ".new");
+    s->lock_path = suffixed(path, ".lock");
+    if (s->path == NULL || s->temp == NULL || s->lock_path == NULL) {
+        admin_store_file_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+void admin_store_file_free(struct admin_store *s)
+{
+    free(s->path);
+    free(s->temp);
+    free(s->lock_path);
+    memset(s, 0, sizeof(*s));
+    s->lock_fd = -1;
+}
