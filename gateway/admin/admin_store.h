@@ -26,6 +26,13 @@ struct admin_store_ops {
     int (*commit)(struct admin_store *s, char *err, size_t errlen);
     /* Drop a candidate not committed and release the lock. */
     void (*unlock)(struct admin_store *s);
+    /* Merge keys' last use (an object: key id -> unix seconds) into the
+     * store's record of it, the later of each kept.  Outside lock/unlock
+     * (it takes what it needs).  0 or -1 with err. */
+    int (*note_used)(struct admin_store *s, json_t *used, char *err, size_t errlen);
+    /* The store's record of keys' last use, as note_used takes it (an empty
+     * object when there is none yet); NULL with err. */
+    json_t *(*read_used)(struct admin_store *s, char *err, size_t errlen);
 };
 
 struct admin_redis;
@@ -37,6 +44,7 @@ struct admin_store {
     char *staged;              /* the candidate, while one is staged; NULL otherwise */
     char *temp;                /* where the candidate is written */
     char *lock_path;
+    char *used_path; /* keys' last use (note_used): PATH.used */
     int lock_fd;
     uid_t owner; /* the gateway's user reads the store after its privilege drop */
     gid_t group;
@@ -48,5 +56,10 @@ void admin_store_file_free(struct admin_store *s);
 
 /* The file implementation's operations: the Redis store keeps its copy with them. */
 extern const struct admin_store_ops admin_store_file_ops;
+
+/* A record of keys' last use as note_used takes it and read_used returns
+ * it: an object of key ids, each a time in unix seconds (0 .. 2^53).  0, or
+ * -1 with err naming what is wrong. */
+int admin_used_check(json_t *used, char *err, size_t errlen);
 
 #endif

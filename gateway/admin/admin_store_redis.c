@@ -12,6 +12,9 @@
  *   P admin:store     a hash: version (1, 2, ...) and doc (the JSON text)
  *   P admin:lock      a supervisor's token while it changes the store
  *   P admin:changed   the channel each new version is published on
+ *   P admin:used      a hash: key id -> when it last authenticated a
+ *                     request (unix seconds, to the minute), any gateway
+ *                     (note_used: a script keeps the later time)
  *
  * A change (control.c's steps, through admin_store.h's operations):
  *
@@ -133,6 +136,16 @@ static struct redis_script lock_script = {
     "return 0\n",
     "", NULL};
 
+/* KEYS: the last-use hash.  ARGV: a JSON object of key id -> unix seconds
+ * (checked before it is sent).  Each field keeps the later time. */
+static struct redis_script used_script = {"for id, t in pairs(cjson.decode(ARGV[1])) do\n"
+                                          "  if tonumber(redis.call('HGET', KEYS[1], id) or '-1') < t then\n"
+                                          "    redis.call('HSET', KEYS[1], id, string.format('%d', t))\n"
+                                          "  end\n"
+                                          "end\n"
+                                          "return 1\n",
+                                          "", NULL};
+
 /* KEYS: the lock.  ARGV: our token. */
 static struct redis_script unlock_script = {"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
                                             "return 0\n",
@@ -166,7 +179,7 @@ struct ar_call {
 struct admin_redis {
     struct redis_client *rc;
     char where[AR_WHERE_MAX];
-    char key[AR_KEY_MAX], lock_key[AR_KEY_MAX], channel[AR_KEY_MAX];
+    char key[AR_KEY_MAX], lock_key[AR_KEY_MAX], channel[AR_KEY_MAX], used_key[AR_KEY_MAX];
     uint64_t call_wait_ms; /* a call's bound: connect_timeout_ms + timeout_ms + AR_SLACK_MS */
     /* the Redis thread (started: on first use) */
     int started, subscribed;
@@ -677,7 +690,61 @@ static void redis_unlock(struct admin_store *s)
     r->locked = 0;
 }
 
-static const struct admin_store_ops redis_ops = {redis_lock, redis_read, redis_stage, redis_commit, redis_unlock};
+static int redis_note_used(struct admin_store *s, json_t *used, char *err, size_t errlen)
+{
+    struct admin_redis *r = s->redis;
+    struct ar_reply *rep;
+    char *text;
+
+    if (admin_used_check(used, err, errlen) != 0)
+        return -1;
+    if ((text = json_dumps(used, JSON_COMPACT)) == NULL)
+        return moat_errf(err, errlen, "out of memory");
+    rep = call(r, &used_script, 1, AR_ARGS(r->used_key, text), err, errlen);
+    free(text);
+    if (rep == NULL)
+        return -1;
+    reply_free(rep);
+    return 0;
+}
+
+/* HGETALL's fields and values, each checked (a hash edited by hand that
+ * holds something else is named, not believed). */
+static json_t *redis_read_used(struct admin_store *s, char *err, size_t errlen)
+{
+    struct admin_redis *r = s->redis;
+    struct ar_reply *rep;
+    json_t *used = json_object();
+    uint64_t t;
+    int bad;
+
+    if (used == NULL)
+        return moat_errf(err, errlen, "out of memory"), NULL;
+    if ((rep = call(r, NULL, 0, AR_ARGS("HGETALL", r->used_key), err, errlen)) == NULL) {
+        json_decref(used);
+        return NULL;
+    }
+    bad = rep->type != REDIS_REPLY_ARRAY || rep->elements % 2 != 0;
+    for (size_t i = 0; !bad && i + 1 < rep->elements; i += 2)
+        bad = rep->element[i]->type != REDIS_REPLY_STRING || reply_u64(rep->element[i + 1], &t) != 0 ||
+              json_object_set_new(used, rep->element[i]->str, json_integer((json_int_t)t)) != 0;
+    reply_free(rep);
+    if (bad) {
+        json_decref(used);
+        return moat_errf(err, errlen, "the admin store in Redis: %s holds something that is not keys' last use", r->used_key), NULL;
+    }
+    if (admin_used_check(used, err, errlen) != 0) {
+        char why[256];
+        snprintf(why, sizeof(why), "%s", err);
+        moat_errf(err, errlen, "the admin store in Redis: %s: %s", r->used_key, why);
+        json_decref(used);
+        return NULL;
+    }
+    return used;
+}
+
+static const struct admin_store_ops redis_ops = {redis_lock,   redis_read,      redis_stage,    redis_commit,
+                                                 redis_unlock, redis_note_used, redis_read_used};
 
 /* Where the store is, for messages and moatctl status. */
 static void name_where(struct admin_redis *r, const struct gw_limiter_config *l)
@@ -707,6 +774,7 @@ static int redis_state_init(struct admin_redis *r, const struct gw_limiter_confi
     snprintf(r->key, sizeof(r->key), "%sadmin:store", l->prefix);
     snprintf(r->lock_key, sizeof(r->lock_key), "%sadmin:lock", l->prefix);
     snprintf(r->channel, sizeof(r->channel), "%sadmin:changed", l->prefix);
+    snprintf(r->used_key, sizeof(r->used_key), "%sadmin:used", l->prefix);
     if (pthread_mutex_init(&r->mu, NULL) != 0)
         return -1;
     if (pthread_condattr_init(&ca) != 0 || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
@@ -721,6 +789,7 @@ static int redis_state_init(struct admin_redis *r, const struct gw_limiter_confi
     redis_client_add_script(r->rc, &commit_script);
     redis_client_add_script(r->rc, &lock_script);
     redis_client_add_script(r->rc, &unlock_script);
+    redis_client_add_script(r->rc, &used_script);
     return 0;
 }
 

@@ -195,6 +195,8 @@ int gw_control_open(struct gw_control *c, const struct gw_config *cfg, const cha
         c->listen_fd = -1;
         return -1;
     }
+    c->used_every_ms = (uint64_t)cfg->control.last_used_every_s * 1000;
+    c->used_next_ms = rl_monotonic_ms() + c->used_every_ms;
     log_info("%s: control socket %s (mode %04o), the admin store %s%s", __func__, c->socket_path, cfg->control.mode,
              cfg->control.redis_store ? "in Redis, this gateway's copy in " : "in ", cfg->control.store);
     return 0;
@@ -480,16 +482,62 @@ static void apply_copy(struct gw_control *c, const json_t *doc, uint64_t version
     note_applied(c, version);
 }
 
+/* ---------------------------------------------------------------- last use */
+
+static const json_t *used_read; /* the store's record, while do_read runs */
+
+/* When key id last authenticated a request: this gateway's table (exact,
+ * since its start) or the store's record (to the minute, any gateway,
+ * any start), the later. */
 static time_t last_used(const char *id)
 {
-    return gw_keyuse_last(id);
+    time_t here = gw_keyuse_last(id);
+    json_t *v = used_read != NULL ? json_object_get(used_read, id) : NULL;
+    time_t stored = v != NULL ? (time_t)json_integer_value(v) : 0;
+
+    return here > stored ? here : stored;
+}
+
+static void note_one(const char *id, time_t last, void *arg)
+{
+    json_t *used = arg;
+
+    (void)json_object_set_new(used, id, json_integer((json_int_t)(last - last % 60)));
+}
+
+void gw_control_flush_used(struct gw_control *c)
+{
+    time_t started = time(NULL);
+    json_t *used = json_object();
+    char err[512];
+
+    if (c->listen_fd < 0)
+        return;
+    /* a minute back: a use in the flush's own second is sent again next time, never lost */
+    if (used == NULL || gw_keyuse_since(c->used_since > 60 ? c->used_since - 60 : 0, note_one, used) == 0) {
+        json_decref(used);
+        return;
+    }
+    if (c->store.ops->note_used(&c->store, used, err, sizeof(err)) != 0) {
+        if (!c->used_failing)
+            log_warnx("%s: keys' last use not written to the admin store (moatctl key list says this gateway's own): %s", __func__,
+                      err);
+        c->used_failing = 1;
+    } else {
+        if (c->used_failing)
+            log_info("%s: keys' last use written to the admin store again", __func__);
+        c->used_failing = 0;
+        c->used_since = started;
+    }
+    json_decref(used);
 }
 
 static void do_read(struct gw_control *c, struct gw_control_client *cl, const struct admin_req *q)
 {
     char err[1024];
     struct gw_config run;
-    json_t *doc, *result = json_pack("{s:b}", "ok", 1);
+    json_t *doc, *stored, *result = json_pack("{s:b}", "ok", 1);
+    int rc;
 
     if ((doc = c->store.ops->read(&c->store, err, sizeof(err))) == NULL ||
         gw_config_load(c->config_path, &run, err, sizeof(err)) != 0) {
@@ -498,7 +546,13 @@ static void do_read(struct gw_control *c, struct gw_control_client *cl, const st
         reply_error(cl, err);
         return;
     }
-    if (admin_read(q, doc, &run, time(NULL), last_used, result, err, sizeof(err)) != 0) {
+    if ((stored = c->store.ops->read_used(&c->store, err, sizeof(err))) == NULL)
+        log_warnx("%s: keys' last use in the admin store unreadable (this gateway's own is listed): %s", __func__, err);
+    used_read = stored;
+    rc = admin_read(q, doc, &run, time(NULL), last_used, result, err, sizeof(err));
+    used_read = NULL;
+    json_decref(stored);
+    if (rc != 0) {
         json_decref(result);
         reply_error(cl, err);
     } else {
@@ -734,6 +788,10 @@ void gw_control_serve(struct gw_control *c, const struct pollfd *pfd, int n)
         }
     }
     follow_store(c, sub_revents);
+    if (now >= c->used_next_ms) {
+        gw_control_flush_used(c);
+        c->used_next_ms = rl_monotonic_ms() + c->used_every_ms;
+    }
 }
 
 int gw_control_timeout(const struct gw_control *c)
@@ -746,6 +804,8 @@ int gw_control_timeout(const struct gw_control *c)
             next = c->clients[i].deadline_ms;
     if (store >= 0 && now + (uint64_t)store < next)
         next = now + (uint64_t)store;
+    if (c->listen_fd >= 0 && c->used_next_ms < next)
+        next = c->used_next_ms;
     if (next == UINT64_MAX)
         return -1;
     return next <= now ? 0 : (int)(next - now);

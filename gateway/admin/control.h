@@ -8,6 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
+
+#include <jansson.h>
 
 #include "admin_store.h"
 #include "config/config.h"
@@ -37,6 +40,10 @@ struct gw_control {
     uint64_t ctl_seq;
     pid_t gateway, writer;
     struct gw_control_client clients[GW_CONTROL_MAX_CLIENTS];
+    /* keys' last use into the store (gw_control_flush_used) */
+    uint64_t used_every_ms, used_next_ms;
+    time_t used_since; /* what was used from then on is not in the store yet */
+    int used_failing;  /* the last flush failed (logged once until one works) */
 };
 
 /*
@@ -74,6 +81,11 @@ void gw_control_set_writer(struct gw_control *c, pid_t writer, int audit_fd);
 
 /* The supervisor is ending: remove the socket file. */
 void gw_control_close(struct gw_control *c);
+
+/* Write keys' last use since the last flush into the store (to the
+ * minute, the later time kept), as the poll loop does every
+ * control.last_used_every_s and the supervisor does once more as it exits. */
+void gw_control_flush_used(struct gw_control *c);
 
 /*
  * The ctl socketpair (SOCK_SEQPACKET) between the supervisor and the

@@ -10,7 +10,10 @@
  * when it changed, so a key costs at most one store per second however
  * busy it is.  Key ids, not configuration entries, are the index: the
  * record survives reloads and moves between the configuration and the
- * store.  The table is lost on restart (last used is "since the start").
+ * store.  The table itself is lost on restart; the supervisor writes what
+ * changed into the admin store, to the minute, every
+ * control.last_used_every_s (gw_keyuse_since; admin/key_last_used.c), so
+ * moatctl key list survives restarts.
  *
  * The supervisor (root) reads memory the gateway (unprivileged) can write:
  * it only ever looks up ids it already knows, and a slot's contents are
@@ -94,4 +97,32 @@ time_t gw_keyuse_last(const char *id)
     if (table == NULL || v == 0 || (s = find(v, 0)) == NULL)
         return 0;
     return (time_t)__atomic_load_n(&s->last, __ATOMIC_RELAXED);
+}
+
+/* The id of a packed value (APIKEY_ID_LEN hex digits). */
+static void unpack(uint64_t v, char id[APIKEY_ID_LEN + 1])
+{
+    uint8_t b[APIKEY_ID_LEN / 2];
+
+    for (size_t i = sizeof(b); i > 0; i--, v >>= 8)
+        b[i - 1] = (uint8_t)v;
+    moat_hex_encode(b, sizeof(b), id);
+    id[APIKEY_ID_LEN] = '\0';
+}
+
+size_t gw_keyuse_since(time_t since, gw_keyuse_fn fn, void *arg)
+{
+    char id[APIKEY_ID_LEN + 1];
+    size_t n = 0;
+
+    for (size_t i = 0; table != NULL && i < GW_KEYUSE_SLOTS; i++) {
+        uint64_t v = __atomic_load_n(&table[i].id, __ATOMIC_ACQUIRE);
+        time_t last = (time_t)__atomic_load_n(&table[i].last, __ATOMIC_RELAXED);
+        if (v == 0 || last == 0 || last < since)
+            continue;
+        unpack(v, id);
+        fn(id, last, arg);
+        n++;
+    }
+    return n;
 }

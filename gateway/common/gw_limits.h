@@ -220,24 +220,26 @@
 
 /* The control socket (control.c) and the admin store beside the
  * configuration (config_store.c, admin_store.c). */
-#define GW_DEFAULT_CONTROL_SOCKET "/run/moat/control.sock" /* moatctl's default; MOAT_CONTROL overrides */
-#define GW_DEFAULT_CONTROL_MODE   0660
-#define GW_STORE_FILE             "moat-store.json" /* beside the configuration unless control.store says */
-#define GW_STORE_VERSION          1
-#define GW_STORE_MAX_BYTES        (16u * 1024u * 1024u)
-#define GW_STORE_MAX_NOTE         256
-#define GW_CONTROL_MAX_USERS      32    /* control.users */
-#define GW_CONTROL_MAX_REQUEST    65536 /* one request line from moatctl */
-#define GW_CONTROL_MAX_REPLY      (32u * 1024u * 1024u)
-#define GW_CONTROL_MAX_CLIENTS    16                    /* connections read at once; more wait in the backlog */
-#define GW_CONTROL_CLIENT_MS      5000                  /* a client's whole exchange: its request in, its reply out */
-#define GW_CONTROL_AUDIT_MS       5000                  /* the writer's acknowledgement of an admin record */
-#define GW_CONTROL_RELOAD_MS      30000                 /* the gateway's acknowledgement of a reload or a status */
-#define GW_CONTROL_MSG_MAX        16384                 /* one message on the supervisor's ctl socketpair */
-#define GW_CONTROL_MAX_DURATION_S (10ull * 366 * 86400) /* --expires, --grace */
-#define GW_DEFAULT_ROTATE_GRACE_S 86400                 /* key rotate without --grace */
-#define GW_KEYUSE_SLOTS           (2 * GW_MAX_KEYS)     /* last-used table (keyuse.c) */
-#define GW_WORKER_ALIVE_MS        2000                  /* a worker whose watchdog ran this recently is alive */
+#define GW_DEFAULT_CONTROL_SOCKET    "/run/moat/control.sock" /* moatctl's default; MOAT_CONTROL overrides */
+#define GW_DEFAULT_CONTROL_MODE      0660
+#define GW_DEFAULT_LAST_USED_EVERY_S 60 /* control.last_used_every_s */
+#define GW_LAST_USED_EVERY_MAX_S     3600
+#define GW_STORE_FILE                "moat-store.json" /* beside the configuration unless control.store says */
+#define GW_STORE_VERSION             1
+#define GW_STORE_MAX_BYTES           (16u * 1024u * 1024u)
+#define GW_STORE_MAX_NOTE            256
+#define GW_CONTROL_MAX_USERS         32    /* control.users */
+#define GW_CONTROL_MAX_REQUEST       65536 /* one request line from moatctl */
+#define GW_CONTROL_MAX_REPLY         (32u * 1024u * 1024u)
+#define GW_CONTROL_MAX_CLIENTS       16                    /* connections read at once; more wait in the backlog */
+#define GW_CONTROL_CLIENT_MS         5000                  /* a client's whole exchange: its request in, its reply out */
+#define GW_CONTROL_AUDIT_MS          5000                  /* the writer's acknowledgement of an admin record */
+#define GW_CONTROL_RELOAD_MS         30000                 /* the gateway's acknowledgement of a reload or a status */
+#define GW_CONTROL_MSG_MAX           16384                 /* one message on the supervisor's ctl socketpair */
+#define GW_CONTROL_MAX_DURATION_S    (10ull * 366 * 86400) /* --expires, --grace */
+#define GW_DEFAULT_ROTATE_GRACE_S    86400                 /* key rotate without --grace */
+#define GW_KEYUSE_SLOTS              (2 * GW_MAX_KEYS)     /* last-used table (keyuse.c) */
+#define GW_WORKER_ALIVE_MS           2000                  /* a worker whose watchdog ran this recently is alive */
 /* The admin store in Redis (control.store_backend: redis; admin_store_redis.c) */
 #define GW_ADMIN_REDIS_LOCK_MS      10000 /* the store's lock in Redis: its holder's change (audit ack included) fits */
 #define GW_ADMIN_REDIS_LOCK_WAIT_MS 5000  /* a change waits this long for another gateway's to finish */

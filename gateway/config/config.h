@@ -103,9 +103,10 @@ struct gw_control_config {
     char *group;   /* its group, or NULL (root's) */
     char **users;  /* user names allowed besides root */
     size_t nusers;
-    char *store;     /* the admin store's file (default: GW_STORE_FILE beside the configuration); with
-                      * store_backend: redis, this gateway's copy of the store kept in Redis */
-    int redis_store; /* store_backend: redis (the connection: the limiter's redis section) */
+    char *store;                /* the admin store's file (default: GW_STORE_FILE beside the configuration); with
+                                 * store_backend: redis, this gateway's copy of the store kept in Redis */
+    int redis_store;            /* store_backend: redis (the connection: the limiter's redis section) */
+    unsigned last_used_every_s; /* how often the supervisor writes keys' last use into the store */
 };
 
 /* The top-level limiter section (config_limiter.c): where tenants' limits

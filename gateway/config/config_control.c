@@ -8,6 +8,7 @@
  *     users: [alice]                   # who may use it besides root
  *     store: /etc/moat/moat-store.json # default: moat-store.json beside the configuration
  *     store_backend: file              # file (default) | redis
+ *     last_used_every_s: 60            # keys' last use into the store (1..3600)
  *
  * Present, it turns on the supervisor's control socket (control.c, only
  * with the audit trail on) and the admin store (config_store.c), which
@@ -20,6 +21,11 @@
  * the gateway loads as before.  The connection is the limiter's redis
  * section (one place for it), so it needs limiter: store: redis; config.c
  * checks that once both sections are read.  Taken at start only.
+ *
+ * last_used_every_s: the supervisor writes when each key last
+ * authenticated a request into the store (to the minute) this often, so
+ * moatctl key list says it across restarts and, with the store in Redis,
+ * across gateways (admin/key_last_used.c).  Taken at start only.
  */
 #include "config_parse.h"
 #include "common/gw_limits.h"
@@ -90,6 +96,8 @@ static int control_field(struct parse_ctx *pc, const char *key, yaml_node_t *v, 
         return absolute(pc, v, "control.store", &c->store);
     if (strcmp(key, "store_backend") == 0)
         return cfg_either(pc, v, "control.store_backend", "file", "redis", &c->redis_store);
+    if (strcmp(key, "last_used_every_s") == 0)
+        return cfg_unsigned(pc, v, "control.last_used_every_s", 1, GW_LAST_USED_EVERY_MAX_S, &c->last_used_every_s);
     return 1;
 }
 
@@ -116,6 +124,7 @@ int cfg_parse_control(struct parse_ctx *pc, yaml_node_t *v)
     struct gw_control_config *c = &pc->cfg->control;
 
     c->mode = GW_DEFAULT_CONTROL_MODE;
+    c->last_used_every_s = GW_DEFAULT_LAST_USED_EVERY_S;
     if (cfg_walk_mapping(pc, v, "control", control_field, c) != 0)
         return -1;
     if (c->socket == NULL)

@@ -205,6 +205,7 @@ static void restart_sender(struct supervised *sv, int st)
  * finish and exit; so does the supervisor, with the gateway's status. */
 static __attribute__((noreturn)) void gateway_exited(struct supervised *sv, int st)
 {
+    gw_control_flush_used(sv->control); /* the last minutes' keys' use, which the next start lists */
     gw_control_close(sv->control);
     gw_control_set_writer(sv->control, -1, -1);
     close(sv->ctl);

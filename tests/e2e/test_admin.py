@@ -6,6 +6,7 @@ Every step here is a README "Admin guide" step run as written: moatctl
 against a real gateway, requests over real TLS."""
 
 import base64
+import calendar
 import grp
 import hashlib
 import hmac
@@ -325,6 +326,84 @@ class AdminTest(unittest.TestCase):
         self.assertNotIn("demo", [r.get("tenant") for r in records])
         p = subprocess.run([MOAT_AUDIT, "verify", self.stack.audit_dir], capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+
+def utc(text):
+    """moatctl's time ("2026-12-07T12:00:00Z") as unix seconds."""
+    return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+class LastUsedTest(unittest.TestCase):
+    """A key's last use outlives the gateway that saw it: the supervisor
+    writes it (to the minute) into the admin store every
+    control.last_used_every_s, and once more as it exits; moatctl key list
+    shows the later of that record and the running gateway's own."""
+
+    def key_row(self, stack, kid):
+        return next(k for k in json.loads(ok(stack, "--json", "key", "list").stdout)["keys"] if k["id"] == kid)
+
+    def restart_gateway(self, stack):
+        stack.gateway.terminate()
+        stack.gateway.wait(timeout=30)
+        stack.gateway_log.close()
+        stack.start_gateway()
+
+    def used_record(self, stack):
+        try:
+            with open(stack.store + ".used") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {}
+
+    def test_written_every_interval_and_listed_after_a_restart(self):
+        stack = admin_stack("  last_used_every_s: 1\n").start()
+        self.addCleanup(stack.stop)
+        ok(stack, "tenant", "add", "acme")
+        token, kid = new_key(stack, "acme")
+        _, idle = new_key(stack, "acme")
+        used_at = time.time()
+        self.assertEqual(runtimes(stack, token), 200)
+        wait_until(lambda: kid in self.used_record(stack), "the key's use in %s.used" % stack.store,
+                   detail=lambda: stack.log("gateway"))
+        stored = self.used_record(stack)[kid]
+        self.assertEqual(stored % 60, 0, "to the minute")
+        self.assertTrue(used_at - 60 < stored <= used_at, (stored, used_at))
+        self.assertNotIn(idle, self.used_record(stack))
+        st = os.stat(stack.store + ".used")
+        self.assertEqual((st.st_uid, st.st_mode & 0o777), (0, 0o600))  # root's: the gateway never reads it
+        self.restart_gateway(stack)
+        # the new gateway has not seen the key: what is listed is the store's record
+        self.assertEqual(utc(self.key_row(stack, kid)["last_used"]), stored)
+        self.assertIsNone(self.key_row(stack, idle)["last_used"])
+        # a record that does not parse is set aside, and the listing still works
+        with open(stack.store + ".used", "w") as f:
+            f.write("{not json")
+        self.assertIsNone(self.key_row(stack, kid)["last_used"])
+        self.assertTrue(os.path.exists(stack.store + ".used.bad"))
+        self.assertIn("set aside", stack.log("gateway"))
+        self.assertEqual(runtimes(stack, token), 200)
+        wait_until(lambda: kid in self.used_record(stack), "a new record", detail=lambda: stack.log("gateway"))
+
+    def test_written_as_the_gateway_stops(self):
+        stack = admin_stack("  last_used_every_s: 3600\n").start()
+        self.addCleanup(stack.stop)
+        ok(stack, "tenant", "add", "acme")
+        token, kid = new_key(stack, "acme")
+        self.assertEqual(runtimes(stack, token), 200)
+        self.assertEqual(self.used_record(stack), {})  # an hour to go
+        self.restart_gateway(stack)
+        self.assertIn(kid, self.used_record(stack))
+        self.assertIsNotNone(self.key_row(stack, kid)["last_used"])
+
+    def test_the_interval_is_bounded(self):
+        for bad in ("0", "3601", "soon"):
+            stack = admin_stack("  last_used_every_s: %s\n" % bad)
+            try:
+                p = subprocess.run([GATEWAY, "-n", "-c", stack.config], capture_output=True, text=True)
+            finally:
+                stack.stop()
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("control.last_used_every_s", p.stderr)
 
 
 class ControlUsersTest(unittest.TestCase):

@@ -14,6 +14,8 @@ What is checked:
     gateways keep serving their last state; Redis back (empty: it is
     seeded from a gateway's copy): changes flow again, no restart;
   - concurrent moatctl runs on both gateways lose no update;
+  - a key used on one gateway is listed as used on the other (its last use
+    in Redis, to the minute, the later time kept);
   - the admin record is on the gateway where the change was made; the
     other logs and records the version it applied; the section's strict
     parsing; a TCP Redis with a password (and a wrong one).
@@ -93,7 +95,7 @@ class AdminGateway(Gateway):
         # on_unavailable: local, so that with Redis down the gateways answer and show which keys they hold
         super().__init__(stack, name, "limiter:\n  store: redis\n  redis: {%s, timeout_ms: 500, "
                          "connect_timeout_ms: 500, prefix: \"%s\"}\n  on_unavailable: local\n  gateways: 2\n"
-                         "control:\n  socket: %s\n  store: %s\n  store_backend: redis\n"
+                         "control:\n  socket: %s\n  store: %s\n  store_backend: redis\n  last_used_every_s: 1\n"
                          % (connection, PREFIX, self.control, self.store))
         with open(self.config) as f:
             text = f.read()
@@ -193,6 +195,25 @@ class RedisAdminTest(unittest.TestCase):
         # and b's moatctl sees it too, from Redis
         listed = json.loads(self.b.ok("--json", "key", "list", "--tenant", "acme").stdout)["keys"]
         self.assertIn(kid, [k["id"] for k in listed])
+
+    def test_a_key_used_on_one_gateway_is_listed_as_used_on_the_other(self):
+        token, kid = self.a.new_key("acme")
+        row = lambda g: next(k for k in json.loads(g.ok("--json", "key", "list").stdout)["keys"] if k["id"] == kid)
+        self.assertIsNone(row(self.b)["last_used"])  # b lists it from Redis, and has not seen it used
+        used_at = time.time()
+        self.assertEqual(self.a.runtimes(token), 200)  # on a only
+        wait_until(lambda: row(self.b)["last_used"] is not None, "b to list the key as used", detail=self.a.log_text)
+        stored = int(resp(self.redis.socket, "HGET", PREFIX + "admin:used", kid))
+        self.assertEqual(stored % 60, 0)
+        self.assertTrue(used_at - 60 < stored <= used_at, (stored, used_at))
+        # a later time already there (another gateway's clock) is kept: a flush that also carries a
+        # second key's first use (so it surely ran after this) leaves the field as it was
+        resp(self.redis.socket, "HSET", PREFIX + "admin:used", kid, str(stored + 600))
+        token2, kid2 = self.a.new_key("acme")
+        self.assertEqual(self.a.runtimes(token), 200)
+        self.assertEqual(self.a.runtimes(token2), 200)
+        wait_until(lambda: resp(self.redis.socket, "HGET", PREFIX + "admin:used", kid2) is not None, "the second key's use")
+        self.assertEqual(int(resp(self.redis.socket, "HGET", PREFIX + "admin:used", kid)), stored + 600)
 
     def revocation_seen_within(self, on, other):
         token, kid = on.new_key("acme")
