@@ -29,7 +29,7 @@
 #include "config/config.h"
 #include "process/confine.h"
 #include "log.h"
-#include "process/privdrop.h"
+#include "common/privdrop.h"
 
 #include <getopt.h>
 #include <signal.h>

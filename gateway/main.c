@@ -66,7 +66,7 @@
 #include "common/metrics.h"
 #include "apis/judge0/judge0_dispatch.h"
 #include "moat_notify.h"
-#include "process/privdrop.h"
+#include "common/privdrop.h"
 #include "route_table.h"
 #include "server.h"
 #include "core/tls.h"

@@ -76,6 +76,7 @@
 
 #include "admin.h"
 #include "admin_store_redis.h"
+#include "as_user.h"
 #include "audit_wire.h"
 #include "auth/keyuse.h"
 #include "log.h"
@@ -351,35 +352,166 @@ static void name_the_store(const struct admin_store *s, const char *staged, char
 }
 
 /* Steps 1-5 under the store's lock. */
+/* ---------------------------------------------------------------- last use */
+
+static const json_t *used_read; /* the store's record, while do_read runs */
+
+/* When key id last authenticated a request: this gateway's table (exact,
+ * since its start) or the store's record (to the minute, any gateway,
+ * any start), the later. */
+static time_t last_used(const char *id)
+{
+    time_t here = gw_keyuse_last(id);
+    json_t *v = used_read != NULL ? json_object_get(used_read, id) : NULL;
+    time_t stored = v != NULL ? (time_t)json_integer_value(v) : 0;
+
+    return here > stored ? here : stored;
+}
+
+static void note_one(const char *id, time_t last, void *arg)
+{
+    json_t *used = arg;
+
+    (void)json_object_set_new(used, id, json_integer((json_int_t)(last - last % 60)));
+}
+
+void gw_control_flush_used(struct gw_control *c)
+{
+    time_t started = time(NULL);
+    json_t *used = json_object();
+    char err[512];
+
+    if (c->listen_fd < 0)
+        return;
+    /* a minute back: a use in the flush's own second is sent again next time, never lost */
+    if (used == NULL || gw_keyuse_since(c->used_since > 60 ? c->used_since - 60 : 0, note_one, used) == 0) {
+        json_decref(used);
+        return;
+    }
+    if (c->store.ops->note_used(&c->store, used, err, sizeof(err)) != 0) {
+        if (!c->used_failing)
+            log_warnx("%s: keys' last use not written to the admin store (moatctl key list says this gateway's own): %s", __func__,
+                      err);
+        c->used_failing = 1;
+    } else {
+        if (c->used_failing)
+            log_info("%s: keys' last use written to the admin store again", __func__);
+        c->used_failing = 0;
+        c->used_since = started;
+    }
+    json_decref(used);
+}
+
+/* ---------------------------------------------------------------- as the gateway's user */
+
+/* What a child that is the gateway's user (as_user.c) is asked. */
+struct ask {
+    struct gw_control *c;
+    const struct admin_req *q;
+    json_t *doc;        /* the store as read */
+    const char *staged; /* check: the candidate */
+};
+
+/* A change: the new document and moatctl's answer, made against the running configuration. */
+static json_t *ask_apply(void *arg, char *err, size_t errlen)
+{
+    struct ask *a = arg;
+    struct gw_config run;
+    json_t *result = json_object(), *out = NULL;
+
+    if (result != NULL && gw_config_load(a->c->config_path, &run, err, errlen) == 0) {
+        if (admin_apply(a->q, a->doc, &run, time(NULL), result, err, errlen) == 0 &&
+            (out = json_pack("{s:O, s:O}", "doc", a->doc, "result", result)) == NULL)
+            moat_errf(err, errlen, "out of memory");
+        gw_config_free(&run);
+    }
+    json_decref(result);
+    return out;
+}
+
+/* Does the configuration load with the candidate as its store? */
+static json_t *ask_check(void *arg, char *err, size_t errlen)
+{
+    struct ask *a = arg;
+    struct gw_config cand;
+
+    if (gw_config_load_with_store(a->c->config_path, a->staged, &cand, err, errlen) != 0)
+        return NULL;
+    gw_config_free(&cand);
+    return json_true();
+}
+
+/* moatctl's listing: what admin_read answers. */
+static json_t *ask_read(void *arg, char *err, size_t errlen)
+{
+    struct ask *a = arg;
+    struct gw_config run;
+    json_t *result = json_pack("{s:b}", "ok", 1);
+    int rc;
+
+    if (result == NULL || gw_config_load(a->c->config_path, &run, err, errlen) != 0) {
+        json_decref(result);
+        return NULL;
+    }
+    rc = admin_read(a->q, a->doc, &run, time(NULL), last_used, result, err, errlen);
+    gw_config_free(&run);
+    if (rc != 0) {
+        json_decref(result);
+        return NULL;
+    }
+    return result;
+}
+
+static json_t *ask(struct gw_control *c, gw_as_user_fn fn, struct ask *a, char *err, size_t errlen)
+{
+    a->c = c;
+    return gw_as_user(c->store.owner, c->store.group, fn, a, err, errlen);
+}
+
+/* The candidate at staged loads, asked as the gateway's user.  0, or -1 with err naming the store. */
+static int candidate_loads(struct gw_control *c, const char *staged, char *err, size_t errlen)
+{
+    struct ask a = {.staged = staged};
+    json_t *yes = ask(c, ask_check, &a, err, errlen);
+
+    if (yes == NULL) {
+        name_the_store(&c->store, staged, err, errlen);
+        return -1;
+    }
+    json_decref(yes);
+    return 0;
+}
+
 static int change_store(struct gw_control *c, const struct admin_req *q, const json_t *audit, json_t *result, char *err,
                         size_t errlen)
 {
     struct admin_store *s = &c->store;
-    struct gw_config run, cand;
-    json_t *doc;
+    struct ask a = {.q = q};
+    json_t *out = NULL, *doc = NULL;
     int rc = -1;
 
     if (s->ops->lock(s, err, errlen) != 0)
         return -1;
-    if ((doc = s->ops->read(s, err, errlen)) == NULL) {
+    if ((a.doc = s->ops->read(s, err, errlen)) == NULL) {
         s->ops->unlock(s);
         return -1;
     }
-    if (gw_config_load(c->config_path, &run, err, errlen) == 0) {
-        rc = admin_apply(q, doc, &run, time(NULL), result, err, errlen);
-        gw_config_free(&run);
-    }
-    if (rc == 0 && (rc = s->ops->stage(s, doc, err, errlen)) == 0) {
-        const char *staged = s->staged;
-        if ((rc = gw_config_load_with_store(c->config_path, staged, &cand, err, errlen)) == 0)
-            gw_config_free(&cand);
+    /* the change is made by the child; what it hands back is checked here like any store */
+    if ((out = ask(c, ask_apply, &a, err, errlen)) != NULL) {
+        doc = json_object_get(out, "doc");
+        if (!json_is_object(json_object_get(out, "result")) || doc == NULL || admin_store_check(doc, err, errlen) != 0 ||
+            json_object_update(result, json_object_get(out, "result")) != 0)
+            moat_errf(err, errlen, "the change's answer (as the gateway's user) is not a store and a result");
         else
-            name_the_store(s, staged, err, errlen);
+            rc = 0;
     }
+    if (rc == 0 && (rc = s->ops->stage(s, doc, err, errlen)) == 0)
+        rc = candidate_loads(c, s->staged, err, errlen);
     if (rc == 0 && (rc = audit_record(c, audit, err, errlen)) == 0)
         rc = s->ops->commit(s, err, errlen);
     s->ops->unlock(s);
-    json_decref(doc);
+    json_decref(out);
+    json_decref(a.doc);
     return rc;
 }
 
@@ -446,19 +578,13 @@ static void note_applied(struct gw_control *c, uint64_t version)
 static void apply_copy(struct gw_control *c, const json_t *doc, uint64_t version)
 {
     struct admin_store *s = &c->store;
-    struct gw_config cand;
     char err[1024];
     int rc, parsed = 0;
 
     if ((rc = admin_store_file_ops.lock(s, err, sizeof(err))) == 0) {
         if ((rc = admin_store_file_ops.stage(s, doc, err, sizeof(err))) == 0) {
-            const char *staged = s->staged;
-            if ((parsed = gw_config_load_with_store(c->config_path, staged, &cand, err, sizeof(err))) == 0) {
-                gw_config_free(&cand);
+            if ((parsed = candidate_loads(c, s->staged, err, sizeof(err))) == 0)
                 rc = admin_store_file_ops.commit(s, err, sizeof(err));
-            } else {
-                name_the_store(s, staged, err, sizeof(err));
-            }
         }
         admin_store_file_ops.unlock(s);
     }
@@ -482,84 +608,29 @@ static void apply_copy(struct gw_control *c, const json_t *doc, uint64_t version
     note_applied(c, version);
 }
 
-/* ---------------------------------------------------------------- last use */
-
-static const json_t *used_read; /* the store's record, while do_read runs */
-
-/* When key id last authenticated a request: this gateway's table (exact,
- * since its start) or the store's record (to the minute, any gateway,
- * any start), the later. */
-static time_t last_used(const char *id)
-{
-    time_t here = gw_keyuse_last(id);
-    json_t *v = used_read != NULL ? json_object_get(used_read, id) : NULL;
-    time_t stored = v != NULL ? (time_t)json_integer_value(v) : 0;
-
-    return here > stored ? here : stored;
-}
-
-static void note_one(const char *id, time_t last, void *arg)
-{
-    json_t *used = arg;
-
-    (void)json_object_set_new(used, id, json_integer((json_int_t)(last - last % 60)));
-}
-
-void gw_control_flush_used(struct gw_control *c)
-{
-    time_t started = time(NULL);
-    json_t *used = json_object();
-    char err[512];
-
-    if (c->listen_fd < 0)
-        return;
-    /* a minute back: a use in the flush's own second is sent again next time, never lost */
-    if (used == NULL || gw_keyuse_since(c->used_since > 60 ? c->used_since - 60 : 0, note_one, used) == 0) {
-        json_decref(used);
-        return;
-    }
-    if (c->store.ops->note_used(&c->store, used, err, sizeof(err)) != 0) {
-        if (!c->used_failing)
-            log_warnx("%s: keys' last use not written to the admin store (moatctl key list says this gateway's own): %s", __func__,
-                      err);
-        c->used_failing = 1;
-    } else {
-        if (c->used_failing)
-            log_info("%s: keys' last use written to the admin store again", __func__);
-        c->used_failing = 0;
-        c->used_since = started;
-    }
-    json_decref(used);
-}
-
 static void do_read(struct gw_control *c, struct gw_control_client *cl, const struct admin_req *q)
 {
     char err[1024];
-    struct gw_config run;
-    json_t *doc, *stored, *result = json_pack("{s:b}", "ok", 1);
-    int rc;
+    struct ask a = {.q = q};
+    json_t *stored, *result = NULL;
 
-    if ((doc = c->store.ops->read(&c->store, err, sizeof(err))) == NULL ||
-        gw_config_load(c->config_path, &run, err, sizeof(err)) != 0) {
-        json_decref(doc);
-        json_decref(result);
+    if ((a.doc = c->store.ops->read(&c->store, err, sizeof(err))) == NULL) {
         reply_error(cl, err);
         return;
     }
     if ((stored = c->store.ops->read_used(&c->store, err, sizeof(err))) == NULL)
         log_warnx("%s: keys' last use in the admin store unreadable (this gateway's own is listed): %s", __func__, err);
-    used_read = stored;
-    rc = admin_read(q, doc, &run, time(NULL), last_used, result, err, sizeof(err));
+    used_read = stored; /* the child's last_used reads it */
+    result = ask(c, ask_read, &a, err, sizeof(err));
     used_read = NULL;
     json_decref(stored);
-    if (rc != 0) {
+    json_decref(a.doc);
+    if (!json_is_object(result)) {
         json_decref(result);
         reply_error(cl, err);
-    } else {
-        set_reply(cl, result);
+        return;
     }
-    gw_config_free(&run);
-    json_decref(doc);
+    set_reply(cl, result);
 }
 
 static int alive(pid_t pid)

@@ -406,6 +406,39 @@ class LastUsedTest(unittest.TestCase):
             self.assertIn("control.last_used_every_s", p.stderr)
 
 
+class ParsedAsTheGatewaysUserTest(unittest.TestCase):
+    """The supervisor keeps root but never parses the configuration as root
+    after start: moatctl's listings and changes are worked out by a child
+    that became the gateway's user first (admin/as_user.c).  A gateway.conf
+    that only root may read is what shows it: a root parser would read it,
+    the gateway's user cannot, so moatctl says so, and changes nothing."""
+
+    def test_a_configuration_only_root_can_read_stops_moatctl(self):
+        stack = admin_stack().start()
+        self.addCleanup(stack.stop)
+        ok(stack, "tenant", "add", "acme")
+        with open(stack.store) as f:
+            before = f.read()
+        os.chown(stack.config, 0, 0)
+        os.chmod(stack.config, 0o600)
+        try:
+            for args in (["key", "list"], ["key", "create", "--tenant", "acme"], ["tenant", "show", "acme"]):
+                p = moatctl(stack, *args)
+                self.assertEqual(p.returncode, 1, (args, p.stdout, p.stderr))
+                self.assertIn(stack.config, p.stderr)
+                self.assertIn("Permission denied", p.stderr)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        finally:
+            os.chown(stack.config, 0, MOAT_GID)
+            os.chmod(stack.config, 0o640)
+        with open(stack.store) as f:
+            self.assertEqual(f.read(), before)  # nothing changed
+        self.assertEqual(moatctl(stack, "key", "list").returncode, 0)
+        # the supervisor is still root (it keeps the control socket and starts the writer)
+        sup = json.loads(ok(stack, "--json", "status").stdout)
+        self.assertIn("audit_writer", sup)
+
+
 class ControlUsersTest(unittest.TestCase):
     """control.users lets a listed user in besides root, and the audit record names them."""
 

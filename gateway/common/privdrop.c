@@ -38,13 +38,25 @@ int gw_check_user(const char *user, char *err, size_t errlen)
 
 int gw_drop_privileges(const char *user, char *err, size_t errlen)
 {
-    uid_t uid, ruid, euid, suid;
-    gid_t gid, rgid, egid, sgid;
+    uid_t uid;
+    gid_t gid;
 
     if (geteuid() != 0 && getuid() != 0)
         return 0;
     if (lookup(user, &uid, &gid, err, errlen) != 0)
         return -1;
+    return gw_drop_to(uid, gid, err, errlen);
+}
+
+int gw_drop_to(uid_t uid, gid_t gid, char *err, size_t errlen)
+{
+    uid_t ruid, euid, suid;
+    gid_t rgid, egid, sgid;
+
+    if (uid == 0 || gid == 0) {
+        snprintf(err, errlen, "uid %u gid %u: must not be 0", (unsigned)uid, (unsigned)gid);
+        return -1;
+    }
     if (chdir("/") == -1) {
         snprintf(err, errlen, "chdir /: %s", strerror(errno));
         return -1;
