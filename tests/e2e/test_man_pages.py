@@ -9,7 +9,7 @@ What is checked:
   - gateway.conf(5) names every key the configuration parser accepts, and
     names nothing else as a key.
 
-How the keys are found.  The parser (gateway/config*.c) walks each YAML
+How the keys are found.  The parser (gateway/config/config*.c) walks each YAML
 mapping with a field function, `int f(struct parse_ctx *pc, const char *key,
 yaml_node_t *v, void *arg)`, handed each key in turn (cfg_walk_mapping); a
 function returns 1 for a key it does not know.  A field function names its
@@ -60,6 +60,7 @@ PAGES = {
     "gateway/man/moat-gateway.8": os.path.join(BUILD, "gateway", "moat-gateway"),
     "gateway/man/moatctl.8": os.path.join(BUILD, "gateway", "moatctl"),
     "gateway/man/gateway.conf.5": None,
+    "gateway/man/moat-api.7": None,
     "backend/man/moat-backend.8": os.path.join(BUILD, "backend", "moat-backend"),
     "backend/man/moat-languages.5": None,
     "backend/man/moat-protocol.7": None,
@@ -123,7 +124,7 @@ def field_functions(text):
 def tuning_keys():
     """The audit section's writer settings: gw_audit_tuning_specs' initializer, wherever it is defined."""
     keys = set()
-    for path in glob.glob(os.path.join(SOURCE, "gateway", "*.c")):
+    for path in glob.glob(os.path.join(SOURCE, "gateway", "**", "*.c"), recursive=True):
         text = strip_comments(read(path))
         m = re.search(r"gw_audit_tuning_specs\s*\[[^\]]*\]\s*=\s*\{(.*?)\n\};", text, re.S)
         if m:
@@ -133,7 +134,7 @@ def tuning_keys():
 
 def parser_keys():
     """Every key gateway.conf may hold, by name, and the problems found on the way (see the docstring)."""
-    sources = sorted(p for p in glob.glob(os.path.join(SOURCE, "gateway", "config*.c"))
+    sources = sorted(p for p in glob.glob(os.path.join(SOURCE, "gateway", "config", "config*.c"))
                      if os.path.basename(p) not in PARSER_SKIP)
     keys, problems = set(), []
     tuning = tuning_keys()
