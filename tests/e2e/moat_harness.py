@@ -237,7 +237,7 @@ def landlock_abi():
 
 
 def expected_walls():
-    """The walls a plain box of a backend started by these tests reports (README "Walls")."""
+    """The walls a plain box of a backend started by these tests reports (moat-backend(8), "Walls")."""
     return "namespaces+seccomp+landlock" if landlock_abi() > 0 else "namespaces+seccomp"
 
 
