@@ -65,7 +65,7 @@
  * What a box must not learn from the host (S28, S30): /dev holds device
  *   nodes made here (mknod), not binds of the host's devtmpfs, so the
  *   box's mountinfo names no host device but the runtime's own filesystem
- *   (a bind mount shares its superblock: see the README); /proc paths that
+ *   (a bind mount shares its superblock: see moat-backend(8)); /proc paths that
  *   show how the kernel was built and booted, its symbols, keys, devices
  *   and host-wide activity (pressure, I/O, interrupts, locks) are masked
  *   with /dev/null or an empty read-only tmpfs, as runc does, and runc's

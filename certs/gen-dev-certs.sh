@@ -8,7 +8,7 @@
 # OUTDIR/server.pem (certificate chain) and OUTDIR/server.key.  Keys are
 # made fresh on every call and are mode 0600; nothing here is committed.
 # For production, point tls.certificate / tls.key in gateway.conf at a
-# certificate from your own CA or ACME client instead (see README).
+# certificate from your own CA or ACME client instead (see moat-gateway(8), "TLS").
 set -eu
 
 if [ $# -ne 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then

@@ -23,7 +23,7 @@
  *
  * Each worker thread owns one h2o event loop, its listener, and its timers;
  * nothing on a loop ever blocks.  A request is driven by pipeline.c through
- * the README's numbered steps (caps, framing, route, authenticate,
+ * moat-gateway(8)'s numbered steps (caps, framing, route, authenticate,
  * authorize, admit, prepare, decision record, backend, result record,
  * respond); routes.c is the table of routes, and each route's handler only
  * translates the validated request into a typed moat_proto frame (never

@@ -57,7 +57,7 @@
  * the others follow it).  So switching a gateway from the file store to
  * Redis keeps its store; a Redis that lost its data gets the first
  * reconnecting gateway's copy, which may be older than what was lost
- * (give Redis persistence: README).
+ * (give Redis persistence: moatctl(8)).
  *
  * Unreachable Redis.  The supervisor's calls go through the gateway's
  * one Redis client (store/redis_client.c: its timeouts, backoff,
@@ -546,7 +546,7 @@ static int doc_has_entries(const json_t *doc)
            0;
 }
 
-/* Redis holds no store: the copy becomes version 1 if it holds anything (README: a new deployment, a Redis that lost its data). */
+/* Redis holds no store: the copy becomes version 1 if it holds anything (moatctl(8): a new deployment, a lost Redis). */
 static int seed(struct admin_store *s, char *err, size_t errlen)
 {
     struct admin_redis *r = s->redis;

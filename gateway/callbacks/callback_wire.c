@@ -16,7 +16,7 @@
  *
  * The sender signs what it sends to a receiver (cb_signature): the
  * receiver recomputes HMAC-SHA256(secret, t + "." + body) with the
- * tenant's secret and compares in constant time (README: Callbacks).
+ * tenant's secret and compares in constant time (moat-api(7): Callbacks).
  */
 #include "callback_wire.h"
 

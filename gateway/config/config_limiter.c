@@ -28,7 +28,7 @@
  * others (not the owner, not the group) may read it; one trailing newline
  * is dropped.  Over TCP a password file is required: hiredis 0.14 speaks
  * no TLS, so a Redis on the network must at least want a password (and sit
- * on a private link; see the README).  Defaults and bounds: GW_REDIS_* in
+ * on a private link; see moat-gateway(8)).  Defaults and bounds: GW_REDIS_* in
  * gw_limits.h.  The section is read at start; a reload that changes it
  * keeps the running limiter (server.c says so in the log).
  */

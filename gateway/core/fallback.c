@@ -19,7 +19,7 @@
  * text/plain body; the connection is closed after it.  Requests h2o cannot
  * parse at all (a garbage request line, an HTTP version other than 1.x,
  * too many header fields, an oversized head) are answered by its parser
- * straight on the socket, with no request and so no filter: the README
+ * straight on the socket, with no request and so no filter: moat-gateway(8)
  * lists them.
  */
 #include "fallback.h"

@@ -6,7 +6,7 @@
  * h2o calls on_req() once per request.  It makes a struct gw_request in the
  * request's pool (holding the configuration generation the request starts
  * with, so a SIGHUP cannot free what it reads) and drive() runs it through
- * the README's numbered steps, in order, each a small function that either
+ * moat-gateway(8)'s numbered steps, in order, each a small function that either
  * passes the request on (GW_NEXT), refuses it (gw_deny: GW_DENY), or waits
  * for an answer from the event loop (GW_WAIT):
  *

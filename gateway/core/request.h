@@ -22,7 +22,7 @@ struct gw_conn;
 struct gw_route;
 struct gw_audit_entry;
 
-/* The README's numbered request-path steps, in order. */
+/* moat-gateway(8)'s numbered request-path steps, in order. */
 enum gw_step {
     GW_STEP_CAPS,         /*  1. the connection's caps and abuse state */
     GW_STEP_FRAMING,      /*  2. HTTP/1 smuggling shapes, HTTP/2 field values */

@@ -690,7 +690,7 @@ json_t *piston_exec_result_object(const struct moat_exec_result *res)
         return NULL;
     put(o, "language", res->language != NULL ? json_bytes(res->language, strlen(res->language)) : json_null(), &failed);
     put(o, "version", res->version != NULL ? json_bytes(res->version, strlen(res->version)) : json_null(), &failed);
-    /* moat's: the walls that held the job's boxes (README "Walls"), when the backend said */
+    /* moat's: the walls that held the job's boxes (moat-backend(8), "Walls"), when the backend said */
     if (res->walls != NULL)
         put(o, "walls", json_bytes(res->walls, strlen(res->walls)), &failed);
     /* Piston answers a failed compile with its compile result as `run` too

@@ -278,7 +278,7 @@ static int confine(const char *const *extra, size_t n, const int *families, size
 /* What a Redis reached over TCP adds (limiter.redis.host): hiredis makes a
  * TCP socket and connects it on the worker's loop; no resolver runs (the
  * host is a numeric address).  A worker taken over could then reach other
- * hosts too, which is why a Unix socket is the README's first choice. */
+ * hosts too, which is why a Unix socket is moat-gateway(8)'s first choice. */
 static const int redis_families[] = {AF_INET, AF_INET6};
 
 int gw_confine(int tcp_client, char *err, size_t errlen)

@@ -42,7 +42,7 @@ const char *gw_reason_name(enum gw_reason r);
 /*
  * The stable, machine-readable `code` of an error body for a refusal with
  * this reason and HTTP status ("rate_limited", "invalid_token", ...): the
- * README lists them; clients and agents act on them.  Never NULL.
+ * moat-gateway(8) lists them; clients and agents act on them.  Never NULL.
  */
 const char *gw_error_code(enum gw_reason r, int status);
 

@@ -577,7 +577,7 @@ static void record_result(struct gw_session *s)
     limits = limits_json(s);
     /* the packet's result without the output: the transcript holds every
      * byte of it once, which keeps a session's packet near 4/3 of its
-     * stdin and output (audit packet_max_bytes, README) */
+     * stdin and output (the writer's fixed 8 MiB packet cap, moat-api(7)) */
     result_json = piston_exec_result_json(&res);
     have_packet = gw_audit_session_packet(&packet, &who, &s->ereq, s->metadata, limits, s->tr, result_json) == 0;
     fill.len = packet.len;

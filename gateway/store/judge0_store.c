@@ -852,7 +852,7 @@ out:
  * a new token past the tenant's cap evicts the tenant's oldest (lowest
  * expiry) records; then the record and its set entry are written.  The
  * overall caps (max_records, max_bytes) are not counted here: Redis'
- * maxmemory bounds it (the README says how to set it); a record is still
+ * maxmemory bounds it (moat-gateway(8) says how to set it); a record is still
  * capped at GW_JUDGE0_RECORD_MAX_BYTES.
  *
  * A get is one script for all the tokens asked (GET /submissions/batch:

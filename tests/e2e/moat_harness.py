@@ -10,6 +10,7 @@ import glob
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -26,10 +27,54 @@ MOATCTL = os.path.join(BUILD, "gateway", "moatctl")
 MOAT_AUDIT = os.path.join(BUILD, "audit", "moat-audit")
 AUDIT_WRITER = os.path.join(BUILD, "audit", "moat-audit-writer")
 CALLBACK_SENDER = os.path.join(BUILD, "gateway", "moat-callback-sender")
-# The programs' defaults are the installed paths (README "Running in
-# production"); from the build tree every start names the checkout's
-# manifests (moat-backend -L) and the helpers (audit.writer, callbacks.sender).
+# The programs' defaults are the installed paths (moat-gateway(8), "Installing
+# moat"); from the build tree every start names the checkout's manifests
+# (moat-backend -L) and the helpers (audit.writer, callbacks.sender).
 LANGUAGES = os.path.join(SOURCE, "backend", "languages")
+
+
+# ---- what the manual pages show, as a shell or a client runs it -----------
+
+def man_unescape(line):
+    r"""One line of an mdoc literal display as it reads: \e is a backslash,
+    \& (which guards a leading dot or quote) is nothing."""
+    return re.sub(r"\\(e|&)", lambda m: "\\" if m.group(1) == "e" else "", line)
+
+
+def man_literal_blocks(text):
+    """The .Bd -literal ... .Ed displays of a page (or part of one), in order,
+    unescaped."""
+    blocks, cur = [], None
+    for line in text.split("\n"):
+        if cur is None:
+            if line.startswith(".Bd -literal"):
+                cur = []
+        elif line == ".Ed":
+            blocks.append("".join(man_unescape(l) + "\n" for l in cur))
+            cur = None
+        else:
+            cur.append(line)
+    return blocks
+
+
+def man_page(path):
+    """A page's source, path relative to the checkout (gateway/man/moatctl.8)."""
+    with open(os.path.join(SOURCE, path)) as f:
+        return f.read()
+
+
+def man_example(path, name):
+    """The display right after the page's comment line `.\\" example: NAME`."""
+    text = man_page(path).split('.\\" example: %s\n' % name, 1)[1]
+    return man_literal_blocks(text)[0]
+
+
+def man_section(path, title):
+    """The text of one .Sh or .Ss of a page, up to the next .Sh or .Ss."""
+    text = man_page(path)
+    m = re.search(r"^\.S[hs] " + re.escape(title) + r"\n(.*?)(?=^\.S[hs] |\Z)", text, re.M | re.S)
+    assert m, "%s: no section %r" % (path, title)
+    return m.group(1)
 
 
 # ---- waiting for a condition, never for a fixed time ----------------------
@@ -192,7 +237,7 @@ def landlock_abi():
 
 
 def expected_walls():
-    """The walls a plain box of a backend started by these tests reports (README "Walls")."""
+    """The walls a plain box of a backend started by these tests reports (moat-backend(8), "Walls")."""
     return "namespaces+seccomp+landlock" if landlock_abi() > 0 else "namespaces+seccomp"
 
 

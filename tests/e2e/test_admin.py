@@ -2,7 +2,7 @@
 JWT issuers in the admin store, applied atomically, audited before they take
 effect, persisted, and loaded by the real gateway (with the audit trail on).
 
-Every step here is a README "Admin guide" step run as written: moatctl
+Every step here is a moatctl(8) EXAMPLES step run as written: moatctl
 against a real gateway, requests over real TLS."""
 
 import base64

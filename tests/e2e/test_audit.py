@@ -784,7 +784,7 @@ class AuditTest(unittest.TestCase):
         os.mkdir(home)
         os.chown(home, nobody.pw_uid, nobody.pw_gid)
         archive = os.path.join(self.tmp, "trail.tar")
-        # as README says: without the writer's keys
+        # as moat-audit(1) says: without the writer's keys
         subprocess.run(["tar", "-C", self.adir, "--exclude=./state", "--exclude=./signing.key", "-cf", archive, "."], check=True)
         os.chmod(archive, 0o644)
         os.chmod(self.key, 0o644)

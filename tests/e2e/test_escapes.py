@@ -426,7 +426,7 @@ class ProcMaskTest(unittest.TestCase):
     def test_s30_mountinfo_names_no_host_device_but_the_runtime(self):
         # /dev's nodes are made in the box (mknod), not bound from the host's
         # devtmpfs.  The runtime binds still name the host filesystem they
-        # come from (a bind shares its superblock; README "The box").
+        # come from (a bind shares its superblock; moat-backend(8)).
         out = probe_json("out = [l.split() for l in open('/proc/self/mountinfo')]")
         with open(os.path.join(os.path.dirname(__file__), "..", "..", "backend", "languages", "python-3.11",
                                "manifest.json")) as f:

@@ -94,7 +94,7 @@ class GatewayTest(unittest.TestCase):
         self.assertIsInstance(data.get("message"), str)
         self.assertTrue(data["message"])
         self.assertEqual(data.get("request_id"), headers.get("x-request-id"))
-        # a stable machine-readable code beside the message (README: "Error codes")
+        # a stable machine-readable code beside the message (moat-gateway(8): "Error codes")
         self.assertRegex(data.get("code", ""), r"^[a-z]+(_[a-z]+)*$")
         if code is not None:
             self.assertEqual(data["code"], code)

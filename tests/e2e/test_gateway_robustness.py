@@ -1176,11 +1176,11 @@ class FramingTest(unittest.TestCase):
         self.assertTrue(closed)
 
     def test_what_h2o_answers_itself(self):
-        """README "Robustness": a request h2o cannot parse at all is answered by its parser
+        """moat-gateway(8) "Robustness": a request h2o cannot parse at all is answered by its parser
         straight on the socket (text/plain, no X-Request-Id, no log line or record) and the
         connection closed.  A request it parses but refuses before any handler runs keeps
         h2o's status and text/plain body, but gets an X-Request-Id, a log line and a denial
-        record (gateway/core/fallback.c).  Should either change, this test and the README change
+        record (gateway/core/fallback.c).  Should either change, this test and moat-gateway(8) change
         together."""
         unparsed = [
             b"GARBAGE\r\n\r\n",

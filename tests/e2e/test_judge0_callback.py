@@ -91,7 +91,7 @@ def loopback_host_name():
 
 
 def verify(secret, header, body, tolerance=300):
-    """What the README tells a receiver to do with X-Moat-Signature."""
+    """What moat-api(7) tells a receiver to do with X-Moat-Signature."""
     parts = dict(p.split("=", 1) for p in header.split(","))
     want = hmac.new(secret, parts["t"].encode() + b"." + body, hashlib.sha256).hexdigest()
     return hmac.compare_digest(want, parts["v1"]) and abs(time.time() - int(parts["t"])) < tolerance

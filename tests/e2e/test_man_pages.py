@@ -60,6 +60,7 @@ PAGES = {
     "gateway/man/moat-gateway.8": os.path.join(BUILD, "gateway", "moat-gateway"),
     "gateway/man/moatctl.8": os.path.join(BUILD, "gateway", "moatctl"),
     "gateway/man/gateway.conf.5": None,
+    "gateway/man/moat-api.7": None,
     "backend/man/moat-backend.8": os.path.join(BUILD, "backend", "moat-backend"),
     "backend/man/moat-languages.5": None,
     "backend/man/moat-protocol.7": None,
@@ -123,7 +124,7 @@ def field_functions(text):
 def tuning_keys():
     """The audit section's writer settings: gw_audit_tuning_specs' initializer, wherever it is defined."""
     keys = set()
-    for path in glob.glob(os.path.join(SOURCE, "gateway", "config", "*.c")):
+    for path in glob.glob(os.path.join(SOURCE, "gateway", "**", "*.c"), recursive=True):
         text = strip_comments(read(path))
         m = re.search(r"gw_audit_tuning_specs\s*\[[^\]]*\]\s*=\s*\{(.*?)\n\};", text, re.S)
         if m:

@@ -86,7 +86,7 @@ class BackendNotifyTest(unittest.TestCase):
         p = self.start(ns.address)
         try:
             ready = ns.next_state(p, "READY=1")
-            # STATUS= names the walls its boxes get (README: walls)
+            # STATUS= names the walls its boxes get (moat-backend(8): walls)
             self.assertEqual(ready.get("READY"), "1")
             self.assertRegex(ready.get("STATUS", ""), r"^walls namespaces\+seccomp(\+landlock)?$")
             with socket.socket(socket.AF_UNIX) as s:

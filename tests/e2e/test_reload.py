@@ -1,7 +1,7 @@
 """SIGHUP reload of root-owned files (G9): `moat-gateway -n` tries the reload
 as the gateway's user and fails when it would fail; with the quickstart
 demo's layout (root:moat 0640 files in a root:moat 0750 directory) the
-README's key-rotation recipe works as written, and a JWT signing key
+key-rotation recipe of moatctl(8) works as written, and a JWT signing key
 rotates the same way.  Reloads run in the confined gateway, so they also
 show that a reload needs no call the seccomp filter refuses."""
 
@@ -19,7 +19,7 @@ import textwrap
 import time
 import unittest
 
-from moat_harness import BUILD, GATEWAY, SOURCE, Stack, wait_until
+from moat_harness import BUILD, GATEWAY, Stack, man_literal_blocks, man_section, wait_until
 
 MOAT_GID = grp.getgrnam("moat").gr_gid
 
@@ -31,7 +31,7 @@ def root_moat(path, mode=0o640):
 
 
 def check(conf):
-    """moat-gateway -n, as the quickstart and the README's recipe run it."""
+    """moat-gateway -n, as the quickstart and moatctl(8)'s recipe run it."""
     return subprocess.run([GATEWAY, "-n", "-c", conf], capture_output=True, text=True)
 
 
@@ -69,11 +69,9 @@ def wait_reloads(stack, count):
 
 
 def recipe_blocks():
-    """The shell blocks of the README's "Rotating a key" section, in order."""
-    with open(os.path.join(SOURCE, "README.md")) as f:
-        readme = f.read()
-    section = readme.split("### Rotating a key\n", 1)[1].split("\n#", 1)[0]
-    blocks = [textwrap.dedent(b) for b in re.findall(r"```sh\n(.*?)```", section, re.S)]
+    """The shell blocks of moatctl(8)'s "Rotating a key by hand", in order."""
+    section = man_section("gateway/man/moatctl.8", "Rotating a key by hand")
+    blocks = [textwrap.dedent(b) for b in man_literal_blocks(section)]
     assert len(blocks) == 3, blocks
     return blocks
 
@@ -145,7 +143,7 @@ class CheckTest(unittest.TestCase):
 
 
 class RotationTest(unittest.TestCase):
-    """The README's recipe against a stack laid out like the demo."""
+    """moatctl(8)'s recipe against a stack laid out like the demo."""
 
     def setUp(self):
         self.stack = Stack(tenants=[("demo", "", "")])
@@ -178,7 +176,7 @@ class RotationTest(unittest.TestCase):
         with open(os.path.join(self.demo, "token")) as f:
             return f.read().strip()
 
-    def test_readme_recipe(self):
+    def test_man_page_recipe(self):
         old = self.stack.token
         add, switch, remove = recipe_blocks()
         self.run_block(add)

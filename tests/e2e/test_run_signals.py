@@ -1,6 +1,6 @@
 """`moat-backend run` ended from outside never leaves its box running.
 
-The one-shot CLI (README "moat-backend run") is a keeper process and a worker
+The one-shot CLI (moat-backend(8), SIGNALS) is a keeper process and a worker
 (backend/main.c, "run: the keeper").  Each test starts a run whose program
 waits forever in its box, waits until the box is seen running, ends the run
 in one way and then asserts, once the run has exited, that nothing of the box

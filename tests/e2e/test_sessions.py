@@ -21,7 +21,7 @@ import unittest
 
 import websockets
 
-from moat_harness import (DEADLINE_S, MOAT_AUDIT, SOURCE, SilentBackend, Stack, box_pids, expected_walls, frame,
+from moat_harness import (DEADLINE_S, MOAT_AUDIT, SilentBackend, Stack, box_pids, expected_walls, frame, man_example,
                           read_frame, wait_until)
 from test_audit_gateway import writer_pid
 from ws_client import connect, events_until_close, init_message, recv_event, run, stream_text, wait_for_event
@@ -660,13 +660,10 @@ class SessionTest(unittest.TestCase):
         self.assertIn("could not be recorded", events[-1]["message"])
         self.assertEqual(code, 4002)  # never "Job Completed" without its record
 
-    # ---- the README's clients, run as written ------------------------------------
+    # ---- moat-api(7)'s clients, run as written -----------------------------------
 
-    def readme_example(self, name):
-        with open(os.path.join(SOURCE, "README.md")) as f:
-            text = f.read()
-        block = text.split("<!-- example: %s -->" % name, 1)[1].split("```", 2)[1]
-        return block.split("\n", 1)[1]  # after the fence's language name
+    def page_example(self, name):
+        return man_example("gateway/man/moat-api.7", name)
 
     def run_example(self, name, cmd, env=None):
         d = os.path.join(self.stack.tmp, "example")
@@ -675,17 +672,17 @@ class SessionTest(unittest.TestCase):
         with open(os.path.join(d, ".demo", "token"), "w") as f:
             f.write(self.stack.token + "\n")
         with open(os.path.join(d, name), "w") as f:
-            f.write(self.readme_example(name).replace("127.0.0.1:8443", "127.0.0.1:%d" % self.stack.port))
+            f.write(self.page_example(name).replace("127.0.0.1:8443", "127.0.0.1:%d" % self.stack.port))
         p = subprocess.run(cmd + [name], cwd=d, capture_output=True, text=True, timeout=120,
                            env=dict(os.environ, **(env or {})))
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("hello, ada", p.stdout)
         self.assertIn("4999", p.stdout)
 
-    def test_readme_python_client(self):
+    def test_moat_api_python_client(self):
         self.run_example("session.py", ["/usr/bin/python3"])
 
-    def test_readme_javascript_client(self):
+    def test_moat_api_javascript_client(self):
         probe = subprocess.run(["node", "--experimental-websocket", "-e", "if (typeof WebSocket !== 'function') process.exit(3)"],
                                capture_output=True) if shutil.which("node") else None
         if probe is None or probe.returncode != 0:

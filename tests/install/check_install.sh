@@ -11,9 +11,9 @@
 #       systemd-analyze verify on the installed units, seen at their real
 #       paths in a private mount namespace (the staged prefix bound over
 #       the real one; the host is not changed), must print nothing; the
-#       hardening the README promises is in them, and
+#       hardening moat-gateway(8) and moat-backend(8) promise is in them, and
 #       `systemd-analyze security --offline=true` scores them (printed;
-#       README "Running in production" records them).  Exit 77 (skipped)
+#       the same pages record them).  Exit 77 (skipped)
 #       when systemd-analyze or a private mount namespace is not available.
 set -eu
 mode=$1 build=$2 src=$3 bindir=$4 libexecdir=$5 langdir=$6 confdir=$7 unitdir=$8
@@ -108,7 +108,7 @@ check_units() {
     need moat-backend.service "NoNewPrivileges=yes"
     need moat-backend.service "KillMode=mixed"
 
-    # the exposure scores, recorded in the README; a unit that loses its
+    # the exposure scores, recorded in the man pages; a unit that loses its
     # hardening scores above these ceilings (0..100: ten times the score)
     for u in moat-gateway:35 moat-backend:50; do
         name=${u%%:*} ceiling=${u#*:}

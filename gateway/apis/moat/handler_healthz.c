@@ -47,7 +47,7 @@ static enum gw_flow prepare_ready(struct gw_request *r)
     return gw_runtimes_query(r, &r->frame, &r->job_id);
 }
 
-/* The walls a plain box should have (README "Walls"): those the backend's
+/* The walls a plain box should have (moat-backend(8), "Walls"): those the backend's
  * answer lacks are named in the readiness answer, e.g. Landlock on a
  * kernel without it or a backend run with --no-landlock. */
 static const char *const plain_box_walls[] = {"namespaces", "seccomp", "landlock"};
