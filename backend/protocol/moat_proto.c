@@ -1,401 +1,64 @@
 /*
- * moat_proto.c - encoder and strict decoder for the gateway <-> backend
- * messages.  Wire format: see PROTOCOL.md.
+ * moat_proto.c - the gateway <-> backend messages as field tables, and the
+ * thin public functions of moat_proto.h over the one codec (moat_codec.c).
+ * Wire format: PROTOCOL.md; a unit test holds its field tables against
+ * these (tests/unit/test_proto_doc.c).
  *
- * The decoder is the first thing the privileged backend runs on bytes from
- * another process, so it is written as typed readers over a bounded cursor:
- * every length is checked against what is left, every tag is known for its
- * message, non-repeatable tags appear at most once, required tags must be
- * present, strings are NUL-free UTF-8 of bounded length and integers have
- * their exact width.  Anything else is an error with a reason.
+ * Theory of operation:
+ *   1. A table per message and per nested group: a row per field, with its
+ *      tag, kind, place in the C struct, bounds, default and reasons.
+ *   2. What a row cannot say is a hook next to the table: a check the
+ *      encoder makes before the fields (pre) or after them (post), or the
+ *      decoder once every field is in (done), e.g. a stage's clock only
+ *      with a TO, the load's busy never above its slots.
+ *   3. The public encoders, decoders and frees are the codec run on a
+ *      table (CODEC_ENCODE, CODEC_DECODE, CODEC_FREE below each table).
+ *   4. The header: every type has a payload cap, checked before anything
+ *      reads or allocates the payload.
+ *
+ * Strict and fail-closed: what a table does not name is refused, reasons
+ * are values the callers pass on (the backend answers ERROR 1 with them).
+ * Adding a message: its struct, its table, its three lines of wrappers.
  */
 #include "moat_proto.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- tags ------------------------------------------------------------- */
+#include "moat_codec.h"
 
-enum {
-    /* exec request */
-    TAG_REQ_LANGUAGE = 1,
-    TAG_REQ_VERSION = 2,
-    TAG_REQ_FILE = 3,
-    TAG_REQ_STDIN = 4,
-    TAG_REQ_ARG = 5,
-    TAG_REQ_RUN_TIMEOUT = 6,
-    TAG_REQ_COMPILE_TIMEOUT = 7,
-    TAG_REQ_RUN_MEMORY = 8,
-    TAG_REQ_COMPILE_MEMORY = 9,
-    TAG_REQ_RUN_CPU = 10,
-    TAG_REQ_COMPILE_CPU = 11,
-    TAG_REQ_TEST = 12,       /* EXEC_REQUEST only */
-    TAG_REQ_TESTS_WALL = 13, /* EXEC_REQUEST only */
-    TAG_REQ_RUN_STACK = 14,
-    TAG_REQ_RUN_PROCESSES = 15,
-    TAG_REQ_RUN_FILE_SIZE = 16,
-    TAG_REQ_COMPILER_OPTION = 17, /* repeated */
-    TAG_REQ_ISOLATION = 18,       /* u8 enum moat_isolation; absent: namespaces */
-    /* test case (nested in TAG_REQ_TEST) */
-    TAG_TC_STDIN = 1,
-    TAG_TC_ARG = 2,
-    TAG_TC_RUN_TIMEOUT = 3,
-    TAG_TC_RUN_MEMORY = 4,
-    TAG_TC_RUN_CPU = 5,
-    /* file (nested in TAG_REQ_FILE) */
-    TAG_FILE_NAME = 1,
-    TAG_FILE_CONTENT = 2,
-    /* exec result */
-    TAG_RES_LANGUAGE = 1,
-    TAG_RES_VERSION = 2,
-    TAG_RES_WALLS = 3,
-    TAG_RES_COMPILE = 16,
-    TAG_RES_RUN = 17,
-    TAG_RES_TEST = 18, /* repeated */
-    /* stage (nested in TAG_RES_COMPILE / TAG_RES_RUN) */
-    TAG_ST_STDOUT = 1,
-    TAG_ST_STDERR = 2,
-    TAG_ST_OUTPUT = 3,
-    TAG_ST_CODE = 4,
-    TAG_ST_SIGNAL = 5,
-    TAG_ST_STATUS = 6,
-    TAG_ST_MESSAGE = 7,
-    TAG_ST_CPU_MS = 8,
-    TAG_ST_WALL_MS = 9,
-    TAG_ST_MEMORY = 10,
-    TAG_ST_CLOCK = 11,
-    /* error */
-    TAG_ERR_CODE = 1,
-    TAG_ERR_MESSAGE = 2,
-    /* runtimes */
-    TAG_RT_RUNTIME = 1,
-    TAG_RT_LOAD = 2,
-    TAG_RT_WALLS = 3,
-    TAG_LD_SLOTS = 1,
-    TAG_LD_BUSY = 2,
-    TAG_LD_QUEUE_MAX = 3,
-    TAG_LD_QUEUED = 4,
-    TAG_LD_SESSION_SLOTS = 5,
-    TAG_LD_SESSIONS_BUSY = 6,
-    TAG_RTE_LANGUAGE = 1,
-    TAG_RTE_VERSION = 2,
-    TAG_RTE_ALIAS = 3,
-    TAG_RTE_COMPILED = 4,
-    TAG_RTE_OPTION_PATTERN = 5, /* repeated */
-    TAG_RTE_ISOLATIONS = 6,     /* u8: bit n set when isolation n can run; absent: namespaces only */
-    /* session stdin */
-    TAG_SIN_DATA = 1,
-    /* session signal */
-    TAG_SIG_SIGNAL = 1,
-    /* session output */
-    TAG_OUT_STREAM = 1,
-    TAG_OUT_OFFSET = 2,
-    TAG_OUT_DATA = 3,
-    /* session stage */
-    TAG_SST_STAGE = 1,
-    TAG_SST_OFFSET = 2,
-    /* session exit; the result is a stage (TAG_ST_*) */
-    TAG_EX_STAGE = 1,
-    TAG_EX_OFFSET = 2,
-    TAG_EX_CLOCK = 3,
-    TAG_EX_RESULT = 4,
-    /* session credit */
-    TAG_CR_BYTES = 1,
-    /* session open: the exec request's tags (TAG_REQ_*), then the ceilings */
-    TAG_SO_WALL = 20,
-    TAG_SO_IDLE = 21,
-    TAG_SO_CPU = 22,
-    TAG_SO_STDIN = 23,
-    TAG_SO_OUTPUT = 24,
-    /* session ready */
-    TAG_SR_LANGUAGE = 1,
-    TAG_SR_VERSION = 2,
-    TAG_SR_WALL = 3,
-    TAG_SR_IDLE = 4,
-    TAG_SR_CPU = 5,
-    TAG_SR_STDIN = 6,
-    TAG_SR_OUTPUT = 7,
-    TAG_SR_WALLS = 8,
-};
+#define MISSING(...)   .missing = {__VA_ARGS__}
+#define FIELDS(a)      .fields = (a), .nfields = sizeof(a) / sizeof((a)[0])
+#define ARRAY(S, n, m) .flags = MOAT_F_REPEATED, .aux = offsetof(S, n), .count_max = (m)
+#define NAME           .min = 1, .max = MOAT_MAX_NAME_LEN
+#define WALLS          .min = 1, .max = MOAT_MAX_WALLS_LEN, .check = check_walls
+#define RANGE(lo, hi)  .min = (lo), .max = (hi)
+#define NOT_ASKED(o)   .omit = (o), .dflt = -1 /* a limit: -1 "not asked", never sent */
 
-#define TLV_HEADER_SIZE 6 /* u16 tag, u32 length */
-
-/* ---- byte order ------------------------------------------------------- */
-
-static void put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (24 - 8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (56 - 8 * i));
-}
-
-static uint16_t get_u16(const uint8_t *p)
-{
-    return (uint16_t)((p[0] << 8) | p[1]);
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-/* ---- writers ---------------------------------------------------------- */
-
-/* An encoder writes into *b; on any failure the caller rewinds b->len. */
-struct writer {
-    struct moat_buf *b;
-    int failed;
-    const char *why;
-};
-
-static void w_fail(struct writer *w, const char *why)
-{
-    if (!w->failed) {
-        w->failed = 1;
-        w->why = why;
+/* A message's table: its name, fields, C struct S, and what else it says. */
+#define MESSAGE(name, fields, S, ...)                                                                                              \
+    {                                                                                                                              \
+        name, FIELDS(fields), .size = sizeof(S), __VA_ARGS__                                                                       \
     }
-}
 
-static void w_tlv(struct writer *w, uint16_t tag, const void *data, size_t len)
-{
-    uint8_t hdr[TLV_HEADER_SIZE];
-    if (w->failed)
-        return;
-    if (len > MOAT_FRAME_MAX_PAYLOAD) {
-        w_fail(w, "field too large");
-        return;
+/* The public functions of a message whose C struct is S, over table msg. */
+#define CODEC_ENCODE(name, type, S, msg)                                                                                           \
+    int moat_encode_##name(struct moat_buf *out, uint64_t job_id, const S *m, const char **why)                                    \
+    {                                                                                                                              \
+        return moat_codec_encode(out, type, job_id, &(msg), m, why);                                                               \
     }
-    put_u16(hdr, tag);
-    put_u32(hdr + 2, (uint32_t)len);
-    if (moat_buf_append(w->b, hdr, sizeof(hdr)) != 0 || moat_buf_append(w->b, data, len) != 0)
-        w_fail(w, "out of memory");
-}
-
-static void w_str(struct writer *w, uint16_t tag, const char *s, size_t max)
-{
-    if (s == NULL)
-        return;
-    size_t len = strlen(s);
-    if (len > max) {
-        w_fail(w, "string field too long");
-        return;
+#define CODEC_DECODE(name, S, msg)                                                                                                 \
+    int moat_decode_##name(const uint8_t *payload, size_t len, S *out, const char **why)                                           \
+    {                                                                                                                              \
+        return moat_codec_decode(&(msg), payload, len, out, why);                                                                  \
     }
-    w_tlv(w, tag, s, len);
-}
-
-static void w_u64(struct writer *w, uint16_t tag, uint64_t v)
-{
-    uint8_t p[8];
-    put_u64(p, v);
-    w_tlv(w, tag, p, sizeof(p));
-}
-
-static void w_u32(struct writer *w, uint16_t tag, uint32_t v)
-{
-    uint8_t p[4];
-    put_u32(p, v);
-    w_tlv(w, tag, p, sizeof(p));
-}
-
-static void w_u16(struct writer *w, uint16_t tag, uint16_t v)
-{
-    uint8_t p[2];
-    put_u16(p, v);
-    w_tlv(w, tag, p, sizeof(p));
-}
-
-static void w_u8(struct writer *w, uint16_t tag, uint8_t v)
-{
-    w_tlv(w, tag, &v, 1);
-}
-
-/* Opens a nested TLV; returns the offset to patch in w_nest_end(). */
-static size_t w_nest_begin(struct writer *w, uint16_t tag)
-{
-    size_t at = w->b->len;
-    w_tlv(w, tag, NULL, 0);
-    return at;
-}
-
-static void w_nest_end(struct writer *w, size_t at)
-{
-    if (w->failed)
-        return;
-    size_t len = w->b->len - at - TLV_HEADER_SIZE;
-    if (len > MOAT_FRAME_MAX_PAYLOAD) {
-        w_fail(w, "field too large");
-        return;
+#define CODEC_FREE(name, S, msg)                                                                                                   \
+    void moat_##name##_free(S *m)                                                                                                  \
+    {                                                                                                                              \
+        moat_codec_free(&(msg), m);                                                                                                \
     }
-    put_u32(w->b->data + at + 2, (uint32_t)len);
-}
 
-static size_t frame_begin(struct writer *w, uint8_t type, uint64_t job_id)
-{
-    uint8_t hdr[MOAT_FRAME_HEADER_SIZE] = {0};
-    size_t at = w->b->len;
-    hdr[0] = MOAT_PROTO_VERSION;
-    hdr[1] = type;
-    put_u64(hdr + 8, job_id);
-    if (moat_buf_append(w->b, hdr, sizeof(hdr)) != 0)
-        w_fail(w, "out of memory");
-    return at;
-}
-
-static int frame_end(struct writer *w, size_t at, const char **why)
-{
-    if (!w->failed) {
-        size_t len = w->b->len - at - MOAT_FRAME_HEADER_SIZE;
-        if (len > MOAT_FRAME_MAX_PAYLOAD)
-            w_fail(w, "message exceeds the frame size cap");
-        else
-            put_u32(w->b->data + at + 4, (uint32_t)len);
-    }
-    if (w->failed) {
-        w->b->len = at;
-        if (why)
-            *why = w->why;
-        return -1;
-    }
-    return 0;
-}
-
-/* ---- encoders --------------------------------------------------------- */
-
-/* An exec request's fields: the whole of EXEC_REQUEST, the start of SESSION_OPEN. */
-static void encode_request_fields(struct writer *w, const struct moat_exec_request *req)
-{
-    if (req->language == NULL || req->version == NULL)
-        w_fail(w, "language and version are required");
-    if (req->nfiles < 1 || req->nfiles > MOAT_MAX_FILES)
-        w_fail(w, "file count out of range");
-    if (req->nargs > MOAT_MAX_ARGS)
-        w_fail(w, "too many arguments");
-    w_str(w, TAG_REQ_LANGUAGE, req->language, MOAT_MAX_NAME_LEN);
-    w_str(w, TAG_REQ_VERSION, req->version, MOAT_MAX_NAME_LEN);
-    for (size_t i = 0; i < req->nfiles && !w->failed; i++) {
-        size_t f = w_nest_begin(w, TAG_REQ_FILE);
-        if (req->files[i].name == NULL)
-            w_fail(w, "file name missing");
-        w_str(w, TAG_FILE_NAME, req->files[i].name, MOAT_MAX_NAME_LEN);
-        w_tlv(w, TAG_FILE_CONTENT, req->files[i].content, req->files[i].content_len);
-        w_nest_end(w, f);
-    }
-    if (req->stdin_len > 0)
-        w_tlv(w, TAG_REQ_STDIN, req->stdin_data, req->stdin_len);
-    for (size_t i = 0; i < req->nargs; i++)
-        w_str(w, TAG_REQ_ARG, req->args[i], MOAT_MAX_ARG_LEN);
-    if (req->run_timeout_ms >= 0)
-        w_u64(w, TAG_REQ_RUN_TIMEOUT, (uint64_t)req->run_timeout_ms);
-    if (req->compile_timeout_ms >= 0)
-        w_u64(w, TAG_REQ_COMPILE_TIMEOUT, (uint64_t)req->compile_timeout_ms);
-    if (req->run_memory_bytes >= 0)
-        w_u64(w, TAG_REQ_RUN_MEMORY, (uint64_t)req->run_memory_bytes);
-    if (req->compile_memory_bytes >= 0)
-        w_u64(w, TAG_REQ_COMPILE_MEMORY, (uint64_t)req->compile_memory_bytes);
-    /* CPU limits: 0 is "not asked" as well as -1 (see moat_proto.h) */
-    if (req->run_cpu_ms > 0)
-        w_u64(w, TAG_REQ_RUN_CPU, (uint64_t)req->run_cpu_ms);
-    if (req->compile_cpu_ms > 0)
-        w_u64(w, TAG_REQ_COMPILE_CPU, (uint64_t)req->compile_cpu_ms);
-    /* the run stage's stack, processes and file size: likewise */
-    if (req->run_stack_kib > 0)
-        w_u64(w, TAG_REQ_RUN_STACK, (uint64_t)req->run_stack_kib);
-    if (req->run_processes > 0)
-        w_u64(w, TAG_REQ_RUN_PROCESSES, (uint64_t)req->run_processes);
-    if (req->run_file_size_kib > 0)
-        w_u64(w, TAG_REQ_RUN_FILE_SIZE, (uint64_t)req->run_file_size_kib);
-    if (req->ncompiler_options > MOAT_MAX_COMPILER_OPTIONS)
-        w_fail(w, "too many compiler options");
-    for (size_t i = 0; i < req->ncompiler_options && !w->failed; i++) {
-        if (req->compiler_options[i] == NULL || req->compiler_options[i][0] == '\0')
-            w_fail(w, "an empty compiler option");
-        else
-            w_str(w, TAG_REQ_COMPILER_OPTION, req->compiler_options[i], MOAT_MAX_COMPILER_OPTION_LEN);
-    }
-    if (req->isolation > MOAT_ISOLATION_MAX)
-        w_fail(w, "isolation out of range");
-    else if (req->isolation != MOAT_ISOLATION_NAMESPACES)
-        w_u8(w, TAG_REQ_ISOLATION, req->isolation);
-}
-
-/* The test cases and their wall budget: EXEC_REQUEST's alone. */
-static void encode_tests(struct writer *w, const struct moat_exec_request *req)
-{
-    if (req->ntests > MOAT_MAX_TESTS)
-        w_fail(w, "too many test cases");
-    for (size_t i = 0; i < req->ntests && !w->failed; i++) {
-        const struct moat_test_case *tc = &req->tests[i];
-        size_t at = w_nest_begin(w, TAG_REQ_TEST);
-        if (tc->nargs > MOAT_MAX_ARGS)
-            w_fail(w, "too many arguments in a test case");
-        if (tc->stdin_len > 0)
-            w_tlv(w, TAG_TC_STDIN, tc->stdin_data, tc->stdin_len);
-        for (size_t j = 0; j < tc->nargs && !w->failed; j++)
-            w_str(w, TAG_TC_ARG, tc->args[j], MOAT_MAX_ARG_LEN);
-        /* a case's limits: > 0 asked, 0 or -1 not (moat_proto.h) */
-        if (tc->run_timeout_ms > 0)
-            w_u64(w, TAG_TC_RUN_TIMEOUT, (uint64_t)tc->run_timeout_ms);
-        if (tc->run_memory_bytes > 0)
-            w_u64(w, TAG_TC_RUN_MEMORY, (uint64_t)tc->run_memory_bytes);
-        if (tc->run_cpu_ms > 0)
-            w_u64(w, TAG_TC_RUN_CPU, (uint64_t)tc->run_cpu_ms);
-        w_nest_end(w, at);
-    }
-    if (req->ntests > 0 && req->tests_wall_ms > 0)
-        w_u64(w, TAG_REQ_TESTS_WALL, (uint64_t)req->tests_wall_ms);
-}
-
-int moat_encode_exec_request(struct moat_buf *out, uint64_t job_id, const struct moat_exec_request *req, const char **why)
-{
-    struct writer w = {out, 0, NULL};
-    size_t at = frame_begin(&w, MOAT_MSG_EXEC_REQUEST, job_id);
-    encode_request_fields(&w, req);
-    encode_tests(&w, req);
-    return frame_end(&w, at, why);
-}
-
-static void encode_stage(struct writer *w, uint16_t tag, const struct moat_stage_result *st)
-{
-    size_t at = w_nest_begin(w, tag);
-    w_tlv(w, TAG_ST_STDOUT, st->stdout_data, st->stdout_len);
-    w_tlv(w, TAG_ST_STDERR, st->stderr_data, st->stderr_len);
-    w_tlv(w, TAG_ST_OUTPUT, st->output_data, st->output_len);
-    if (st->has_code)
-        w_u32(w, TAG_ST_CODE, (uint32_t)st->code);
-    if (st->has_signal)
-        w_u32(w, TAG_ST_SIGNAL, (uint32_t)st->signal);
-    if (st->status > MOAT_STATUS_MAX)
-        w_fail(w, "bad status");
-    w_u8(w, TAG_ST_STATUS, st->status);
-    w_str(w, TAG_ST_MESSAGE, st->message, MOAT_MAX_MESSAGE_LEN);
-    w_u64(w, TAG_ST_CPU_MS, st->cpu_ms);
-    w_u64(w, TAG_ST_WALL_MS, st->wall_ms);
-    w_u64(w, TAG_ST_MEMORY, st->memory_bytes);
-    if (st->clock != 0 && (st->status != MOAT_STATUS_TO || st->clock > MOAT_CLOCK_MAX))
-        w_fail(w, "a stage's clock names the clock of a TO, and only of a TO");
-    if (st->clock != 0)
-        w_u8(w, TAG_ST_CLOCK, st->clock);
-    w_nest_end(w, at);
-}
+/* ---- checks a row points at --------------------------------------------- */
 
 int moat_walls_valid(const char *s)
 {
@@ -407,96 +70,6 @@ int moat_walls_valid(const char *s)
             return 0;
     return 1;
 }
-
-int moat_encode_exec_result(struct moat_buf *out, uint64_t job_id, const struct moat_exec_result *res, const char **why)
-{
-    struct writer w = {out, 0, NULL};
-    size_t at = frame_begin(&w, MOAT_MSG_EXEC_RESULT, job_id);
-
-    if (res->language == NULL || res->version == NULL || !(res->run.present || res->compile.present || res->ntests > 0))
-        w_fail(&w, "language, version and a stage are required");
-    if (res->ntests > MOAT_MAX_TESTS)
-        w_fail(&w, "too many test case results");
-    w_str(&w, TAG_RES_LANGUAGE, res->language, MOAT_MAX_NAME_LEN);
-    w_str(&w, TAG_RES_VERSION, res->version, MOAT_MAX_NAME_LEN);
-    if (res->walls != NULL && !moat_walls_valid(res->walls))
-        w_fail(&w, "walls: names of [a-z] joined by '+'");
-    w_str(&w, TAG_RES_WALLS, res->walls, MOAT_MAX_WALLS_LEN);
-    if (res->compile.present)
-        encode_stage(&w, TAG_RES_COMPILE, &res->compile);
-    if (res->run.present)
-        encode_stage(&w, TAG_RES_RUN, &res->run);
-    for (size_t i = 0; i < res->ntests && !w.failed; i++)
-        encode_stage(&w, TAG_RES_TEST, &res->tests[i]);
-    return frame_end(&w, at, why);
-}
-
-int moat_encode_error(struct moat_buf *out, uint64_t job_id, uint16_t code, const char *message, const char **why)
-{
-    struct writer w = {out, 0, NULL};
-    size_t at = frame_begin(&w, MOAT_MSG_ERROR, job_id);
-
-    if (code < 1 || code > MOAT_ERR_MAX)
-        w_fail(&w, "bad error code");
-    w_u16(&w, TAG_ERR_CODE, code);
-    w_str(&w, TAG_ERR_MESSAGE, message ? message : "", MOAT_MAX_MESSAGE_LEN);
-    return frame_end(&w, at, why);
-}
-
-int moat_encode_runtimes_query(struct moat_buf *out, uint64_t job_id, const char **why)
-{
-    struct writer w = {out, 0, NULL};
-    size_t at = frame_begin(&w, MOAT_MSG_RUNTIMES_QUERY, job_id);
-    return frame_end(&w, at, why);
-}
-
-int moat_encode_runtimes(struct moat_buf *out, uint64_t job_id, const struct moat_runtimes *rt, const char **why)
-{
-    struct writer w = {out, 0, NULL};
-    size_t at = frame_begin(&w, MOAT_MSG_RUNTIMES, job_id);
-
-    if (rt->count > MOAT_MAX_RUNTIMES)
-        w_fail(&w, "too many runtimes");
-    for (size_t i = 0; i < rt->count && !w.failed; i++) {
-        const struct moat_runtime *r = &rt->items[i];
-        size_t n = w_nest_begin(&w, TAG_RT_RUNTIME);
-        if (r->language == NULL || r->version == NULL)
-            w_fail(&w, "runtime language and version are required");
-        if (r->naliases > MOAT_MAX_ALIASES)
-            w_fail(&w, "too many aliases");
-        w_str(&w, TAG_RTE_LANGUAGE, r->language, MOAT_MAX_NAME_LEN);
-        w_str(&w, TAG_RTE_VERSION, r->version, MOAT_MAX_NAME_LEN);
-        for (size_t j = 0; j < r->naliases && !w.failed; j++)
-            w_str(&w, TAG_RTE_ALIAS, r->aliases[j], MOAT_MAX_NAME_LEN);
-        w_u8(&w, TAG_RTE_COMPILED, r->compiled ? 1 : 0);
-        if (r->noption_patterns > MOAT_MAX_OPTION_PATTERNS)
-            w_fail(&w, "too many compiler option patterns");
-        for (size_t j = 0; j < r->noption_patterns && !w.failed; j++)
-            w_str(&w, TAG_RTE_OPTION_PATTERN, r->option_patterns[j], MOAT_MAX_COMPILER_OPTION_LEN);
-        if (r->isolations & ~MOAT_ISOLATIONS_ALL)
-            w_fail(&w, "unknown isolation in a runtime");
-        if (r->isolations != 0 && r->isolations != 1u << MOAT_ISOLATION_NAMESPACES)
-            w_u8(&w, TAG_RTE_ISOLATIONS, r->isolations);
-        w_nest_end(&w, n);
-    }
-    if (rt->load.present && !w.failed) {
-        const struct moat_backend_load *l = &rt->load;
-        size_t n = w_nest_begin(&w, TAG_RT_LOAD);
-        w_u64(&w, TAG_LD_SLOTS, l->slots);
-        w_u64(&w, TAG_LD_BUSY, l->busy);
-        w_u64(&w, TAG_LD_QUEUE_MAX, l->queue_max);
-        w_u64(&w, TAG_LD_QUEUED, l->queued);
-        w_u64(&w, TAG_LD_SESSION_SLOTS, l->session_slots);
-        w_u64(&w, TAG_LD_SESSIONS_BUSY, l->sessions_busy);
-        w_nest_end(&w, n);
-    }
-    if (rt->walls != NULL && !moat_walls_valid(rt->walls))
-        w_fail(&w, "walls: names of [a-z] joined by '+'");
-    w_str(&w, TAG_RT_WALLS, rt->walls, MOAT_MAX_WALLS_LEN);
-    return frame_end(&w, at, why);
-}
-
-/* ---- session encoders ------------------------------------------------- */
 
 int moat_session_signal_allowed(int32_t signal)
 {
@@ -514,338 +87,487 @@ int moat_session_signal_allowed(int32_t signal)
     }
 }
 
-/* A stdin or output chunk: 1..MOAT_SESSION_CHUNK_MAX bytes. */
-static void w_chunk(struct writer *w, uint16_t tag, const uint8_t *data, size_t len)
+static const char *check_walls(uint64_t len, const void *s, int enc)
 {
-    if (len == 0)
-        w_fail(w, "empty data chunk");
-    else if (len > MOAT_SESSION_CHUNK_MAX)
-        w_fail(w, "data chunk over the cap");
-    w_tlv(w, tag, data, len);
+    return s == NULL || moat_walls_valid(s) ? NULL : "walls: names of [a-z] joined by '+'";
 }
+
+/* A stdin or output chunk: 1..MOAT_SESSION_CHUNK_MAX bytes. */
+static const char *check_chunk(uint64_t len, const void *data, int enc)
+{
+    return len == 0 ? "empty data chunk" : len > MOAT_SESSION_CHUNK_MAX ? "data chunk over the cap" : NULL;
+}
+
+/* The decoder refuses an empty one as any empty string; the encoder says which. */
+static const char *check_option(uint64_t len, const void *s, int enc)
+{
+    return enc && (s == NULL || len == 0) ? "an empty compiler option" : NULL;
+}
+
+static const char *check_signal(uint64_t v, const void *p, int enc)
+{
+    return v > INT32_MAX || !moat_session_signal_allowed((int32_t)v) ? "signal not allowed" : NULL;
+}
+
+/* A runtime's isolations: known bits; a decoded one has one at least (0 from a caller: namespaces). */
+static const char *check_isolations(uint64_t v, const void *p, int enc)
+{
+    if (enc)
+        return v & ~(uint64_t)MOAT_ISOLATIONS_ALL ? "unknown isolation in a runtime" : NULL;
+    return v == 0 || (v & ~(uint64_t)MOAT_ISOLATIONS_ALL) ? "runtime isolations out of range" : NULL;
+}
+
+/* ---- exec request ------------------------------------------------------- */
+
+static const char *file_pre(const void *m)
+{
+    return ((const struct moat_file *)m)->name == NULL ? "file name missing" : NULL;
+}
+
+static const struct moat_field file_fields[] = {
+    {1, "name", MOAT_K_STR, offsetof(struct moat_file, name), NAME, .need = 1},
+    {2, "content", MOAT_K_BYTES, offsetof(struct moat_file, content), .aux = offsetof(struct moat_file, content_len), .need = 1},
+};
+static const struct moat_msg file_msg = MESSAGE("file", file_fields, struct moat_file, .unknown = "unknown field in file",
+                                                MISSING("file needs a name and content"), .pre = file_pre);
+
+#define TC         struct moat_test_case
+#define CASE_LIMIT NOT_ASKED(MOAT_O_POSITIVE), RANGE(1, INT64_MAX), .bad = "a test case's limit must be positive"
+static const struct moat_field test_case_fields[] = {
+    {1, "stdin", MOAT_K_BYTES, offsetof(TC, stdin_data), .aux = offsetof(TC, stdin_len), .omit = MOAT_O_EMPTY},
+    {2, "arg", MOAT_K_STR, offsetof(TC, args), ARRAY(TC, nargs, MOAT_MAX_ARGS), RANGE(0, MOAT_MAX_ARG_LEN),
+     .too_many = "too many arguments in a test case"},
+    {3, "run_timeout_ms", MOAT_K_LIMIT, offsetof(TC, run_timeout_ms), CASE_LIMIT},
+    {4, "run_memory", MOAT_K_LIMIT, offsetof(TC, run_memory_bytes), CASE_LIMIT},
+    {5, "run_cpu_ms", MOAT_K_LIMIT, offsetof(TC, run_cpu_ms), CASE_LIMIT},
+};
+static const struct moat_msg test_case_msg = MESSAGE("test case", test_case_fields, TC, .unknown = "unknown field in test case");
+
+/* The fields EXEC_REQUEST and SESSION_OPEN share: the request's checks first. */
+static const char *request_pre(const void *m)
+{
+    const struct moat_exec_request *r = m;
+    if (r->language == NULL || r->version == NULL)
+        return "language and version are required";
+    if (r->nfiles < 1 || r->nfiles > MOAT_MAX_FILES)
+        return "file count out of range";
+    return r->nargs > MOAT_MAX_ARGS ? "too many arguments" : NULL;
+}
+
+#define REQ         struct moat_exec_request
+#define CPU_LIMIT   NOT_ASKED(MOAT_O_POSITIVE), RANGE(1, INT64_MAX), .bad = "cpu limit must be positive"
+#define RLIMIT(max) NOT_ASKED(MOAT_O_POSITIVE), RANGE(1, max), .bad = "a stack, processes or file size limit is out of range"
+static const struct moat_field request_fields[] = {
+    {1, "language", MOAT_K_STR, offsetof(REQ, language), NAME, .need = 1},
+    {2, "version", MOAT_K_STR, offsetof(REQ, version), NAME, .need = 1},
+    {3, "file", MOAT_K_NEST, offsetof(REQ, files), ARRAY(REQ, nfiles, MOAT_MAX_FILES), .sub = &file_msg, .need = 2,
+     .too_many = "too many files"},
+    {4, "stdin", MOAT_K_BYTES, offsetof(REQ, stdin_data), .aux = offsetof(REQ, stdin_len), .omit = MOAT_O_EMPTY},
+    {5, "arg", MOAT_K_STR, offsetof(REQ, args), ARRAY(REQ, nargs, MOAT_MAX_ARGS), RANGE(0, MOAT_MAX_ARG_LEN),
+     .too_many = "too many arguments"},
+    {6, "run_timeout_ms", MOAT_K_LIMIT, offsetof(REQ, run_timeout_ms), NOT_ASKED(MOAT_O_NEGATIVE)},
+    {7, "compile_timeout_ms", MOAT_K_LIMIT, offsetof(REQ, compile_timeout_ms), NOT_ASKED(MOAT_O_NEGATIVE)},
+    {8, "run_memory", MOAT_K_LIMIT, offsetof(REQ, run_memory_bytes), NOT_ASKED(MOAT_O_NEGATIVE)},
+    {9, "compile_memory", MOAT_K_LIMIT, offsetof(REQ, compile_memory_bytes), NOT_ASKED(MOAT_O_NEGATIVE)},
+    /* CPU limits, and the run stage's stack, processes and file size: 0 is "not asked" too */
+    {10, "run_cpu_ms", MOAT_K_LIMIT, offsetof(REQ, run_cpu_ms), CPU_LIMIT},
+    {11, "compile_cpu_ms", MOAT_K_LIMIT, offsetof(REQ, compile_cpu_ms), CPU_LIMIT},
+    {14, "run_stack_kib", MOAT_K_LIMIT, offsetof(REQ, run_stack_kib), RLIMIT(MOAT_MAX_STACK_KIB)},
+    {15, "run_processes", MOAT_K_LIMIT, offsetof(REQ, run_processes), RLIMIT(MOAT_MAX_PROCESSES)},
+    {16, "run_file_size_kib", MOAT_K_LIMIT, offsetof(REQ, run_file_size_kib), RLIMIT(MOAT_MAX_FILE_SIZE_KIB)},
+    {17, "compiler_option", MOAT_K_STR, offsetof(REQ, compiler_options), ARRAY(REQ, ncompiler_options, MOAT_MAX_COMPILER_OPTIONS),
+     RANGE(1, MOAT_MAX_COMPILER_OPTION_LEN), .too_many = "too many compiler options", .check = check_option},
+    /* namespaces (0) is never sent: the tag's absence */
+    {18, "isolation", MOAT_K_U8, offsetof(REQ, isolation), .omit = MOAT_O_DEFAULT, RANGE(1, MOAT_ISOLATION_MAX),
+     .bad = "isolation out of range", .enc_bad = "isolation out of range"},
+};
+static const struct moat_msg request_msg = MESSAGE("exec request", request_fields, REQ, .pre = request_pre);
+
+static const char *exec_request_done(const void *m)
+{
+    const struct moat_exec_request *r = m;
+    return r->tests_wall_ms != -1 && r->ntests == 0 ? "a tests wall limit without test cases" : NULL;
+}
+
+/* EXEC_REQUEST's own: the test cases and their wall budget. */
+static const struct moat_field exec_request_fields[] = {
+    {12, "test", MOAT_K_NEST, offsetof(REQ, tests), ARRAY(REQ, ntests, MOAT_MAX_TESTS), .sub = &test_case_msg,
+     .too_many = "too many test cases"},
+    {13, "tests_wall_ms", MOAT_K_LIMIT, offsetof(REQ, tests_wall_ms), NOT_ASKED(MOAT_O_WITH), .aux = offsetof(REQ, ntests),
+     RANGE(1, INT64_MAX), .bad = "a test case's limit must be positive"},
+};
+static const struct moat_msg exec_request_msg =
+    MESSAGE("EXEC_REQUEST", exec_request_fields, REQ, .base = &request_msg, .unknown = "unknown field in exec request",
+            MISSING("exec request needs language and version", "exec request needs at least one file"), .done = exec_request_done);
+CODEC_ENCODE(exec_request, MOAT_MSG_EXEC_REQUEST, REQ, exec_request_msg)
+CODEC_DECODE(exec_request, REQ, exec_request_msg)
+CODEC_FREE(exec_request, REQ, exec_request_msg)
+
+/* ---- exec result -------------------------------------------------------- */
+
+static const char *stage_post(const void *m)
+{
+    const struct moat_stage_result *st = m;
+    if (st->clock != 0 && (st->status != MOAT_STATUS_TO || st->clock > MOAT_CLOCK_MAX))
+        return "a stage's clock names the clock of a TO, and only of a TO";
+    return NULL;
+}
+
+static const char *stage_done(const void *m)
+{
+    const struct moat_stage_result *st = m;
+    return st->clock != 0 && st->status != MOAT_STATUS_TO ? "a stage's clock goes with a TO only" : NULL;
+}
+
+#define ST struct moat_stage_result
+static const struct moat_field stage_fields[] = {
+    {1, "stdout", MOAT_K_BYTES, offsetof(ST, stdout_data), .aux = offsetof(ST, stdout_len)},
+    {2, "stderr", MOAT_K_BYTES, offsetof(ST, stderr_data), .aux = offsetof(ST, stderr_len)},
+    {3, "output", MOAT_K_BYTES, offsetof(ST, output_data), .aux = offsetof(ST, output_len)},
+    {4, "code", MOAT_K_I32, offsetof(ST, code), .omit = MOAT_O_FLAG, .aux = offsetof(ST, has_code)},
+    {5, "signal", MOAT_K_I32, offsetof(ST, signal), .omit = MOAT_O_FLAG, .aux = offsetof(ST, has_signal), RANGE(1, 64),
+     .bad = "signal out of range"},
+    {6, "status", MOAT_K_U8, offsetof(ST, status), RANGE(0, MOAT_STATUS_MAX), .bad = "unknown status", .enc_bad = "bad status",
+     .need = 1},
+    {7, "message", MOAT_K_STR, offsetof(ST, message), RANGE(0, MOAT_MAX_MESSAGE_LEN)},
+    {8, "cpu_ms", MOAT_K_U64, offsetof(ST, cpu_ms), .omit = MOAT_O_ALWAYS},
+    {9, "wall_ms", MOAT_K_U64, offsetof(ST, wall_ms), .omit = MOAT_O_ALWAYS},
+    {10, "memory", MOAT_K_U64, offsetof(ST, memory_bytes), .omit = MOAT_O_ALWAYS},
+    {11, "clock", MOAT_K_U8, offsetof(ST, clock), .omit = MOAT_O_DEFAULT, RANGE(1, MOAT_CLOCK_MAX), .bad = "unknown clock"},
+};
+static const struct moat_msg stage_msg = MESSAGE("stage", stage_fields, ST, .flags = MOAT_M_PRESENT,
+                                                 .present = offsetof(ST, present), .unknown = "unknown field in stage result",
+                                                 MISSING("stage result needs a status"), .post = stage_post, .done = stage_done);
+
+static int result_has_stage(const struct moat_exec_result *r)
+{
+    return r->run.present || r->compile.present || r->ntests > 0;
+}
+
+static const char *exec_result_pre(const void *m)
+{
+    const struct moat_exec_result *r = m;
+    if (r->language == NULL || r->version == NULL || !result_has_stage(r))
+        return "language, version and a stage are required";
+    return r->ntests > MOAT_MAX_TESTS ? "too many test case results" : NULL;
+}
+
+static const char *exec_result_done(const void *m)
+{
+    return result_has_stage(m) ? NULL : "exec result needs language, version and a stage";
+}
+
+#define RES struct moat_exec_result
+static const struct moat_field exec_result_fields[] = {
+    {1, "language", MOAT_K_STR, offsetof(RES, language), NAME, .need = 1},
+    {2, "version", MOAT_K_STR, offsetof(RES, version), NAME, .need = 1},
+    {3, "walls", MOAT_K_STR, offsetof(RES, walls), WALLS},
+    {16, "compile", MOAT_K_NEST, offsetof(RES, compile), .sub = &stage_msg, .omit = MOAT_O_FLAG,
+     .aux = offsetof(RES, compile.present)},
+    {17, "run", MOAT_K_NEST, offsetof(RES, run), .sub = &stage_msg, .omit = MOAT_O_FLAG, .aux = offsetof(RES, run.present)},
+    {18, "test", MOAT_K_NEST, offsetof(RES, tests), ARRAY(RES, ntests, MOAT_MAX_TESTS), .sub = &stage_msg,
+     .too_many = "too many test case results"},
+};
+static const struct moat_msg exec_result_msg =
+    MESSAGE("EXEC_RESULT", exec_result_fields, RES, .unknown = "unknown field in exec result",
+            MISSING("exec result needs language, version and a stage"), .pre = exec_result_pre, .done = exec_result_done);
+CODEC_ENCODE(exec_result, MOAT_MSG_EXEC_RESULT, RES, exec_result_msg)
+CODEC_DECODE(exec_result, RES, exec_result_msg)
+CODEC_FREE(exec_result, RES, exec_result_msg)
+
+uint64_t moat_exec_result_cpu_ms(const struct moat_exec_result *res)
+{
+    uint64_t ms = (res->compile.present ? res->compile.cpu_ms : 0) + (res->run.present ? res->run.cpu_ms : 0);
+
+    for (size_t i = 0; i < res->ntests; i++)
+        ms += res->tests[i].cpu_ms;
+    return ms;
+}
+
+/* ---- error -------------------------------------------------------------- */
+
+static const struct moat_field error_fields[] = {
+    {1, "code", MOAT_K_U16, offsetof(struct moat_error, code), RANGE(1, MOAT_ERR_MAX), .bad = "unknown error code",
+     .enc_bad = "bad error code", .need = 1},
+    {2, "message", MOAT_K_STR, offsetof(struct moat_error, message), RANGE(0, MOAT_MAX_MESSAGE_LEN), .need = 1},
+};
+static const struct moat_msg error_msg = MESSAGE("ERROR", error_fields, struct moat_error, .unknown = "unknown field in error",
+                                                 MISSING("error needs a code and a message"));
+
+int moat_encode_error(struct moat_buf *out, uint64_t job_id, uint16_t code, const char *message, const char **why)
+{
+    struct moat_error e = {code, NULL};
+    const char *text = message ? message : "";
+    memcpy(&e.message, &text, sizeof(text)); /* the encoder only reads it */
+    return moat_codec_encode(out, MOAT_MSG_ERROR, job_id, &error_msg, &e, why);
+}
+CODEC_DECODE(error, struct moat_error, error_msg)
+CODEC_FREE(error, struct moat_error, error_msg)
+
+/* ---- runtimes ----------------------------------------------------------- */
+
+static const char *runtime_pre(const void *m)
+{
+    const struct moat_runtime *r = m;
+    if (r->language == NULL || r->version == NULL)
+        return "runtime language and version are required";
+    return r->naliases > MOAT_MAX_ALIASES ? "too many aliases" : NULL;
+}
+
+#define RT struct moat_runtime
+static const struct moat_field runtime_fields[] = {
+    {1, "language", MOAT_K_STR, offsetof(RT, language), NAME, .need = 1},
+    {2, "version", MOAT_K_STR, offsetof(RT, version), NAME, .need = 1},
+    {3, "alias", MOAT_K_STR, offsetof(RT, aliases), ARRAY(RT, naliases, MOAT_MAX_ALIASES), NAME, .too_many = "too many aliases"},
+    {4, "compiled", MOAT_K_BOOL, offsetof(RT, compiled), RANGE(0, 1), .bad = "compiled flag out of range"},
+    {5, "compiler_option_pattern", MOAT_K_STR, offsetof(RT, option_patterns), ARRAY(RT, noption_patterns, MOAT_MAX_OPTION_PATTERNS),
+     RANGE(1, MOAT_MAX_COMPILER_OPTION_LEN), .too_many = "too many compiler option patterns"},
+    /* bit n: isolation n can run; absent (and never sent): namespaces only */
+    {6, "isolations", MOAT_K_U8, offsetof(RT, isolations), .omit = MOAT_O_DEFAULT, .dflt = 1u << MOAT_ISOLATION_NAMESPACES,
+     .check = check_isolations},
+};
+static const struct moat_msg runtime_msg = MESSAGE("runtime", runtime_fields, RT, .unknown = "unknown field in runtime",
+                                                   MISSING("runtime needs language and version"), .pre = runtime_pre);
+
+static const char *load_done(const void *m)
+{
+    const struct moat_backend_load *l = m;
+    if (l->busy > l->slots || l->queued > l->queue_max || l->sessions_busy > l->session_slots)
+        return "the backend's load is out of range";
+    return NULL;
+}
+
+#define LD struct moat_backend_load
+static const struct moat_field load_fields[] = {
+    {1, "slots", MOAT_K_U64, offsetof(LD, slots), .need = 1},
+    {2, "busy", MOAT_K_U64, offsetof(LD, busy), .need = 1},
+    {3, "queue_max", MOAT_K_U64, offsetof(LD, queue_max), .need = 1},
+    {4, "queued", MOAT_K_U64, offsetof(LD, queued), .need = 1},
+    {5, "session_slots", MOAT_K_U64, offsetof(LD, session_slots), .need = 1},
+    {6, "sessions_busy", MOAT_K_U64, offsetof(LD, sessions_busy), .need = 1},
+};
+static const struct moat_msg load_msg =
+    MESSAGE("load", load_fields, LD, .flags = MOAT_M_ANY_UNKNOWN, .unknown = "unknown field in the backend's load",
+            MISSING("the backend's load is missing a field"), .done = load_done);
+
+#define RTS struct moat_runtimes
+static const struct moat_field runtimes_fields[] = {
+    {1, "runtime", MOAT_K_NEST, offsetof(RTS, items), ARRAY(RTS, count, MOAT_MAX_RUNTIMES), .sub = &runtime_msg,
+     .too_many = "too many runtimes"},
+    {2, "load", MOAT_K_NEST, offsetof(RTS, load), .sub = &load_msg, .omit = MOAT_O_FLAG, .aux = offsetof(RTS, load.present)},
+    {3, "walls", MOAT_K_STR, offsetof(RTS, walls), WALLS},
+};
+static const struct moat_msg runtimes_msg =
+    MESSAGE("RUNTIMES", runtimes_fields, RTS, .flags = MOAT_M_ANY_UNKNOWN, .unknown = "unknown field in runtimes");
+CODEC_ENCODE(runtimes, MOAT_MSG_RUNTIMES, RTS, runtimes_msg)
+CODEC_DECODE(runtimes, RTS, runtimes_msg)
+CODEC_FREE(runtimes, RTS, runtimes_msg)
+
+int moat_encode_runtimes_query(struct moat_buf *out, uint64_t job_id, const char **why)
+{
+    return moat_codec_encode(out, MOAT_MSG_RUNTIMES_QUERY, job_id, NULL, NULL, why);
+}
+
+/* ---- session frames, gateway -> backend ----------------------------------- */
+
+static const struct moat_field stdin_fields[] = {
+    {1, "data", MOAT_K_BYTES, offsetof(struct moat_session_stdin, data), .aux = offsetof(struct moat_session_stdin, len),
+     .check = check_chunk, .need = 1},
+};
+static const struct moat_msg stdin_msg =
+    MESSAGE("SESSION_STDIN", stdin_fields, struct moat_session_stdin, .flags = MOAT_M_ONE_FIELD,
+            .unknown = "unknown field in session stdin", MISSING("session stdin needs data"));
 
 int moat_encode_session_stdin(struct moat_buf *out, uint64_t job_id, const uint8_t *data, size_t len, const char **why)
 {
-    struct writer w = {out, 0, NULL};
-    size_t at = frame_begin(&w, MOAT_MSG_SESSION_STDIN, job_id);
-    w_chunk(&w, TAG_SIN_DATA, data, len);
-    return frame_end(&w, at, why);
+    struct moat_session_stdin s = {NULL, len};
+    memcpy(&s.data, &data, sizeof(data)); /* the encoder only reads it */
+    return moat_codec_encode(out, MOAT_MSG_SESSION_STDIN, job_id, &stdin_msg, &s, why);
 }
+CODEC_DECODE(session_stdin, struct moat_session_stdin, stdin_msg)
+CODEC_FREE(session_stdin, struct moat_session_stdin, stdin_msg)
 
 int moat_encode_session_stdin_close(struct moat_buf *out, uint64_t job_id, const char **why)
 {
-    struct writer w = {out, 0, NULL};
-    size_t at = frame_begin(&w, MOAT_MSG_SESSION_STDIN_CLOSE, job_id);
-    return frame_end(&w, at, why);
+    return moat_codec_encode(out, MOAT_MSG_SESSION_STDIN_CLOSE, job_id, NULL, NULL, why);
 }
+
+int moat_decode_session_stdin_close(const uint8_t *payload, size_t len, const char **why)
+{
+    (void)payload;
+    if (len != 0) {
+        *why = "session stdin close has no fields";
+        return -1;
+    }
+    return 0;
+}
+
+/* SESSION_SIGNAL and SESSION_CREDIT: the message is the one integer itself. */
+static const struct moat_field signal_fields[] = {{1, "signal", MOAT_K_I32, 0, .check = check_signal, .need = 1}};
+static const struct moat_msg signal_msg =
+    MESSAGE("SESSION_SIGNAL", signal_fields, int32_t, .flags = MOAT_M_ONE_FIELD, .unknown = "unknown field in session signal",
+            MISSING("session signal needs a signal"));
 
 int moat_encode_session_signal(struct moat_buf *out, uint64_t job_id, int32_t signal, const char **why)
 {
-    struct writer w = {out, 0, NULL};
-    size_t at = frame_begin(&w, MOAT_MSG_SESSION_SIGNAL, job_id);
-    if (!moat_session_signal_allowed(signal))
-        w_fail(&w, "signal not allowed");
-    w_u32(&w, TAG_SIG_SIGNAL, (uint32_t)signal);
-    return frame_end(&w, at, why);
+    return moat_codec_encode(out, MOAT_MSG_SESSION_SIGNAL, job_id, &signal_msg, &signal, why);
 }
+CODEC_DECODE(session_signal, int32_t, signal_msg)
 
-int moat_encode_session_output(struct moat_buf *out, uint64_t job_id, const struct moat_session_output *o, const char **why)
-{
-    struct writer w = {out, 0, NULL};
-    size_t at = frame_begin(&w, MOAT_MSG_SESSION_OUTPUT, job_id);
-    if (o->stream != MOAT_STREAM_STDOUT && o->stream != MOAT_STREAM_STDERR)
-        w_fail(&w, "bad stream");
-    w_u8(&w, TAG_OUT_STREAM, o->stream);
-    w_u64(&w, TAG_OUT_OFFSET, o->offset_ms);
-    w_chunk(&w, TAG_OUT_DATA, o->data, o->len);
-    return frame_end(&w, at, why);
-}
-
-static int stage_valid(uint8_t stage)
-{
-    return stage == MOAT_STAGE_COMPILE || stage == MOAT_STAGE_RUN;
-}
-
-int moat_encode_session_stage(struct moat_buf *out, uint64_t job_id, const struct moat_session_stage *s, const char **why)
-{
-    struct writer w = {out, 0, NULL};
-    size_t at = frame_begin(&w, MOAT_MSG_SESSION_STAGE, job_id);
-    if (!stage_valid(s->stage))
-        w_fail(&w, "bad stage");
-    w_u8(&w, TAG_SST_STAGE, s->stage);
-    w_u64(&w, TAG_SST_OFFSET, s->offset_ms);
-    return frame_end(&w, at, why);
-}
-
-int moat_encode_session_exit(struct moat_buf *out, uint64_t job_id, const struct moat_session_exit *e, const char **why)
-{
-    struct writer w = {out, 0, NULL};
-    size_t at = frame_begin(&w, MOAT_MSG_SESSION_EXIT, job_id);
-    const struct moat_stage_result *st = &e->result;
-    if (!stage_valid(e->stage))
-        w_fail(&w, "bad stage");
-    if (st->stdout_len || st->stderr_len || st->output_len)
-        w_fail(&w, "session exit carries no output");
-    if ((e->clock != 0) != (st->status == MOAT_STATUS_TO) || e->clock > MOAT_CLOCK_MAX)
-        w_fail(&w, "clock must name the clock of a TO, and only of a TO");
-    w_u8(&w, TAG_EX_STAGE, e->stage);
-    w_u64(&w, TAG_EX_OFFSET, e->offset_ms);
-    if (e->clock != 0)
-        w_u8(&w, TAG_EX_CLOCK, e->clock);
-    encode_stage(&w, TAG_EX_RESULT, st);
-    return frame_end(&w, at, why);
-}
+static const struct moat_field credit_fields[] = {
+    {1, "bytes", MOAT_K_U32, 0, RANGE(1, MOAT_SESSION_WINDOW), .bad = "credit out of range", .enc_bad = "credit out of range",
+     .need = 1},
+};
+static const struct moat_msg credit_msg =
+    MESSAGE("SESSION_CREDIT", credit_fields, uint32_t, .flags = MOAT_M_ONE_FIELD, .unknown = "unknown field in session credit",
+            MISSING("session credit needs bytes"));
 
 int moat_encode_session_credit(struct moat_buf *out, uint64_t job_id, uint32_t bytes, const char **why)
 {
-    struct writer w = {out, 0, NULL};
-    size_t at = frame_begin(&w, MOAT_MSG_SESSION_CREDIT, job_id);
-    if (bytes == 0 || bytes > MOAT_SESSION_WINDOW)
-        w_fail(&w, "credit out of range");
-    w_u32(&w, TAG_CR_BYTES, bytes);
-    return frame_end(&w, at, why);
+    return moat_codec_encode(out, MOAT_MSG_SESSION_CREDIT, job_id, &credit_msg, &bytes, why);
 }
+CODEC_DECODE(session_credit, uint32_t, credit_msg)
 
-int moat_encode_session_open(struct moat_buf *out, uint64_t job_id, const struct moat_session_open *o, const char **why)
+/* SESSION_OPEN: every exec request field but the test cases, then the ceilings. */
+static const char *open_pre(const void *m)
 {
-    struct writer w = {out, 0, NULL};
-    size_t at = frame_begin(&w, MOAT_MSG_SESSION_OPEN, job_id);
-    if (o->req.ntests > 0)
-        w_fail(&w, "a session has no test cases");
-    encode_request_fields(&w, &o->req);
-    w_u64(&w, TAG_SO_WALL, o->wall_ms);
-    w_u64(&w, TAG_SO_IDLE, o->idle_ms);
-    w_u64(&w, TAG_SO_CPU, o->cpu_ms);
-    w_u64(&w, TAG_SO_STDIN, o->stdin_bytes);
-    w_u64(&w, TAG_SO_OUTPUT, o->output_bytes);
-    return frame_end(&w, at, why);
+    return ((const struct moat_session_open *)m)->req.ntests > 0 ? "a session has no test cases" : NULL;
 }
 
-int moat_encode_session_ready(struct moat_buf *out, uint64_t job_id, const struct moat_session_ready *r, const char **why)
+/* EXEC_REQUEST's own row holds it there: a session's request is "not asked" too. */
+static void open_init(void *m)
 {
-    struct writer w = {out, 0, NULL};
-    size_t at = frame_begin(&w, MOAT_MSG_SESSION_READY, job_id);
-    if (r->language == NULL || r->version == NULL)
-        w_fail(&w, "language and version are required");
-    w_str(&w, TAG_SR_LANGUAGE, r->language, MOAT_MAX_NAME_LEN);
-    w_str(&w, TAG_SR_VERSION, r->version, MOAT_MAX_NAME_LEN);
-    w_u64(&w, TAG_SR_WALL, r->wall_ms);
-    w_u64(&w, TAG_SR_IDLE, r->idle_ms);
-    w_u64(&w, TAG_SR_CPU, r->cpu_ms);
-    w_u64(&w, TAG_SR_STDIN, r->stdin_bytes);
-    w_u64(&w, TAG_SR_OUTPUT, r->output_bytes);
-    if (r->walls != NULL && !moat_walls_valid(r->walls))
-        w_fail(&w, "walls: names of [a-z] joined by '+'");
-    w_str(&w, TAG_SR_WALLS, r->walls, MOAT_MAX_WALLS_LEN);
-    return frame_end(&w, at, why);
+    ((struct moat_session_open *)m)->req.tests_wall_ms = -1;
 }
 
-/* ---- typed readers ---------------------------------------------------- */
+#define SO struct moat_session_open
+static const struct moat_field open_fields[] = {
+    {20, "wall_ms", MOAT_K_U64, offsetof(SO, wall_ms), .need = 3},
+    {21, "idle_ms", MOAT_K_U64, offsetof(SO, idle_ms), .need = 3},
+    {22, "cpu_ms", MOAT_K_U64, offsetof(SO, cpu_ms), .need = 3},
+    {23, "stdin_bytes", MOAT_K_U64, offsetof(SO, stdin_bytes), .need = 3},
+    {24, "output_bytes", MOAT_K_U64, offsetof(SO, output_bytes), .need = 3},
+};
+static const struct moat_msg open_msg =
+    MESSAGE("SESSION_OPEN", open_fields, SO, .base = &request_msg, .base_off = offsetof(SO, req),
+            .unknown = "unknown field in session open",
+            MISSING("session open needs language and version", "session open needs at least one file",
+                    "session open needs wall, idle, cpu, stdin and output limits"),
+            .pre = open_pre, .init = open_init);
+CODEC_ENCODE(session_open, MOAT_MSG_SESSION_OPEN, SO, open_msg)
+CODEC_DECODE(session_open, SO, open_msg)
+CODEC_FREE(session_open, SO, open_msg)
 
-struct reader {
-    const uint8_t *p;
-    size_t len;
-    size_t off;
+/* ---- session frames, backend -> gateway ----------------------------------- */
+
+static const char *ready_pre(const void *m)
+{
+    const struct moat_session_ready *r = m;
+    return r->language == NULL || r->version == NULL ? "language and version are required" : NULL;
+}
+
+#define SR struct moat_session_ready
+static const struct moat_field ready_fields[] = {
+    {1, "language", MOAT_K_STR, offsetof(SR, language), NAME, .need = 1},
+    {2, "version", MOAT_K_STR, offsetof(SR, version), NAME, .need = 1},
+    {3, "wall_ms", MOAT_K_U64, offsetof(SR, wall_ms), .need = 1},
+    {4, "idle_ms", MOAT_K_U64, offsetof(SR, idle_ms), .need = 1},
+    {5, "cpu_ms", MOAT_K_U64, offsetof(SR, cpu_ms), .need = 1},
+    {6, "stdin_bytes", MOAT_K_U64, offsetof(SR, stdin_bytes), .need = 1},
+    {7, "output_bytes", MOAT_K_U64, offsetof(SR, output_bytes), .need = 1},
+    {8, "walls", MOAT_K_STR, offsetof(SR, walls), WALLS},
+};
+static const struct moat_msg ready_msg =
+    MESSAGE("SESSION_READY", ready_fields, SR, .unknown = "unknown field in session ready",
+            MISSING("session ready needs language, version and every limit"), .pre = ready_pre);
+CODEC_ENCODE(session_ready, MOAT_MSG_SESSION_READY, SR, ready_msg)
+CODEC_DECODE(session_ready, SR, ready_msg)
+CODEC_FREE(session_ready, SR, ready_msg)
+
+#define OUT struct moat_session_output
+static const struct moat_field output_fields[] = {
+    {1, "stream", MOAT_K_U8, offsetof(OUT, stream), RANGE(MOAT_STREAM_STDOUT, MOAT_STREAM_STDERR), .bad = "unknown stream",
+     .enc_bad = "bad stream", .need = 1},
+    {2, "offset", MOAT_K_U64, offsetof(OUT, offset_ms), .need = 1},
+    {3, "data", MOAT_K_BYTES, offsetof(OUT, data), .aux = offsetof(OUT, len), .check = check_chunk, .need = 1},
+};
+static const struct moat_msg output_msg =
+    MESSAGE("SESSION_OUTPUT", output_fields, OUT, .unknown = "unknown field in session output",
+            MISSING("session output needs stream, offset and data"));
+CODEC_ENCODE(session_output, MOAT_MSG_SESSION_OUTPUT, OUT, output_msg)
+CODEC_DECODE(session_output, OUT, output_msg)
+CODEC_FREE(session_output, OUT, output_msg)
+
+#define STAGE_NUMBER RANGE(MOAT_STAGE_COMPILE, MOAT_STAGE_RUN), .bad = "unknown stage", .enc_bad = "bad stage", .need = 1
+static const struct moat_field sstage_fields[] = {
+    {1, "stage", MOAT_K_U8, offsetof(struct moat_session_stage, stage), STAGE_NUMBER},
+    {2, "offset", MOAT_K_U64, offsetof(struct moat_session_stage, offset_ms), .need = 1},
+};
+static const struct moat_msg sstage_msg =
+    MESSAGE("SESSION_STAGE", sstage_fields, struct moat_session_stage, .unknown = "unknown field in session stage",
+            MISSING("session stage needs stage and offset"));
+CODEC_ENCODE(session_stage, MOAT_MSG_SESSION_STAGE, struct moat_session_stage, sstage_msg)
+CODEC_DECODE(session_stage, struct moat_session_stage, sstage_msg)
+
+/* SESSION_EXIT: a stage result without output (that went as SESSION_OUTPUT),
+ * and the clock exactly when its status is TO. */
+static const char *exit_check(const struct moat_session_exit *e)
+{
+    const struct moat_stage_result *st = &e->result;
+    if (st->stdout_len || st->stderr_len || st->output_len)
+        return "session exit carries no output";
+    if ((e->clock != 0) != (st->status == MOAT_STATUS_TO) || e->clock > MOAT_CLOCK_MAX)
+        return "clock must name the clock of a TO, and only of a TO";
+    return NULL;
+}
+
+static const char *exit_pre(const void *m)
+{
+    const struct moat_session_exit *e = m;
+    return e->stage != MOAT_STAGE_COMPILE && e->stage != MOAT_STAGE_RUN ? "bad stage" : exit_check(e);
+}
+
+static const char *exit_done(const void *m)
+{
+    return exit_check(m);
+}
+
+#define EX struct moat_session_exit
+static const struct moat_field exit_fields[] = {
+    {1, "stage", MOAT_K_U8, offsetof(EX, stage), STAGE_NUMBER},
+    {2, "offset", MOAT_K_U64, offsetof(EX, offset_ms), .need = 1},
+    {3, "clock", MOAT_K_U8, offsetof(EX, clock), .omit = MOAT_O_DEFAULT, RANGE(1, MOAT_CLOCK_MAX), .bad = "unknown clock"},
+    {4, "result", MOAT_K_NEST, offsetof(EX, result), .sub = &stage_msg, .need = 1},
+};
+static const struct moat_msg exit_msg =
+    MESSAGE("SESSION_EXIT", exit_fields, EX, .unknown = "unknown field in session exit",
+            MISSING("session exit needs stage, offset and result"), .pre = exit_pre, .done = exit_done);
+CODEC_ENCODE(session_exit, MOAT_MSG_SESSION_EXIT, EX, exit_msg)
+CODEC_DECODE(session_exit, EX, exit_msg)
+CODEC_FREE(session_exit, EX, exit_msg)
+
+/* ---- introspection ------------------------------------------------------ */
+
+/* Every table PROTOCOL.md documents, in its order. */
+static const struct moat_msg *const documented[] = {
+    &exec_request_msg, &file_msg,    &test_case_msg, &exec_result_msg, &stage_msg,  &error_msg,
+    &runtimes_msg,     &runtime_msg, &load_msg,      &open_msg,        &ready_msg,  &stdin_msg,
+    &signal_msg,       &output_msg,  &sstage_msg,    &exit_msg,        &credit_msg,
 };
 
-struct field {
-    uint16_t tag;
-    const uint8_t *val;
-    size_t len;
-};
-
-/* Returns 1 with *f filled, 0 at the end, -1 if the TLV is truncated. */
-static int r_next(struct reader *r, struct field *f, const char **why)
+int moat_proto_describe(size_t i, struct moat_proto_field_info *info)
 {
-    if (r->off == r->len)
-        return 0;
-    if (r->len - r->off < TLV_HEADER_SIZE) {
-        *why = "truncated field header";
-        return -1;
-    }
-    f->tag = get_u16(r->p + r->off);
-    uint32_t len = get_u32(r->p + r->off + 2);
-    r->off += TLV_HEADER_SIZE;
-    if (len > r->len - r->off) {
-        *why = "field length exceeds message";
-        return -1;
-    }
-    f->val = r->p + r->off;
-    f->len = len;
-    r->off += len;
-    return 1;
-}
-
-/* Marks tag as seen; fails on a second occurrence. */
-static int once(uint32_t *seen, uint16_t tag, const char **why)
-{
-    if (tag >= 32) {
-        *why = "unknown field";
-        return -1;
-    }
-    if (*seen & (1u << tag)) {
-        *why = "duplicate field";
-        return -1;
-    }
-    *seen |= 1u << tag;
-    return 0;
-}
-
-/* A NUL-free UTF-8 string of at most max bytes, copied and terminated. */
-static int r_str(const struct field *f, size_t max, int allow_empty, char **out, const char **why)
-{
-    if (f->len > max) {
-        *why = "string field too long";
-        return -1;
-    }
-    if (!allow_empty && f->len == 0) {
-        *why = "empty string field";
-        return -1;
-    }
-    if (memchr(f->val, 0, f->len) != NULL) {
-        *why = "NUL byte in string field";
-        return -1;
-    }
-    if (!moat_utf8_valid(f->val, f->len)) {
-        *why = "string field is not valid UTF-8";
-        return -1;
-    }
-    char *s = malloc(f->len + 1);
-    if (s == NULL) {
-        *why = "out of memory";
-        return -1;
-    }
-    memcpy(s, f->val, f->len);
-    s[f->len] = '\0';
-    *out = s;
-    return 0;
-}
-
-static int r_bytes(const struct field *f, uint8_t **out, size_t *outlen, const char **why)
-{
-    uint8_t *b = malloc(f->len ? f->len : 1);
-    if (b == NULL) {
-        *why = "out of memory";
-        return -1;
-    }
-    if (f->len)
-        memcpy(b, f->val, f->len);
-    *out = b;
-    *outlen = f->len;
-    return 0;
-}
-
-static int r_u64(const struct field *f, uint64_t *v, const char **why)
-{
-    if (f->len != 8) {
-        *why = "integer field has the wrong width";
-        return -1;
-    }
-    *v = get_u64(f->val);
-    return 0;
-}
-
-/* A limit: a non-negative value that fits in int64_t. */
-static int r_limit(const struct field *f, int64_t *v, const char **why)
-{
-    uint64_t u;
-    if (r_u64(f, &u, why) != 0)
-        return -1;
-    if (u > (uint64_t)INT64_MAX) {
-        *why = "limit out of range";
-        return -1;
-    }
-    *v = (int64_t)u;
-    return 0;
-}
-
-/* A CPU limit: as r_limit, and never 0 (which the encoder never sends). */
-static int r_cpu_limit(const struct field *f, int64_t *v, const char **why)
-{
-    if (r_limit(f, v, why) != 0)
-        return -1;
-    if (*v == 0) {
-        *why = "cpu limit must be positive";
-        return -1;
+    for (size_t k = 0; k < sizeof(documented) / sizeof(documented[0]); k++) {
+        const struct moat_msg *m = documented[k];
+        size_t n = m->nfields + (m->base ? m->base->nfields : 0);
+        if (i < n)
+            return moat_codec_describe(m, i, info);
+        i -= n;
     }
     return 0;
 }
 
-/* A run-stage rlimit (stack, processes, file size): present means asked, 1 .. max. */
-static int r_bounded_limit(const struct field *f, uint64_t max, int64_t *v, const char **why)
-{
-    if (r_limit(f, v, why) != 0)
-        return -1;
-    if (*v == 0 || (uint64_t)*v > max) {
-        *why = "a stack, processes or file size limit is out of range";
-        return -1;
-    }
-    return 0;
-}
-
-/* One element of a repeated string field: 1 .. max_len bytes, at most max_count of them. */
-/* A walls string (moat_walls_valid), copied. */
-static int r_walls(const struct field *f, char **out, const char **why)
-{
-    if (r_str(f, MOAT_MAX_WALLS_LEN, 0, out, why) != 0)
-        return -1;
-    if (!moat_walls_valid(*out)) {
-        free(*out);
-        *out = NULL;
-        *why = "walls: names of [a-z] joined by '+'";
-        return -1;
-    }
-    return 0;
-}
-
-static int r_str_item(const struct field *f, char ***items, size_t *n, size_t max_count, size_t max_len, const char *too_many,
-                      const char **why)
-{
-    if (*n >= max_count) {
-        *why = too_many;
-        return -1;
-    }
-    if (*items == NULL && (*items = calloc(max_count, sizeof(char *))) == NULL) {
-        *why = "out of memory";
-        return -1;
-    }
-    if (r_str(f, max_len, 0, &(*items)[*n], why) != 0)
-        return -1;
-    (*n)++;
-    return 0;
-}
-
-static int r_u32(const struct field *f, uint32_t *v, const char **why)
-{
-    if (f->len != 4) {
-        *why = "integer field has the wrong width";
-        return -1;
-    }
-    *v = get_u32(f->val);
-    return 0;
-}
-
-static int r_u16(const struct field *f, uint16_t *v, const char **why)
-{
-    if (f->len != 2) {
-        *why = "integer field has the wrong width";
-        return -1;
-    }
-    *v = get_u16(f->val);
-    return 0;
-}
-
-static int r_u8(const struct field *f, uint8_t *v, const char **why)
-{
-    if (f->len != 1) {
-        *why = "integer field has the wrong width";
-        return -1;
-    }
-    *v = f->val[0];
-    return 0;
-}
-
-/* ---- header ----------------------------------------------------------- */
+/* ---- header ------------------------------------------------------------- */
 
 /* The longest payload of each type: refused here, before a reader allocates
  * it.  A session frame is small, so a peer cannot make the other side buffer
@@ -875,1095 +597,23 @@ int moat_frame_parse_header(const uint8_t *buf, size_t len, struct moat_frame_he
     }
     h->version = buf[0];
     h->type = buf[1];
-    h->flags = get_u16(buf + 2);
-    h->length = get_u32(buf + 4);
-    h->job_id = get_u64(buf + 8);
-    if (h->version != MOAT_PROTO_VERSION) {
+    h->flags = (uint16_t)moat_codec_get(buf + 2, 2);
+    h->length = (uint32_t)moat_codec_get(buf + 4, 4);
+    h->job_id = moat_codec_get(buf + 8, 8);
+    if (h->version != MOAT_PROTO_VERSION)
         *why = "unsupported protocol version";
-        return -1;
-    }
-    if (h->type < MOAT_MSG_EXEC_REQUEST || h->type > MOAT_MSG_MAX) {
+    else if (h->type < MOAT_MSG_EXEC_REQUEST || h->type > MOAT_MSG_MAX)
         *why = "unknown message type";
-        return -1;
-    }
-    if (h->flags != 0) {
+    else if (h->flags != 0)
         *why = "reserved flags set";
-        return -1;
-    }
-    if (h->length > frame_cap[h->type]) {
+    else if (h->length > frame_cap[h->type])
         *why = "frame exceeds the size cap";
-        return -1;
-    }
-    return 0;
-}
-
-/* ---- decoders --------------------------------------------------------- */
-
-static int decode_file(const struct field *outer, struct moat_file *file, const char **why)
-{
-    struct reader r = {outer->val, outer->len, 0};
-    struct field f;
-    uint32_t seen = 0;
-    int rc;
-
-    while ((rc = r_next(&r, &f, why)) == 1) {
-        if (once(&seen, f.tag, why) != 0)
-            return -1;
-        switch (f.tag) {
-        case TAG_FILE_NAME:
-            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &file->name, why) != 0)
-                return -1;
-            break;
-        case TAG_FILE_CONTENT:
-            if (r_bytes(&f, &file->content, &file->content_len, why) != 0)
-                return -1;
-            break;
-        default:
-            *why = "unknown field in file";
-            return -1;
-        }
-    }
-    if (rc < 0)
-        return -1;
-    if (file->name == NULL || file->content == NULL) {
-        *why = "file needs a name and content";
-        return -1;
-    }
-    return 0;
-}
-
-/* An exec request with nothing in it yet: every limit the server default. */
-static void request_init(struct moat_exec_request *out)
-{
-    memset(out, 0, sizeof(*out));
-    out->run_timeout_ms = out->compile_timeout_ms = -1;
-    out->run_memory_bytes = out->compile_memory_bytes = -1;
-    out->run_cpu_ms = out->compile_cpu_ms = -1;
-    out->run_stack_kib = out->run_processes = out->run_file_size_kib = -1;
-    out->tests_wall_ms = -1;
-}
-
-/* Files and args repeat; every other tag of a message appears at most once. */
-static int request_once(uint32_t *seen, uint16_t tag, const char **why)
-{
-    return tag == TAG_REQ_FILE || tag == TAG_REQ_ARG || tag == TAG_REQ_COMPILER_OPTION ? 0 : once(seen, tag, why);
-}
-
-/*
- * One field of an exec request (EXEC_REQUEST, and SESSION_OPEN's first
- * fields) into *out, after request_once(): 0 when taken, 1 when the tag is
- * not an exec request's, -1 when refused.
- */
-static int decode_request_field(const struct field *f, struct moat_exec_request *out, const char **why)
-{
-    switch (f->tag) {
-    case TAG_REQ_LANGUAGE:
-        return r_str(f, MOAT_MAX_NAME_LEN, 0, &out->language, why);
-    case TAG_REQ_VERSION:
-        return r_str(f, MOAT_MAX_NAME_LEN, 0, &out->version, why);
-    case TAG_REQ_FILE:
-        if (out->nfiles >= MOAT_MAX_FILES) {
-            *why = "too many files";
-            return -1;
-        }
-        if (out->files == NULL && (out->files = calloc(MOAT_MAX_FILES, sizeof(*out->files))) == NULL) {
-            *why = "out of memory";
-            return -1;
-        }
-        return decode_file(f, &out->files[out->nfiles++], why);
-    case TAG_REQ_STDIN:
-        return r_bytes(f, &out->stdin_data, &out->stdin_len, why);
-    case TAG_REQ_ARG:
-        if (out->nargs >= MOAT_MAX_ARGS) {
-            *why = "too many arguments";
-            return -1;
-        }
-        if (out->args == NULL && (out->args = calloc(MOAT_MAX_ARGS, sizeof(*out->args))) == NULL) {
-            *why = "out of memory";
-            return -1;
-        }
-        if (r_str(f, MOAT_MAX_ARG_LEN, 1, &out->args[out->nargs], why) != 0)
-            return -1;
-        out->nargs++;
+    else
         return 0;
-    case TAG_REQ_RUN_TIMEOUT:
-        return r_limit(f, &out->run_timeout_ms, why);
-    case TAG_REQ_COMPILE_TIMEOUT:
-        return r_limit(f, &out->compile_timeout_ms, why);
-    case TAG_REQ_RUN_MEMORY:
-        return r_limit(f, &out->run_memory_bytes, why);
-    case TAG_REQ_COMPILE_MEMORY:
-        return r_limit(f, &out->compile_memory_bytes, why);
-    case TAG_REQ_RUN_CPU:
-        return r_cpu_limit(f, &out->run_cpu_ms, why);
-    case TAG_REQ_COMPILE_CPU:
-        return r_cpu_limit(f, &out->compile_cpu_ms, why);
-    case TAG_REQ_RUN_STACK:
-        return r_bounded_limit(f, MOAT_MAX_STACK_KIB, &out->run_stack_kib, why);
-    case TAG_REQ_RUN_PROCESSES:
-        return r_bounded_limit(f, MOAT_MAX_PROCESSES, &out->run_processes, why);
-    case TAG_REQ_RUN_FILE_SIZE:
-        return r_bounded_limit(f, MOAT_MAX_FILE_SIZE_KIB, &out->run_file_size_kib, why);
-    case TAG_REQ_COMPILER_OPTION:
-        return r_str_item(f, &out->compiler_options, &out->ncompiler_options, MOAT_MAX_COMPILER_OPTIONS,
-                          MOAT_MAX_COMPILER_OPTION_LEN, "too many compiler options", why);
-    case TAG_REQ_ISOLATION:
-        if (r_u8(f, &out->isolation, why) != 0)
-            return -1;
-        if (out->isolation == MOAT_ISOLATION_NAMESPACES || out->isolation > MOAT_ISOLATION_MAX) {
-            *why = "isolation out of range"; /* namespaces is never sent: the tag's absence */
-            return -1;
-        }
-        return 0;
-    default:
-        return 1;
-    }
-}
-
-/* The exec request's required fields, once every field is read. */
-static int request_complete(const struct moat_exec_request *out, const char *need_names, const char *need_file, const char **why)
-{
-    if (out->language == NULL || out->version == NULL) {
-        *why = need_names;
-        return -1;
-    }
-    if (out->nfiles == 0) {
-        *why = need_file;
-        return -1;
-    }
-    return 0;
-}
-
-/* A test case's limit: present means asked, so never 0. */
-static int r_case_limit(const struct field *f, int64_t *v, const char **why)
-{
-    if (r_limit(f, v, why) != 0)
-        return -1;
-    if (*v == 0) {
-        *why = "a test case's limit must be positive";
-        return -1;
-    }
-    return 0;
-}
-
-static int decode_test_case(const struct field *outer, struct moat_test_case *tc, const char **why)
-{
-    struct reader r = {outer->val, outer->len, 0};
-    struct field f;
-    uint32_t seen = 0;
-    int rc;
-
-    tc->run_timeout_ms = tc->run_memory_bytes = tc->run_cpu_ms = -1;
-    while ((rc = r_next(&r, &f, why)) == 1) {
-        if (f.tag != TAG_TC_ARG && once(&seen, f.tag, why) != 0)
-            return -1;
-        switch (f.tag) {
-        case TAG_TC_STDIN:
-            rc = r_bytes(&f, &tc->stdin_data, &tc->stdin_len, why);
-            break;
-        case TAG_TC_ARG:
-            if (tc->nargs >= MOAT_MAX_ARGS) {
-                *why = "too many arguments in a test case";
-                return -1;
-            }
-            if (tc->args == NULL && (tc->args = calloc(MOAT_MAX_ARGS, sizeof(*tc->args))) == NULL) {
-                *why = "out of memory";
-                return -1;
-            }
-            rc = r_str(&f, MOAT_MAX_ARG_LEN, 1, &tc->args[tc->nargs], why);
-            if (rc == 0)
-                tc->nargs++;
-            break;
-        case TAG_TC_RUN_TIMEOUT:
-            rc = r_case_limit(&f, &tc->run_timeout_ms, why);
-            break;
-        case TAG_TC_RUN_MEMORY:
-            rc = r_case_limit(&f, &tc->run_memory_bytes, why);
-            break;
-        case TAG_TC_RUN_CPU:
-            rc = r_case_limit(&f, &tc->run_cpu_ms, why);
-            break;
-        default:
-            *why = "unknown field in test case";
-            return -1;
-        }
-        if (rc != 0)
-            return -1;
-    }
-    return rc < 0 ? -1 : 0;
-}
-
-/* EXEC_REQUEST's own fields (tests): 0 taken, 1 not one of them, -1 refused. */
-static int decode_tests_field(const struct field *f, struct moat_exec_request *out, const char **why)
-{
-    switch (f->tag) {
-    case TAG_REQ_TEST:
-        if (out->ntests >= MOAT_MAX_TESTS) {
-            *why = "too many test cases";
-            return -1;
-        }
-        if (out->tests == NULL && (out->tests = calloc(MOAT_MAX_TESTS, sizeof(*out->tests))) == NULL) {
-            *why = "out of memory";
-            return -1;
-        }
-        return decode_test_case(f, &out->tests[out->ntests++], why);
-    case TAG_REQ_TESTS_WALL:
-        return r_case_limit(f, &out->tests_wall_ms, why);
-    default:
-        return 1;
-    }
-}
-
-int moat_decode_exec_request(const uint8_t *payload, size_t len, struct moat_exec_request *out, const char **why)
-{
-    struct reader r = {payload, len, 0};
-    struct field f;
-    uint32_t seen = 0;
-    int rc;
-
-    request_init(out);
-    while ((rc = r_next(&r, &f, why)) == 1) {
-        if (f.tag != TAG_REQ_TEST && request_once(&seen, f.tag, why) != 0)
-            goto fail;
-        int taken = decode_tests_field(&f, out, why);
-        if (taken == 1)
-            taken = decode_request_field(&f, out, why);
-        if (taken == 1)
-            *why = "unknown field in exec request";
-        if (taken != 0)
-            goto fail;
-    }
-    if (rc < 0 ||
-        request_complete(out, "exec request needs language and version", "exec request needs at least one file", why) != 0)
-        goto fail;
-    if ((seen & (1u << TAG_REQ_TESTS_WALL)) && out->ntests == 0) {
-        *why = "a tests wall limit without test cases";
-        goto fail;
-    }
-    return 0;
-fail:
-    moat_exec_request_free(out);
     return -1;
 }
 
-static int decode_stage(const struct field *outer, struct moat_stage_result *st, const char **why)
-{
-    struct reader r = {outer->val, outer->len, 0};
-    struct field f;
-    uint32_t seen = 0, u32;
-    int rc;
-
-    st->present = 1;
-    while ((rc = r_next(&r, &f, why)) == 1) {
-        if (once(&seen, f.tag, why) != 0)
-            return -1;
-        switch (f.tag) {
-        case TAG_ST_STDOUT:
-            if (r_bytes(&f, &st->stdout_data, &st->stdout_len, why) != 0)
-                return -1;
-            break;
-        case TAG_ST_STDERR:
-            if (r_bytes(&f, &st->stderr_data, &st->stderr_len, why) != 0)
-                return -1;
-            break;
-        case TAG_ST_OUTPUT:
-            if (r_bytes(&f, &st->output_data, &st->output_len, why) != 0)
-                return -1;
-            break;
-        case TAG_ST_CODE:
-            if (r_u32(&f, &u32, why) != 0)
-                return -1;
-            st->has_code = 1;
-            st->code = (int32_t)u32;
-            break;
-        case TAG_ST_SIGNAL:
-            if (r_u32(&f, &u32, why) != 0)
-                return -1;
-            if (u32 == 0 || u32 > 64) {
-                *why = "signal out of range";
-                return -1;
-            }
-            st->has_signal = 1;
-            st->signal = (int32_t)u32;
-            break;
-        case TAG_ST_STATUS:
-            if (r_u8(&f, &st->status, why) != 0)
-                return -1;
-            if (st->status > MOAT_STATUS_MAX) {
-                *why = "unknown status";
-                return -1;
-            }
-            break;
-        case TAG_ST_MESSAGE:
-            if (r_str(&f, MOAT_MAX_MESSAGE_LEN, 1, &st->message, why) != 0)
-                return -1;
-            break;
-        case TAG_ST_CPU_MS:
-            if (r_u64(&f, &st->cpu_ms, why) != 0)
-                return -1;
-            break;
-        case TAG_ST_WALL_MS:
-            if (r_u64(&f, &st->wall_ms, why) != 0)
-                return -1;
-            break;
-        case TAG_ST_MEMORY:
-            if (r_u64(&f, &st->memory_bytes, why) != 0)
-                return -1;
-            break;
-        case TAG_ST_CLOCK:
-            if (r_u8(&f, &st->clock, why) != 0)
-                return -1;
-            if (st->clock == 0 || st->clock > MOAT_CLOCK_MAX) {
-                *why = "unknown clock";
-                return -1;
-            }
-            break;
-        default:
-            *why = "unknown field in stage result";
-            return -1;
-        }
-    }
-    if (rc < 0)
-        return -1;
-    if (!(seen & (1u << TAG_ST_STATUS))) {
-        *why = "stage result needs a status";
-        return -1;
-    }
-    if (st->clock != 0 && st->status != MOAT_STATUS_TO) {
-        *why = "a stage's clock goes with a TO only";
-        return -1;
-    }
-    return 0;
-}
-
-int moat_decode_exec_result(const uint8_t *payload, size_t len, struct moat_exec_result *out, const char **why)
-{
-    struct reader r = {payload, len, 0};
-    struct field f;
-    uint32_t seen = 0;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    while ((rc = r_next(&r, &f, why)) == 1) {
-        if (f.tag != TAG_RES_TEST && once(&seen, f.tag, why) != 0)
-            goto fail;
-        switch (f.tag) {
-        case TAG_RES_TEST:
-            if (out->ntests >= MOAT_MAX_TESTS) {
-                *why = "too many test case results";
-                goto fail;
-            }
-            if (out->tests == NULL && (out->tests = calloc(MOAT_MAX_TESTS, sizeof(*out->tests))) == NULL) {
-                *why = "out of memory";
-                goto fail;
-            }
-            if (decode_stage(&f, &out->tests[out->ntests++], why) != 0)
-                goto fail;
-            break;
-        case TAG_RES_LANGUAGE:
-            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &out->language, why) != 0)
-                goto fail;
-            break;
-        case TAG_RES_VERSION:
-            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &out->version, why) != 0)
-                goto fail;
-            break;
-        case TAG_RES_WALLS:
-            if (r_walls(&f, &out->walls, why) != 0)
-                goto fail;
-            break;
-        case TAG_RES_COMPILE:
-            if (decode_stage(&f, &out->compile, why) != 0)
-                goto fail;
-            break;
-        case TAG_RES_RUN:
-            if (decode_stage(&f, &out->run, why) != 0)
-                goto fail;
-            break;
-        default:
-            *why = "unknown field in exec result";
-            goto fail;
-        }
-    }
-    if (rc < 0)
-        goto fail;
-    if (out->language == NULL || out->version == NULL || !(out->run.present || out->compile.present || out->ntests > 0)) {
-        *why = "exec result needs language, version and a stage";
-        goto fail;
-    }
-    return 0;
-fail:
-    moat_exec_result_free(out);
-    return -1;
-}
-
-int moat_decode_error(const uint8_t *payload, size_t len, struct moat_error *out, const char **why)
-{
-    struct reader r = {payload, len, 0};
-    struct field f;
-    uint32_t seen = 0;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    while ((rc = r_next(&r, &f, why)) == 1) {
-        if (once(&seen, f.tag, why) != 0)
-            goto fail;
-        switch (f.tag) {
-        case TAG_ERR_CODE:
-            if (r_u16(&f, &out->code, why) != 0)
-                goto fail;
-            if (out->code < 1 || out->code > MOAT_ERR_MAX) {
-                *why = "unknown error code";
-                goto fail;
-            }
-            break;
-        case TAG_ERR_MESSAGE:
-            if (r_str(&f, MOAT_MAX_MESSAGE_LEN, 1, &out->message, why) != 0)
-                goto fail;
-            break;
-        default:
-            *why = "unknown field in error";
-            goto fail;
-        }
-    }
-    if (rc < 0)
-        goto fail;
-    if (out->code == 0 || out->message == NULL) {
-        *why = "error needs a code and a message";
-        goto fail;
-    }
-    return 0;
-fail:
-    moat_error_free(out);
-    return -1;
-}
-
-static int decode_runtime(const struct field *outer, struct moat_runtime *rt, const char **why)
-{
-    struct reader r = {outer->val, outer->len, 0};
-    struct field f;
-    uint32_t seen = 0;
-    uint8_t compiled;
-    int rc;
-
-    rt->isolations = 1u << MOAT_ISOLATION_NAMESPACES;
-    while ((rc = r_next(&r, &f, why)) == 1) {
-        if (f.tag != TAG_RTE_ALIAS && f.tag != TAG_RTE_OPTION_PATTERN && once(&seen, f.tag, why) != 0)
-            return -1;
-        switch (f.tag) {
-        case TAG_RTE_LANGUAGE:
-            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &rt->language, why) != 0)
-                return -1;
-            break;
-        case TAG_RTE_VERSION:
-            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &rt->version, why) != 0)
-                return -1;
-            break;
-        case TAG_RTE_ALIAS:
-            if (rt->naliases >= MOAT_MAX_ALIASES) {
-                *why = "too many aliases";
-                return -1;
-            }
-            if (rt->aliases == NULL && (rt->aliases = calloc(MOAT_MAX_ALIASES, sizeof(char *))) == NULL) {
-                *why = "out of memory";
-                return -1;
-            }
-            if (r_str(&f, MOAT_MAX_NAME_LEN, 0, &rt->aliases[rt->naliases], why) != 0)
-                return -1;
-            rt->naliases++;
-            break;
-        case TAG_RTE_COMPILED:
-            if (r_u8(&f, &compiled, why) != 0)
-                return -1;
-            if (compiled > 1) {
-                *why = "compiled flag out of range";
-                return -1;
-            }
-            rt->compiled = compiled;
-            break;
-        case TAG_RTE_OPTION_PATTERN:
-            if (r_str_item(&f, &rt->option_patterns, &rt->noption_patterns, MOAT_MAX_OPTION_PATTERNS, MOAT_MAX_COMPILER_OPTION_LEN,
-                           "too many compiler option patterns", why) != 0)
-                return -1;
-            break;
-        case TAG_RTE_ISOLATIONS:
-            if (r_u8(&f, &rt->isolations, why) != 0)
-                return -1;
-            if (rt->isolations == 0 || (rt->isolations & ~MOAT_ISOLATIONS_ALL) != 0) {
-                *why = "runtime isolations out of range";
-                return -1;
-            }
-            break;
-        default:
-            *why = "unknown field in runtime";
-            return -1;
-        }
-    }
-    if (rc < 0)
-        return -1;
-    if (rt->language == NULL || rt->version == NULL) {
-        *why = "runtime needs language and version";
-        return -1;
-    }
-    return 0;
-}
-
-/* RUNTIMES tag 2: every field once, none above its total. */
-static int decode_load(const struct field *outer, struct moat_backend_load *l, const char **why)
-{
-    struct reader r = {outer->val, outer->len, 0};
-    struct field f;
-    uint64_t *const dst[] = {NULL, &l->slots, &l->busy, &l->queue_max, &l->queued, &l->session_slots, &l->sessions_busy};
-    uint32_t seen = 0;
-    int rc;
-
-    while ((rc = r_next(&r, &f, why)) == 1) {
-        if (f.tag == 0 || f.tag > TAG_LD_SESSIONS_BUSY) {
-            *why = "unknown field in the backend's load";
-            return -1;
-        }
-        if (once(&seen, f.tag, why) != 0 || r_u64(&f, dst[f.tag], why) != 0)
-            return -1;
-    }
-    if (rc < 0)
-        return -1;
-    if (seen != 0x7eu) {
-        *why = "the backend's load is missing a field";
-        return -1;
-    }
-    if (l->busy > l->slots || l->queued > l->queue_max || l->sessions_busy > l->session_slots) {
-        *why = "the backend's load is out of range";
-        return -1;
-    }
-    l->present = 1;
-    return 0;
-}
-
-int moat_decode_runtimes(const uint8_t *payload, size_t len, struct moat_runtimes *out, const char **why)
-{
-    struct reader r = {payload, len, 0};
-    struct field f;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    while ((rc = r_next(&r, &f, why)) == 1) {
-        if (f.tag == TAG_RT_LOAD) {
-            if (out->load.present) {
-                *why = "duplicate field";
-                goto fail;
-            }
-            if (decode_load(&f, &out->load, why) != 0)
-                goto fail;
-            continue;
-        }
-        if (f.tag == TAG_RT_WALLS) {
-            if (out->walls != NULL) {
-                *why = "duplicate field";
-                goto fail;
-            }
-            if (r_walls(&f, &out->walls, why) != 0)
-                goto fail;
-            continue;
-        }
-        if (f.tag != TAG_RT_RUNTIME) {
-            *why = "unknown field in runtimes";
-            goto fail;
-        }
-        if (out->count >= MOAT_MAX_RUNTIMES) {
-            *why = "too many runtimes";
-            goto fail;
-        }
-        if (out->items == NULL && (out->items = calloc(MOAT_MAX_RUNTIMES, sizeof(*out->items))) == NULL) {
-            *why = "out of memory";
-            goto fail;
-        }
-        if (decode_runtime(&f, &out->items[out->count++], why) != 0)
-            goto fail;
-    }
-    if (rc < 0)
-        goto fail;
-    return 0;
-fail:
-    moat_runtimes_free(out);
-    return -1;
-}
-
-/* ---- session decoders ------------------------------------------------- */
-
-/* A message of exactly one field: *f is it, with the usual refusals. */
-static int r_only(const uint8_t *payload, size_t len, uint16_t tag, struct field *f, const char *unknown, const char *missing,
-                  const char **why)
-{
-    struct reader r = {payload, len, 0};
-    struct field g;
-    uint32_t seen = 0;
-    int rc;
-
-    while ((rc = r_next(&r, &g, why)) == 1) {
-        if (once(&seen, g.tag, why) != 0)
-            return -1;
-        if (g.tag != tag) {
-            *why = unknown;
-            return -1;
-        }
-        *f = g;
-    }
-    if (rc < 0)
-        return -1;
-    if (seen == 0) {
-        *why = missing;
-        return -1;
-    }
-    return 0;
-}
-
-/* A stdin or output chunk: 1..MOAT_SESSION_CHUNK_MAX bytes, copied. */
-static int r_chunk(const struct field *f, uint8_t **out, size_t *outlen, const char **why)
-{
-    if (f->len == 0) {
-        *why = "empty data chunk";
-        return -1;
-    }
-    if (f->len > MOAT_SESSION_CHUNK_MAX) {
-        *why = "data chunk over the cap";
-        return -1;
-    }
-    return r_bytes(f, out, outlen, why);
-}
-
-static int r_stage(const struct field *f, uint8_t *stage, const char **why)
-{
-    if (r_u8(f, stage, why) != 0)
-        return -1;
-    if (!stage_valid(*stage)) {
-        *why = "unknown stage";
-        return -1;
-    }
-    return 0;
-}
-
-int moat_decode_session_stdin(const uint8_t *payload, size_t len, struct moat_session_stdin *out, const char **why)
-{
-    struct field f;
-
-    memset(out, 0, sizeof(*out));
-    if (r_only(payload, len, TAG_SIN_DATA, &f, "unknown field in session stdin", "session stdin needs data", why) != 0)
-        return -1;
-    return r_chunk(&f, &out->data, &out->len, why);
-}
-
-int moat_decode_session_stdin_close(const uint8_t *payload, size_t len, const char **why)
-{
-    (void)payload;
-    if (len != 0) {
-        *why = "session stdin close has no fields";
-        return -1;
-    }
-    return 0;
-}
-
-int moat_decode_session_signal(const uint8_t *payload, size_t len, int32_t *signal, const char **why)
-{
-    struct field f;
-    uint32_t u32;
-
-    *signal = 0;
-    if (r_only(payload, len, TAG_SIG_SIGNAL, &f, "unknown field in session signal", "session signal needs a signal", why) != 0 ||
-        r_u32(&f, &u32, why) != 0)
-        return -1;
-    if (u32 > INT32_MAX || !moat_session_signal_allowed((int32_t)u32)) {
-        *why = "signal not allowed";
-        return -1;
-    }
-    *signal = (int32_t)u32;
-    return 0;
-}
-
-int moat_decode_session_credit(const uint8_t *payload, size_t len, uint32_t *bytes, const char **why)
-{
-    struct field f;
-    uint32_t u32;
-
-    *bytes = 0;
-    if (r_only(payload, len, TAG_CR_BYTES, &f, "unknown field in session credit", "session credit needs bytes", why) != 0 ||
-        r_u32(&f, &u32, why) != 0)
-        return -1;
-    if (u32 == 0 || u32 > MOAT_SESSION_WINDOW) {
-        *why = "credit out of range";
-        return -1;
-    }
-    *bytes = u32;
-    return 0;
-}
-
-int moat_decode_session_output(const uint8_t *payload, size_t len, struct moat_session_output *out, const char **why)
-{
-    struct reader r = {payload, len, 0};
-    struct field f;
-    uint32_t seen = 0;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    while ((rc = r_next(&r, &f, why)) == 1) {
-        if (once(&seen, f.tag, why) != 0)
-            goto fail;
-        switch (f.tag) {
-        case TAG_OUT_STREAM:
-            if (r_u8(&f, &out->stream, why) != 0)
-                goto fail;
-            if (out->stream != MOAT_STREAM_STDOUT && out->stream != MOAT_STREAM_STDERR) {
-                *why = "unknown stream";
-                goto fail;
-            }
-            break;
-        case TAG_OUT_OFFSET:
-            if (r_u64(&f, &out->offset_ms, why) != 0)
-                goto fail;
-            break;
-        case TAG_OUT_DATA:
-            if (r_chunk(&f, &out->data, &out->len, why) != 0)
-                goto fail;
-            break;
-        default:
-            *why = "unknown field in session output";
-            goto fail;
-        }
-    }
-    if (rc < 0)
-        goto fail;
-    if (out->stream == 0 || !(seen & (1u << TAG_OUT_OFFSET)) || out->data == NULL) {
-        *why = "session output needs stream, offset and data";
-        goto fail;
-    }
-    return 0;
-fail:
-    moat_session_output_free(out);
-    return -1;
-}
-
-int moat_decode_session_stage(const uint8_t *payload, size_t len, struct moat_session_stage *out, const char **why)
-{
-    struct reader r = {payload, len, 0};
-    struct field f;
-    uint32_t seen = 0;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    while ((rc = r_next(&r, &f, why)) == 1) {
-        if (once(&seen, f.tag, why) != 0)
-            goto fail;
-        switch (f.tag) {
-        case TAG_SST_STAGE:
-            if (r_stage(&f, &out->stage, why) != 0)
-                goto fail;
-            break;
-        case TAG_SST_OFFSET:
-            if (r_u64(&f, &out->offset_ms, why) != 0)
-                goto fail;
-            break;
-        default:
-            *why = "unknown field in session stage";
-            goto fail;
-        }
-    }
-    if (rc < 0)
-        goto fail;
-    if (out->stage == 0 || !(seen & (1u << TAG_SST_OFFSET))) {
-        *why = "session stage needs stage and offset";
-        goto fail;
-    }
-    return 0;
-fail:
-    memset(out, 0, sizeof(*out));
-    return -1;
-}
-
-int moat_decode_session_exit(const uint8_t *payload, size_t len, struct moat_session_exit *out, const char **why)
-{
-    struct reader r = {payload, len, 0};
-    struct field f;
-    uint32_t seen = 0;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    while ((rc = r_next(&r, &f, why)) == 1) {
-        if (once(&seen, f.tag, why) != 0)
-            goto fail;
-        switch (f.tag) {
-        case TAG_EX_STAGE:
-            if (r_stage(&f, &out->stage, why) != 0)
-                goto fail;
-            break;
-        case TAG_EX_OFFSET:
-            if (r_u64(&f, &out->offset_ms, why) != 0)
-                goto fail;
-            break;
-        case TAG_EX_CLOCK:
-            if (r_u8(&f, &out->clock, why) != 0)
-                goto fail;
-            if (out->clock == 0 || out->clock > MOAT_CLOCK_MAX) {
-                *why = "unknown clock";
-                goto fail;
-            }
-            break;
-        case TAG_EX_RESULT:
-            if (decode_stage(&f, &out->result, why) != 0)
-                goto fail;
-            break;
-        default:
-            *why = "unknown field in session exit";
-            goto fail;
-        }
-    }
-    if (rc < 0)
-        goto fail;
-    if (out->stage == 0 || !(seen & (1u << TAG_EX_OFFSET)) || !out->result.present) {
-        *why = "session exit needs stage, offset and result";
-        goto fail;
-    }
-    if (out->result.stdout_len || out->result.stderr_len || out->result.output_len) {
-        *why = "session exit carries no output";
-        goto fail;
-    }
-    if ((out->clock != 0) != (out->result.status == MOAT_STATUS_TO)) {
-        *why = "clock must name the clock of a TO, and only of a TO";
-        goto fail;
-    }
-    return 0;
-fail:
-    moat_session_exit_free(out);
-    return -1;
-}
-
-/* A u64 ceiling or effective limit of SESSION_OPEN / SESSION_READY. */
-static int r_session_limit(const struct field *f, uint64_t *v, uint32_t *limits, const char **why)
-{
-    *limits += 1;
-    return r_u64(f, v, why);
-}
-
-#define SESSION_LIMITS 5 /* wall, idle, cpu, stdin, output */
-
-int moat_decode_session_open(const uint8_t *payload, size_t len, struct moat_session_open *out, const char **why)
-{
-    struct reader r = {payload, len, 0};
-    struct field f;
-    uint32_t seen = 0, limits = 0;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    request_init(&out->req);
-    while ((rc = r_next(&r, &f, why)) == 1) {
-        if (request_once(&seen, f.tag, why) != 0)
-            goto fail;
-        switch (f.tag) {
-        case TAG_SO_WALL:
-            rc = r_session_limit(&f, &out->wall_ms, &limits, why);
-            break;
-        case TAG_SO_IDLE:
-            rc = r_session_limit(&f, &out->idle_ms, &limits, why);
-            break;
-        case TAG_SO_CPU:
-            rc = r_session_limit(&f, &out->cpu_ms, &limits, why);
-            break;
-        case TAG_SO_STDIN:
-            rc = r_session_limit(&f, &out->stdin_bytes, &limits, why);
-            break;
-        case TAG_SO_OUTPUT:
-            rc = r_session_limit(&f, &out->output_bytes, &limits, why);
-            break;
-        default:
-            rc = decode_request_field(&f, &out->req, why);
-            if (rc == 1)
-                *why = "unknown field in session open";
-        }
-        if (rc != 0)
-            goto fail;
-    }
-    if (rc < 0 ||
-        request_complete(&out->req, "session open needs language and version", "session open needs at least one file", why) != 0)
-        goto fail;
-    if (limits != SESSION_LIMITS) {
-        *why = "session open needs wall, idle, cpu, stdin and output limits";
-        goto fail;
-    }
-    return 0;
-fail:
-    moat_session_open_free(out);
-    return -1;
-}
-
-int moat_decode_session_ready(const uint8_t *payload, size_t len, struct moat_session_ready *out, const char **why)
-{
-    struct reader r = {payload, len, 0};
-    struct field f;
-    uint32_t seen = 0, limits = 0;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    while ((rc = r_next(&r, &f, why)) == 1) {
-        if (once(&seen, f.tag, why) != 0)
-            goto fail;
-        switch (f.tag) {
-        case TAG_SR_LANGUAGE:
-            rc = r_str(&f, MOAT_MAX_NAME_LEN, 0, &out->language, why);
-            break;
-        case TAG_SR_VERSION:
-            rc = r_str(&f, MOAT_MAX_NAME_LEN, 0, &out->version, why);
-            break;
-        case TAG_SR_WALL:
-            rc = r_session_limit(&f, &out->wall_ms, &limits, why);
-            break;
-        case TAG_SR_IDLE:
-            rc = r_session_limit(&f, &out->idle_ms, &limits, why);
-            break;
-        case TAG_SR_CPU:
-            rc = r_session_limit(&f, &out->cpu_ms, &limits, why);
-            break;
-        case TAG_SR_STDIN:
-            rc = r_session_limit(&f, &out->stdin_bytes, &limits, why);
-            break;
-        case TAG_SR_OUTPUT:
-            rc = r_session_limit(&f, &out->output_bytes, &limits, why);
-            break;
-        case TAG_SR_WALLS:
-            rc = r_walls(&f, &out->walls, why);
-            break;
-        default:
-            *why = "unknown field in session ready";
-            rc = -1;
-        }
-        if (rc != 0)
-            goto fail;
-    }
-    if (rc < 0)
-        goto fail;
-    if (out->language == NULL || out->version == NULL || limits != SESSION_LIMITS) {
-        *why = "session ready needs language, version and every limit";
-        goto fail;
-    }
-    return 0;
-fail:
-    moat_session_ready_free(out);
-    return -1;
-}
-
-/* ---- release ---------------------------------------------------------- */
-
-uint64_t moat_exec_result_cpu_ms(const struct moat_exec_result *res)
-{
-    uint64_t ms = (res->compile.present ? res->compile.cpu_ms : 0) + (res->run.present ? res->run.cpu_ms : 0);
-
-    for (size_t i = 0; i < res->ntests; i++)
-        ms += res->tests[i].cpu_ms;
-    return ms;
-}
-
-void moat_exec_request_free(struct moat_exec_request *r)
-{
-    free(r->language);
-    free(r->version);
-    for (size_t i = 0; r->files && i < r->nfiles; i++) {
-        free(r->files[i].name);
-        free(r->files[i].content);
-    }
-    free(r->files);
-    for (size_t i = 0; r->args && i < r->nargs; i++)
-        free(r->args[i]);
-    free(r->args);
-    free(r->stdin_data);
-    for (size_t i = 0; r->compiler_options && i < r->ncompiler_options; i++)
-        free(r->compiler_options[i]);
-    free(r->compiler_options);
-    for (size_t i = 0; r->tests && i < r->ntests; i++) {
-        for (size_t j = 0; r->tests[i].args && j < r->tests[i].nargs; j++)
-            free(r->tests[i].args[j]);
-        free(r->tests[i].args);
-        free(r->tests[i].stdin_data);
-    }
-    free(r->tests);
-    memset(r, 0, sizeof(*r));
-}
-
-static void stage_free(struct moat_stage_result *st)
-{
-    free(st->stdout_data);
-    free(st->stderr_data);
-    free(st->output_data);
-    free(st->message);
-    memset(st, 0, sizeof(*st));
-}
-
-void moat_exec_result_free(struct moat_exec_result *r)
-{
-    free(r->language);
-    free(r->version);
-    free(r->walls);
-    stage_free(&r->compile);
-    stage_free(&r->run);
-    for (size_t i = 0; r->tests && i < r->ntests; i++)
-        stage_free(&r->tests[i]);
-    free(r->tests);
-    memset(r, 0, sizeof(*r));
-}
-
-void moat_error_free(struct moat_error *e)
-{
-    free(e->message);
-    memset(e, 0, sizeof(*e));
-}
-
-void moat_runtimes_free(struct moat_runtimes *rt)
-{
-    for (size_t i = 0; rt->items && i < rt->count; i++) {
-        struct moat_runtime *r = &rt->items[i];
-        free(r->language);
-        free(r->version);
-        for (size_t j = 0; r->aliases && j < r->naliases; j++)
-            free(r->aliases[j]);
-        free(r->aliases);
-        for (size_t j = 0; r->option_patterns && j < r->noption_patterns; j++)
-            free(r->option_patterns[j]);
-        free(r->option_patterns);
-    }
-    free(rt->items);
-    free(rt->walls);
-    memset(rt, 0, sizeof(*rt));
-}
-
-void moat_session_stdin_free(struct moat_session_stdin *s)
-{
-    free(s->data);
-    memset(s, 0, sizeof(*s));
-}
-
-void moat_session_output_free(struct moat_session_output *o)
-{
-    free(o->data);
-    memset(o, 0, sizeof(*o));
-}
-
-void moat_session_exit_free(struct moat_session_exit *e)
-{
-    stage_free(&e->result);
-    memset(e, 0, sizeof(*e));
-}
-
-void moat_session_open_free(struct moat_session_open *o)
-{
-    moat_exec_request_free(&o->req);
-    memset(o, 0, sizeof(*o));
-}
-
-void moat_session_ready_free(struct moat_session_ready *r)
-{
-    free(r->language);
-    free(r->version);
-    free(r->walls);
-    memset(r, 0, sizeof(*r));
-}
-
-/* ---- status names ----------------------------------------------------- */
+/* ---- names -------------------------------------------------------------- */
 
 const char *moat_status_piston(uint8_t status)
 {
