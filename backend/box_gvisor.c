@@ -6,22 +6,33 @@
  * -------------------
  * A gVisor box is an ordinary box first: the same namespaces, cgroup,
  * read-only runtime binds, /box tmpfs and pivot (box_init.c).  Only the
- * stage program differs.  Init's stage child stays root (in the box's
- * namespaces; the box has no user namespace, so it is the host's root,
- * with only the capabilities runsc uses: gvisor_drop_caps, S37) and
- * execs runsc, Debian's gVisor runtime, with
+ * stage program differs.  Init's stage child empties its bounding and
+ * inheritable sets, becomes the slot's uid and gid (no_new_privs) and
+ * execs runsc, Debian's gVisor runtime, rootless (S37):
  *
- *   runsc --root=<GVISOR_DIR>/state --network=none --platform=P
+ *   runsc --rootless --root=<GVISOR_DIR>/state --network=none --platform=P
  *         --ignore-cgroups --debug --debug-log=<GVISOR_DIR>/run.log
  *         --debug-command=run run --bundle <GVISOR_DIR>/bundle stageN
  *
- * and an OCI config.json written here (gvisor_write_bundle): root "/" (the
- * box's own root: the runtime, read-only), /box bound read-write, a fresh
- * tmpfs /tmp and gVisor's own /proc, the process as the slot's uid and gid
- * with no capabilities, noNewPrivileges, the stage's argv, env and rlimits
- * (RLIMIT_NPROC is enforced by gVisor's kernel, so a fork bomb stops at the
- * stage's process count), no network namespace path (runsc makes its own,
- * and --network=none leaves it with loopback only).
+ * runsc makes a user namespace of its own whose one uid, 0, is the slot's
+ * uid: what it needs (namespaces, mounts, chroot, ptrace of its stubs) it
+ * holds there, and nothing in the host's.  Two things of the box make that
+ * possible: a proc mount without masks in the runsc-only GVISOR_DIR (the
+ * kernel lets a user namespace mount proc only where one is fully visible),
+ * and a bundle root runsc does not remount read-only (it could not keep the
+ * box's locked nosuid and nodev; the root stays read-only anyway: the
+ * runtime's binds are, and the box's own root is root's, not the slot's).
+ * The OCI config.json is written here (gvisor_write_bundle): root "/" (the
+ * box's own root: the runtime), /box bound read-write, a fresh tmpfs /tmp
+ * and gVisor's own /proc, the process as uid and gid 0 of runsc's
+ * namespace (the one uid mapped: the slot's) with no capability at all,
+ * noNewPrivileges, the stage's argv, env and rlimits (RLIMIT_NPROC is
+ * enforced by gVisor's kernel, so a fork bomb stops at the stage's process
+ * count), no network namespace path (runsc makes its own, and
+ * --network=none leaves it with loopback only).  A signal from the host
+ * (a session's SESSION_SIGNAL) goes in through `runsc kill` (init's
+ * messenger, the slot's uid too): rootless runsc run would die of it
+ * itself, not pass it on.
  *
  * What holds as for a plain box, and why:
  * - memory, pids and CPU: runsc, its gofer and its sentry are all processes
@@ -39,8 +50,9 @@
  *   gvisor_wait_status takes the raw wait status from runsc run's own log
  *   (its final line), else the exit code as it is (S36).  ML is the
  *   cgroup's OOM count, as for any box.
- * - the runsc state dir and bundle live in the box's /tmp (root only,
- *   0700), which the sandboxed program never sees: its /tmp is gVisor's.
+ * - the runsc state dir and bundle live in the box's /tmp (the slot uid's,
+ *   0700: runsc's), which the sandboxed program never sees: its /tmp is
+ *   gVisor's.
  *
  * What does not apply: the backend's seccomp allow-list and Landlock cannot
  * wrap runsc (it mounts, ptraces and sets up its own sandbox); the
@@ -171,7 +183,7 @@ static void write_config(struct jbuf *b, const struct gvisor_stage *g)
     jrlimit(b, "RLIMIT_MSGQUEUE", 0, 0);
     jrlimit(b, "RLIMIT_CPU", g->cpu_s, 0);
     jrlimit(b, "RLIMIT_NPROC", g->pids, 1);
-    jraw(b, "]},\"root\":{\"path\":\"/\",\"readonly\":true},\"hostname\":\"box\","
+    jraw(b, "]},\"root\":{\"path\":\"/\",\"readonly\":false},\"hostname\":\"box\","
             "\"mounts\":["
             "{\"destination\":\"/proc\",\"type\":\"proc\",\"source\":\"proc\"},"
             "{\"destination\":\"/tmp\",\"type\":\"tmpfs\",\"source\":\"tmpfs\",\"options\":[\"nosuid\",\"nodev\",\"mode=1777\"]}");
@@ -233,6 +245,7 @@ void gvisor_runsc_cmd(struct runsc_cmd *c, const char *runsc, const char *platfo
     snprintf(c->log, sizeof(c->log), "--debug-log=%s/" GVISOR_LOG, dir);
     snprintf(c->id, sizeof(c->id), "%s", id);
     c->argv[n++] = (char *)(uintptr_t)runsc;
+    c->argv[n++] = (char *)(uintptr_t) "--rootless";
     c->argv[n++] = c->root;
     c->argv[n++] = (char *)(uintptr_t) "--network=none";
     c->argv[n++] = c->platform;
@@ -248,46 +261,47 @@ void gvisor_runsc_cmd(struct runsc_cmd *c, const char *runsc, const char *platfo
     c->argv[n] = NULL;
 }
 
-int gvisor_make_dirs(void)
+void gvisor_kill_cmd(struct runsc_cmd *c, const char *runsc, const char *dir, const char *id, int sig)
+{
+    size_t n = 0;
+
+    snprintf(c->root, sizeof(c->root), "--root=%s/state", dir);
+    snprintf(c->id, sizeof(c->id), "%s", id);
+    snprintf(c->sig, sizeof(c->sig), "%d", sig);
+    c->argv[n++] = (char *)(uintptr_t)runsc;
+    c->argv[n++] = (char *)(uintptr_t) "--rootless";
+    c->argv[n++] = c->root;
+    c->argv[n++] = (char *)(uintptr_t) "kill";
+    c->argv[n++] = c->id;
+    c->argv[n++] = c->sig;
+    c->argv[n] = NULL;
+}
+
+int gvisor_make_dirs(uid_t uid, gid_t gid)
 {
     static const char *const dirs[] = {GVISOR_DIR, GVISOR_DIR "/state", GVISOR_DIR "/bundle"};
     for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
-        if (mkdir(dirs[i], 0700) != 0)
+        if (mkdir(dirs[i], 0700) != 0 || chown(dirs[i], uid, gid) != 0)
             return -1;
     }
     return 0;
 }
 
 /*
- * What runsc may keep of root's capabilities: what it, its gofer and its
- * sandbox use (namespaces, mounts, chroot, the uid map, ptrace of the
- * sentry's stubs, the gofer's file rights, dropping the rest; locked
- * memory and rlimits for the platforms; --network=none needs no network
- * capability).  runsc run stays root for the whole stage, outside any
- * seccomp filter, talking to the sandbox; a bug there must not be the
- * host's CAP_SYS_MODULE (a module
- * from /box), CAP_SYS_TIME (the host's clock), CAP_SYS_RAWIO, CAP_BPF,
- * CAP_PERFMON, CAP_SYSLOG, CAP_MAC_ADMIN ... (S37).  Every other
- * capability, and any the kernel adds later, leaves the bounding set, and
- * the inheritable set is emptied (root's execve takes the file's
- * inheritable set as all).
+ * runsc runs rootless, as the slot's uid (S37): the bounding set goes
+ * whole and the inheritable set is emptied before the drop, so nothing the
+ * kernel adds later and no file capability comes back.  What runsc needs
+ * (namespaces, mounts, chroot, ptrace of its stubs) it holds only in the
+ * user namespace it makes for itself, never in the host's.
  */
-static const int runsc_caps[] = {
-    CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER,     CAP_FSETID,    CAP_KILL,     CAP_SETGID,
-    CAP_SETUID, CAP_SETPCAP,      CAP_SYS_CHROOT,      CAP_SYS_PTRACE, CAP_SYS_ADMIN, CAP_IPC_LOCK, CAP_SYS_RESOURCE,
-};
-
 int gvisor_drop_caps(void)
 {
     struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
 
     for (int cap = 0; cap < 64; cap++) {
-        int keep = 0;
-        for (size_t i = 0; i < sizeof(runsc_caps) / sizeof(runsc_caps[0]); i++)
-            keep |= runsc_caps[i] == cap;
-        if (keep || prctl(PR_CAPBSET_READ, cap, 0, 0, 0) != 1)
-            continue; /* kept, or no such capability on this kernel */
+        if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) != 1)
+            continue; /* no such capability on this kernel */
         if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0)
             return -1;
     }

@@ -649,9 +649,10 @@ static void bind_runsc(const struct slot *s, const char *runsc)
     bind_ro(s, runsc);
 }
 
-/* runsc on the kvm platform opens /dev/kvm in the box: the node, root's
- * only (0600; the program inside gVisor sees gVisor's /dev, not this one),
- * made on /dev's mount for this job alone (a plain box has none). */
+/* runsc on the kvm platform opens /dev/kvm in the box: the node, the slot
+ * uid's only (0600: runsc runs as it; the program inside gVisor sees
+ * gVisor's /dev, not this one), made on /dev's mount for this job alone (a
+ * plain box has none). */
 static void add_kvm_node(const struct slot *s)
 {
     char dev[PATH_MAX], kvm[PATH_MAX];
@@ -660,8 +661,14 @@ static void add_kvm_node(const struct slot *s)
     in_root(kvm, sizeof(kvm), s, "/dev/kvm");
     if (mount(NULL, dev, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC, NULL) != 0)
         child_die("remount /dev writable for /dev/kvm");
-    if (mknod(kvm, S_IFCHR | 0600, makedev(10, 232)) != 0 && (errno != EPERM || bind_host_node("/dev/kvm", kvm) != 0))
+    if (mknod(kvm, S_IFCHR | 0600, makedev(10, 232)) == 0) {
+        if (chown(kvm, s->uid, s->gid) != 0) /* runsc is the slot's uid (rootless) */
+            child_die("chown /dev/kvm");
+    } else if (errno != EPERM || bind_host_node("/dev/kvm", kvm) != 0) {
+        /* the host's node, bound: never chowned (it is the host's); runsc reaches it only if the
+         * host's mode lets the slot's uid in */
         child_die("create /dev/kvm");
+    }
     if (mount(NULL, dev, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) != 0)
         child_die("remount /dev read-only");
 }
@@ -823,8 +830,9 @@ static void setup_signals(int errfd, int stage)
 }
 
 /*
- * A gVisor stage (box_gvisor.c): runsc, as root of the box, with the
- * stage's limits and credentials in its bundle for the program inside.
+ * A gVisor stage (box_gvisor.c): runsc, rootless, as the slot's uid with
+ * no capability (S37), the stage's limits in its bundle for the program
+ * inside.
  * runsc keeps no rlimit but RLIMIT_CORE (its sentry's memory file is a
  * large sparse file: RLIMIT_FSIZE would kill it), and no seccomp or
  * Landlock of ours: it sets up its own sandbox, whose sentry filter takes
@@ -833,15 +841,19 @@ static void setup_signals(int errfd, int stage)
 static __attribute__((noreturn)) void exec_runsc(const struct init_args *a, const struct parsed_plan *pp, int stage, int errfd)
 {
     const struct stage_plan *st = &pp->stages[stage];
-    struct gvisor_stage g = {"/box",       st->argv,  st->envp,  a->slot->uid,
-                             a->slot->gid, st->fsize, st->stack, (st->cpu_ms + 999) / 1000 + 1,
-                             st->nofile,   st->pids};
+    /* uid 0 of the user namespace runsc makes, which is the slot's uid on the host and
+     * holds no capability (the bundle's): rootless runsc maps that one uid only */
+    struct gvisor_stage g = {"/box",     st->argv, st->envp, 0, 0, st->fsize, st->stack, (st->cpu_ms + 999) / 1000 + 1,
+                             st->nofile, st->pids};
     struct runsc_cmd cmd;
     const char *what;
 
     RLIM(RLIMIT_CORE, 0);
     if (gvisor_drop_caps() != 0)
-        exec_die(errfd, stage, "gVisor: drop capabilities runsc does not use");
+        exec_die(errfd, stage, "gVisor: drop every capability");
+    setup_credentials(a->slot, errfd, stage);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        exec_die(errfd, stage, "PR_SET_NO_NEW_PRIVS");
     if (unlink(GVISOR_DIR "/" GVISOR_LOG) != 0 && errno != ENOENT) /* the last stage's */
         exec_die(errfd, stage, "gVisor: remove the last stage's runsc log");
     if (gvisor_write_bundle(GVISOR_DIR "/bundle/config.json", &g, &what) != 0)
@@ -917,9 +929,41 @@ static int reap_children(pid_t prog, int *status)
     }
 }
 
+#define PROGRAM_STACK_SIZE (256 * 1024) /* the stage program's clone stack, and the messenger's */
+
+/* What the signal's messenger under gVisor starts with (relay_signal). */
+struct kill_args {
+    const struct init_args *a;
+    const struct parsed_plan *pp;
+    int stage, sig;
+};
+
+/* runsc kill, as the slot's uid (runsc's own), no capability, nothing of init's but /dev/null:
+ * reaped by wait_stage as any other child.  Never returns. */
+static int gvisor_messenger(void *arg)
+{
+    const struct kill_args *k = arg;
+    static char path_env[] = "PATH=/usr/bin:/bin";
+    char *const env[] = {path_env, NULL};
+    struct runsc_cmd cmd;
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+    if (null < 0 || dup2(null, 0) != 0 || dup2(null, 1) != 1 || dup2(null, 2) != 2)
+        _exit(127);
+    syscall(SYS_close_range, 3, ~0U, 0);
+    if (gvisor_drop_caps() != 0 || syscall(SYS_setgroups, 0, NULL) != 0 ||
+        syscall(SYS_setresgid, k->a->slot->gid, k->a->slot->gid, k->a->slot->gid) != 0 ||
+        syscall(SYS_setresuid, k->a->slot->uid, k->a->slot->uid, k->a->slot->uid) != 0 ||
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        _exit(127);
+    gvisor_kill_cmd(&cmd, k->pp->runsc, GVISOR_DIR, k->stage == BOX_STAGE_COMPILE ? "compile" : "run", k->sig);
+    execve(cmd.argv[0], cmd.argv, env);
+    _exit(127);
+}
+
 /* The host asked for a signal: CTL_SIGNAL and its number.  0, or -1 once
  * the host is gone (the stage goes on; box_discard will end it). */
-static int relay_signal(pid_t prog)
+static int relay_signal(const struct init_args *a, const struct parsed_plan *pp, int stage, pid_t prog)
 {
     uint8_t msg[2];
     if (moat_read_full(FD_CTL, msg, sizeof(msg)) != (ssize_t)sizeof(msg))
@@ -928,6 +972,17 @@ static int relay_signal(pid_t prog)
         errno = EINVAL;
         child_die("bad control message during a stage");
     }
+    if (pp->isolation == MOAT_ISOLATION_GVISOR) {
+        /* the program is gVisor's: runsc, rootless, passes the signal in (its own run
+         * process would only die of it); the messenger shares init's memory until execve */
+        static void *stack;
+        struct kill_args k = {a, pp, stage, msg[1]};
+        if (stack == NULL)
+            stack = map_or_die(PROGRAM_STACK_SIZE);
+        if (clone(gvisor_messenger, (char *)stack + PROGRAM_STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD, &k) < 0)
+            kill(-prog, msg[1]); /* no messenger: at least the stage ends */
+        return 0;
+    }
     /* the program's group: init's unreaped child, so the id is still its */
     kill(-prog, msg[1]);
     return 0;
@@ -935,7 +990,7 @@ static int relay_signal(pid_t prog)
 
 /* Until the stage's program ends: its status.  Other children are reaped as
  * they end (orphans come to pid 1); signals from the host are relayed. */
-static int wait_stage(int sig_fd, pid_t prog)
+static int wait_stage(const struct init_args *a, const struct parsed_plan *pp, int stage, int sig_fd, pid_t prog)
 {
     int status = 0, ctl_open = 1;
 
@@ -951,7 +1006,7 @@ static int wait_stage(int sig_fd, pid_t prog)
             while (read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
                 ; /* which child does not matter: reap_children looks at all */
         }
-        if (pfd[1].revents && relay_signal(prog) != 0)
+        if (pfd[1].revents && relay_signal(a, pp, stage, prog) != 0)
             ctl_open = 0;
     }
     return status;
@@ -970,8 +1025,6 @@ static int program_main(void *arg)
     const struct spawn_args *sa = arg;
     run_program(sa->a, sa->pp, sa->stage, sa->errfd);
 }
-
-#define PROGRAM_STACK_SIZE (256 * 1024)
 
 /*
  * The stage's program, started the way posix_spawn starts one: a clone that
@@ -1030,7 +1083,7 @@ static void run_stage(const struct init_args *a, const struct parsed_plan *pp, i
         _exit(127);
     }
 
-    int status = wait_stage(sig_fd, prog);
+    int status = wait_stage(a, pp, stage, sig_fd, prog);
     if (pp->isolation == MOAT_ISOLATION_GVISOR)
         status = gvisor_wait_status(status, GVISOR_DIR "/" GVISOR_LOG);
     /* nothing a stage started outlives it: pid 1 may signal every other
@@ -1242,8 +1295,14 @@ int box_init_main(void *arg)
     setup_job_mounts(a->slot, &pp);
     setup_pivot(a->slot);
     setup_uts();
-    if (pp.isolation == MOAT_ISOLATION_GVISOR && gvisor_make_dirs() != 0)
+    if (pp.isolation == MOAT_ISOLATION_GVISOR && gvisor_make_dirs(a->slot->uid, a->slot->gid) != 0)
         child_die("gVisor: make " GVISOR_DIR);
+    /* rootless runsc mounts a proc of its own in its user namespace, which the kernel allows only
+     * while a proc of this mount namespace is fully visible; the box's is masked (setup_proc_masks).
+     * So one unmasked, hidepid=2, in the dir only runsc reaches (the program's /tmp is gVisor's) */
+    if (pp.isolation == MOAT_ISOLATION_GVISOR &&
+        (mkdir(GVISOR_DIR "/proc", 0500) != 0 || mount("proc", GVISOR_DIR "/proc", "proc", 0, "hidepid=2") != 0))
+        child_die("gVisor: a visible proc for runsc");
     setup_landlock(a, &pp);
 
     for (;;) {

@@ -99,7 +99,7 @@ struct gvisor_stage {
 };
 
 /* After the pivot: GVISOR_DIR and its state and bundle dirs.  0 or -1. */
-int gvisor_make_dirs(void);
+int gvisor_make_dirs(uid_t uid, gid_t gid);
 /* config.json for the stage at path.  0, or -1 with errno and *what.
  * Also the backend's platform probe (gvisor.c), without a box. */
 int gvisor_write_bundle(const char *path, const struct gvisor_stage *g, const char **what);
@@ -107,9 +107,12 @@ int gvisor_write_bundle(const char *path, const struct gvisor_stage *g, const ch
  * its state in <dir>/state.  Also the backend's platform probe. */
 struct runsc_cmd {
     char *argv[GVISOR_ARGV_MAX];
-    char root[288], platform[32], bundle[288], log[300], id[32];
+    char root[288], platform[32], bundle[288], log[300], id[32], sig[8];
 };
 void gvisor_runsc_cmd(struct runsc_cmd *c, const char *runsc, const char *platform, const char *dir, const char *id);
+/* `runsc --rootless --root=DIR/state kill ID SIG`: a signal for the program
+ * inside (rootless runsc run does not forward the ones it gets itself). */
+void gvisor_kill_cmd(struct runsc_cmd *c, const char *runsc, const char *dir, const char *id, int sig);
 /* In runsc's stage child before its execve: the bounding set down to what
  * runsc uses, the inheritable set empty.  0 or -1 (errno). */
 int gvisor_drop_caps(void);

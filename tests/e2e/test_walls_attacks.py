@@ -13,18 +13,22 @@ S36  A program cannot forge a verdict it did not earn: SIGXCPU (which the
      signal death (SG), not TO, unless the stage's CPU time passed its
      limit; under gVisor an exit code of 129..192 is that exit code (runsc
      exits 128+N for a signal N too: its log has the real wait status).
-S37  runsc runs as root of the box (in the host's user namespace) for the
-     whole stage, outside any seccomp filter: it holds only the
-     capabilities it uses, not CAP_SYS_MODULE, CAP_SYS_TIME, CAP_SYS_RAWIO,
-     CAP_BPF and the rest, and no inheritable ones.
+S37  runsc runs for the whole stage outside any seccomp filter: it runs
+     rootless, as the slot's uid, with no capability in the host's user
+     namespace (what it needs it holds in a user namespace of its own, whose
+     0 is the slot's uid), so a bug in runsc or its gofer is not root: a
+     devtmpfs mount, mknod, the host's clock, fail from inside its
+     namespaces, as they succeed for root outside them.
 Also here, not an S-check: runsc on the kvm platform (what `auto` picks
 where the start-up probe runs a trivial sandbox on kvm) opens /dev/kvm in
 the box's mount namespace, which had no such node: every gVisor job failed
 RE 128 with runsc's "open /dev/kvm: no such file or directory"."""
 
+import errno
 import json
 import os
 import socket
+import subprocess
 import unittest
 
 from moat_harness import BackendSession, Stack, backend_run, box_pids, wait_until
@@ -138,27 +142,51 @@ class ForgedVerdictTest(unittest.TestCase):
         self.assertEqual((res["status"], res["signal"], res["stdout"]), ("SG", "SIGKILL", "x\n"), res)
 
 
-# What runsc may hold (backend/box_gvisor.c runsc_caps): CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH,
-# FOWNER, FSETID, KILL, SETGID, SETUID, SETPCAP, SYS_CHROOT, SYS_PTRACE, SYS_ADMIN, IPC_LOCK,
-# SYS_RESOURCE
-RUNSC_CAPS = sum(1 << c for c in (0, 1, 2, 3, 4, 5, 6, 7, 8, 18, 19, 21, 14, 24))
-NEVER = {"CAP_SYS_MODULE": 16, "CAP_SYS_RAWIO": 17, "CAP_SYS_BOOT": 22, "CAP_SYS_TIME": 25, "CAP_MKNOD": 27,
-         "CAP_MAC_ADMIN": 33, "CAP_SYSLOG": 34, "CAP_PERFMON": 38, "CAP_BPF": 39}
-
-
-def status_caps(pid):
-    """{CapInh, CapBnd, CapEff: int} of a host process, or None once it is gone."""
+def proc_status(pid):
+    """{Uid: [real, effective, saved, fs], CapInh, CapPrm, CapEff, CapBnd: int} of a host process, or None once gone."""
     try:
         with open("/proc/%d/status" % pid) as f:
-            return {k: int(v, 16) for k, v in (line.split(":\t") for line in f) if k in ("CapInh", "CapBnd", "CapEff")}
-    except (OSError, ValueError):
+            fields = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+        out = {k: int(fields[k], 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd")}
+        out["Uid"] = [int(x) for x in fields["Uid"].split()]
+        return out
+    except (OSError, ValueError, KeyError):
         return None
+
+
+# What a bug in runsc would try first, as runsc's own credentials in runsc's own namespaces:
+# each needs a capability of the host's user namespace (devtmpfs and mknod: CAP_SYS_ADMIN and
+# CAP_MKNOD there; the clock: CAP_SYS_TIME).  Prints {name: errno or 0}.
+ESCAPE = r"""
+import ctypes, json, os, tempfile
+libc = ctypes.CDLL(None, use_errno=True)
+def errno_of(rc):
+    return 0 if rc == 0 else ctypes.get_errno()
+d = tempfile.mkdtemp(dir="/tmp")
+out = {"mount_devtmpfs": errno_of(libc.mount(b"none", d.encode(), b"devtmpfs", 0, None))}
+d2 = tempfile.mkdtemp(dir="/tmp")
+try:
+    os.mknod(os.path.join(d2, "null"), 0o20666, os.makedev(1, 3))
+    out["mknod"] = 0
+    os.unlink(os.path.join(d2, "null"))
+except OSError as e:
+    out["mknod"] = e.errno
+os.rmdir(d2)
+class timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+now = timespec()
+libc.clock_gettime(0, ctypes.byref(now))
+out["clock_settime"] = errno_of(libc.clock_settime(0, ctypes.byref(now)))  # the same time: harmless if allowed
+libc.umount2(d.encode(), 2)
+os.rmdir(d)
+print(json.dumps(out))
+"""
 
 
 @unittest.skipUnless(HAVE_RUNSC, "runsc is not installed (Debian: apt-get install runsc)")
 class RunscCapabilitiesTest(unittest.TestCase):
-    """S37: the root processes runsc leaves in the host's user namespace hold only what it uses.
-    A live session under gVisor holds its box (a server-mode backend, stopped cleanly)."""
+    """S37: runsc, rootless, is the slot's uid with no capability of the host's; a live session
+    under gVisor holds its box (a server-mode backend, stopped cleanly)."""
 
     @classmethod
     def setUpClass(cls):
@@ -169,36 +197,62 @@ class RunscCapabilitiesTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.stack.stop()
 
-    def runsc_root_processes(self):
+    def runsc_processes(self):
+        """{pid: (argv head, status, same user namespace as ours)} of the box's runsc processes."""
         own_userns = os.readlink("/proc/self/ns/user")
         found = {}
         for pid in box_pids(self.stack.tag):
             try:
                 with open("/proc/%d/cmdline" % pid, "rb") as f:
                     argv = f.read().split(b"\0")
-                same_userns = os.readlink("/proc/%d/ns/user" % pid) == own_userns
+                same = os.readlink("/proc/%d/ns/user" % pid) == own_userns
             except OSError:
                 continue
-            # runsc run and its gofer (the sandbox is nobody in a user namespace of its own)
-            if same_userns and any(a.startswith(b"--root=/tmp/.moat-gvisor") for a in argv):
-                caps = status_caps(pid)
-                if caps is not None:
-                    found[b" ".join(argv[:1] + argv[-4:]).decode(errors="replace")] = caps
-        return found if len(found) >= 2 else None  # both: run and the gofer
+            st = proc_status(pid)
+            if st is not None and any(a.startswith(b"--root=/tmp/.moat-gvisor") for a in argv):
+                found[pid] = (b" ".join(argv[:2]).decode(errors="replace"), st, same)
+        # runsc run in ours; in runsc's own: run again (re-executed there: /proc/self/exe), the gofer
+        # and the sandbox
+        inner = [v for v in found.values() if not v[2]]
+        return found if len(inner) >= 3 and any(v[0].startswith("/proc/self/exe") for v in inner) else None
 
-    def test_s37_runsc_holds_only_the_capabilities_it_uses(self):
+    def test_s37_runsc_is_the_slots_uid_with_no_capability(self):
         code = "print('up', flush=True)\ninput()\n"
         with BackendSession(self.stack.socket, 9, timeout=JOB_TIMEOUT_S) as s:
             s.open("python", code, isolation=1)
             s.output_until(b"up")
-            found = wait_until(self.runsc_root_processes, "runsc run and its gofer in the box", timeout=JOB_TIMEOUT_S)
+            found = wait_until(self.runsc_processes, "runsc run, its gofer and its sandbox in the box",
+                               timeout=JOB_TIMEOUT_S)
+            # runsc run as re-executed in its own user namespace, which sees the box's files (the
+            # gofer's and the sandbox's roots are emptied): its namespaces are where runsc works
+            inside = next(pid for pid, (who, _, same) in found.items() if not same and who.startswith("/proc/self/exe"))
+            with open("/proc/%d/uid_map" % inside) as f:
+                uid_map = f.read().split()
+            # the same escape attempts as runsc would make them: its user and mount namespaces, its uid
+            # (nsenter -U makes it 0 there, with every capability of that namespace, as runsc has them)
+            p = subprocess.run(["nsenter", "-t", str(inside), "-U", "-m", "--", "/usr/bin/python3", "-c", ESCAPE],
+                               capture_output=True, text=True, timeout=60)
             s.write(b"\n")
             s.rest()
-        for who, caps in found.items():
-            self.assertEqual(caps["CapInh"], 0, (who, caps))
-            self.assertEqual(caps["CapBnd"] & ~RUNSC_CAPS, 0, (who, hex(caps["CapBnd"])))
-            for name, bit in NEVER.items():
-                self.assertFalse(caps["CapEff"] & (1 << bit), (who, name, hex(caps["CapEff"])))
+        uids = {v[1]["Uid"][0] for v in found.values()}
+        self.assertEqual(len(uids), 1, found)
+        slot_uid = uids.pop()
+        self.assertNotEqual(slot_uid, 0, found)
+        for pid, (who, st, same) in found.items():
+            self.assertEqual(set(st["Uid"]), {slot_uid}, (who, st))
+            if same:  # in the host's user namespace: nothing at all (the others' are their namespace's)
+                self.assertEqual((st["CapInh"], st["CapPrm"], st["CapEff"], st["CapBnd"]), (0, 0, 0, 0), (who, st))
+        # runsc's namespace maps exactly one uid: its 0 is the slot's uid
+        self.assertEqual(uid_map, ["0", str(slot_uid), "1"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        attempt = json.loads(p.stdout)
+        self.assertTrue(all(e in (errno.EPERM, errno.EACCES) for e in attempt.values()), attempt)
+        # the same probe as root outside runsc's namespaces (a mount namespace of its own, so the
+        # host's mounts are left alone) succeeds: the failures above are the missing capabilities
+        ref = subprocess.run(["unshare", "-m", "--propagation", "private", "python3", "-c", ESCAPE],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(ref.returncode, 0, ref.stderr)
+        self.assertEqual(json.loads(ref.stdout), {"mount_devtmpfs": 0, "mknod": 0, "clock_settime": 0})
 
 
 @unittest.skipUnless(HAVE_RUNSC and os.access("/dev/kvm", os.R_OK | os.W_OK), "needs runsc and a usable /dev/kvm")
