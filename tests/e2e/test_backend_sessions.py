@@ -259,7 +259,7 @@ class SessionTest(unittest.TestCase):
         # print (CPython runs handlers within a flush, holding the buffer: "reentrant call") on a slow machine
         code = ("import os, signal, sys, time\n"
                 "def on_int(signum, frame):\n    os.write(1, b'caught %d\\n' % signum)\n    sys.exit(3)\n"
-                "signal.signal(signal.SIGINT, on_int)\nprint('ready', flush=True)\ntime.sleep(600)\n")
+                "signal.signal(signal.SIGINT, on_int)\nprint('ready', flush=True)\ntime.sleep(600)\n")  # until the signal
         with self.session() as s:
             s.open("python", code)
             events = s.output_until(b"ready\n")
@@ -321,7 +321,7 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(self.last_exit(events)["status"], STATUS_EL)
 
     def test_output_cap_is_over_the_whole_session(self):
-        # ten writes of 300 bytes, each under the cap, together over it
+        # ten writes of 300 bytes, each under the cap, together over it (the program's pause keeps them apart)
         code = "import time\nfor i in range(10):\n    print('x' * 299, flush=True)\n    time.sleep(0.05)\n"
         with self.session() as s:
             s.open("python", code, output_bytes=1000)

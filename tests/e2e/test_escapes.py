@@ -597,6 +597,7 @@ class LandlockScopeTest(unittest.TestCase):
     an abstract socket; the box's program connects to it and signals it.  Landlock's scopes refuse
     both; the same run on a backend with --no-landlock reaches it."""
 
+    # the outsider sleeps to stay up (its socket bound) while the probe runs, far longer than the test
     OUTSIDER = r"""
 import socket, sys, time
 s = socket.socket(socket.AF_UNIX)

@@ -156,7 +156,8 @@ class GVisorBoxTest(unittest.TestCase):
 
     def test_fork_bomb_is_held(self):
         # the stage's process limit (16 here, so that memory stays far from its limit) holds inside
-        # gVisor: fork fails, the program goes on and reports where it stopped
+        # gVisor: fork fails, the program goes on and reports where it stopped (the children sleep to hold
+        # their pids meanwhile)
         r = gv_run("import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(60)\n"
                    "            os._exit(0)\n        n += 1\nexcept OSError as e:\n    print('stopped', n, e.errno)\n",
                    "python", "--limit", "run_processes=16")["run"]
@@ -401,7 +402,7 @@ class GVisorSessionTest(unittest.TestCase):
         self.assertEqual((events[0]["type"], events[0]["walls"]), ("ready", "namespaces+gvisor"))
 
     def test_signal_reaches_the_program(self):
-        code = "import time\nprint('up', flush=True)\ntime.sleep(120)\n"
+        code = "import time\nprint('up', flush=True)\ntime.sleep(120)\n"  # until the signal ends it
         with BackendSession(self.stack.socket, 8, timeout=JOB_TIMEOUT_S) as s:
             s.open("python", code, isolation=1)
             s.output_until(b"up")

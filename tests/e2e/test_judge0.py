@@ -196,6 +196,7 @@ class Judge0Test(unittest.TestCase):
         self.assertIsNone(full["compile_output"])
 
     def test_wait_false_answers_at_once(self):
+        # the program's sleep is what is tested: the answer comes before the program is done
         code = "import time\ntime.sleep(1.5)\nprint('late')"
         t0 = time.monotonic()
         st, headers, data = self.call("POST", "/submissions", {"source_code": code, "language_id": 71})
@@ -226,7 +227,7 @@ class Judge0Test(unittest.TestCase):
     def test_wait_false_holds_no_in_flight_slot(self):
         # "single" may have one execution in flight: queued submissions wait
         # in the submissions queue instead (its cap bounds them), so a second
-        # wait=false while the first runs is accepted, not a 429
+        # wait=false while the first runs (its sleep, bounded by the run ceiling) is accepted, not a 429
         code = "import time\ntime.sleep(1)\nprint('one')"
         first = self.submit({"source_code": code, "language_id": 71}, query="wait=false", tenant="single")
         again = self.submit({"source_code": "print(2)", "language_id": 71}, query="wait=false", tenant="single")
@@ -537,6 +538,7 @@ class Judge0Test(unittest.TestCase):
         self.assert_error(self.call("DELETE", "/submissions/batch"), 405, "method not allowed")
 
     def test_batch_holds_no_slot(self):
+        # each entry runs a while (the sleep is the program under test), the sync run meanwhile
         code = "import time\ntime.sleep(0.3)\nprint('%d')"
         st, _, data = self.call("POST", "/submissions/batch",
                                 {"submissions": [{"source_code": code % i, "language_id": 71} for i in range(4)]},

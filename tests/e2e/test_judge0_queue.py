@@ -25,6 +25,8 @@ FINAL = 3  # status ids from 3 on are final
 
 
 def sleeper(seconds, out):
+    """A submission that runs `seconds` (the sleep is the program under test: it holds the slot that
+    long, bounded by the 3 s run ceiling), then prints out."""
     return {"source_code": "import time\ntime.sleep(%s)\nprint(%r)" % (seconds, out), "language_id": 71}
 
 

@@ -103,6 +103,7 @@ class Judge0StoreTest(unittest.TestCase):
         self.assertFalse(os.path.exists(path))
 
     def test_run_lost_in_a_kill_is_an_internal_error(self):
+        # the program sleeps to be still running when the gateway is killed (far longer than the kill takes)
         token = self.submit("import time\ntime.sleep(4)\nprint('never seen')")
         st, _, data = self.get(token)
         self.assertEqual((st, data["status"]["id"]), (200, 2), data)  # Processing

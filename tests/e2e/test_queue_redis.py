@@ -36,7 +36,7 @@ import time
 import unittest
 import urllib.request
 
-from moat_harness import MOATCTL, Stack, free_port, uid_base, wait_until
+from moat_harness import MOATCTL, Stack, free_port, held_program, held_roots, release_all, uid_base, wait_until
 from test_redis_limits import HAVE_REDIS, REDIS
 
 LEASE_MS = 3000
@@ -315,10 +315,12 @@ class QueueTest(unittest.TestCase):
         self.wait_accepting(self.a)
 
     def test_moatctl_queue_and_metrics(self):
-        # both slots busy, then three of beta's wait
-        busy = [h.submit("alpha", "import time\ntime.sleep(4)\n", wall_time_limit=15, cpu_time_limit=2)[2]["token"]
-                for h in (self.a, self.b)]
-        wait_until(lambda: all(self.a.get("alpha", t)[2]["status"]["id"] == 2 for t in busy), "both slots to be busy")
+        # both slots busy (held until released below, not for a fixed time), then three of beta's wait
+        hosts = (self.a, self.b)
+        busy = [h.submit("alpha", held_program(), wall_time_limit=15, cpu_time_limit=2)[2]["token"] for h in hosts]
+        self.addCleanup(lambda: [release_all(h.stack.tag) for h in hosts])  # a failure below leaves none held
+        wait_until(lambda: all(self.a.get("alpha", t)[2]["status"]["id"] == 2 for t in busy)
+                   and sum(len(held_roots(h.stack.tag)) for h in hosts) == 2, "both slots to be busy")
         waiting = [self.b.submit("beta", "print('late')\n")[2]["token"] for _ in range(3)]
 
         def shown():
@@ -337,6 +339,8 @@ class QueueTest(unittest.TestCase):
         self.assertGreaterEqual(m["moat_queue_depth"], 3)
         self.assertGreaterEqual(m["moat_queue_pending"], 2)
         self.assertGreaterEqual(m["moat_queue_claims_total"], 1)
+        for h in hosts:
+            release_all(h.stack.tag)
         self.wait_all(self.a, "beta", waiting)
         self.wait_all(self.a, "alpha", busy)
         self.assertIn("dead letters:", self.b.moatctl("queue", "dead"))

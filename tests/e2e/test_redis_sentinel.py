@@ -38,6 +38,7 @@ from test_redis_limits import HAVE_REDIS, REDIS, password_file
 
 PASSWORD = "sentinel-e2e-password"
 MASTER = "mymaster"
+# a run of a second (the sleep is the program under test): the first holds the one slot, the others wait
 SLEEPER = "import time\ntime.sleep(1)\nprint('slept')\n"
 
 

@@ -280,6 +280,7 @@ class SharedResultsTest(unittest.TestCase):
         self.assertEqual(got["stdout"], "again\n", got)
 
     def test_result_finished_during_an_outage_is_kept_once_redis_is_back(self):
+        # the program sleeps to be still running when Redis is frozen: it ends during the outage
         token = self.submit(self.a, "import time\ntime.sleep(2)\nprint('late')")
         wait_until(lambda: self.get(self.a, token)[2]["status"]["id"] == 2, "the run to be Processing")
         self.redis.proc.send_signal(signal.SIGSTOP)
@@ -294,6 +295,7 @@ class SharedResultsTest(unittest.TestCase):
     def test_pending_run_of_a_killed_gateway_becomes_an_internal_error(self):
         doomed = Gateway(self.stack, "gw-doomed", limiter(self.redis)).start()
         try:
+            # the program sleeps to outlive its gateway (killed below), far longer than the test
             token = self.submit(doomed, "import time\ntime.sleep(30)\nprint('never seen')")
             wait_until(lambda: self.get(self.a, token)[2]["status"]["id"] == 2, "the run to be Processing")
         finally:
@@ -353,7 +355,7 @@ class SharedResultsTest(unittest.TestCase):
             first = await self.refused_status(self.a, "lease")
             while await self.refused_status(self.a, "lease") != 101:
                 self.assertLess(time.monotonic() - killed, 60, "the dead gateway's session still counts")
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.2)  # the polling interval
             ws.transport.abort()
             return first, time.monotonic() - killed
 

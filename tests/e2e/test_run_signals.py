@@ -170,6 +170,7 @@ class RunSignals(unittest.TestCase):
             return pids if any(b"boot" in c for c in cmds) and any(b"gofer" in c for c in cmds) else None
 
         tag = tag_for("gvisor")
+        # the program sleeps until the signal to the backend ends it
         status, err, pids = self.run_ended_by(tag, lambda p: p.send_signal(signal.SIGTERM),
                                               code="import time\nwhile True:\n    time.sleep(1)\n",
                                               extra=(*GVISOR, *BUSY_MACHINE_WALL, *LONG),

@@ -92,7 +92,8 @@ class SessionTest(unittest.TestCase):
         self.assertEqual((code, reason), (4999, "Job Completed"))
 
     def test_output_arrives_as_it_is_written(self):
-        # one write per line (print() writes the text and its newline separately)
+        # one write per line (print() writes the text and its newline separately); the program's sleep
+        # between them is what is measured
         code = "import sys, time\nsys.stdout.write('first\\n')\ntime.sleep(1)\nsys.stdout.write('second\\n')\n"
 
         async def go():
@@ -128,7 +129,7 @@ class SessionTest(unittest.TestCase):
     def test_signal_reaches_the_program(self):
         code = ("import signal, sys, time\n"
                 "signal.signal(signal.SIGINT, lambda *a: (sys.stdout.write('caught\\n'), sys.exit(7)))\n"
-                "sys.stdout.write('ready\\n')\nwhile True: time.sleep(0.05)\n")
+                "sys.stdout.write('ready\\n')\nwhile True: time.sleep(0.05)\n")  # until signalled
 
         async def go():
             ws = await connect(self.stack, token=self.tok("demo"))
@@ -195,7 +196,7 @@ class SessionTest(unittest.TestCase):
     # ---- the client going away ----------------------------------------------
 
     def test_vanished_client_kills_its_box(self):
-        code = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
+        code = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"  # until its box is killed
 
         async def go():
             idle = box_pids(self.tag)  # the batch slots' warm boxes
@@ -280,7 +281,7 @@ class SessionTest(unittest.TestCase):
     def test_stdin_cap(self):
         async def go():
             ws = await connect(self.stack, token=self.tok("caps"))
-            await ws.send(init_message("python", "import time\ntime.sleep(600)\n"))
+            await ws.send(init_message("python", "import time\ntime.sleep(600)\n"))  # runs until refused
             await wait_for_event(ws, lambda e: e["type"] == "stage")
             await ws.send(json.dumps({"type": "data", "stream": "stdin", "data": "z" * 2000}))
             return await events_until_close(ws)
@@ -482,6 +483,7 @@ class SessionTest(unittest.TestCase):
         return resp.status, resp.getheader("content-type"), lines
 
     def test_streamed_execute(self):
+        # the program's sleep is what is measured: the first line arrives a second before the result
         code = "import sys, time\nsys.stdout.write('first\\n')\ntime.sleep(1)\nprint(input())\n"
         st, ctype, lines = self.ndjson({"language": "python", "version": "*", "files": [{"content": code}], "stdin": "in\n"})
         self.assertEqual(st, 200)
@@ -507,7 +509,7 @@ class SessionTest(unittest.TestCase):
     # ---- the audit transcript ------------------------------------------------------
 
     def test_transcript_round_trips(self):
-        # bytes that are not text, and a character split between two writes
+        # bytes that are not text, and a character split between two writes (0.2 s apart: two reads)
         code = ("import sys, time\nout = sys.stdout.buffer\nout.write(b'\\x00\\xff\\xe2\\x82'); out.flush()\n"
                 "time.sleep(0.2)\nout.write(b'\\xac end\\n'); out.flush()\nline = sys.stdin.buffer.readline()\n"
                 "sys.stderr.write('err:' + line.decode())\n")

@@ -93,9 +93,10 @@ class DisjointTest(unittest.TestCase):
     def test_a_job_holding_processes_leaves_the_other_backends_budget_whole(self):
         # The case, made independent of load: A's job holds HOLD
         # processes (held in its box until the test releases it) while B's job
-        # forks WANT children.  Both run under the default run_processes (64,
-        # also their RLIMIT_NPROC).  With one uid for both, B could fork only
-        # 64 - (HOLD + 1) - 1 = 12.
+        # forks WANT children (each of A's and B's children sleeps far longer
+        # than the test, holding its pid).  Both run under the default
+        # run_processes (64, also their RLIMIT_NPROC).  With one uid for both,
+        # B could fork only 64 - (HOLD + 1) - 1 = 12.
         hold, want = 50, 40
         a_code = ("import os, time\nprint(os.getuid())\nfor _ in range(%d):\n    if os.fork() == 0:\n"
                   "        time.sleep(3600)\n        os._exit(0)\n" % hold) + held_program(then="print('released')")
