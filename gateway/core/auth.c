@@ -217,7 +217,7 @@ enum gw_flow gw_authenticate(struct gw_request *r)
     memcpy(r->key_id, key->id, sizeof(key->id)); /* NUL-terminated at load */
     time_t now = time(NULL);
     if (key->expires != 0 && now >= key->expires) {
-        r->code = "token_expired";
+        r->code = gw_code(GW_CODE_TOKEN_EXPIRED);
         return gw_unauthorized(r, "key expired", "Bearer error=\"invalid_token\"", "API key expired");
     }
     gw_keyuse_note(key->id, now); /* moatctl key list: last used */

@@ -201,7 +201,7 @@ int gw_denials_charge(struct gw_request *r)
     if (r->retry_after_ms != RL_RETRY_NEVER)
         gw_add_retry_after(r, r->retry_after_ms);
     r->status = 429;
-    r->code = "too_many_failed_requests";
+    r->code = gw_code(GW_CODE_TOO_MANY_FAILED_REQUESTS);
     r->message = "too many failed requests from this address; slow down";
     return 0;
 }

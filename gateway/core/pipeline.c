@@ -356,12 +356,12 @@ enum gw_flow gw_backend_failure(struct gw_request *r, enum backend_status status
         return gw_deny_copy(r, 400, GW_REASON_BACKEND, msg);
     case MOAT_ERR_BUSY:
         gw_metric_add(&gw_metrics_here()->backend_busy, 1);
-        r->code = "backend_busy";
+        r->code = gw_code(GW_CODE_BACKEND_BUSY);
         return gw_deny_copy(r, 503, GW_REASON_BACKEND, msg);
     case MOAT_ERR_INTERNAL:
         return gw_deny_copy(r, 500, GW_REASON_BACKEND, msg);
     case MOAT_ERR_UNAVAILABLE:
-        r->code = "isolation_unavailable";
+        r->code = gw_code(GW_CODE_ISOLATION_UNAVAILABLE);
         return gw_deny_copy(r, 503, GW_REASON_BACKEND, msg);
     default:
         log_warnx("%s: id=%s: backend error code %u unknown", __func__, r->request_id, reply->u.error.code);

@@ -46,6 +46,25 @@ const char *gw_reason_name(enum gw_reason r);
  */
 const char *gw_error_code(enum gw_reason r, int status);
 
+/* The codes a step names itself, where status and reason alone would say
+ * less (an expired key is a 401 like any bad credential): one row each in
+ * audit_reason.c's named[], beside the table gw_error_code reads.  Every
+ * `code` an answer carries is in one of the two (test_man_pages checks
+ * both against moat-gateway(8)'s list). */
+enum gw_code {
+    GW_CODE_TOKEN_EXPIRED,
+    GW_CODE_TOO_MANY_FAILED_REQUESTS,
+    GW_CODE_TOO_MANY_SESSIONS,
+    GW_CODE_SESSIONS_FULL,
+    GW_CODE_SESSIONS_UNAVAILABLE,
+    GW_CODE_BACKEND_BUSY,
+    GW_CODE_ISOLATION_UNAVAILABLE,
+    GW_CODE_SESSION_BAD_REQUEST,
+    GW_CODE_SESSION_BACKEND_FAILED,
+    GW_NCODES
+};
+const char *gw_code(enum gw_code c);
+
 /* The reason a policy verdict gives. */
 enum gw_reason gw_reason_of_policy(enum policy_reason r);
 

@@ -117,17 +117,17 @@ static enum gw_flow connect_prepare(struct gw_request *r)
         break;
     case GW_SESSIONS_TENANT_FULL:
         gw_add_retry_after(r, GW_SESSION_RETRY_AFTER_MS);
-        r->code = "too_many_sessions";
+        r->code = gw_code(GW_CODE_TOO_MANY_SESSIONS);
         snprintf(msg, sizeof(msg), "this tenant already holds its %u concurrent sessions (sessions.max_concurrent)",
                  sl->max_concurrent);
         return gw_deny_copy(r, 429, GW_REASON_CONCURRENCY, msg);
     case GW_SESSIONS_FULL:
         gw_add_retry_after(r, GW_SESSION_RETRY_AFTER_MS);
-        r->code = "sessions_full";
+        r->code = gw_code(GW_CODE_SESSIONS_FULL);
         return gw_deny(r, 503, GW_REASON_CONCURRENCY, "the gateway holds as many sessions as it may (sessions.max_sessions)");
     case GW_SESSIONS_UNAVAILABLE:
         gw_add_retry_after(r, gw_sessions_retry_after_ms());
-        r->code = "sessions_unavailable";
+        r->code = gw_code(GW_CODE_SESSIONS_UNAVAILABLE);
         return gw_deny(r, 503, GW_REASON_CONCURRENCY, "the shared session counts cannot be reached (Redis): try again later");
     default:
         return gw_deny(r, 500, GW_REASON_BACKEND, "out of memory");

@@ -832,7 +832,7 @@ static void on_error_frame(struct gw_session *s, const uint8_t *payload, size_t 
     struct moat_error e;
     const char *why;
     int status = 502;
-    const char *code = "backend_failed";
+    const char *code = gw_code(GW_CODE_SESSION_BACKEND_FAILED);
 
     if (moat_decode_error(payload, len, &e, &why) != 0) {
         broken(s, why);
@@ -843,19 +843,19 @@ static void on_error_frame(struct gw_session *s, const uint8_t *payload, size_t 
     case MOAT_ERR_UNKNOWN_LANGUAGE:
     case MOAT_ERR_LIMIT:
         status = 400;
-        code = "bad_request";
+        code = gw_code(GW_CODE_SESSION_BAD_REQUEST);
         break;
     case MOAT_ERR_BUSY:
         status = 503;
-        code = "backend_busy";
+        code = gw_code(GW_CODE_BACKEND_BUSY);
         break;
     case MOAT_ERR_INTERNAL:
         status = 500;
-        code = "backend_failed";
+        code = gw_code(GW_CODE_SESSION_BACKEND_FAILED);
         break;
     case MOAT_ERR_UNAVAILABLE:
         status = 503;
-        code = "isolation_unavailable";
+        code = gw_code(GW_CODE_ISOLATION_UNAVAILABLE);
         break;
     default:
         break;

@@ -227,6 +227,29 @@ class ManPagesTest(unittest.TestCase):
                     missing = programs - {me} - see_also(text)
                     self.assertFalse(missing, "%s: SEE ALSO lacks %s" % (page, sorted(missing)))
 
+    def test_moat_gateway_lists_every_error_code(self):
+        """moat-gateway(8)'s "Error codes" list is audit_reason.c's two tables (the codes status and
+        reason choose, and the ones a step names), both ways, with their statuses; and no gateway
+        source writes a code of its own outside them."""
+        source = read(os.path.join(SOURCE, "gateway", "records", "audit_reason.c"))
+        mapped = set(re.findall(r'\{(\d{3}), GW_REASON_\w+, "([a-z_]+)"\}', source))
+        named = set(re.findall(r'\[GW_CODE_\w+\] = \{(\d{3}), "([a-z_]+)"\}', source))
+        self.assertTrue(mapped and named, "the tables of audit_reason.c were not found")
+        page = read(os.path.join(SOURCE, "gateway", "man", "moat-gateway.8"))
+        section = page[page.index(".Ss Error codes"):]
+        section = section[:section.index(".El")]
+        listed = set(re.findall(r"^\.It (\d{3}) Ta Li ([a-z_]+) Ta", section, re.M))
+        self.assertEqual(listed - (mapped | named), set(), "listed in moat-gateway(8), in no table")
+        self.assertEqual((mapped | named) - listed, set(), "in audit_reason.c, not listed in moat-gateway(8)")
+        stray = []
+        for path in glob.glob(os.path.join(SOURCE, "gateway", "**", "*.c"), recursive=True):
+            if path.endswith(os.path.join("records", "audit_reason.c")):
+                continue
+            for n, line in enumerate(read(path).splitlines(), 1):
+                if re.search(r'\bcode = "', line):
+                    stray.append("%s:%d: %s" % (os.path.relpath(path, SOURCE), n, line.strip()))
+        self.assertEqual(stray, [], "a code written outside audit_reason.c's tables (gw_code)")
+
     def test_gateway_conf_names_every_parser_key(self):
         keys, problems, nfiles = parser_keys()
         self.assertFalse(problems, "the key extraction does not cover the parser:\n  " + "\n  ".join(problems))
