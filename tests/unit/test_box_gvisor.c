@@ -51,7 +51,8 @@ static void test_bundle(void **state)
     for (size_t i = 0; i < 4; i++)
         assert_string_equal(json_string_value(json_array_get(args, i)), argv[i]);
     assert_string_equal(json_string_value(json_array_get(json_object_get(p, "env"), 0)), e0);
-    /* who it runs as: the slot's uid and gid, no capability, no privilege to gain */
+    /* who it runs as: the stage's uid and gid (box_init.c: 0 of rootless runsc's namespace), no
+     * capability, no privilege to gain */
     assert_int_equal(json_integer_value(json_object_get(json_object_get(p, "user"), "uid")), 60001);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(p, "user"), "gid")), 60001);
     assert_true(json_is_true(json_object_get(p, "noNewPrivileges")));
@@ -76,8 +77,10 @@ static void test_bundle(void **state)
     assert_int_equal(json_integer_value(json_object_get(lims, "RLIMIT_CPU")), 4);
     assert_int_equal(json_integer_value(json_object_get(lims, "RLIMIT_CORE")), 0);
     json_decref(lims);
-    /* the root read-only, /box the one read-write bind, gVisor's own /proc and /tmp */
-    assert_true(json_is_true(json_object_get(json_object_get(root, "root"), "readonly")));
+    /* the root not remounted by runsc (rootless, it could not keep the box's locked nosuid and
+     * nodev: the box's binds and owners keep it read-only), /box the one read-write bind, gVisor's
+     * own /proc and /tmp */
+    assert_true(json_is_false(json_object_get(json_object_get(root, "root"), "readonly")));
     assert_string_equal(json_string_value(json_object_get(json_object_get(root, "root"), "path")), "/");
     size_t binds = 0;
     json_t *m;
@@ -117,6 +120,7 @@ static void test_runsc_command_line(void **state)
 {
     struct runsc_cmd c;
     const char *want[] = {"/usr/bin/runsc",
+                          "--rootless",
                           "--root=/tmp/.moat-gvisor/state",
                           "--network=none",
                           "--platform=ptrace",
@@ -134,7 +138,14 @@ static void test_runsc_command_line(void **state)
     gvisor_runsc_cmd(&c, "/usr/bin/runsc", "ptrace", GVISOR_DIR, "run");
     for (size_t i = 0; want[i]; i++)
         assert_string_equal(c.argv[i], want[i]);
-    assert_null(c.argv[12]);
+    assert_null(c.argv[13]);
+
+    /* a session's signal: runsc kill, rootless, on the same state */
+    const char *kill_want[] = {"/usr/bin/runsc", "--rootless", "--root=/tmp/.moat-gvisor/state", "kill", "run", "15", NULL};
+    gvisor_kill_cmd(&c, "/usr/bin/runsc", GVISOR_DIR, "run", 15);
+    for (size_t i = 0; kill_want[i]; i++)
+        assert_string_equal(c.argv[i], kill_want[i]);
+    assert_null(c.argv[6]);
 }
 
 /* Writes text to a fresh log file and returns gvisor_wait_status's answer for runsc's status. */
