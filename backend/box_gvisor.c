@@ -317,20 +317,46 @@ int gvisor_drop_caps(void)
  * program that exits 128+N itself; `runsc wait` answers the same.  What
  * tells them apart is runsc run's last log line, "Exiting with status: W"
  * with W the raw wait status (--debug for the run command only: the
- * sandbox and gofer log nothing).  Only the file's final line counts: the
- * start of the log quotes the job's argv and env, which may hold anything.
+ * sandbox and gofer log nothing).  Only the file's final line counts (past
+ * the outer rootless process's warnings that it could not forward a
+ * signal, which may follow it): the start of the log quotes the job's
+ * argv and env, which may hold anything.
  */
+/* Is buf[start, end) rootless runsc's outer process saying it could not pass a signal on to the
+ * runsc it re-executed in its user namespace ("W... namespace.go:NNN] Error forwarding signal
+ * <name> to child (PID N)")?  It may come after the inner run's last line: the outer process
+ * exits a moment later, and a SIGCHLD or SIGURG of its own finds no child to go to. */
+static int forwarding_warning(const char *buf, size_t start, size_t end)
+{
+    static const char mid[] = " namespace.go:", key[] = "] Error forwarding signal ", tail[] = " to child (PID ";
+    const char *line = buf + start, *p;
+    size_t n = end - start;
+
+    if (n < 40 || line[0] != 'W' || line[n - 1] != ')')
+        return 0;
+    if ((p = memmem(line, n, mid, sizeof(mid) - 1)) == NULL ||
+        (p = memmem(p, n - (size_t)(p - line), key, sizeof(key) - 1)) == NULL)
+        return 0;
+    return memmem(p, n - (size_t)(p - line), tail, sizeof(tail) - 1) != NULL;
+}
+
 int gvisor_status_from_log(const char *buf, size_t len, int *out)
 {
     static const char key[] = "] Exiting with status: ";
     size_t end = len, start, k = sizeof(key) - 1;
     unsigned long w = 0;
 
-    while (end > 0 && buf[end - 1] == '\n')
-        end--;
-    start = end;
-    while (start > 0 && buf[start - 1] != '\n')
-        start--;
+    /* the final line, past at most GVISOR_LOG_TRAILERS of the outer process's warnings */
+    for (int skipped = 0;; skipped++) {
+        while (end > 0 && buf[end - 1] == '\n')
+            end--;
+        start = end;
+        while (start > 0 && buf[start - 1] != '\n')
+            start--;
+        if (skipped == GVISOR_LOG_TRAILERS || !forwarding_warning(buf, start, end))
+            break;
+        end = start;
+    }
     for (size_t i = start; i + k <= end; i++) {
         if (memcmp(buf + i, key, k) != 0)
             continue;
@@ -354,7 +380,7 @@ int gvisor_status_from_log(const char *buf, size_t len, int *out)
 
 int gvisor_wait_status(int status, const char *log_path)
 {
-    char buf[512];
+    char buf[2048]; /* the final line and GVISOR_LOG_TRAILERS warnings after it */
     struct stat st;
     int w, fd;
 

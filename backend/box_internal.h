@@ -86,9 +86,10 @@ struct init_args {
 
 /* runsc's state and the OCI bundle: in the box's /tmp, root only; the
  * sandboxed program has a /tmp of its own and never sees it. */
-#define GVISOR_DIR      "/tmp/.moat-gvisor"
-#define GVISOR_ARGV_MAX 16
-#define GVISOR_LOG      "run.log" /* runsc run's debug log, in the dir of gvisor_runsc_cmd */
+#define GVISOR_DIR          "/tmp/.moat-gvisor"
+#define GVISOR_ARGV_MAX     16
+#define GVISOR_LOG_TRAILERS 4         /* warnings of rootless runsc's outer process that may follow the status */
+#define GVISOR_LOG          "run.log" /* runsc run's debug log, in the dir of gvisor_runsc_cmd */
 
 struct gvisor_stage {
     const char *box; /* bound read-write at /box, the cwd; NULL: none, cwd / */

@@ -165,7 +165,7 @@ static int wait_status_with_log(int status, const char *text)
 static void test_wait_status(void **state)
 {
     static const char head[] = "I1202 01:25:35.000000    1363 main.go:99] Spec.Process.Args: [x]\n";
-    char log[256];
+    char log[1024];
 
     (void)state;
     /* the status runsc logged last is the program's: a signal death ... */
@@ -178,11 +178,28 @@ static void test_wait_status(void **state)
     st = wait_status_with_log(137 << 8, log);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 137);
+    /* rootless: the outer process's warnings that it could not forward a signal may follow */
+    snprintf(log, sizeof(log),
+             "%sI1202 01:25:35.069047    1363 main.go:266] Exiting with status: 11\n"
+             "W1202 01:25:35.070000    1359 namespace.go:297] Error forwarding signal child exited to child (PID 1363)\n"
+             "W1202 01:25:35.070100    1359 namespace.go:297] Error forwarding signal urgent I/O condition to child (PID 1363)\n",
+             head);
+    st = wait_status_with_log(139 << 8, log);
+    assert_true(WIFSIGNALED(st));
+    assert_int_equal(WTERMSIG(st), 11);
     /* no final status line (runsc's own failure, a job's argv quoting one earlier, a bad one):
      * runsc's exit code as it is, 128+N never read as a signal */
     const char *const no[] = {
         "",
         "I1202 main.go:266] Exiting with status: 9\nI1202 main.go:300] something after\n",
+        /* only that warning may follow, and only a few of them */
+        "I1202 main.go:266] Exiting with status: 9\nW1202 main.go:297] Error forwarding signal x to child (PID 1)\n",
+        "I1202 main.go:266] Exiting with status: 9\n"
+        "W1 1 namespace.go:297] Error forwarding signal a to child (PID 1)\nW1 1 namespace.go:297] Error forwarding signal b to "
+        "child (PID 1)\n"
+        "W1 1 namespace.go:297] Error forwarding signal c to child (PID 1)\nW1 1 namespace.go:297] Error forwarding signal d to "
+        "child (PID 1)\n"
+        "W1 1 namespace.go:297] Error forwarding signal e to child (PID 1)\n",
         "I1202 main.go:266] Exiting with status: 9x\n",
         "I1202 main.go:266] Exiting with status: 127\n", /* stopped: not an end */
         "I1202 main.go:266] Exiting with status: 65536\n",
