@@ -797,19 +797,29 @@ static void setup_rlimits(const struct stage_plan *st, int errfd, int stage)
     RLIM(RLIMIT_NPROC, st->pids);
 }
 
-static void setup_credentials(const struct slot *s, int errfd, int stage)
+/* Become the slot's uid and gid for good.  0, or -1 with *what the step that failed. */
+static int drop_to_slot(const struct slot *s, const char **what)
 {
     /* raw system calls: glibc's wrappers would try to change the uid of
      * threads that exist only in the parent */
     if (syscall(SYS_setgroups, 0, NULL) != 0)
-        exec_die(errfd, stage, "setgroups");
+        return *what = "setgroups", -1;
     if (syscall(SYS_setresgid, s->gid, s->gid, s->gid) != 0)
-        exec_die(errfd, stage, "setresgid");
+        return *what = "setresgid", -1;
     if (syscall(SYS_setresuid, s->uid, s->uid, s->uid) != 0)
-        exec_die(errfd, stage, "setresuid");
+        return *what = "setresuid", -1;
     /* make sure the drop cannot be undone */
     if (syscall(SYS_setresuid, 0, 0, 0) == 0)
-        exec_die(errfd, stage, "privileges could be regained");
+        return *what = "privileges could be regained", -1;
+    return 0;
+}
+
+static void setup_credentials(const struct slot *s, int errfd, int stage)
+{
+    const char *what;
+
+    if (drop_to_slot(s, &what) != 0)
+        exec_die(errfd, stage, what);
 }
 
 /* The program starts with no signal blocked or ignored: it would otherwise
@@ -951,10 +961,9 @@ static int gvisor_messenger(void *arg)
     if (null < 0 || dup2(null, 0) != 0 || dup2(null, 1) != 1 || dup2(null, 2) != 2)
         _exit(127);
     syscall(SYS_close_range, 3, ~0U, 0);
-    if (gvisor_drop_caps() != 0 || syscall(SYS_setgroups, 0, NULL) != 0 ||
-        syscall(SYS_setresgid, k->a->slot->gid, k->a->slot->gid, k->a->slot->gid) != 0 ||
-        syscall(SYS_setresuid, k->a->slot->uid, k->a->slot->uid, k->a->slot->uid) != 0 ||
-        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+    const char *what;
+
+    if (gvisor_drop_caps() != 0 || drop_to_slot(k->a->slot, &what) != 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         _exit(127);
     gvisor_kill_cmd(&cmd, k->pp->runsc, GVISOR_DIR, k->stage == BOX_STAGE_COMPILE ? "compile" : "run", k->sig);
     execve(cmd.argv[0], cmd.argv, env);

@@ -121,28 +121,38 @@ static json_t *file_read(struct admin_store *s, char *err, size_t errlen)
     return doc;
 }
 
+/* text and a newline in a new file at path (any old one removed first; never through a link),
+ * mode 0600, owner:group unless owner is (uid_t)-1 (root's then), fsync'ed.  0, or -1 with err. */
+static int write_fresh(const char *path, const char *text, uid_t owner, gid_t group, char *err, size_t errlen)
+{
+    int fd = -1, rc = -1;
+
+    if (unlink(path) != 0 && errno != ENOENT)
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    else if ((fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    else if (moat_write_full(fd, text, strlen(text), NULL) != 0 || moat_write_full(fd, "\n", 1, NULL) != 0 ||
+             (owner != (uid_t)-1 && fchown(fd, owner, group) != 0) || fsync(fd) != 0)
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    else
+        rc = 0;
+    if (fd >= 0 && close(fd) != 0 && rc == 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        rc = -1;
+    }
+    return rc;
+}
+
 static int file_stage(struct admin_store *s, const json_t *doc, char *err, size_t errlen)
 {
     char *text = json_dumps(doc, JSON_INDENT(2) | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);
-    int fd = -1, rc = -1;
+    int rc;
 
     if (text == NULL) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    if (unlink(s->temp) != 0 && errno != ENOENT)
-        snprintf(err, errlen, "%s: %s", s->temp, strerror(errno));
-    else if ((fd = open(s->temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
-        snprintf(err, errlen, "%s: %s", s->temp, strerror(errno));
-    else if (moat_write_full(fd, text, strlen(text), NULL) != 0 || moat_write_full(fd, "\n", 1, NULL) != 0 ||
-             fchown(fd, s->owner, s->group) != 0 || fsync(fd) != 0)
-        snprintf(err, errlen, "%s: %s", s->temp, strerror(errno));
-    else
-        rc = 0;
-    if (fd >= 0 && close(fd) != 0 && rc == 0) {
-        snprintf(err, errlen, "%s: %s", s->temp, strerror(errno));
-        rc = -1;
-    }
+    rc = write_fresh(s->temp, text, s->owner, s->group, err, errlen);
     free(text);
     s->staged = s->temp;
     return rc;
@@ -271,7 +281,7 @@ static int file_note_used(struct admin_store *s, json_t *used, char *err, size_t
 {
     char *tmp = suffixed(s->used_path, ".new"), *text = NULL;
     json_t *merged = NULL;
-    int fd = -1, rc = -1;
+    int rc = -1;
 
     if (tmp == NULL)
         return snprintf(err, errlen, "out of memory"), -1;
@@ -285,12 +295,7 @@ static int file_note_used(struct admin_store *s, json_t *used, char *err, size_t
         snprintf(err, errlen, "out of memory");
         goto out;
     }
-    if ((unlink(tmp) != 0 && errno != ENOENT) || (fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0 ||
-        moat_write_full(fd, text, strlen(text), NULL) != 0 || moat_write_full(fd, "\n", 1, NULL) != 0 || fsync(fd) != 0 ||
-        close(fd) != 0) {
-        snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
-        if (fd >= 0)
-            close(fd);
+    if (write_fresh(tmp, text, (uid_t)-1, (gid_t)-1, err, errlen) != 0) {
         unlink(tmp);
         goto out;
     }
